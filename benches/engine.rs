@@ -1,0 +1,177 @@
+//! Engine benchmarks; prints figures, asserts nothing. Run with `cargo bench --bench engine`.
+//!
+//! * Overhead: a chain of 50 resources of a trivial local type (the test fixture, answering
+//!   VALID at once), `--parallelism 1`. Every invocation the engine makes is recorded and then
+//!   replayed directly (same program, arguments and stdin); the engine's overhead per invocation
+//!   is (wall − Σ direct run times) / invocations. Target: under 2 ms.
+//! * Parallelism: 20 independent chains of 10 resources whose every state and action
+//!   invocation sleeps 50 ms, `--parallelism 20`. The critical path is 10 resources × 3
+//!   invocations × 50 ms = 1.5 s. Target: wall within 1.3× of it.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use deployster::engine::executor::process::ProcessExecutor;
+use deployster::engine::executor::{ExecError, Executor, Invocation, Outcome};
+use deployster::engine::load_validated;
+use deployster::engine::run::{ApproveAll, Engine, RunOptions};
+use deployster::engine::typeref::TypeRef;
+
+const RUNS: usize = 5;
+
+fn main() {
+    let fixture = build_fixture();
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    overhead(&runtime, &fixture);
+    parallelism(&runtime, &fixture);
+}
+
+/// Builds the fixture type in release mode next to this benchmark's target directory.
+fn build_fixture() -> PathBuf {
+    let status = Command::new(env!("CARGO"))
+        .args(["build", "--release", "--quiet", "-p", "deployster-fixture-type"])
+        .status()
+        .expect("run cargo");
+    assert!(status.success(), "building the fixture type failed");
+    let exe = std::env::current_exe().expect("bench path");
+    let release = exe.ancestors().find(|p| p.ends_with("release")).expect("a release target directory");
+    release.join("deployster-fixture-type")
+}
+
+/// Records each invocation, then runs it.
+struct Recording {
+    inner: ProcessExecutor,
+    seen: Mutex<Vec<Invocation>>,
+}
+
+#[async_trait]
+impl Executor for Recording {
+    async fn invoke(&self, invocation: Invocation) -> Result<Outcome, ExecError> {
+        self.seen.lock().unwrap().push(invocation.clone());
+        self.inner.invoke(invocation).await
+    }
+}
+
+fn median(mut values: Vec<Duration>) -> Duration {
+    values.sort();
+    values[values.len() / 2]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1000.0)
+}
+
+fn workspace(fixture: &Path, manifest: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::os::unix::fs::symlink(fixture, dir.path().join("fixture")).expect("link fixture");
+    std::fs::write(dir.path().join("manifest.yaml"), manifest).expect("write manifest");
+    dir
+}
+
+/// Runs one recorded invocation directly, as a plain child process; returns its wall time.
+fn run_directly(invocation: &Invocation) -> Duration {
+    let TypeRef::Local(program) = &invocation.program else { panic!("the benchmark uses a local program") };
+    let started = Instant::now();
+    let mut child = Command::new(program)
+        .args(&invocation.args)
+        .current_dir(invocation.workdir.as_deref().unwrap_or(Path::new(".")))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn fixture");
+    child.stdin.take().expect("stdin").write_all(&invocation.stdin).expect("write stdin");
+    let output = child.wait_with_output().expect("wait");
+    assert!(output.status.success(), "direct run failed");
+    started.elapsed()
+}
+
+fn overhead(runtime: &tokio::runtime::Runtime, fixture: &Path) {
+    const CHAIN: usize = 50;
+    let mut yaml = String::from("resources:\n");
+    for i in 0..CHAIN {
+        let respond = format!("respond: {{ status: VALID, state: {{ n: {i} }} }}");
+        match i {
+            0 => yaml.push_str(&format!("  r0: {{ type: ./fixture, config: {{ {respond} }} }}\n")),
+            _ => yaml.push_str(&format!(
+                "  r{i}: {{ type: ./fixture, dependencies: {{ up: r{} }}, config: {{ {respond}, prev: \"{{{{ up.state.n }}}}\" }} }}\n",
+                i - 1
+            )),
+        }
+    }
+    let dir = workspace(fixture, &yaml);
+    let manifest_path = dir.path().join("manifest.yaml");
+    let mut walls = Vec::new();
+    let mut recorded = Vec::new();
+    for _ in 0..RUNS {
+        let recording = Arc::new(Recording { inner: ProcessExecutor::new("/unused".into()), seen: Mutex::default() });
+        let started = Instant::now();
+        runtime.block_on(async {
+            let manifest = Arc::new(load_validated(std::slice::from_ref(&manifest_path), &[]).expect("valid manifest"));
+            let options = RunOptions { parallelism: 1, ..RunOptions::default() };
+            let prepared = Engine::new(manifest, recording.clone(), options).prepare().await.expect("init");
+            let plan = prepared.plan().await;
+            assert_eq!(plan.counts().valid, CHAIN, "every resource is VALID");
+        });
+        walls.push(started.elapsed());
+        recorded = std::mem::take(&mut *recording.seen.lock().unwrap());
+    }
+    let wall = median(walls);
+    let invocations = recorded.len();
+    let per_invocation: Vec<Duration> =
+        recorded.iter().map(|inv| median((0..RUNS).map(|_| run_directly(inv)).collect())).collect();
+    let direct_sum: Duration = per_invocation.iter().sum();
+    let overhead = wall.saturating_sub(direct_sum) / invocations as u32;
+    println!("overhead: chain of {CHAIN} resources, parallelism 1 (median of {RUNS} runs)");
+    println!("  wall time (load + init + plan)   {}", ms(wall));
+    println!("  invocations                      {invocations}");
+    println!("  direct run, median               {}", ms(median(per_invocation.clone())));
+    println!("  direct runs, sum                 {}", ms(direct_sum));
+    println!("  engine overhead per invocation   {}   (target < 2 ms)", ms(overhead));
+}
+
+fn parallelism(runtime: &tokio::runtime::Runtime, fixture: &Path) {
+    const CHAINS: usize = 20;
+    const LENGTH: usize = 10;
+    let critical_path = Duration::from_millis(LENGTH as u64 * 3 * 50);
+    let mut yaml = String::from("resources:\n");
+    for c in 0..CHAINS {
+        for i in 0..LENGTH {
+            let deps = if i == 0 { String::new() } else { format!("dependencies: {{ up: c{c}_{} }}, ", i - 1) };
+            yaml.push_str(&format!("  c{c}_{i}: {{ type: ./fixture, {deps}config: {{ sleep_ms: 50 }} }}\n"));
+        }
+    }
+    let mut walls = Vec::new();
+    let mut invocations = 0;
+    for _ in 0..RUNS {
+        let dir = workspace(fixture, &yaml);
+        let manifest_path = dir.path().join("manifest.yaml");
+        let recording = Arc::new(Recording { inner: ProcessExecutor::new("/unused".into()), seen: Mutex::default() });
+        let started = Instant::now();
+        runtime.block_on(async {
+            let manifest = Arc::new(load_validated(&[manifest_path], &[]).expect("valid manifest"));
+            let options = RunOptions { parallelism: CHAINS, ..RunOptions::default() };
+            let prepared = Engine::new(manifest, recording.clone(), options).prepare().await.expect("init");
+            let plan = prepared.plan().await;
+            let report = prepared.apply(&plan, &ApproveAll).await.expect("applicable");
+            assert!(report.succeeded(), "every resource applied");
+        });
+        walls.push(started.elapsed());
+        invocations = recording.seen.lock().unwrap().len();
+    }
+    let wall = median(walls);
+    println!(
+        "parallelism: {CHAINS} chains of {LENGTH}, 50 ms per state/action invocation, parallelism {CHAINS} (median of {RUNS} runs)"
+    );
+    println!("  wall time (init + plan + apply)  {}", ms(wall));
+    println!("  invocations                      {invocations}");
+    println!("  critical path                    {}", ms(critical_path));
+    println!(
+        "  wall / critical path             {:.2}x   (target ≤ 1.3x)",
+        wall.as_secs_f64() / critical_path.as_secs_f64()
+    );
+}

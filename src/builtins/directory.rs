@@ -1,0 +1,80 @@
+//! `builtin/directory`: a directory with optional permission bits.
+
+use serde_json::{Value, json};
+
+use super::{Request, format_mode, mode_of, mode_schema, needs, plugs, set_mode};
+
+pub(super) fn init() -> Value {
+    json!({
+        "label": "Local directory",
+        "config_schema": {
+            "type": "object",
+            "properties": {"path": {"type": "string", "minLength": 1}, "mode": mode_schema()},
+            "required": ["path"],
+            "additionalProperties": false
+        },
+        "plugs": plugs(),
+        "state_action": {"args": ["state"]},
+        "delete_action": {"args": ["delete"]}
+    })
+}
+
+pub(super) fn state(request: &Request) -> Result<Value, String> {
+    let path = request.path()?;
+    let wanted = request.mode()?;
+    let shown = path.display().to_string();
+    let metadata = match std::fs::metadata(&path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(needs("MISSING", None, &[("create", format!("Create directory {shown}"))]));
+        }
+        Err(e) => return Err(format!("cannot inspect {shown}: {e}")),
+        Ok(m) => m,
+    };
+    if !metadata.is_dir() {
+        return Err(format!("{shown} exists and is not a directory; refusing to replace it"));
+    }
+    let actual = mode_of(&metadata);
+    let current = json!({"path": shown, "mode": format_mode(actual)});
+    match wanted {
+        Some(mode) if mode != actual => Ok(needs(
+            "STALE",
+            Some(current),
+            &[("chmod", format!("Change mode of {shown} from {} to {}", format_mode(actual), format_mode(mode)))],
+        )),
+        _ => Ok(json!({"status": "VALID", "state": current})),
+    }
+}
+
+pub(super) fn act(action: &str, request: &Request) -> Result<(), String> {
+    let path = request.path()?;
+    match action {
+        "create" => {
+            std::fs::create_dir_all(&path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+            println!("created {}", path.display());
+        }
+        "chmod" => {}
+        "delete" => return delete(&path),
+        other => return Err(format!("unknown action `{other}`")),
+    }
+    if let Some(mode) = request.mode()? {
+        set_mode(&path, mode)?;
+        println!("mode of {} set to {}", path.display(), format_mode(mode));
+    }
+    Ok(())
+}
+
+/// Removes the directory only when it is empty: what is inside is someone's data (the resources
+/// that wrote it are deleted first, in reverse dependency order).
+fn delete(path: &std::path::Path) -> Result<(), String> {
+    match std::fs::remove_dir(path) {
+        Ok(()) => {
+            println!("deleted {}", path.display());
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::DirectoryNotEmpty => {
+            Err(format!("{} is not empty; refusing to delete what is inside", path.display()))
+        }
+        Err(e) => Err(format!("cannot delete {}: {e}", path.display())),
+    }
+}

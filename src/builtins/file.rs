@@ -1,0 +1,120 @@
+//! `builtin/file`: a file with the given content and optional permission bits.
+
+use std::io::Write;
+use std::path::Path;
+
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use super::{Request, format_mode, mode_of, mode_schema, needs, plugs, set_mode};
+
+pub(super) fn init() -> Value {
+    json!({
+        "label": "Local file",
+        "config_schema": {
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "minLength": 1},
+                "content": {"type": "string"},
+                "mode": mode_schema()
+            },
+            "required": ["path", "content"],
+            "additionalProperties": false
+        },
+        "plugs": plugs(),
+        "state_action": {"args": ["state"]},
+        "delete_action": {"args": ["delete"]}
+    })
+}
+
+fn content(request: &Request) -> Result<String, String> {
+    request
+        .config
+        .get("content")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .ok_or_else(|| "config.content must be a string".into())
+}
+
+fn sha256(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+pub(super) fn state(request: &Request) -> Result<Value, String> {
+    let path = request.path()?;
+    let wanted_mode = request.mode()?;
+    let wanted_sha = sha256(content(request)?.as_bytes());
+    let shown = path.display().to_string();
+    let metadata = match std::fs::metadata(&path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(needs("MISSING", None, &[("write", format!("Write {shown}"))]));
+        }
+        Err(e) => return Err(format!("cannot inspect {shown}: {e}")),
+        Ok(m) => m,
+    };
+    if !metadata.is_file() {
+        return Err(format!("{shown} exists and is not a regular file; refusing to replace it"));
+    }
+    let bytes = std::fs::read(&path).map_err(|e| format!("cannot read {shown}: {e}"))?;
+    let actual_mode = mode_of(&metadata);
+    let current =
+        json!({"path": shown, "sha256": sha256(&bytes), "size": bytes.len(), "mode": format_mode(actual_mode)});
+    if current["sha256"] != wanted_sha.as_str() {
+        return Ok(needs("STALE", Some(current), &[("write", format!("Rewrite {shown} (its content differs)"))]));
+    }
+    match wanted_mode {
+        Some(mode) if mode != actual_mode => Ok(needs(
+            "STALE",
+            Some(current),
+            &[("chmod", format!("Change mode of {shown} from {} to {}", format_mode(actual_mode), format_mode(mode)))],
+        )),
+        _ => Ok(json!({"status": "VALID", "state": current})),
+    }
+}
+
+pub(super) fn act(action: &str, request: &Request) -> Result<(), String> {
+    let path = request.path()?;
+    match action {
+        "write" => write_atomically(&path, content(request)?.as_bytes(), request.mode()?)?,
+        "delete" => match std::fs::remove_file(&path) {
+            Ok(()) => println!("deleted {}", path.display()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(format!("cannot delete {}: {e}", path.display())),
+        },
+        "chmod" => {
+            let mode = request.mode()?.ok_or("chmod needs config.mode")?;
+            set_mode(&path, mode)?;
+            println!("mode of {} set to {}", path.display(), format_mode(mode));
+        }
+        other => return Err(format!("unknown action `{other}`")),
+    }
+    Ok(())
+}
+
+/// Writes through a temporary file in the same directory and renames it into place, so that a
+/// crash never leaves a half-written file. Keeps the existing mode unless one is configured.
+fn write_atomically(path: &Path, bytes: &[u8], mode: Option<u32>) -> Result<(), String> {
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    if !dir.is_dir() {
+        return Err(format!("cannot write {}: directory {} does not exist", path.display(), dir.display()));
+    }
+    let name = path.file_name().ok_or_else(|| format!("{} has no file name", path.display()))?;
+    let temp = dir.join(format!(".{}.deployster-{}", name.to_string_lossy(), std::process::id()));
+    let result = (|| {
+        let mut file = std::fs::File::create(&temp).map_err(|e| format!("cannot create {}: {e}", temp.display()))?;
+        file.write_all(bytes)
+            .and_then(|()| file.sync_all())
+            .map_err(|e| format!("cannot write {}: {e}", temp.display()))?;
+        let keep = std::fs::metadata(path).ok().map(|m| mode_of(&m));
+        if let Some(mode) = mode.or(keep) {
+            set_mode(&temp, mode)?;
+        }
+        std::fs::rename(&temp, path).map_err(|e| format!("cannot move {} into place: {e}", temp.display()))
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&temp);
+    }
+    result?;
+    println!("wrote {} ({} bytes)", path.display(), bytes.len());
+    Ok(())
+}

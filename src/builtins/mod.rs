@@ -1,0 +1,236 @@
+//! Resource types carried by the deployster binary, so that it is useful with no Docker and no
+//! cloud. The engine runs them exactly like any local program — `deployster __type <name>
+//! [args]`, request on stdin, response on stdout — so they exercise the real protocol.
+//!
+//! Both types accept an optional writable plug named `files`: when given, relative paths
+//! resolve inside it rather than in the workspace. That is how they reach the host from a
+//! container, which sees nothing of the host but its plugs.
+
+mod directory;
+mod file;
+
+use std::io::Read;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+/// Runs built-in type `name` with `args` (none for init, `state`, or an action name); returns
+/// the process exit code.
+pub fn main(name: &str, args: &[String]) -> i32 {
+    let mut input = String::new();
+    if let Err(e) = std::io::stdin().read_to_string(&mut input) {
+        eprintln!("builtin/{name}: cannot read the request: {e}");
+        return 1;
+    }
+    match dispatch(name, args, &input) {
+        Ok(Some(response)) => {
+            println!("{response}");
+            0
+        }
+        Ok(None) => 0,
+        Err(message) => {
+            eprintln!("builtin/{name}: {message}");
+            1
+        }
+    }
+}
+
+/// Parses a request. Requests carry dependencies recursively, so a long chain nests deeper than
+/// serde_json's default limit of 128; the input comes from the engine, not from strangers.
+fn parse_request(input: &str) -> Result<Value, String> {
+    use serde::Deserialize;
+    let mut deserializer = serde_json::Deserializer::from_str(input);
+    deserializer.disable_recursion_limit();
+    Value::deserialize(&mut deserializer).map_err(|e| format!("the request is not JSON: {e}"))
+}
+
+fn dispatch(name: &str, args: &[String], input: &str) -> Result<Option<Value>, String> {
+    let request = parse_request(input)?;
+    let verb = args.first().map(String::as_str);
+    match (name, verb) {
+        ("directory", None) => Ok(Some(directory::init())),
+        ("directory", Some("state")) => directory::state(&Request::new(&request)?).map(Some),
+        ("directory", Some(action)) => directory::act(action, &Request::new(&request)?).map(|()| None),
+        ("file", None) => Ok(Some(file::init())),
+        ("file", Some("state")) => file::state(&Request::new(&request)?).map(Some),
+        ("file", Some(action)) => file::act(action, &Request::new(&request)?).map(|()| None),
+        (other, _) => Err(format!("unknown built-in type `{other}`")),
+    }
+}
+
+/// The parts of a state or action request the built-ins use.
+struct Request<'a> {
+    config: &'a Value,
+    /// Where relative paths resolve: the `files` plug when given, else the workspace.
+    base: PathBuf,
+}
+
+/// The plug the built-in types accept: a writable host directory for relative paths.
+const FILES_PLUG: &str = "files";
+
+impl<'a> Request<'a> {
+    fn new(request: &'a Value) -> Result<Self, String> {
+        let config = request.get("config").ok_or("the request has no `config`")?;
+        let workspace = request.get("workspace").and_then(Value::as_str).unwrap_or(".");
+        let plug = request.get("plugs").and_then(|p| p.get(FILES_PLUG)).and_then(Value::as_str);
+        Ok(Self { config, base: PathBuf::from(plug.unwrap_or(workspace)) })
+    }
+
+    /// `config.path`, absolute.
+    fn path(&self) -> Result<PathBuf, String> {
+        let path = self.config.get("path").and_then(Value::as_str).ok_or("config.path must be a string")?;
+        Ok(self.base.join(path))
+    }
+
+    /// `config.mode` as permission bits, when given.
+    fn mode(&self) -> Result<Option<u32>, String> {
+        match self.config.get("mode") {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => u32::from_str_radix(s, 8)
+                .ok()
+                .filter(|m| *m <= 0o7777)
+                .map(Some)
+                .ok_or_else(|| format!("config.mode `{s}` is not an octal mode such as 0644")),
+            Some(_) => Err("config.mode must be a string such as \"0644\"".into()),
+        }
+    }
+}
+
+/// The `plugs` part of the init response: the optional `files` plug.
+fn plugs() -> Value {
+    json!({FILES_PLUG: {"container_path": "/files", "optional": true, "writable": true}})
+}
+
+/// The schema fragment for `mode`: an octal string.
+fn mode_schema() -> Value {
+    json!({"type": "string", "pattern": "^0?[0-7]{3,4}$", "description": "octal permission bits, e.g. \"0755\""})
+}
+
+fn format_mode(mode: u32) -> String {
+    format!("{:04o}", mode & 0o7777)
+}
+
+fn mode_of(metadata: &std::fs::Metadata) -> u32 {
+    metadata.permissions().mode() & 0o7777
+}
+
+fn set_mode(path: &Path, mode: u32) -> Result<(), String> {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .map_err(|e| format!("cannot set mode {} on {}: {e}", format_mode(mode), path.display()))
+}
+
+/// A STALE or MISSING response.
+fn needs(status: &str, stale_state: Option<Value>, actions: &[(&str, String)]) -> Value {
+    let actions: Vec<Value> = actions
+        .iter()
+        .map(|(name, description)| json!({"name": name, "description": description, "args": [name]}))
+        .collect();
+    let mut response = json!({"status": status, "actions": actions});
+    if let Some(stale) = stale_state {
+        response["staleState"] = stale;
+    }
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(kind: &str, verb: Option<&str>, config: Value, workspace: &Path) -> Result<Option<Value>, String> {
+        let request = json!({"name": "r", "config": config, "workspace": workspace});
+        let args: Vec<String> = verb.into_iter().map(str::to_string).collect();
+        dispatch(kind, &args, &request.to_string())
+    }
+
+    #[test]
+    fn init_responses_are_draft4_schemas_with_a_state_action() {
+        for kind in ["directory", "file"] {
+            let init = call(kind, None, json!({}), Path::new("/")).unwrap().unwrap();
+            assert_eq!(init["state_action"]["args"], json!(["state"]));
+            assert!(init["config_schema"].get("$schema").is_none());
+            jsonschema::draft4::new(&init["config_schema"]).expect("a valid Draft 4 schema");
+        }
+    }
+
+    #[test]
+    fn relative_paths_resolve_inside_the_files_plug_when_given() {
+        let plug = tempfile::tempdir().unwrap();
+        let request = json!({"name": "r", "config": {"path": "in/plug", "content": "x"}, "workspace": "/nonexistent",
+                             "plugs": {"files": plug.path()}});
+        std::fs::create_dir(plug.path().join("in")).unwrap();
+        dispatch("file", &["write".into()], &request.to_string()).unwrap();
+        assert_eq!(std::fs::read_to_string(plug.path().join("in/plug")).unwrap(), "x");
+    }
+
+    #[test]
+    fn relative_paths_resolve_against_the_workspace() {
+        let ws = tempfile::tempdir().unwrap();
+        let state = call("directory", Some("state"), json!({"path": "sub"}), ws.path()).unwrap().unwrap();
+        assert_eq!(state["status"], "MISSING");
+        call("directory", Some("create"), json!({"path": "sub", "mode": "0700"}), ws.path()).unwrap();
+        let state =
+            call("directory", Some("state"), json!({"path": "sub", "mode": "700"}), ws.path()).unwrap().unwrap();
+        assert_eq!(state, json!({"status": "VALID", "state": {"path": ws.path().join("sub"), "mode": "0700"}}));
+    }
+
+    #[test]
+    fn something_else_in_the_way_is_refused_not_replaced() {
+        let ws = tempfile::tempdir().unwrap();
+        std::fs::write(ws.path().join("f"), "data").unwrap();
+        let err = call("directory", Some("state"), json!({"path": "f"}), ws.path()).unwrap_err();
+        assert!(err.contains("exists and is not a directory"), "{err}");
+        let err = call("file", Some("state"), json!({"path": ".", "content": ""}), ws.path()).unwrap_err();
+        assert!(err.contains("is not a regular file"), "{err}");
+        assert_eq!(std::fs::read_to_string(ws.path().join("f")).unwrap(), "data");
+    }
+
+    #[test]
+    fn writing_into_a_missing_directory_fails_clearly_and_leaves_no_temporary_file() {
+        let ws = tempfile::tempdir().unwrap();
+        let err = call("file", Some("write"), json!({"path": "no/such/f", "content": "x"}), ws.path()).unwrap_err();
+        assert!(err.contains("directory") && err.contains("does not exist"), "{err}");
+        let entries: Vec<_> = std::fs::read_dir(ws.path()).unwrap().collect();
+        assert!(entries.is_empty(), "{entries:?}");
+    }
+
+    #[test]
+    fn rewriting_keeps_the_mode_unless_one_is_configured() {
+        use std::os::unix::fs::PermissionsExt;
+        let ws = tempfile::tempdir().unwrap();
+        let file = ws.path().join("f");
+        std::fs::write(&file, "old").unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o640)).unwrap();
+        let stale = call("file", Some("state"), json!({"path": "f", "content": "new"}), ws.path()).unwrap().unwrap();
+        assert_eq!(stale["status"], "STALE");
+        assert_eq!(stale["staleState"]["size"], 3);
+        call("file", Some("write"), json!({"path": "f", "content": "new"}), ws.path()).unwrap();
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "new");
+        assert_eq!(std::fs::metadata(&file).unwrap().permissions().mode() & 0o777, 0o640);
+    }
+
+    #[test]
+    fn deleting_removes_files_and_only_empty_directories() {
+        let ws = tempfile::tempdir().unwrap();
+        call("directory", Some("create"), json!({"path": "d"}), ws.path()).unwrap();
+        call("file", Some("write"), json!({"path": "d/f", "content": "x"}), ws.path()).unwrap();
+        let err = call("directory", Some("delete"), json!({"path": "d"}), ws.path()).unwrap_err();
+        assert!(err.contains("is not empty; refusing"), "{err}");
+        call("file", Some("delete"), json!({"path": "d/f", "content": "x"}), ws.path()).unwrap();
+        call("directory", Some("delete"), json!({"path": "d"}), ws.path()).unwrap();
+        assert!(!ws.path().join("d").exists());
+        call("file", Some("delete"), json!({"path": "d/f", "content": "x"}), ws.path())
+            .expect("deleting twice is fine");
+        call("directory", Some("delete"), json!({"path": "d"}), ws.path()).expect("deleting twice is fine");
+    }
+
+    #[test]
+    fn bad_modes_and_unknown_actions_are_errors() {
+        let ws = tempfile::tempdir().unwrap();
+        let err = call("directory", Some("state"), json!({"path": "d", "mode": "999"}), ws.path()).unwrap_err();
+        assert!(err.contains("not an octal mode"), "{err}");
+        let err = call("file", Some("explode"), json!({"path": "f", "content": ""}), ws.path()).unwrap_err();
+        assert!(err.contains("unknown action `explode`"), "{err}");
+        assert!(dispatch("nope", &[], "{}").unwrap_err().contains("unknown built-in type"));
+    }
+}

@@ -1,0 +1,75 @@
+//! Asking the user before actions run.
+
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use clap::ValueEnum;
+
+use super::progress::Progress;
+use crate::engine::protocol::{Action, Status};
+use crate::engine::run::Approver;
+
+/// When `apply` asks for confirmation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ConfirmMode {
+    /// Once, after the whole plan was shown.
+    Once,
+    /// Before each resource's actions.
+    Resource,
+    /// Before each action.
+    Action,
+    /// Never.
+    No,
+}
+
+impl ConfirmMode {
+    pub fn name(self) -> String {
+        self.to_possible_value().map(|v| v.get_name().to_string()).unwrap_or_default()
+    }
+}
+
+/// Asks a yes/no question on the terminal (default no), with the progress display paused.
+pub(super) fn ask(progress: &Progress, question: &str) -> bool {
+    progress.suspend(|| dialoguer::Confirm::new().with_prompt(question).default(false).interact().unwrap_or(false))
+}
+
+/// Asks per resource or per action, one question at a time; approves everything in the other
+/// modes (the plan was approved as a whole, or confirmation was switched off).
+pub(super) struct Prompting {
+    mode: ConfirmMode,
+    progress: Arc<Progress>,
+    one_at_a_time: Mutex<()>,
+}
+
+impl Prompting {
+    pub(super) fn new(mode: ConfirmMode, progress: Arc<Progress>) -> Self {
+        Self { mode, progress, one_at_a_time: Mutex::new(()) }
+    }
+
+    fn ask(&self, question: String) -> bool {
+        // Prompts block on the terminal; keep the runtime's other work going meanwhile.
+        tokio::task::block_in_place(|| {
+            let _turn = self.one_at_a_time.lock().unwrap_or_else(|e| e.into_inner());
+            ask(&self.progress, &question)
+        })
+    }
+}
+
+#[async_trait]
+impl Approver for Prompting {
+    async fn approve_resource(&self, resource: &str, status: Status, actions: &[Action]) -> bool {
+        if self.mode != ConfirmMode::Resource {
+            return true;
+        }
+        let names: Vec<&str> = actions.iter().map(|a| a.name.as_str()).collect();
+        self.ask(format!("Apply {resource} ({status}; actions: {})?", names.join(", ")))
+    }
+
+    async fn approve_action(&self, resource: &str, action: &Action) -> Result<bool, String> {
+        if self.mode != ConfirmMode::Action {
+            return Ok(true);
+        }
+        let description = if action.description.is_empty() { &action.name } else { &action.description };
+        Ok(self.ask(format!("Run {resource}/{}: {description}?", action.name)))
+    }
+}

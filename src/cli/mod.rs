@@ -1,0 +1,369 @@
+//! The command line: `deployster plan|apply`, and the hidden `__type` sub-command that runs the
+//! built-in resource types.
+
+mod apply;
+mod confirm;
+mod history;
+mod progress;
+mod reconcile;
+mod render;
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
+
+use crate::engine::executor::process::{BUILTIN_SUBCOMMAND, ProcessExecutor};
+use crate::engine::executor::{Dispatch, Executor};
+use crate::engine::validate::ValidatedManifest;
+use crate::engine::vars::VarSource;
+use crate::engine::{InputError, PrepareError, load_validated};
+
+pub use confirm::ConfirmMode;
+
+/// Deployster: plan and apply a manifest of resources.
+#[derive(Debug, Parser)]
+#[command(name = "deployster", version, about, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Show what apply would do, without running any action.
+    Plan(ManifestArgs),
+    /// Plan, ask for confirmation, then run the actions that bring resources to VALID.
+    Apply(ApplyArgs),
+    /// Apply again and again: correct drift every interval until stopped (SIGINT/SIGTERM).
+    Reconcile(ReconcileArgs),
+    /// What the deployment log says: latest applied, failed and in-progress revisions, and
+    /// recent events.
+    History(HistoryArgs),
+    /// Print the Manifest CustomResourceDefinition (`deployster crd | kubectl apply -f -`).
+    #[cfg(feature = "kube")]
+    Crd,
+    /// Run the Kubernetes controller: reconcile Manifest objects continuously.
+    #[cfg(feature = "kube")]
+    Controller(ControllerArgs),
+    /// Run a built-in resource type (used by the engine itself).
+    #[command(name = BUILTIN_SUBCOMMAND, hide = true)]
+    BuiltinType {
+        name: String,
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+}
+
+/// Options shared by every command that reads a manifest.
+#[derive(Debug, Args)]
+pub struct ManifestArgs {
+    /// Manifest file (YAML or JSON); repeat to merge several.
+    #[arg(short = 'f', long = "file", value_name = "MANIFEST", default_value = "manifest.yaml")]
+    pub files: Vec<PathBuf>,
+    /// Set a variable (`key=value`; a dotted key sets a nested value). Applied in order with
+    /// `--var-file`, after the manifest's defaults and auto var files.
+    #[arg(long = "var", value_name = "KEY=VALUE", value_parser = VarSource::parse_assignment)]
+    vars: Vec<VarSource>,
+    /// Load variables from a YAML or JSON file.
+    #[arg(long = "var-file", value_name = "FILE")]
+    var_files: Vec<PathBuf>,
+    /// `--var` and `--var-file` in command-line order (filled after parsing).
+    #[arg(skip)]
+    pub var_sources: Vec<VarSource>,
+    /// Send `verbose: true` to resource programs and show their stderr.
+    #[arg(short, long)]
+    pub verbose: bool,
+    /// Run at most this many resource programs at once [default: number of CPUs].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    pub parallelism: Option<u16>,
+    /// Stop any single program invocation after this long.
+    #[arg(long, value_name = "DURATION", default_value = "15m", value_parser = humantime::parse_duration)]
+    pub timeout: Duration,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
+    /// Where the deployment log lives [default: .deployster beside the manifest].
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// When to pull the images of resource types that are Docker images.
+    #[cfg(feature = "docker")]
+    #[arg(long, value_enum, value_name = "POLICY", default_value_t = PullArg::IfNotPresent)]
+    pub pull: PullArg,
+}
+
+/// `--pull`: when images are pulled.
+#[cfg(feature = "docker")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PullArg {
+    /// Pull only images that are not present locally.
+    IfNotPresent,
+    /// Pull every image once per run.
+    Always,
+    /// Never pull; a missing image is an error.
+    Never,
+}
+
+#[derive(Debug, Args)]
+pub struct ApplyArgs {
+    #[command(flatten)]
+    pub manifest: ManifestArgs,
+    /// When to ask before running actions: once after the plan, per resource, per action, or never.
+    #[arg(long, value_enum, ignore_case = true, default_value_t = ConfirmMode::Once)]
+    pub confirm: ConfirmMode,
+    /// Do not ask (same as `--confirm no`).
+    #[arg(short = 'y', long)]
+    pub yes: bool,
+}
+
+#[cfg(feature = "kube")]
+#[derive(Debug, Args)]
+pub struct ControllerArgs {
+    /// Watch only this namespace [default: all namespaces].
+    #[arg(long)]
+    pub namespace: Option<String>,
+    /// How many Manifests are reconciled at once (one object is never reconciled twice at once).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..))]
+    pub concurrency: u16,
+    /// Allow resource types that are local programs (they run code of the Manifest author's
+    /// choosing inside the controller).
+    #[arg(long)]
+    pub allow_local_programs: bool,
+    /// Log format.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// After SIGTERM, how long running passes may finish before their actions are cancelled.
+    #[arg(long, value_name = "DURATION", default_value = "20s", value_parser = humantime::parse_duration)]
+    pub shutdown_grace: Duration,
+    /// Deployment-log entries kept on each object's status.
+    #[arg(long, value_name = "N", default_value_t = 50)]
+    pub history_limit: usize,
+    /// Where plugs are materialized [default: a directory under the system's temporary directory].
+    #[arg(long, value_name = "DIR")]
+    pub plug_dir: Option<PathBuf>,
+    /// Programs run at once within one pass.
+    #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..))]
+    pub parallelism: u16,
+    /// Stop any single program invocation after this long.
+    #[arg(long, value_name = "DURATION", default_value = "15m", value_parser = humantime::parse_duration)]
+    pub timeout: Duration,
+    #[cfg(feature = "docker")]
+    #[arg(long, value_enum, value_name = "POLICY", default_value_t = PullArg::IfNotPresent)]
+    pub pull: PullArg,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Args)]
+pub struct ReconcileArgs {
+    #[command(flatten)]
+    pub manifest: ManifestArgs,
+    /// Time between the end of a pass and the start of the next.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub interval: Duration,
+}
+
+#[derive(Debug, Args)]
+pub struct HistoryArgs {
+    /// The manifest whose log to read (its directory holds `.deployster`).
+    #[arg(short = 'f', long = "file", value_name = "MANIFEST", default_value = "manifest.yaml")]
+    pub files: Vec<PathBuf>,
+    /// Where the deployment log lives [default: .deployster beside the manifest].
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// Only this resource (and its actions).
+    #[arg(long, value_name = "NAME")]
+    pub resource: Option<String>,
+    /// How many recent events to show.
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    pub limit: usize,
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    Text,
+    Json,
+}
+
+/// Parses the command line. `--var` and `--var-file` are interleaved in the order given,
+/// which clap's derive alone does not record.
+pub fn parse() -> Cli {
+    let matches = Cli::command().get_matches();
+    let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    if let Some((_, sub)) = matches.subcommand() {
+        let args = match &mut cli.command {
+            Command::Plan(args) => Some(args),
+            Command::Apply(apply) => Some(&mut apply.manifest),
+            Command::Reconcile(reconcile) => Some(&mut reconcile.manifest),
+            _ => None,
+        };
+        if let Some(args) = args {
+            args.var_sources = ordered_var_sources(sub, args);
+        }
+    }
+    cli
+}
+
+fn ordered_var_sources(matches: &ArgMatches, args: &ManifestArgs) -> Vec<VarSource> {
+    let positions = |id: &str| matches.indices_of(id).map(|i| i.collect::<Vec<_>>()).unwrap_or_default();
+    let mut sources: Vec<(usize, VarSource)> = positions("vars").into_iter().zip(args.vars.iter().cloned()).collect();
+    sources.extend(positions("var_files").into_iter().zip(args.var_files.iter().map(|f| VarSource::File(f.clone()))));
+    sources.sort_by_key(|(position, _)| *position);
+    sources.into_iter().map(|(_, source)| source).collect()
+}
+
+/// How a command ended; main maps it to the documented exit codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// 0: everything is (or would be) as the manifest says.
+    Ok,
+    /// 1: some resource failed (or the user declined).
+    Failed,
+    /// 2: the manifest or the command line is invalid, or the run was refused.
+    Invalid,
+}
+
+impl Exit {
+    pub fn code(self) -> u8 {
+        match self {
+            Exit::Ok => 0,
+            Exit::Failed => 1,
+            Exit::Invalid => 2,
+        }
+    }
+}
+
+/// Errors that end a command before it could report per resource.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    #[error(transparent)]
+    Input(#[from] InputError),
+    #[error(transparent)]
+    Prepare(#[from] PrepareError),
+    #[error(transparent)]
+    NotApplicable(#[from] crate::engine::run::NotApplicable),
+    #[error("{0}")]
+    Refused(String),
+    #[error("cannot find the deployster executable (needed to run built-in types): {0}")]
+    SelfExe(std::io::Error),
+    #[error(transparent)]
+    History(#[from] crate::history::HistoryError),
+    #[cfg(feature = "kube")]
+    #[error(transparent)]
+    Controller(#[from] crate::controller::Error),
+}
+
+impl CliError {
+    pub fn exit(&self) -> Exit {
+        match self {
+            CliError::Input(_) | CliError::Refused(_) => Exit::Invalid,
+            CliError::Prepare(e) if e.is_invalid_input() => Exit::Invalid,
+            #[cfg(feature = "kube")]
+            CliError::Controller(_) => Exit::Failed,
+            CliError::Prepare(_) | CliError::NotApplicable(_) | CliError::SelfExe(_) | CliError::History(_) => {
+                Exit::Failed
+            }
+        }
+    }
+}
+
+/// Runs a parsed command.
+pub async fn run(cli: Cli) -> Result<Exit, CliError> {
+    match cli.command {
+        Command::Plan(args) => apply::plan(args).await,
+        Command::Apply(args) => apply::apply(args).await,
+        Command::Reconcile(args) => reconcile::reconcile(args).await,
+        Command::History(args) => history::history(args),
+        #[cfg(feature = "kube")]
+        Command::Crd => {
+            print!("{}", crate::crd::crd_yaml());
+            Ok(Exit::Ok)
+        }
+        #[cfg(feature = "kube")]
+        Command::Controller(args) => controller(args).await,
+        Command::BuiltinType { name, args } => {
+            let code = crate::builtins::main(&name, &args);
+            Ok(if code == 0 { Exit::Ok } else { Exit::Failed })
+        }
+    }
+}
+
+/// The executor the CLI uses: local programs and built-ins as processes, images as Docker
+/// containers (connected to only when a manifest uses one).
+fn executor(args: &ManifestArgs) -> Result<Arc<dyn Executor>, CliError> {
+    let me = std::env::current_exe().map_err(CliError::SelfExe)?;
+    Ok(Arc::new(Dispatch {
+        local: Arc::new(ProcessExecutor::new(me)),
+        images: image_executor(args),
+        local_programs: true,
+    }))
+}
+
+#[cfg(feature = "docker")]
+fn image_executor(args: &ManifestArgs) -> Option<Arc<dyn Executor>> {
+    docker_executor(args.pull)
+}
+
+#[cfg(feature = "docker")]
+fn docker_executor(pull: PullArg) -> Option<Arc<dyn Executor>> {
+    use crate::engine::executor::docker::{DockerExecutor, PullPolicy};
+    let pull = match pull {
+        PullArg::IfNotPresent => PullPolicy::IfNotPresent,
+        PullArg::Always => PullPolicy::Always,
+        PullArg::Never => PullPolicy::Never,
+    };
+    Some(Arc::new(DockerExecutor::new(pull)))
+}
+
+#[cfg(not(feature = "docker"))]
+fn image_executor(_: &ManifestArgs) -> Option<Arc<dyn Executor>> {
+    None
+}
+
+fn load(args: &ManifestArgs) -> Result<ValidatedManifest, CliError> {
+    Ok(load_validated(&args.files, &args.var_sources)?)
+}
+
+/// Whether the user can be asked a question.
+fn interactive() -> bool {
+    std::io::stdin().is_terminal() && std::io::stderr().is_terminal()
+}
+
+#[cfg(feature = "kube")]
+async fn controller(args: ControllerArgs) -> Result<Exit, CliError> {
+    use crate::controller::{RunConfig, Settings};
+    let me = std::env::current_exe().map_err(CliError::SelfExe)?;
+    #[cfg(feature = "docker")]
+    let images = docker_executor(args.pull);
+    #[cfg(not(feature = "docker"))]
+    let images = None;
+    let executor: Arc<dyn Executor> = Arc::new(Dispatch {
+        local: Arc::new(ProcessExecutor::new(me)),
+        images,
+        local_programs: args.allow_local_programs,
+    });
+    let defaults = Settings::default();
+    let settings = Settings {
+        allow_local_programs: args.allow_local_programs,
+        history_limit: args.history_limit,
+        plug_root: args.plug_dir.unwrap_or(defaults.plug_root),
+        parallelism: usize::from(args.parallelism),
+        timeout: args.timeout,
+    };
+    let config = RunConfig {
+        namespace: args.namespace,
+        concurrency: args.concurrency,
+        shutdown_grace: args.shutdown_grace,
+        settings,
+    };
+    crate::controller::run(config, executor).await?;
+    Ok(Exit::Ok)
+}

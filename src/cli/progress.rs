@@ -1,0 +1,126 @@
+//! Live display of a run: a spinner per busy resource on a terminal, program output prefixed
+//! with `resource/action`, and one line per resource as apply settles it.
+
+use std::collections::HashMap;
+use std::io::IsTerminal;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use super::OutputFormat;
+use super::render::{elapsed, settled_line};
+use crate::engine::error::Phase;
+use crate::engine::run::{Observer, RunEvent};
+
+pub(super) struct Progress {
+    format: OutputFormat,
+    /// Present when stderr is a terminal and the output is text.
+    bars: Option<MultiProgress>,
+    spinners: Mutex<HashMap<String, ProgressBar>>,
+    /// Set once apply starts running actions: from then on, settled resources get a line.
+    executing: AtomicBool,
+    /// Width of the name column of those lines.
+    name_width: AtomicUsize,
+}
+
+impl Progress {
+    pub(super) fn new(format: OutputFormat) -> Arc<Self> {
+        let live = format == OutputFormat::Text && std::io::stderr().is_terminal();
+        let bars = live.then(|| MultiProgress::with_draw_target(ProgressDrawTarget::stderr()));
+        Arc::new(Self {
+            format,
+            bars,
+            spinners: Mutex::default(),
+            executing: AtomicBool::new(false),
+            name_width: AtomicUsize::new(0),
+        })
+    }
+
+    /// From now on each settled resource gets a line; `name_width` aligns them.
+    pub(super) fn start_executing(&self, name_width: usize) {
+        self.name_width.store(name_width, Ordering::SeqCst);
+        self.executing.store(true, Ordering::SeqCst);
+    }
+
+    /// A line of the command's result: stdout for text, stderr when stdout carries JSON.
+    pub(super) fn say(&self, line: &str) {
+        match (&self.bars, self.format) {
+            (Some(bars), _) => {
+                let _ = bars.println(line);
+            }
+            (None, OutputFormat::Text) => println!("{line}"),
+            (None, OutputFormat::Json) => eprintln!("{line}"),
+        }
+    }
+
+    /// A diagnostic, always on stderr.
+    pub(super) fn note(&self, line: &str) {
+        match &self.bars {
+            Some(bars) => bars.suspend(|| eprintln!("{line}")),
+            None => eprintln!("{line}"),
+        }
+    }
+
+    /// Runs `f` with the display hidden (for prompts).
+    pub(super) fn suspend<R>(&self, f: impl FnOnce() -> R) -> R {
+        match &self.bars {
+            Some(bars) => bars.suspend(f),
+            None => f(),
+        }
+    }
+
+    /// Removes every spinner.
+    pub(super) fn clear(&self) {
+        for (_, bar) in self.spinners.lock().expect("spinners lock").drain() {
+            bar.finish_and_clear();
+        }
+    }
+
+    fn busy(&self, resource: &str, what: String) {
+        let Some(bars) = &self.bars else { return };
+        let mut spinners = self.spinners.lock().expect("spinners lock");
+        let bar = spinners.entry(resource.to_string()).or_insert_with(|| {
+            let bar = bars.add(ProgressBar::new_spinner());
+            bar.set_style(ProgressStyle::with_template("{spinner} {msg} ({elapsed})").expect("valid template"));
+            bar.enable_steady_tick(Duration::from_millis(100));
+            bar
+        });
+        bar.set_message(what);
+    }
+
+    fn done(&self, resource: &str) {
+        if let Some(bar) = self.spinners.lock().expect("spinners lock").remove(resource) {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+impl Observer for Progress {
+    fn on_event(&self, event: &RunEvent) {
+        match event {
+            RunEvent::Invoking { resource, phase } => self.busy(resource, format!("{resource}: {phase}")),
+            RunEvent::Output { resource, phase, line, .. } => {
+                let source = match phase {
+                    Phase::Action(name) => name.clone(),
+                    other => other.label(),
+                };
+                let text = format!("{resource}/{source} | {line}");
+                match self.format {
+                    OutputFormat::Text => self.say(&text),
+                    OutputFormat::Json => self.note(&text),
+                }
+            }
+            RunEvent::Settled { resource, label, elapsed: took, message } => {
+                self.done(resource);
+                if self.executing.load(Ordering::SeqCst) {
+                    let detail = message.as_deref().and_then(|m| m.lines().next()).unwrap_or_default();
+                    let width = self.name_width.load(Ordering::SeqCst);
+                    self.say(&settled_line(label, resource, width, detail, Some(&elapsed(*took))));
+                }
+            }
+            RunEvent::StateFound { .. } | RunEvent::ActionFinished { .. } => {}
+        }
+    }
+}

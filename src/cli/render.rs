@@ -1,0 +1,177 @@
+//! Plans and reports as text and as JSON.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::engine::error::ResourceError;
+use crate::engine::plan::{Outcome, Plan, Planned, Report};
+use crate::history::recorder::Drift;
+
+/// A duration as people read it, to the millisecond.
+pub(super) fn elapsed(d: Duration) -> String {
+    humantime::format_duration(Duration::from_millis(d.as_millis() as u64)).to_string()
+}
+
+/// The line printed for a resource: status, name (padded to `width`), detail, time.
+pub(super) fn settled_line(label: &str, name: &str, width: usize, detail: &str, took: Option<&str>) -> String {
+    let mut line = format!("  {label:<9} {name:<width$}");
+    if !detail.is_empty() {
+        line.push_str("  ");
+        line.push_str(detail);
+    }
+    if let Some(took) = took {
+        line.push_str(&format!("  ({took})"));
+    }
+    line.trim_end().to_string()
+}
+
+/// The width of the name column for these names.
+pub(super) fn name_width<'a>(names: impl IntoIterator<Item = &'a str>) -> usize {
+    names.into_iter().map(str::len).max().unwrap_or(0)
+}
+
+fn indent(text: &str, by: &str) -> String {
+    text.lines().map(|l| format!("{by}{l}")).collect::<Vec<_>>().join("\n")
+}
+
+pub(super) fn print_plan(plan: &Plan) {
+    println!("Plan for {} (run {}):", plan.manifest, plan.run_id);
+    let width = name_width(plan.entries.iter().map(|e| e.name.as_str()));
+    for e in &plan.entries {
+        let ran = matches!(e.planned, Planned::Valid { .. } | Planned::NeedsActions { .. } | Planned::Failed(_));
+        let took = ran.then(|| elapsed(e.elapsed));
+        println!("{}", settled_line(e.planned.label(), &e.name, width, &e.type_name, took.as_deref()));
+        match &e.planned {
+            Planned::Valid { .. } => {}
+            Planned::NeedsActions { actions, .. } => {
+                for a in actions {
+                    let what = if a.description.is_empty() { String::new() } else { format!(": {}", a.description) };
+                    println!("              → {}{what}", a.name);
+                }
+            }
+            Planned::Pending { waiting_on, unknown_inputs } => {
+                let deps: Vec<String> = waiting_on.iter().map(|w| format!("{} ({})", w.resource, w.status)).collect();
+                println!("              waits on {}", deps.join(", "));
+                for input in unknown_inputs {
+                    println!("              unknown until then: {} = {}", input.path, input.expression);
+                }
+            }
+            Planned::Failed(error) => println!("{}", indent(&error.to_string(), "              ")),
+            Planned::Blocked { by } => println!("              blocked by {by}"),
+        }
+    }
+    let c = plan.counts();
+    let mut summary = format!("Plan: {} to apply, {} pending, {} valid", c.to_apply, c.pending, c.valid);
+    if c.failed + c.blocked > 0 {
+        summary.push_str(&format!(", {} failed, {} blocked", c.failed, c.blocked));
+    }
+    println!("{summary}.");
+}
+
+pub(super) fn print_report(report: &Report) {
+    let c = report.counts();
+    let verdict = if report.succeeded() { "Apply complete" } else { "Apply failed" };
+    println!(
+        "{verdict}: {} applied, {} unchanged, {} failed, {} blocked{}.",
+        c.applied,
+        c.valid,
+        c.failed,
+        c.blocked,
+        if c.declined > 0 { format!(", {} declined or cancelled", c.declined) } else { String::new() }
+    );
+    print_report_failures(report);
+}
+
+/// Every failure of a report, in full, on stderr.
+pub(super) fn print_report_failures(report: &Report) {
+    let failed = report.entries().iter().filter_map(|e| match &e.outcome {
+        Outcome::Failed(error) => Some((e.name.as_str(), error)),
+        _ => None,
+    });
+    print_failures(report.manifest(), failed);
+}
+
+/// Every failure of a plan, in full, on stderr.
+pub(super) fn print_plan_failures(plan: &Plan) {
+    let failed = plan.entries.iter().filter_map(|e| match &e.planned {
+        Planned::Failed(error) => Some((e.name.as_str(), error)),
+        _ => None,
+    });
+    print_failures(&plan.manifest, failed);
+}
+
+fn print_failures<'a>(manifest: &str, failed: impl Iterator<Item = (&'a str, &'a ResourceError)>) {
+    for (name, error) in failed {
+        eprintln!("error: manifest {manifest}: resource `{name}` failed in {}:", error.phase);
+        eprintln!("{}", indent(&error.to_string(), "  "));
+    }
+}
+
+fn error_json(error: &ResourceError) -> Value {
+    json!({"phase": error.phase.to_string(), "reason": error.reason(), "message": error.to_string()})
+}
+
+fn plan_entry_json(plan: &Plan) -> Vec<Value> {
+    plan.entries
+        .iter()
+        .map(|e| {
+            let mut v = json!({"name": e.name, "type": e.type_name, "status": e.planned.label(), "elapsed_ms": e.elapsed.as_millis()});
+            match &e.planned {
+                Planned::Valid { state } => v["state"] = state.clone(),
+                Planned::NeedsActions { stale_state, actions, .. } => {
+                    v["actions"] = json!(actions.iter().map(|a| json!({"name": a.name, "description": a.description})).collect::<Vec<_>>());
+                    v["stale_state"] = stale_state.clone().unwrap_or(Value::Null);
+                }
+                Planned::Pending { waiting_on, unknown_inputs } => {
+                    v["waiting_on"] = json!(waiting_on.iter().map(|w| json!({"resource": w.resource, "status": w.status})).collect::<Vec<_>>());
+                    v["unknown_inputs"] = json!(unknown_inputs.iter().map(|u| json!({"path": u.path, "expression": u.expression})).collect::<Vec<_>>());
+                }
+                Planned::Failed(error) => v["error"] = error_json(error),
+                Planned::Blocked { by } => v["blocked_by"] = json!(by),
+            }
+            v
+        })
+        .collect()
+}
+
+fn report_entry_json(report: &Report) -> Vec<Value> {
+    report
+        .entries()
+        .iter()
+        .map(|e| {
+            let mut v = json!({"name": e.name, "type": e.type_name, "status": e.outcome.label(), "elapsed_ms": e.elapsed.as_millis()});
+            if let Some(state) = e.outcome.state() {
+                v["state"] = state.clone();
+            }
+            match &e.outcome {
+                Outcome::Applied { actions, .. } => v["actions"] = json!(actions),
+                Outcome::Failed(error) => v["error"] = error_json(error),
+                Outcome::Blocked { by } => v["blocked_by"] = json!(by),
+                _ => {}
+            }
+            v
+        })
+        .collect()
+}
+
+/// The JSON document `--output json` prints: the plan, and the result when apply ran.
+pub(super) fn document(plan: &Plan, report: Option<&Report>, status: &str, revision: &str, drifts: &[Drift]) -> Value {
+    let drift: Vec<Value> = drifts.iter().map(|d| json!({"resource": d.resource, "now": d.now.to_string()})).collect();
+    let mut doc = json!({
+        "manifest": plan.manifest,
+        "run_id": plan.run_id,
+        "revision": revision,
+        "status": status,
+        "drift": drift,
+        "plan": plan_entry_json(plan),
+    });
+    if let Some(report) = report {
+        doc["result"] = json!(report_entry_json(report));
+    }
+    doc
+}
+
+pub(super) fn print_json(value: &Value) {
+    println!("{}", serde_json::to_string_pretty(value).expect("JSON values serialize"));
+}

@@ -1,0 +1,174 @@
+//! Deleting what a manifest created (the controller's `deletionPolicy: Delete`).
+//!
+//! Resources are deleted in reverse dependency order through their type's `delete_action` (a
+//! Deployster extension of the init response), each followed by a state read that must report
+//! MISSING. A resource that is not deleted — its type cannot delete, it is `readonly`, its
+//! delete failed — keeps every resource it depends on: it may still use them.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde_json::json;
+
+use super::error::{Cause, Phase, ResourceError};
+use super::plan::{Plan, Planned};
+use super::protocol::{ActionRequest, StateResponse, Status};
+use super::resource::Known;
+use super::run::{NotApplicable, Prepared, RunEvent};
+
+/// What became of one resource.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Removal {
+    /// Its delete action ran and it is MISSING now.
+    Deleted,
+    /// It did not exist.
+    Absent,
+    /// Left in place, and why.
+    Kept {
+        reason: String,
+    },
+    Failed(ResourceError),
+}
+
+impl Removal {
+    pub fn label(&self) -> &'static str {
+        match self {
+            Removal::Deleted => "DELETED",
+            Removal::Absent => "ABSENT",
+            Removal::Kept { .. } => "KEPT",
+            Removal::Failed(_) => "FAILED",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct RemovalEntry {
+    pub name: String,
+    pub type_name: String,
+    pub removal: Removal,
+}
+
+/// The result of a delete pass.
+#[derive(Debug, Clone)]
+pub struct DeleteReport {
+    pub manifest: String,
+    pub entries: Vec<RemovalEntry>,
+}
+
+impl DeleteReport {
+    /// Failures, and resources kept because a deletion failed.
+    pub fn problems(&self) -> Vec<String> {
+        self.entries
+            .iter()
+            .filter_map(|e| match &e.removal {
+                Removal::Failed(error) => Some(format!("{}: {error}", e.name)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    pub fn succeeded(&self) -> bool {
+        self.problems().is_empty()
+    }
+}
+
+impl Prepared {
+    /// Deletes the resources of `plan` (made by this `Prepared`) in reverse dependency order.
+    pub async fn delete(&self, plan: &Plan) -> Result<DeleteReport, NotApplicable> {
+        let manifest = &self.ctx.manifest;
+        if plan.entries.len() != manifest.resources.len()
+            || plan.entries.iter().zip(&manifest.resources).any(|(e, r)| e.name != r.name)
+        {
+            return Err(NotApplicable {
+                manifest: manifest.name.clone(),
+                message: "the plan was made for a different manifest".into(),
+            });
+        }
+        let known: Vec<Option<Arc<Known>>> = plan
+            .entries
+            .iter()
+            .map(|e| match (&e.planned, &e.config) {
+                (Planned::Valid { state }, Some(config)) => {
+                    Some(Arc::new(Known { config: config.clone(), state: state.clone() }))
+                }
+                _ => None,
+            })
+            .collect();
+        // Resource → why it must stay (a dependent that was not deleted).
+        let mut needed: HashMap<usize, String> = HashMap::new();
+        let mut removals: Vec<Option<Removal>> = vec![None; plan.entries.len()];
+        for &i in manifest.graph.topological().iter().rev() {
+            let removal = match needed.get(&i) {
+                Some(reason) => Removal::Kept { reason: reason.clone() },
+                None => self.remove(i, &plan.entries[i].planned, plan.entries[i].config.clone(), &known).await,
+            };
+            if !matches!(removal, Removal::Deleted | Removal::Absent) {
+                let reason = match needed.get(&i) {
+                    Some(reason) => reason.clone(),
+                    None => format!("{} depends on it and was not deleted", manifest.resources[i].name),
+                };
+                for &d in manifest.graph.dependencies(i) {
+                    needed.entry(d).or_insert_with(|| reason.clone());
+                }
+            }
+            self.ctx.emit(RunEvent::Settled {
+                resource: manifest.resources[i].name.clone(),
+                label: removal.label(),
+                elapsed: std::time::Duration::ZERO,
+                message: match &removal {
+                    Removal::Kept { reason } => Some(reason.clone()),
+                    Removal::Failed(e) => Some(e.to_string()),
+                    _ => None,
+                },
+            });
+            removals[i] = Some(removal);
+        }
+        let entries = manifest
+            .resources
+            .iter()
+            .zip(removals)
+            .map(|(r, removal)| RemovalEntry {
+                name: r.name.clone(),
+                type_name: r.type_name.clone(),
+                removal: removal.expect("every resource is visited"),
+            })
+            .collect();
+        Ok(DeleteReport { manifest: manifest.name.clone(), entries })
+    }
+
+    async fn remove(
+        &self,
+        i: usize,
+        planned: &Planned,
+        config: Option<serde_json::Value>,
+        known: &[Option<Arc<Known>>],
+    ) -> Removal {
+        let kept = |reason: &str| Removal::Kept { reason: reason.to_string() };
+        let current = match planned {
+            Planned::NeedsActions { status: Status::Missing, .. } => return Removal::Absent,
+            Planned::Valid { state } => state.clone(),
+            Planned::NeedsActions { stale_state, .. } => stale_state.clone().unwrap_or_else(|| json!({})),
+            Planned::Pending { .. } => return kept("its inputs are unknown: a dependency is not VALID"),
+            Planned::Failed(_) | Planned::Blocked { .. } => return kept("its state could not be read"),
+        };
+        if self.ctx.manifest.resources[i].readonly {
+            return kept("readonly: observed, never deleted");
+        }
+        let Some(delete_action) = self.types[i].init.delete_action.clone() else {
+            return kept("its type declares no delete_action");
+        };
+        let config = config.unwrap_or_else(|| json!({}));
+        let request = self.ctx.state_request(i, config, known, &self.types);
+        let stdin = serde_json::to_vec(&ActionRequest { state: request.clone(), stale_state: current })
+            .expect("requests serialize");
+        let phase = Phase::Action("delete".into());
+        if let Err(e) = self.ctx.run_program(i, &phase, &delete_action, &self.types[i].mounts, stdin, true).await {
+            return Removal::Failed(e);
+        }
+        match self.ctx.read_state(i, &Phase::Verify, &request, &self.types).await {
+            Ok(StateResponse::NeedsActions { status: Status::Missing, .. }) => Removal::Deleted,
+            Ok(other) => Removal::Failed(ResourceError::new(Phase::Verify, Cause::StillPresent(other.status()))),
+            Err(e) => Removal::Failed(e),
+        }
+    }
+}

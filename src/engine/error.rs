@@ -1,0 +1,183 @@
+//! Why a resource failed, with the phase it failed in.
+
+use std::fmt;
+
+use super::executor::{ExecError, Exit, Outcome};
+use super::protocol::{Status, excerpt};
+
+/// How much of a program's output an error message quotes.
+pub const OUTPUT_EXCERPT: usize = 2048;
+
+/// Where in a resource's lifecycle something happened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Phase {
+    Init,
+    /// Rendering the config and checking it against the schema.
+    Config,
+    State,
+    Action(String),
+    /// The state action run again after the actions.
+    Verify,
+}
+
+impl fmt::Display for Phase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Phase::Init => f.write_str("init"),
+            Phase::Config => f.write_str("config"),
+            Phase::State => f.write_str("state"),
+            Phase::Action(name) => write!(f, "action {name}"),
+            Phase::Verify => f.write_str("state after actions"),
+        }
+    }
+}
+
+impl Phase {
+    /// The label executors and logs use: `init`, `state`, `action:<name>`.
+    pub fn label(&self) -> String {
+        match self {
+            Phase::Init => "init".into(),
+            Phase::Config => "config".into(),
+            Phase::State | Phase::Verify => "state".into(),
+            Phase::Action(name) => format!("action:{name}"),
+        }
+    }
+}
+
+/// What went wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cause {
+    /// The program could not be run to completion (not found, timed out, too much output…).
+    Exec { reason: &'static str, message: String },
+    /// The program exited unsuccessfully.
+    Exit { exit: Exit, output: String },
+    /// The program's response broke the protocol.
+    Protocol { problem: String, output: String },
+    /// A config expression did not render.
+    Render(String),
+    /// The rendered config does not match the type's schema (every violation).
+    Schema(Vec<String>),
+    /// The state action still did not report VALID after the actions ran.
+    StillNotValid(Status),
+    /// The state action did not report MISSING after the delete action ran.
+    StillPresent(Status),
+    /// A `readonly` resource is not VALID; its actions are not run.
+    Readonly { status: Status, actions: Vec<String> },
+    /// The init response asks for something the manifest cannot give (plugs, dependencies).
+    Unsatisfied(Vec<String>),
+}
+
+/// A resource's failure: the phase and the cause.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct ResourceError {
+    pub phase: Phase,
+    pub cause: Cause,
+}
+
+impl ResourceError {
+    pub fn new(phase: Phase, cause: Cause) -> Self {
+        Self { phase, cause }
+    }
+
+    pub fn exec(phase: Phase, error: &ExecError) -> Self {
+        Self::new(phase, Cause::Exec { reason: error.reason(), message: error.to_string() })
+    }
+
+    pub fn exit(phase: Phase, outcome: &Outcome) -> Self {
+        Self::new(phase, Cause::Exit { exit: outcome.exit, output: quote_output(outcome) })
+    }
+
+    pub fn protocol(phase: Phase, problem: String, outcome: &Outcome) -> Self {
+        Self::new(phase, Cause::Protocol { problem, output: quote_output(outcome) })
+    }
+
+    /// A stable, machine-readable reason (condition reasons, metrics, JSON output).
+    pub fn reason(&self) -> &'static str {
+        match &self.cause {
+            Cause::Exec { reason, .. } => reason,
+            Cause::Exit { .. } if matches!(self.phase, Phase::Action(_)) => "ActionFailed",
+            Cause::Exit { .. } => "ProgramFailed",
+            Cause::Protocol { .. } => "ProtocolViolation",
+            Cause::Render(_) => "RenderFailed",
+            Cause::Schema(_) => "ConfigInvalid",
+            Cause::StillNotValid(_) => "StillNotValid",
+            Cause::StillPresent(_) => "StillPresent",
+            Cause::Readonly { .. } => "ReadonlyNotValid",
+            Cause::Unsatisfied(_) => "RequirementsUnsatisfied",
+        }
+    }
+
+    /// Whether the failure is the manifest's fault (exit code 2) rather than a program's.
+    pub fn is_invalid_input(&self) -> bool {
+        matches!(self.cause, Cause::Render(_) | Cause::Schema(_) | Cause::Unsatisfied(_))
+    }
+}
+
+impl fmt::Display for ResourceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let phase = &self.phase;
+        match &self.cause {
+            Cause::Exec { message, .. } => write!(f, "{phase} failed: {message}"),
+            Cause::Exit { exit, output } => write!(f, "{phase} failed with {exit}{output}"),
+            Cause::Protocol { problem, output } => write!(f, "{phase}: invalid response: {problem}{output}"),
+            Cause::Render(message) => write!(f, "{phase}: {message}"),
+            Cause::Schema(violations) => {
+                write!(f, "{phase}: does not match the type's config_schema:")?;
+                violations.iter().try_for_each(|v| write!(f, "\n    {v}"))
+            }
+            Cause::StillNotValid(status) => write!(f, "still {status} after applying its actions"),
+            Cause::StillPresent(status) => write!(f, "still present ({status}) after its delete action"),
+            Cause::Readonly { status, actions } => {
+                write!(f, "readonly resource is {status}; refusing to run its actions ({})", actions.join(", "))
+            }
+            Cause::Unsatisfied(problems) => {
+                write!(f, "{phase}: the resource type's requirements are not met:")?;
+                problems.iter().try_for_each(|p| write!(f, "\n    {p}"))
+            }
+        }
+    }
+}
+
+/// The first bytes of a program's stdout and stderr, indented, for error messages.
+pub fn quote_output(outcome: &Outcome) -> String {
+    let mut out = String::new();
+    for (name, bytes) in [("stdout", &outcome.stdout), ("stderr", &outcome.stderr)] {
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        let text = excerpt(bytes, OUTPUT_EXCERPT);
+        out.push_str(&format!("\n    {name}: "));
+        out.push_str(&text.trim_end().replace('\n', "\n      "));
+    }
+    if out.is_empty() {
+        out.push_str("\n    (the program printed nothing)");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn messages_name_the_phase_and_quote_the_output() {
+        let outcome = Outcome {
+            exit: Exit::Code(1),
+            stdout: b"line one\nline two\n".to_vec(),
+            stderr: b"boom".to_vec(),
+            elapsed: Duration::ZERO,
+        };
+        let e = ResourceError::exit(Phase::Action("create".into()), &outcome);
+        assert_eq!(
+            e.to_string(),
+            "action create failed with exit code 1\n    stdout: line one\n      line two\n    stderr: boom"
+        );
+        assert_eq!(e.reason(), "ActionFailed");
+        let e =
+            ResourceError::protocol(Phase::State, "not json".into(), &Outcome { stdout: vec![b'x'; 5000], ..outcome });
+        let text = e.to_string();
+        assert!(text.starts_with("state: invalid response: not json\n    stdout: xxx"), "{text}");
+        assert!(text.contains("… (2952 more bytes)"), "{text}");
+    }
+}

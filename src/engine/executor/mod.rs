@@ -1,0 +1,257 @@
+//! Executors run one invocation of a resource program and report what it did.
+//!
+//! This is the side-effect seam of the engine: the coordinator builds [`Invocation`]s, an
+//! [`Executor`] runs them. [`process::ProcessExecutor`] runs local programs and the built-in
+//! types; [`fake::FakeExecutor`] answers from a script for unit tests. [`Dispatch`] routes by
+//! program kind so that a manifest may mix kinds.
+
+#[cfg(feature = "docker")]
+pub mod docker;
+pub mod fake;
+pub mod output;
+pub mod process;
+
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio_util::sync::CancellationToken;
+
+use super::typeref::TypeRef;
+
+/// Which output stream a line came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stream {
+    Stdout,
+    Stderr,
+}
+
+/// Receives output lines as the program prints them (without the trailing newline).
+pub type LineSink = Arc<dyn Fn(Stream, &str) + Send + Sync>;
+
+/// A host path handed to the program.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mount {
+    pub name: String,
+    pub host_path: PathBuf,
+    /// The path inside a container (executors that run containers mount it there).
+    pub container_path: String,
+    pub writable: bool,
+}
+
+/// What an invocation is, for labels, logs and container names.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InvocationLabels {
+    pub manifest: String,
+    pub resource: String,
+    /// `init`, `state` or `action:<name>`.
+    pub phase: String,
+    pub run_id: String,
+}
+
+/// One run of a resource program.
+#[derive(Clone)]
+pub struct Invocation {
+    pub program: TypeRef,
+    /// Overrides the program's default entrypoint.
+    pub entrypoint: Option<String>,
+    pub args: Vec<String>,
+    /// Written to the program's stdin, which is then closed.
+    pub stdin: Vec<u8>,
+    pub mounts: Vec<Mount>,
+    /// Extra environment variables.
+    pub env: Vec<(String, String)>,
+    /// Working directory for local programs (the manifest's directory).
+    pub workdir: Option<PathBuf>,
+    pub timeout: Duration,
+    pub labels: InvocationLabels,
+    /// Streams output lines while the program runs; output is captured either way.
+    pub sink: Option<LineSink>,
+    pub cancel: CancellationToken,
+}
+
+impl fmt::Debug for Invocation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Never print stdin: it carries the rendered config, which may hold credentials.
+        f.debug_struct("Invocation")
+            .field("program", &self.program)
+            .field("entrypoint", &self.entrypoint)
+            .field("args", &self.args)
+            .field("labels", &self.labels)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How a program ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    Code(i32),
+    Signal(i32),
+}
+
+impl Exit {
+    pub fn success(self) -> bool {
+        self == Exit::Code(0)
+    }
+}
+
+impl fmt::Display for Exit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Exit::Code(c) => write!(f, "exit code {c}"),
+            Exit::Signal(s) => write!(f, "killed by signal {s}"),
+        }
+    }
+}
+
+/// What a finished program did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    pub exit: Exit,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+    pub elapsed: Duration,
+}
+
+/// Why a program could not be run to completion.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    #[error("program not found: {0}")]
+    NotFound(String),
+    #[error("cannot start {program}: {source}")]
+    Spawn { program: String, source: std::io::Error },
+    #[error("timed out after {0:?} and was killed")]
+    TimedOut(Duration),
+    #[error("printed more than {limit} bytes on {stream} and was stopped")]
+    OutputTooLarge { limit: usize, stream: &'static str },
+    #[error("cancelled")]
+    Cancelled,
+    #[error("{0}")]
+    Unavailable(String),
+    #[error("image `{image}`: {message}")]
+    Image { image: String, message: String },
+    #[error("Docker could not {step} the container: {message}")]
+    Container { step: &'static str, message: String },
+    #[error("i/o error while running the program: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl ExecError {
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ExecError::NotFound(_) => "ProgramNotFound",
+            ExecError::Spawn { .. } => "SpawnFailed",
+            ExecError::TimedOut(_) => "TimedOut",
+            ExecError::OutputTooLarge { .. } => "OutputTooLarge",
+            ExecError::Cancelled => "Cancelled",
+            ExecError::Unavailable(_) => "ExecutorUnavailable",
+            ExecError::Image { .. } => "ImageUnavailable",
+            ExecError::Container { .. } => "ContainerFailed",
+            ExecError::Io(_) => "ExecutorIo",
+        }
+    }
+}
+
+/// Runs invocations. Implementations share no mutable state with the coordinator.
+#[async_trait]
+pub trait Executor: Send + Sync {
+    /// Called once before a run's first invocation with the resource types it will use, so that
+    /// an unreachable backend is one clear error instead of one per resource.
+    async fn preflight(&self, _programs: &[TypeRef]) -> Result<(), ExecError> {
+        Ok(())
+    }
+
+    async fn invoke(&self, invocation: Invocation) -> Result<Outcome, ExecError>;
+}
+
+/// Default bound on each captured stream.
+pub const DEFAULT_OUTPUT_LIMIT: usize = 8 * 1024 * 1024;
+
+/// Routes built-in and local programs to one executor and images to another.
+pub struct Dispatch {
+    pub local: Arc<dyn Executor>,
+    /// `None` when this build or configuration has no container executor.
+    pub images: Option<Arc<dyn Executor>>,
+    /// Whether local program paths may run. The controller refuses them by default: whoever
+    /// can create a Manifest must not gain code execution in the controller.
+    pub local_programs: bool,
+}
+
+fn no_image_executor(image: &super::typeref::ImageRef) -> ExecError {
+    ExecError::Unavailable(format!(
+        "Docker executor not available: `{image}` is a Docker image, and this deployster was built \
+         without the `docker` feature (use builtin/<name> or a local program path)"
+    ))
+}
+
+#[async_trait]
+impl Executor for Dispatch {
+    async fn preflight(&self, programs: &[TypeRef]) -> Result<(), ExecError> {
+        let (images, local): (Vec<TypeRef>, Vec<TypeRef>) =
+            programs.iter().cloned().partition(|p| matches!(p, TypeRef::Image(_)));
+        self.local.preflight(&local).await?;
+        match (images.first(), &self.images) {
+            (None, _) => Ok(()),
+            (Some(_), Some(executor)) => executor.preflight(&images).await,
+            (Some(TypeRef::Image(image)), None) => Err(no_image_executor(image)),
+            (Some(_), None) => unreachable!("partitioned on images"),
+        }
+    }
+
+    async fn invoke(&self, invocation: Invocation) -> Result<Outcome, ExecError> {
+        match (&invocation.program, &self.images) {
+            (TypeRef::Image(_), Some(images)) => images.invoke(invocation).await,
+            (TypeRef::Image(image), None) => Err(no_image_executor(image)),
+            (TypeRef::Local(path), _) if !self.local_programs => Err(ExecError::Unavailable(format!(
+                "local programs are refused here ({}); use builtin/<name> or a Docker image",
+                path.display()
+            ))),
+            _ => self.local.invoke(invocation).await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fake::{FakeExecutor, FakeReply};
+    use super::*;
+
+    #[tokio::test]
+    async fn without_an_image_executor_images_fail_once_with_a_clear_message() {
+        let local = Arc::new(FakeExecutor::new(|_| FakeReply::default()));
+        let dispatch = Dispatch { local: local.clone(), images: None, local_programs: true };
+        let image = TypeRef::parse("registry.local:5000/acme/vm:1.2", std::path::Path::new("/")).unwrap();
+        let err = dispatch.preflight(&[TypeRef::Builtin("file".into()), image]).await.unwrap_err();
+        assert_eq!(err.reason(), "ExecutorUnavailable");
+        let text = err.to_string();
+        assert!(text.contains("`registry.local:5000/acme/vm:1.2` is a Docker image"), "{text}");
+        assert!(text.contains("without the `docker` feature"), "{text}");
+        assert!(dispatch.preflight(&[TypeRef::Builtin("file".into())]).await.is_ok());
+        assert!(local.calls().is_empty());
+    }
+
+    #[tokio::test]
+    async fn local_programs_can_be_refused() {
+        let local = Arc::new(FakeExecutor::new(|_| FakeReply::default()));
+        let dispatch = Dispatch { local: local.clone(), images: None, local_programs: false };
+        let invocation = |program| Invocation {
+            program,
+            entrypoint: None,
+            args: vec![],
+            stdin: vec![],
+            mounts: vec![],
+            env: vec![],
+            workdir: None,
+            timeout: std::time::Duration::from_secs(1),
+            labels: InvocationLabels::default(),
+            sink: None,
+            cancel: Default::default(),
+        };
+        let err = dispatch.invoke(invocation(TypeRef::Local("/bin/evil".into()))).await.unwrap_err();
+        assert!(err.to_string().contains("local programs are refused here (/bin/evil)"), "{err}");
+        assert!(dispatch.invoke(invocation(TypeRef::Builtin("file".into()))).await.is_ok());
+        assert_eq!(local.calls().len(), 1, "only the built-in ran");
+    }
+}

@@ -1,0 +1,307 @@
+//! Runs local programs and the built-in types as child processes.
+//!
+//! Each program runs in its own process group so that a timeout or cancellation stops whatever
+//! it started too. Output is captured up to a limit and streamed line by line to the
+//! invocation's sink. Plugs are passed as host paths (in the request, and as
+//! `DEPLOYSTER_PLUG_<NAME>` variables); read-only cannot be enforced on a local process.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::process::{Child, Command};
+
+use super::output::Capture;
+use super::{DEFAULT_OUTPUT_LIMIT, ExecError, Executor, Exit, Invocation, LineSink, Outcome, Stream};
+use crate::engine::typeref::TypeRef;
+
+/// The hidden sub-command of the deployster binary that runs a built-in type.
+pub const BUILTIN_SUBCOMMAND: &str = "__type";
+
+/// Runs local programs; `builtin_program` is the deployster executable that carries the
+/// built-in types.
+#[derive(Debug, Clone)]
+pub struct ProcessExecutor {
+    builtin_program: PathBuf,
+    output_limit: usize,
+    /// How long a program gets between SIGTERM and SIGKILL when stopped.
+    kill_grace: Duration,
+}
+
+impl ProcessExecutor {
+    pub fn new(builtin_program: PathBuf) -> Self {
+        Self { builtin_program, output_limit: DEFAULT_OUTPUT_LIMIT, kill_grace: Duration::from_secs(5) }
+    }
+
+    pub fn with_output_limit(mut self, limit: usize) -> Self {
+        self.output_limit = limit;
+        self
+    }
+
+    pub fn with_kill_grace(mut self, grace: Duration) -> Self {
+        self.kill_grace = grace;
+        self
+    }
+
+    /// The program and arguments to start for an invocation.
+    fn command_line(&self, invocation: &Invocation) -> Result<(PathBuf, Vec<String>), ExecError> {
+        match &invocation.program {
+            TypeRef::Builtin(name) => {
+                if let Some(entrypoint) = &invocation.entrypoint {
+                    return Err(ExecError::NotFound(format!(
+                        "built-in type builtin/{name} has no entrypoint `{entrypoint}`"
+                    )));
+                }
+                let mut args = vec![BUILTIN_SUBCOMMAND.to_string(), name.clone()];
+                args.extend(invocation.args.iter().cloned());
+                Ok((self.builtin_program.clone(), args))
+            }
+            TypeRef::Local(path) => {
+                let program = match &invocation.entrypoint {
+                    // An entrypoint replaces the program; relative ones sit beside it.
+                    Some(e) => path.parent().unwrap_or(Path::new("/")).join(e),
+                    None => path.clone(),
+                };
+                Ok((program, invocation.args.clone()))
+            }
+            TypeRef::Image(image) => {
+                Err(ExecError::Unavailable(format!("the process executor cannot run Docker image `{image}`")))
+            }
+        }
+    }
+
+    fn spawn(&self, invocation: &Invocation) -> Result<Child, ExecError> {
+        let (program, args) = self.command_line(invocation)?;
+        let mut command = Command::new(&program);
+        command
+            .args(&args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .process_group(0);
+        if let Some(dir) = &invocation.workdir {
+            if !dir.is_dir() {
+                return Err(ExecError::Unavailable(format!("working directory {} does not exist", dir.display())));
+            }
+            command.current_dir(dir);
+        }
+        for mount in &invocation.mounts {
+            command.env(plug_env_name(&mount.name), &mount.host_path);
+        }
+        command.envs(invocation.env.iter().map(|(k, v)| (k, v)));
+        command.spawn().map_err(|source| match source.kind() {
+            std::io::ErrorKind::NotFound => ExecError::NotFound(program.display().to_string()),
+            _ => ExecError::Spawn { program: program.display().to_string(), source },
+        })
+    }
+
+    /// Stops the whole process group: SIGTERM, then SIGKILL after the grace period.
+    async fn stop(&self, child: &mut Child) {
+        let Some(pid) = child.id() else { return };
+        let group = Pid::from_raw(pid as i32);
+        let _ = killpg(group, Signal::SIGTERM);
+        if tokio::time::timeout(self.kill_grace, child.wait()).await.is_err() {
+            let _ = killpg(group, Signal::SIGKILL);
+            let _ = child.wait().await;
+        } else {
+            // The leader is gone; anything it left in its group goes too.
+            let _ = killpg(group, Signal::SIGKILL);
+        }
+    }
+}
+
+/// `DEPLOYSTER_PLUG_<NAME>`: the variable a local program finds a plug's path in.
+pub fn plug_env_name(plug: &str) -> String {
+    format!("DEPLOYSTER_PLUG_{}", plug.to_ascii_uppercase())
+}
+
+#[async_trait]
+impl Executor for ProcessExecutor {
+    async fn invoke(&self, invocation: Invocation) -> Result<Outcome, ExecError> {
+        let started = Instant::now();
+        let mut child = self.spawn(&invocation)?;
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take();
+        let stderr = child.stderr.take();
+        let input = invocation.stdin;
+        let write = async move {
+            if let Some(mut pipe) = stdin {
+                // A program may exit without reading its input; a broken pipe is not our failure.
+                let _ = pipe.write_all(&input).await;
+            }
+        };
+        let limit = self.output_limit;
+        let sink = invocation.sink;
+        let work = async {
+            let (_, out, err) = tokio::join!(
+                write,
+                capture(stdout, Stream::Stdout, sink.clone(), limit),
+                capture(stderr, Stream::Stderr, sink.clone(), limit)
+            );
+            let (out, err) = (out?, err?);
+            let status = child.wait().await?;
+            Ok::<_, ExecError>((out, err, status))
+        };
+        let result = tokio::select! {
+            r = work => r,
+            _ = tokio::time::sleep(invocation.timeout) => Err(ExecError::TimedOut(invocation.timeout)),
+            _ = invocation.cancel.cancelled() => Err(ExecError::Cancelled),
+        };
+        match result {
+            Ok((stdout, stderr, status)) => {
+                use std::os::unix::process::ExitStatusExt;
+                let exit = match (status.code(), status.signal()) {
+                    (Some(code), _) => Exit::Code(code),
+                    (None, Some(signal)) => Exit::Signal(signal),
+                    (None, None) => Exit::Code(-1),
+                };
+                Ok(Outcome { exit, stdout, stderr, elapsed: started.elapsed() })
+            }
+            Err(e) => {
+                self.stop(&mut child).await;
+                Err(e)
+            }
+        }
+    }
+}
+
+/// Reads a stream to its end through a [`Capture`].
+async fn capture(
+    stream: Option<impl AsyncRead + Unpin>,
+    which: Stream,
+    sink: Option<LineSink>,
+    limit: usize,
+) -> Result<Vec<u8>, ExecError> {
+    let Some(mut stream) = stream else { return Ok(Vec::new()) };
+    let mut capture = Capture::new(which, limit, sink);
+    let mut chunk = vec![0u8; 64 * 1024];
+    loop {
+        let n = stream.read(&mut chunk).await?;
+        if n == 0 {
+            return Ok(capture.finish());
+        }
+        capture.push(&chunk[..n])?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::executor::{InvocationLabels, Mount};
+    use std::sync::{Arc, Mutex};
+    use tokio_util::sync::CancellationToken;
+
+    fn shell(script: &str, dir: &Path) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let path = dir.join("prog.sh");
+        std::fs::write(&path, format!("#!/bin/sh\n{script}\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    }
+
+    fn invocation(program: PathBuf) -> Invocation {
+        Invocation {
+            program: TypeRef::Local(program),
+            entrypoint: None,
+            args: vec!["a b".into()],
+            stdin: b"{\"hello\": 1}".to_vec(),
+            mounts: vec![],
+            env: vec![],
+            workdir: None,
+            timeout: Duration::from_secs(10),
+            labels: InvocationLabels::default(),
+            sink: None,
+            cancel: CancellationToken::new(),
+        }
+    }
+
+    fn executor() -> ProcessExecutor {
+        ProcessExecutor::new("/nonexistent/deployster".into()).with_kill_grace(Duration::from_millis(200))
+    }
+
+    #[tokio::test]
+    async fn passes_stdin_args_env_and_captures_both_streams() {
+        let dir = tempfile::tempdir().unwrap();
+        let prog = shell(r#"cat; echo "arg=$1"; echo "plug=$DEPLOYSTER_PLUG_CREDS" >&2; exit 3"#, dir.path());
+        let mut inv = invocation(prog);
+        inv.mounts.push(Mount {
+            name: "creds".into(),
+            host_path: "/h/c".into(),
+            container_path: "/c".into(),
+            writable: false,
+        });
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let seen = lines.clone();
+        inv.sink = Some(Arc::new(move |s, l| seen.lock().unwrap().push((s, l.to_string()))));
+        let out = executor().invoke(inv).await.unwrap();
+        assert_eq!(out.exit, Exit::Code(3));
+        assert_eq!(String::from_utf8(out.stdout).unwrap(), "{\"hello\": 1}arg=a b\n");
+        assert_eq!(String::from_utf8(out.stderr).unwrap(), "plug=/h/c\n");
+        let lines = lines.lock().unwrap();
+        assert!(lines.contains(&(Stream::Stdout, "{\"hello\": 1}arg=a b".to_string())), "{lines:?}");
+        assert!(lines.contains(&(Stream::Stderr, "plug=/h/c".to_string())), "{lines:?}");
+    }
+
+    #[tokio::test]
+    async fn a_hanging_program_and_its_children_are_killed_at_the_timeout() {
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("child-alive");
+        let prog = shell(&format!("(sleep 2; touch {}) & sleep 60", marker.display()), dir.path());
+        let mut inv = invocation(prog);
+        inv.timeout = Duration::from_millis(300);
+        let started = Instant::now();
+        let err = executor().invoke(inv).await.unwrap_err();
+        assert!(matches!(err, ExecError::TimedOut(_)), "{err}");
+        assert!(started.elapsed() < Duration::from_secs(5));
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        assert!(!marker.exists(), "the program's child outlived the timeout");
+    }
+
+    #[tokio::test]
+    async fn output_past_the_limit_fails_cleanly() {
+        let dir = tempfile::tempdir().unwrap();
+        let prog = shell("head -c 100000 /dev/zero", dir.path());
+        let err = executor().with_output_limit(1000).invoke(invocation(prog)).await.unwrap_err();
+        assert!(matches!(err, ExecError::OutputTooLarge { limit: 1000, stream: "stdout" }), "{err}");
+    }
+
+    #[tokio::test]
+    async fn cancellation_stops_the_program() {
+        let dir = tempfile::tempdir().unwrap();
+        let inv = invocation(shell("sleep 60", dir.path()));
+        let cancel = inv.cancel.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            cancel.cancel();
+        });
+        assert!(matches!(executor().invoke(inv).await.unwrap_err(), ExecError::Cancelled));
+    }
+
+    #[tokio::test]
+    async fn a_missing_working_directory_is_named_as_such() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut inv = invocation(shell("exit 0", dir.path()));
+        inv.workdir = Some(dir.path().join("gone"));
+        let err = executor().invoke(inv).await.unwrap_err();
+        assert!(
+            err.to_string().contains("working directory") && err.to_string().ends_with("/gone does not exist"),
+            "{err}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_missing_program_or_entrypoint_is_not_found() {
+        let err = executor().invoke(invocation("/no/such/program".into())).await.unwrap_err();
+        assert!(matches!(&err, ExecError::NotFound(p) if p == "/no/such/program"), "{err}");
+        let dir = tempfile::tempdir().unwrap();
+        let mut inv = invocation(shell("exit 0", dir.path()));
+        inv.entrypoint = Some("other.sh".into());
+        let err = executor().invoke(inv).await.unwrap_err();
+        assert!(matches!(&err, ExecError::NotFound(p) if p.ends_with("/other.sh")), "{err}");
+    }
+}

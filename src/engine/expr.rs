@@ -1,0 +1,303 @@
+//! Jinja expressions in configuration values (minijinja, strict undefined).
+//!
+//! A configuration is compiled once, during validation, into a [`ConfigTemplate`]: the literal
+//! value plus one [`TemplateSite`] per string that holds template syntax, with the variables it
+//! reads. Those variables give the implicit dependency edges and let undefined names be reported
+//! before anything runs. Rendering re-parses the (small) sources against one shared environment;
+//! minijinja's compiled templates borrow their environment, which would tie the validated manifest
+//! to a lifetime for no measurable gain.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::sync::OnceLock;
+
+use minijinja::{Environment, UndefinedBehavior};
+use serde_json::Value;
+
+/// One step of a path into a JSON value.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum PathSegment {
+    Key(String),
+    Index(usize),
+}
+
+/// A path into a JSON value, displayed the way users write it: `config.servers[0].host`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ValuePath(pub Vec<PathSegment>);
+
+impl ValuePath {
+    pub fn child(&self, segment: PathSegment) -> ValuePath {
+        let mut segments = self.0.clone();
+        segments.push(segment);
+        ValuePath(segments)
+    }
+}
+
+impl fmt::Display for ValuePath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, segment) in self.0.iter().enumerate() {
+            match segment {
+                PathSegment::Key(k) if i == 0 => write!(f, "{k}")?,
+                PathSegment::Key(k) => write!(f, ".{k}")?,
+                PathSegment::Index(n) => write!(f, "[{n}]")?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// How a template string renders.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SiteKind {
+    /// The string is exactly one `{{ expr }}`: the value keeps its JSON type.
+    Expression(String),
+    /// Anything else: rendered to text.
+    Text,
+}
+
+/// A string inside a configuration that holds template syntax.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TemplateSite {
+    /// Where in the value the string sits (relative to the value's root).
+    pub path: ValuePath,
+    pub source: String,
+    pub kind: SiteKind,
+    /// Variables read, as dotted paths when trivially nested (`dir.state.path`).
+    pub references: BTreeSet<String>,
+}
+
+impl TemplateSite {
+    /// The root names read by this site (`dir` for `dir.state.path`).
+    pub fn roots(&self) -> impl Iterator<Item = &str> {
+        self.references.iter().map(|r| r.split('.').next().unwrap_or(r))
+    }
+}
+
+/// A configuration value with its template strings located and analysed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConfigTemplate {
+    pub value: Value,
+    pub sites: Vec<TemplateSite>,
+}
+
+/// A template that does not parse or does not render.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{path}: {message}")]
+pub struct ExprError {
+    /// Full path for messages, e.g. `resources.app_config.config.path`.
+    pub path: String,
+    pub message: String,
+}
+
+/// The shared environment: strict undefined, no auto-escaping, trailing newlines kept (file
+/// contents end with one and must round-trip).
+fn environment() -> &'static Environment<'static> {
+    static ENV: OnceLock<Environment<'static>> = OnceLock::new();
+    ENV.get_or_init(|| {
+        let mut env = Environment::new();
+        env.set_undefined_behavior(UndefinedBehavior::Strict);
+        env.set_syntax(
+            minijinja::syntax::SyntaxConfig::builder()
+                .keep_trailing_newline(true)
+                .build()
+                .expect("the default delimiters are valid"),
+        );
+        env
+    })
+}
+
+/// Names the environment provides itself; a template may use them without declaring them.
+pub const GLOBALS: &[&str] = &["range", "dict", "namespace", "debug"];
+
+fn has_template_syntax(s: &str) -> bool {
+    s.contains("{{") || s.contains("{%") || s.contains("{#")
+}
+
+/// `Some(expr)` when `s` is exactly one `{{ expr }}`, nothing around it (surrounding text,
+/// even a newline, makes it text).
+fn single_expression(s: &str) -> Option<&str> {
+    let inner = s.strip_prefix("{{")?.strip_suffix("}}")?;
+    if inner.contains("{{") || inner.contains("}}") || inner.contains("{%") {
+        return None;
+    }
+    let inner = inner.strip_prefix(['-', '+']).unwrap_or(inner);
+    let inner = inner.strip_suffix(['-', '+']).unwrap_or(inner);
+    Some(inner.trim())
+}
+
+/// Finds and parses every template string in `value`. `prefix` names the value in messages
+/// (`resources.app.config`).
+pub fn compile(value: &Value, prefix: &str) -> Result<ConfigTemplate, ExprError> {
+    let mut sites = Vec::new();
+    collect_sites(value, &ValuePath::default(), prefix, &mut sites)?;
+    Ok(ConfigTemplate { value: value.clone(), sites })
+}
+
+fn collect_sites(value: &Value, path: &ValuePath, prefix: &str, out: &mut Vec<TemplateSite>) -> Result<(), ExprError> {
+    match value {
+        Value::String(s) if has_template_syntax(s) => out.push(compile_site(s, path, prefix)?),
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                collect_sites(item, &path.child(PathSegment::Index(i)), prefix, out)?;
+            }
+        }
+        Value::Object(map) => {
+            for (k, item) in map {
+                collect_sites(item, &path.child(PathSegment::Key(k.clone())), prefix, out)?;
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+fn compile_site(source: &str, path: &ValuePath, prefix: &str) -> Result<TemplateSite, ExprError> {
+    let env = environment();
+    let error = |e: minijinja::Error| ExprError {
+        path: full_path(prefix, path),
+        message: format!("invalid expression `{source}`: {}", describe(&e)),
+    };
+    let (kind, references) = match single_expression(source) {
+        Some(expr) => {
+            let compiled = env.compile_expression(expr).map_err(error)?;
+            (SiteKind::Expression(expr.to_string()), compiled.undeclared_variables(true))
+        }
+        None => {
+            let compiled = env.template_from_str(source).map_err(error)?;
+            (SiteKind::Text, compiled.undeclared_variables(true))
+        }
+    };
+    Ok(TemplateSite {
+        path: path.clone(),
+        source: source.to_string(),
+        kind,
+        references: references.into_iter().collect(),
+    })
+}
+
+/// Joins a prefix such as `resources.app.config` with a path inside the value.
+pub fn full_path(prefix: &str, path: &ValuePath) -> String {
+    let tail = path.to_string();
+    match (prefix.is_empty(), tail.is_empty()) {
+        (true, _) => tail,
+        (false, true) => prefix.to_string(),
+        (false, false) if tail.starts_with('[') => format!("{prefix}{tail}"),
+        (false, false) => format!("{prefix}.{tail}"),
+    }
+}
+
+/// A minijinja error as text, without source excerpts or variable values.
+fn describe(e: &minijinja::Error) -> String {
+    match e.detail() {
+        Some(detail) => format!("{}: {detail}", e.kind()),
+        None => e.kind().to_string(),
+    }
+}
+
+/// Renders every site of `template` against `context`, returning the rendered value.
+///
+/// Error messages name the path and the template source, never the context: variables carry
+/// credentials.
+pub fn render(template: &ConfigTemplate, context: &Value, prefix: &str) -> Result<Value, ExprError> {
+    let env = environment();
+    let ctx = minijinja::Value::from(minijinja::value::Serde(context));
+    let mut out = template.value.clone();
+    for site in &template.sites {
+        let error = |message: String| ExprError { path: full_path(prefix, &site.path), message };
+        let rendered = match &site.kind {
+            SiteKind::Expression(expr) => env
+                .compile_expression(expr)
+                .and_then(|e| e.eval(ctx.clone()))
+                .map_err(|e| describe(&e))
+                .and_then(|v| to_json(&v))
+                .map_err(|why| error(format!("cannot evaluate `{}`: {why}", site.source)))?,
+            SiteKind::Text => env
+                .render_str(&site.source, ctx.clone())
+                .map(Value::String)
+                .map_err(|e| error(format!("cannot render `{}`: {}", site.source, describe(&e))))?,
+        };
+        if let Some(slot) = pointer_mut(&mut out, &site.path) {
+            *slot = rendered;
+        }
+    }
+    Ok(out)
+}
+
+fn to_json(value: &minijinja::Value) -> Result<Value, String> {
+    if value.is_undefined() {
+        return Err("undefined value".to_string());
+    }
+    serde_json::to_value(value).map_err(|e| format!("the value is not representable as JSON: {e}"))
+}
+
+fn pointer_mut<'a>(value: &'a mut Value, path: &ValuePath) -> Option<&'a mut Value> {
+    path.0.iter().try_fold(value, |v, segment| match segment {
+        PathSegment::Key(k) => v.get_mut(k),
+        PathSegment::Index(i) => v.get_mut(*i),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn rendered(config: Value, ctx: Value) -> Result<Value, ExprError> {
+        let t = compile(&config, "resources.r.config")?;
+        render(&t, &ctx, "resources.r.config")
+    }
+
+    #[test]
+    fn a_single_expression_keeps_its_json_type() {
+        let ctx = json!({"n": 3, "flag": true, "obj": {"a": [1, 2]}, "s": "x"});
+        let out = rendered(
+            json!({"n": "{{ n }}", "flag": "{{flag}}", "obj": "{{- obj -}}", "both": "{{ n }}-{{ s }}", "lit": 7, "padded": " {{ n }}"}),
+            ctx,
+        )
+        .unwrap();
+        assert_eq!(out, json!({"n": 3, "flag": true, "obj": {"a": [1, 2]}, "both": "3-x", "lit": 7, "padded": " 3"}));
+    }
+
+    #[test]
+    fn references_are_found_with_nested_paths() {
+        let t = compile(
+            &json!({"p": "{{ dir.state.path }}/x", "q": ["{{ resources.db.state.host }}"], "r": "{{ vars.env }}"}),
+            "c",
+        )
+        .unwrap();
+        let refs: Vec<_> = t.sites.iter().flat_map(|s| s.references.iter().cloned()).collect();
+        assert_eq!(refs, ["dir.state.path", "resources.db.state.host", "vars.env"]);
+        assert_eq!(t.sites[1].path.to_string(), "q[0]");
+    }
+
+    #[test]
+    fn undefined_names_fail_with_the_path_and_without_values() {
+        let err =
+            rendered(json!({"a": {"b": "{{ secret_holder.missing }}"}}), json!({"secret_holder": {"k": "hunter2"}}))
+                .unwrap_err();
+        assert_eq!(err.path, "resources.r.config.a.b");
+        assert!(err.message.contains("{{ secret_holder.missing }}"), "{err}");
+        assert!(!err.to_string().contains("hunter2"), "{err}");
+    }
+
+    #[test]
+    fn syntax_errors_are_reported_at_compile_time() {
+        let err = compile(&json!({"a": "{{ oops("}), "resources.r.config").unwrap_err();
+        assert_eq!(err.path, "resources.r.config.a");
+        assert!(err.message.contains("syntax error"), "{err}");
+    }
+
+    #[test]
+    fn text_keeps_a_trailing_newline() {
+        assert_eq!(rendered(json!("{{ a }}\n"), json!({"a": "x"})).unwrap(), json!("x\n"));
+        assert_eq!(rendered(json!("{% if a %}y{% endif %}\n"), json!({"a": 1})).unwrap(), json!("y\n"));
+    }
+
+    #[test]
+    fn full_paths_join_cleanly() {
+        let p = ValuePath(vec![PathSegment::Index(2), PathSegment::Key("k".into())]);
+        assert_eq!(full_path("vars", &p), "vars[2].k");
+        assert_eq!(full_path("", &p), "[2].k");
+        assert_eq!(full_path("x", &ValuePath::default()), "x");
+    }
+}

@@ -1,0 +1,275 @@
+//! The init phase: ask every resource type what it needs, then check that the manifest gives it
+//! (plugs, typed dependencies, a config that matches the schema) before anything else runs.
+
+use std::fmt;
+use std::path::Path;
+
+use futures::future::join_all;
+use indexmap::IndexMap;
+use serde_json::Value;
+
+use super::error::{Cause, Phase, ResourceError};
+use super::executor::Mount;
+use super::expr;
+use super::protocol::{self, InitRequest, InitResponse, Invocable};
+use super::resource::{render_context, schema_violations};
+use super::run::Context;
+use super::typeref::{TypeRef, type_satisfies};
+use super::validate::Resource;
+
+/// The `workspace` a container is told. Containers do not see the manifest's directory: mounting
+/// it would hand every type whatever lies beside the manifest, bypassing the plugs' allow-lists.
+pub const CONTAINER_WORKSPACE: &str = "/";
+
+/// What a resource's type told us at init, checked against the manifest.
+pub(crate) struct ResourceType {
+    pub init: InitResponse,
+    pub schema: Option<jsonschema::Validator>,
+    pub mounts: Vec<Mount>,
+    /// Plug name → path as the program sees it.
+    pub plug_paths: IndexMap<String, String>,
+}
+
+/// Why a run stopped before any state was read; nothing ran after init.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PrepareError {
+    /// The executor cannot run this manifest's types at all (e.g. the Docker daemon is down).
+    Executor { manifest: String, reason: &'static str, message: String },
+    /// Some resources failed init or the checks after it.
+    Resources { manifest: String, failures: Vec<(String, ResourceError)> },
+}
+
+impl PrepareError {
+    /// Whether every failure is the manifest's fault (as opposed to a program's or the host's).
+    pub fn is_invalid_input(&self) -> bool {
+        match self {
+            PrepareError::Executor { .. } => false,
+            PrepareError::Resources { failures, .. } => failures.iter().all(|(_, e)| e.is_invalid_input()),
+        }
+    }
+
+    pub fn reason(&self) -> &'static str {
+        match self {
+            PrepareError::Executor { reason, .. } => reason,
+            _ if self.is_invalid_input() => "InvalidManifest",
+            PrepareError::Resources { .. } => "InitFailed",
+        }
+    }
+}
+
+impl std::error::Error for PrepareError {}
+
+impl fmt::Display for PrepareError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PrepareError::Executor { manifest, message, .. } => {
+                write!(f, "manifest {manifest}: cannot run its resource types: {message}")
+            }
+            PrepareError::Resources { manifest, failures } => {
+                let n = failures.len();
+                write!(
+                    f,
+                    "manifest {manifest}: {n} resource{} failed before anything ran:",
+                    if n == 1 { "" } else { "s" }
+                )?;
+                for (resource, error) in failures {
+                    write!(f, "\n  - resource `{resource}`: {}", error.to_string().replace('\n', "\n  "))?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// The workspace path as the program sees it.
+pub(crate) fn workspace_view(program: &TypeRef, host: &Path) -> String {
+    if program.sees_host_paths() { host.display().to_string() } else { CONTAINER_WORKSPACE.to_string() }
+}
+
+impl InitRequest {
+    pub(crate) fn for_resource(resource: &Resource, verbose: bool) -> Self {
+        InitRequest {
+            name: resource.name.clone(),
+            type_name: resource.type_name.clone(),
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            verbose,
+            workspace: workspace_view(&resource.type_ref, &resource.workspace),
+        }
+    }
+}
+
+/// Inits every resource concurrently and checks what they need.
+pub(crate) async fn init_all(ctx: &Context) -> Result<Vec<ResourceType>, PrepareError> {
+    let programs: Vec<TypeRef> = ctx.manifest.resources.iter().map(|r| r.type_ref.clone()).collect();
+    ctx.executor.preflight(&programs).await.map_err(|e| PrepareError::Executor {
+        manifest: ctx.manifest.name.clone(),
+        reason: e.reason(),
+        message: e.to_string(),
+    })?;
+    let results = join_all((0..ctx.manifest.resources.len()).map(|i| init_one(ctx, i))).await;
+    let mut types = Vec::with_capacity(results.len());
+    let mut failures = Vec::new();
+    for (i, result) in results.into_iter().enumerate() {
+        match result {
+            Ok(t) => types.push(t),
+            Err(e) => failures.push((ctx.manifest.resources[i].name.clone(), e)),
+        }
+    }
+    if failures.is_empty() {
+        Ok(types)
+    } else {
+        Err(PrepareError::Resources { manifest: ctx.manifest.name.clone(), failures })
+    }
+}
+
+async fn init_one(ctx: &Context, i: usize) -> Result<ResourceType, ResourceError> {
+    let resource = &ctx.manifest.resources[i];
+    let request = InitRequest::for_resource(resource, ctx.options.verbose);
+    let stdin = serde_json::to_vec(&request).expect("requests serialize");
+    let outcome = ctx.run_program(i, &Phase::Init, &Invocable::default(), &[], stdin, false).await?;
+    let init =
+        protocol::parse_init(&outcome.stdout).map_err(|e| ResourceError::protocol(Phase::Init, e.problem, &outcome))?;
+    let schema = match &init.config_schema {
+        None => None,
+        Some(schema) => {
+            Some(compile_schema(schema).map_err(|problem| ResourceError::protocol(Phase::Init, problem, &outcome))?)
+        }
+    };
+    let mut problems = Vec::new();
+    let (mounts, plug_paths) = resolve_plugs(ctx, resource, &init, &mut problems);
+    check_required_resources(ctx, resource, &init, &mut problems);
+    if let Some(image) = &init.state_action.image
+        && let Err(e) = TypeRef::parse(image, &resource.workspace)
+    {
+        problems.push(format!("state_action image: {e}"));
+    }
+    if !problems.is_empty() {
+        return Err(ResourceError::new(Phase::Init, Cause::Unsatisfied(problems)));
+    }
+    let checked = ResourceType { init, schema, mounts, plug_paths };
+    check_static_config(ctx, i, &checked)?;
+    Ok(checked)
+}
+
+/// A config schema without `$schema` is Draft 4 (what existing types were written against);
+/// one with `$schema` gets the draft it names.
+fn compile_schema(schema: &Value) -> Result<jsonschema::Validator, String> {
+    let declares_draft = schema.get("$schema").is_some();
+    let compiled = if declares_draft { jsonschema::validator_for(schema) } else { jsonschema::draft4::new(schema) };
+    compiled.map_err(|e| format!("`config_schema` is not a valid JSON Schema: {e}"))
+}
+
+fn resolve_plugs(
+    ctx: &Context,
+    resource: &Resource,
+    init: &InitResponse,
+    problems: &mut Vec<String>,
+) -> (Vec<Mount>, IndexMap<String, String>) {
+    let mut mounts = Vec::new();
+    let mut paths = IndexMap::new();
+    for (name, request) in &init.plugs {
+        let Some(plug) = ctx.manifest.plugs.get(name).filter(|p| p.allowed_for(resource)) else {
+            if !request.optional {
+                problems.push(format!(
+                    "requires plug `{name}`, which the manifest does not provide{}",
+                    if ctx.manifest.plugs.contains_key(name) {
+                        " to this resource (resource_names/resource_types)"
+                    } else {
+                        ""
+                    }
+                ));
+            }
+            continue;
+        };
+        if request.writable && plug.read_only {
+            problems.push(format!("asks to write to plug `{name}`, which is read_only"));
+            continue;
+        }
+        if !plug.path.exists() {
+            problems.push(format!("plug `{name}`: {} does not exist", plug.path.display()));
+            continue;
+        }
+        let seen = if resource.type_ref.sees_host_paths() {
+            plug.path.display().to_string()
+        } else {
+            request.container_path.clone()
+        };
+        paths.insert(name.clone(), seen);
+        mounts.push(Mount {
+            name: name.clone(),
+            host_path: plug.path.clone(),
+            container_path: request.container_path.clone(),
+            writable: request.writable,
+        });
+    }
+    (mounts, paths)
+}
+
+fn check_required_resources(ctx: &Context, resource: &Resource, init: &InitResponse, problems: &mut Vec<String>) {
+    for (alias, expected) in &init.required_resources {
+        match resource.aliases.get(alias) {
+            None => problems
+                .push(format!("requires a dependency `{alias}` of type `{expected}`; declare it under `dependencies`")),
+            Some(&j) => {
+                let dep = &ctx.manifest.resources[j];
+                if !type_satisfies(&dep.type_ref, expected, &resource.workspace) {
+                    problems.push(format!(
+                        "dependency `{alias}` (`{}`) must be of type `{expected}`, not `{}`",
+                        dep.name, dep.type_name
+                    ));
+                }
+            }
+        }
+    }
+}
+
+/// A config that reads no dependency can be rendered and checked now, before anything runs.
+fn check_static_config(ctx: &Context, i: usize, checked: &ResourceType) -> Result<(), ResourceError> {
+    let resource = &ctx.manifest.resources[i];
+    let reads_dependencies = resource
+        .config
+        .sites
+        .iter()
+        .flat_map(|s| s.roots())
+        .any(|root| root == "resources" || resource.aliases.contains_key(root));
+    if reads_dependencies {
+        return Ok(());
+    }
+    let context = render_context(&ctx.manifest, i, &[]);
+    let config = expr::render(&resource.config, &context, &resource.config_prefix())
+        .map_err(|e| ResourceError::new(Phase::Config, Cause::Render(e.to_string())))?;
+    match &checked.schema {
+        Some(schema) => {
+            let violations = schema_violations(schema, &config, &resource.config_prefix());
+            if violations.is_empty() {
+                Ok(())
+            } else {
+                Err(ResourceError::new(Phase::Config, Cause::Schema(violations)))
+            }
+        }
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn schemas_default_to_draft4_and_honour_schema_when_declared() {
+        // Draft 4 spells an exclusive bound as a boolean beside `maximum`; later drafts use a
+        // number. The same keyword therefore means different things in each draft.
+        let draft4 = compile_schema(&json!({"maximum": 10, "exclusiveMaximum": true})).unwrap();
+        assert!(!draft4.is_valid(&json!(10)), "Draft 4 applies the boolean exclusive bound");
+        assert!(draft4.is_valid(&json!(9)));
+
+        let declared = json!({"$schema": "https://json-schema.org/draft/2020-12/schema", "exclusiveMaximum": 5});
+        let draft2020 = compile_schema(&declared).unwrap();
+        assert!(!draft2020.is_valid(&json!(5)) && draft2020.is_valid(&json!(4)));
+
+        // Without `$schema`, the numeric form is not Draft 4 and is rejected as a schema.
+        let err = compile_schema(&json!({"exclusiveMaximum": 5})).unwrap_err();
+        assert!(err.contains("not a valid JSON Schema"), "{err}");
+    }
+}

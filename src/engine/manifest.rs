@@ -1,0 +1,310 @@
+//! The manifest as users write it: deserialized, merged from several files, not yet validated.
+//!
+//! Everything here is plain data. [`crate::engine::validate`] turns a [`LoadedManifest`] into a
+//! [`crate::engine::validate::ValidatedManifest`], the only type the rest of the engine accepts.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::marker::PhantomData;
+use std::path::{Path, PathBuf};
+
+use indexmap::IndexMap;
+use serde::de::{MapAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::{Map, Value};
+
+/// One manifest document: `plugs`, `vars` and `resources`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ManifestSpec {
+    /// Host files or directories handed to resource programs that ask for them.
+    #[serde(default, deserialize_with = "unique_keys")]
+    pub plugs: IndexMap<String, PlugSpec>,
+    /// Default variables; var files and `--var` override them.
+    #[serde(default, deserialize_with = "unique_keys")]
+    pub vars: IndexMap<String, Value>,
+    /// The resources, in the order they were written.
+    #[serde(default, deserialize_with = "unique_keys")]
+    pub resources: IndexMap<String, ResourceSpec>,
+}
+
+/// A plug as declared in the manifest.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlugSpec {
+    /// Host path; relative paths resolve against the declaring manifest's directory.
+    pub path: String,
+    /// When true, no resource may ask for write access to it.
+    #[serde(default)]
+    pub read_only: bool,
+    /// Regular expressions; when non-empty, only resources whose name matches one get the plug.
+    #[serde(default)]
+    pub resource_names: Vec<String>,
+    /// Regular expressions; when non-empty, only resources whose type matches one get the plug.
+    #[serde(default)]
+    pub resource_types: Vec<String>,
+}
+
+/// A resource as declared in the manifest. The Kubernetes custom resource embeds this type, so
+/// the CLI and the controller accept the same document.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "kube", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub struct ResourceSpec {
+    /// `builtin/<name>`, a local program path (`./x`, `../x`, `/x`) or a Docker image reference.
+    /// Optional here so that a missing type is reported by validation with the resource's name.
+    #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
+    pub type_ref: Option<String>,
+    /// Observe only: never apply actions; fail if the resource is not `VALID`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub readonly: bool,
+    /// Alias → name of the resource this one depends on.
+    #[serde(default, deserialize_with = "unique_keys", skip_serializing_if = "IndexMap::is_empty")]
+    pub dependencies: IndexMap<String, String>,
+    /// Free-form configuration; strings may hold Jinja expressions.
+    #[serde(default = "empty_object")]
+    #[cfg_attr(feature = "kube", schemars(extend("x-kubernetes-preserve-unknown-fields" = true)))]
+    pub config: Value,
+}
+
+fn empty_object() -> Value {
+    Value::Object(Map::new())
+}
+
+/// One or more manifest files merged into one document, remembering where each part came from.
+#[derive(Debug, Clone)]
+pub struct LoadedManifest {
+    /// The files, in the order given; the first names the manifest in messages.
+    pub files: Vec<PathBuf>,
+    pub spec: ManifestSpec,
+    /// Which file (index into `files`) declared each resource.
+    pub resource_origin: BTreeMap<String, usize>,
+    /// Which file (index into `files`) declared each plug.
+    pub plug_origin: BTreeMap<String, usize>,
+}
+
+impl LoadedManifest {
+    /// How the manifest is named in messages: its first file, plus a count of the others.
+    pub fn display_name(&self) -> String {
+        display_name(&self.files)
+    }
+
+    /// The directory of the file at `index`: the base for relative paths declared in it.
+    pub fn dir_of(&self, index: usize) -> PathBuf {
+        parent_dir(&self.files[index])
+    }
+
+    /// Wraps an already-parsed document (used by callers that do not read files, such as the
+    /// controller, whose manifest arrives inside a Kubernetes object).
+    pub fn from_spec(name: impl Into<PathBuf>, spec: ManifestSpec) -> Self {
+        let resource_origin = spec.resources.keys().map(|k| (k.clone(), 0)).collect();
+        let plug_origin = spec.plugs.keys().map(|k| (k.clone(), 0)).collect();
+        Self { files: vec![name.into()], spec, resource_origin, plug_origin }
+    }
+}
+
+/// Formats a list of manifest files for messages.
+pub fn display_name(files: &[PathBuf]) -> String {
+    match files {
+        [] => "<no manifest>".to_string(),
+        [one] => one.display().to_string(),
+        [first, rest @ ..] => format!("{} (+{} more)", first.display(), rest.len()),
+    }
+}
+
+/// The directory holding `file`, as an absolute path when it can be made one.
+pub fn parent_dir(file: &Path) -> PathBuf {
+    let dir = file.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf())
+}
+
+/// Why a manifest could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("manifest {path}: cannot read: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("manifest {path}: not a valid manifest: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("manifest {path}: {kind} `{name}` is also declared in {other}")]
+    Duplicate { path: PathBuf, kind: &'static str, name: String, other: PathBuf },
+    #[error("no manifest file given")]
+    NoFiles,
+}
+
+impl LoadError {
+    pub fn reason(&self) -> &'static str {
+        match self {
+            LoadError::Read { .. } => "ManifestUnreadable",
+            LoadError::Parse { .. } => "ManifestMalformed",
+            LoadError::Duplicate { .. } => "DuplicateName",
+            LoadError::NoFiles => "NoManifest",
+        }
+    }
+}
+
+/// Reads and merges manifest files. A name declared twice (resource, plug or var), even across
+/// files, is an error: silently letting one win would apply something the user did not read.
+pub fn load(files: &[PathBuf]) -> Result<LoadedManifest, LoadError> {
+    if files.is_empty() {
+        return Err(LoadError::NoFiles);
+    }
+    let mut merged = LoadedManifest {
+        files: files.to_vec(),
+        spec: ManifestSpec::default(),
+        resource_origin: BTreeMap::new(),
+        plug_origin: BTreeMap::new(),
+    };
+    let mut var_origin: BTreeMap<String, usize> = BTreeMap::new();
+    for (index, path) in files.iter().enumerate() {
+        let spec = parse_file(path)?;
+        let dup = |kind, name: &str, other: usize| LoadError::Duplicate {
+            path: path.clone(),
+            kind,
+            name: name.to_string(),
+            other: files[other].clone(),
+        };
+        for (name, plug) in spec.plugs {
+            if let Some(&other) = merged.plug_origin.get(&name) {
+                return Err(dup("plug", &name, other));
+            }
+            merged.plug_origin.insert(name.clone(), index);
+            merged.spec.plugs.insert(name, plug);
+        }
+        for (name, value) in spec.vars {
+            if let Some(&other) = var_origin.get(&name) {
+                return Err(dup("var", &name, other));
+            }
+            var_origin.insert(name.clone(), index);
+            merged.spec.vars.insert(name, value);
+        }
+        for (name, resource) in spec.resources {
+            if let Some(&other) = merged.resource_origin.get(&name) {
+                return Err(dup("resource", &name, other));
+            }
+            merged.resource_origin.insert(name.clone(), index);
+            merged.spec.resources.insert(name, resource);
+        }
+    }
+    Ok(merged)
+}
+
+fn parse_file(path: &Path) -> Result<ManifestSpec, LoadError> {
+    let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read { path: path.to_path_buf(), source })?;
+    parse_document(&text, is_json(path)).map_err(|message| LoadError::Parse { path: path.to_path_buf(), message })
+}
+
+/// Parses one manifest document; `json` selects the JSON parser (for its error positions),
+/// otherwise YAML. An empty document is an empty manifest.
+pub fn parse_document(text: &str, json: bool) -> Result<ManifestSpec, String> {
+    if text.trim().is_empty() {
+        return Ok(ManifestSpec::default());
+    }
+    if json {
+        serde_json::from_str(text).map_err(|e| e.to_string())
+    } else {
+        serde_norway::from_str(text).map_err(|e| e.to_string())
+    }
+}
+
+/// Whether a file should be parsed as JSON (by extension) rather than YAML.
+pub fn is_json(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e.eq_ignore_ascii_case("json"))
+}
+
+/// Deserializes a map, rejecting a key that appears twice (serde's maps keep the last silently).
+pub fn unique_keys<'de, D, V>(deserializer: D) -> Result<IndexMap<String, V>, D::Error>
+where
+    D: Deserializer<'de>,
+    V: Deserialize<'de>,
+{
+    struct UniqueVisitor<V>(PhantomData<V>);
+
+    impl<'de, V: Deserialize<'de>> Visitor<'de> for UniqueVisitor<V> {
+        type Value = IndexMap<String, V>;
+
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a map with unique keys")
+        }
+
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(IndexMap::new())
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut out = IndexMap::new();
+            while let Some(key) = map.next_key::<String>()? {
+                if out.contains_key(&key) {
+                    return Err(serde::de::Error::custom(format_args!("duplicate key `{key}`")));
+                }
+                let value = map.next_value()?;
+                out.insert(key, value);
+            }
+            Ok(out)
+        }
+    }
+
+    deserializer.deserialize_any(UniqueVisitor(PhantomData))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_documented_example() {
+        let spec = parse_document(
+            r#"
+plugs:
+  creds: { path: ./secrets/creds.json, read_only: true, resource_names: ["^app_"] }
+vars:
+  env: dev
+resources:
+  data_dir:
+    type: builtin/directory
+    config: { path: "/tmp/demo-{{ env }}" }
+  app_config:
+    type: builtin/file
+    dependencies: { dir: data_dir }
+    config:
+      path: "{{ dir.state.path }}/app.json"
+"#,
+            false,
+        )
+        .unwrap();
+        assert_eq!(spec.resources.keys().collect::<Vec<_>>(), ["data_dir", "app_config"]);
+        assert!(spec.plugs["creds"].read_only);
+        assert_eq!(spec.resources["app_config"].dependencies["dir"], "data_dir");
+    }
+
+    #[test]
+    fn rejects_duplicate_resource_in_yaml_and_json() {
+        let yaml = "resources:\n  a: {type: builtin/file}\n  a: {type: builtin/file}\n";
+        let err = parse_document(yaml, false).unwrap_err();
+        assert!(err.contains("duplicate") && err.contains('a'), "{err}");
+        let json = r#"{"resources": {"a": {"type": "x"}, "a": {"type": "y"}}}"#;
+        let err = parse_document(json, true).unwrap_err();
+        assert!(err.contains("duplicate key `a`"), "{err}");
+    }
+
+    #[test]
+    fn rejects_unknown_fields_with_their_name() {
+        let err = parse_document("resources:\n  a: {type: x, dependecies: {}}\n", false).unwrap_err();
+        assert!(err.contains("dependecies"), "{err}");
+    }
+
+    #[test]
+    fn merging_files_rejects_a_name_declared_twice() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("a.yaml");
+        let b = dir.path().join("b.json");
+        std::fs::write(&a, "resources:\n  x: {type: builtin/file}\n").unwrap();
+        std::fs::write(&b, r#"{"resources": {"x": {"type": "builtin/file"}}}"#).unwrap();
+        let err = load(&[a.clone(), b]).unwrap_err();
+        assert_eq!(err.reason(), "DuplicateName");
+        assert!(err.to_string().contains("resource `x` is also declared in"), "{err}");
+        let c = dir.path().join("c.yaml");
+        std::fs::write(&c, "resources:\n  y: {type: builtin/file}\n").unwrap();
+        let merged = load(&[a, c]).unwrap();
+        assert_eq!(merged.resource_origin["y"], 1);
+    }
+}

@@ -1,0 +1,59 @@
+//! The engine: manifest → validated manifest → init → plan → apply.
+//!
+//! Nothing here knows about Kubernetes or the command line; the CLI and the controller are thin
+//! shells around [`run::Engine`].
+
+pub mod delete;
+pub mod error;
+pub mod executor;
+pub mod expr;
+pub mod graph;
+pub(crate) mod init;
+pub mod manifest;
+pub mod plan;
+pub mod protocol;
+pub(crate) mod resource;
+pub mod run;
+pub mod typeref;
+pub mod validate;
+pub mod vars;
+
+pub use init::PrepareError;
+
+use std::path::PathBuf;
+
+/// Why a manifest could not be turned into a validated one (all user input problems).
+#[derive(Debug, thiserror::Error)]
+pub enum InputError {
+    #[error(transparent)]
+    Load(#[from] manifest::LoadError),
+    #[error(transparent)]
+    Vars(#[from] vars::VarsError),
+    #[error(transparent)]
+    Invalid(#[from] validate::Invalid),
+}
+
+impl InputError {
+    pub fn reason(&self) -> &'static str {
+        match self {
+            InputError::Load(e) => e.reason(),
+            InputError::Vars(e) => e.reason(),
+            InputError::Invalid(e) => e.reason(),
+        }
+    }
+}
+
+/// Reads manifest files, resolves variables (defaults, auto var files, then `sources` in order)
+/// and validates the result.
+pub fn load_validated(
+    files: &[PathBuf],
+    sources: &[vars::VarSource],
+) -> Result<validate::ValidatedManifest, InputError> {
+    let loaded = manifest::load(files)?;
+    let dirs: Vec<PathBuf> = (0..loaded.files.len()).map(|i| loaded.dir_of(i)).collect();
+    let vars = vars::resolve(&loaded.spec.vars, &dirs, sources).map_err(|e| vars::VarsError {
+        origin: format!("manifest {}: {}", loaded.display_name(), e.origin),
+        message: e.message,
+    })?;
+    Ok(validate::validate(&loaded, vars)?)
+}

@@ -1,0 +1,382 @@
+//! The JSON protocol between Deployster and resource programs, both seed revisions.
+//!
+//! Requests are serialized from plain structs. Responses are parsed leniently about unknown
+//! fields (forward compatibility) and strictly about the fields the protocol defines: a response
+//! that breaks the rules fails the resource with a message saying which rule.
+
+use std::fmt;
+
+use indexmap::IndexMap;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Sent on stdin to the `init` invocation (the program run with no arguments).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct InitRequest {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub type_name: String,
+    /// The Deployster version, so a type may refuse versions it does not support.
+    pub version: String,
+    pub verbose: bool,
+    /// The manifest's directory as the program sees it.
+    pub workspace: String,
+}
+
+/// Sent to the state action: the init request plus the rendered config, dependencies and plugs.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StateRequest {
+    #[serde(flatten)]
+    pub init: InitRequest,
+    pub config: Value,
+    pub dependencies: IndexMap<String, DependencyView>,
+    /// Plug name → path as the program sees it (only plugs actually provided).
+    pub plugs: IndexMap<String, String>,
+}
+
+/// Sent to each action: the state request plus the state the resource was found in.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ActionRequest {
+    #[serde(flatten)]
+    pub state: StateRequest,
+    /// `{}` when the state action reported none.
+    #[serde(rename = "staleState")]
+    pub stale_state: Value,
+}
+
+/// A dependency as a resource program sees it. `state` and `properties` carry the same value:
+/// `properties` is what the older revision called it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DependencyView {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub type_name: String,
+    pub config: Value,
+    pub state: Value,
+    pub properties: Value,
+    /// The dependency's own dependencies, recursively.
+    pub dependencies: IndexMap<String, DependencyView>,
+}
+
+/// How to invoke a program: the same image/program unless `image` is given.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Invocable {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entrypoint: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+}
+
+/// An action a state action asks to run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Action {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(flatten)]
+    pub invocable: Invocable,
+}
+
+/// A plug a resource type asks for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlugRequest {
+    /// Where the plug is mounted inside a container (ignored for local programs, which get the
+    /// host path).
+    pub container_path: String,
+    #[serde(default)]
+    pub optional: bool,
+    #[serde(default)]
+    pub writable: bool,
+}
+
+/// The validated init response, with the older revision's fields folded in.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InitResponse {
+    pub label: Option<String>,
+    pub config_schema: Option<Value>,
+    pub state_action: Invocable,
+    pub plugs: IndexMap<String, PlugRequest>,
+    /// Dependency alias → expected type (older revision).
+    pub required_resources: IndexMap<String, String>,
+    /// Deployster extension: how to delete the resource (for the controller's
+    /// `deletionPolicy: Delete`). Types without one are left in place.
+    pub delete_action: Option<Invocable>,
+}
+
+#[derive(Deserialize)]
+struct RawInitResponse {
+    #[serde(default)]
+    label: Option<String>,
+    #[serde(default)]
+    config_schema: Option<Value>,
+    #[serde(default)]
+    state_action: Option<Invocable>,
+    #[serde(default)]
+    plugs: Option<IndexMap<String, PlugRequest>>,
+    #[serde(default)]
+    required_plugs: Option<IndexMap<String, String>>,
+    #[serde(default)]
+    required_resources: Option<IndexMap<String, String>>,
+    #[serde(default)]
+    delete_action: Option<Invocable>,
+}
+
+/// What a state action found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Status {
+    Valid,
+    Stale,
+    Missing,
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Status::Valid => "VALID",
+            Status::Stale => "STALE",
+            Status::Missing => "MISSING",
+        })
+    }
+}
+
+/// The validated state response.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StateResponse {
+    Valid {
+        state: Value,
+    },
+    /// `STALE` or `MISSING`, with at least one action.
+    NeedsActions {
+        status: Status,
+        stale_state: Option<Value>,
+        actions: Vec<Action>,
+    },
+}
+
+impl StateResponse {
+    pub fn status(&self) -> Status {
+        match self {
+            StateResponse::Valid { .. } => Status::Valid,
+            StateResponse::NeedsActions { status, .. } => *status,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct RawStateResponse {
+    status: String,
+    #[serde(default)]
+    state: Option<Value>,
+    #[serde(default)]
+    properties: Option<Value>,
+    #[serde(default, rename = "staleState")]
+    stale_state: Option<Value>,
+    #[serde(default)]
+    actions: Option<Vec<Action>>,
+}
+
+/// A response that breaks the protocol: `problem` says which rule.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{problem}")]
+pub struct ProtocolError {
+    pub problem: String,
+}
+
+fn problem(text: impl Into<String>) -> ProtocolError {
+    ProtocolError { problem: text.into() }
+}
+
+/// Parses stdout as one JSON object.
+fn parse_object(stdout: &[u8]) -> Result<Value, ProtocolError> {
+    let text = std::str::from_utf8(stdout).map_err(|_| problem("output is not UTF-8"))?;
+    if text.trim().is_empty() {
+        return Err(problem("printed nothing on stdout (expected a JSON object)"));
+    }
+    let value: Value = serde_json::from_str(text).map_err(|e| problem(format!("output is not a JSON object: {e}")))?;
+    if !value.is_object() {
+        return Err(problem("output is JSON but not an object"));
+    }
+    Ok(value)
+}
+
+/// Validates an init response.
+pub fn parse_init(stdout: &[u8]) -> Result<InitResponse, ProtocolError> {
+    let raw: RawInitResponse =
+        serde_json::from_value(parse_object(stdout)?).map_err(|e| problem(format!("malformed init response: {e}")))?;
+    let state_action = raw.state_action.ok_or_else(|| problem("init response has no `state_action` (required)"))?;
+    if let Some(schema) = &raw.config_schema
+        && !(schema.is_object() || schema.is_boolean())
+    {
+        return Err(problem("`config_schema` must be a JSON Schema (an object or a boolean)"));
+    }
+    let mut plugs = raw.plugs.unwrap_or_default();
+    for (name, path) in raw.required_plugs.unwrap_or_default() {
+        plugs.entry(name).or_insert(PlugRequest { container_path: path, optional: false, writable: false });
+    }
+    for (name, plug) in &plugs {
+        if !plug.container_path.starts_with('/') {
+            return Err(problem(format!(
+                "plug `{name}`: `container_path` must be an absolute path, got `{}`",
+                plug.container_path
+            )));
+        }
+    }
+    Ok(InitResponse {
+        label: raw.label,
+        config_schema: raw.config_schema,
+        state_action,
+        plugs,
+        required_resources: raw.required_resources.unwrap_or_default(),
+        delete_action: raw.delete_action,
+    })
+}
+
+/// Validates a state response.
+pub fn parse_state(stdout: &[u8]) -> Result<StateResponse, ProtocolError> {
+    let raw: RawStateResponse =
+        serde_json::from_value(parse_object(stdout)?).map_err(|e| problem(format!("malformed state response: {e}")))?;
+    let status = match raw.status.as_str() {
+        "VALID" => Status::Valid,
+        "STALE" => Status::Stale,
+        "MISSING" => Status::Missing,
+        other => return Err(problem(format!("`status` must be VALID, STALE or MISSING, got `{other}`"))),
+    };
+    if status == Status::Valid {
+        if raw.actions.is_some() {
+            return Err(problem("status VALID must not carry `actions`"));
+        }
+        let state = raw
+            .state
+            .or(raw.properties)
+            .ok_or_else(|| problem("status VALID requires `state` (or the older `properties`)"))?;
+        return Ok(StateResponse::Valid { state });
+    }
+    let actions = raw.actions.unwrap_or_default();
+    if actions.is_empty() {
+        return Err(problem(format!("status {status} requires a non-empty `actions` list")));
+    }
+    let mut names = std::collections::BTreeSet::new();
+    for action in &actions {
+        if action.name.trim().is_empty() {
+            return Err(problem("every action needs a non-empty `name`"));
+        }
+        if !names.insert(action.name.as_str()) {
+            return Err(problem(format!("action name `{}` appears more than once", action.name)));
+        }
+    }
+    Ok(StateResponse::NeedsActions { status, stale_state: raw.stale_state, actions })
+}
+
+/// The first `limit` bytes of program output, as text, for error messages.
+pub fn excerpt(bytes: &[u8], limit: usize) -> String {
+    let text = String::from_utf8_lossy(&bytes[..bytes.len().min(limit)]).into_owned();
+    if bytes.len() > limit { format!("{text}… ({} more bytes)", bytes.len() - limit) } else { text }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn state(v: Value) -> Result<StateResponse, ProtocolError> {
+        parse_state(v.to_string().as_bytes())
+    }
+
+    #[test]
+    fn init_accepts_both_revisions() {
+        let new = json!({"plugs": {"sa": {"container_path": "/sa", "writable": true}},
+                         "config_schema": {"type": "object"}, "state_action": {"args": ["state"]}});
+        let r = parse_init(new.to_string().as_bytes()).unwrap();
+        assert!(r.plugs["sa"].writable && !r.plugs["sa"].optional);
+        assert_eq!(r.state_action.args, ["state"]);
+
+        let old = json!({"label": "VM", "required_plugs": {"creds": "/creds"},
+                         "required_resources": {"disk": "acme/disk"},
+                         "state_action": {"image": "acme/vm", "entrypoint": "/state.sh"}});
+        let r = parse_init(old.to_string().as_bytes()).unwrap();
+        assert_eq!(r.label.as_deref(), Some("VM"));
+        assert_eq!(r.plugs["creds"], PlugRequest { container_path: "/creds".into(), optional: false, writable: false });
+        assert_eq!(r.required_resources["disk"], "acme/disk");
+        assert_eq!(r.state_action.entrypoint.as_deref(), Some("/state.sh"));
+    }
+
+    #[test]
+    fn init_rejects_what_breaks_the_protocol() {
+        let cases = [
+            (json!({}), "no `state_action`"),
+            (json!({"state_action": {}, "config_schema": 3}), "config_schema"),
+            (json!({"state_action": {}, "plugs": {"p": {"container_path": "rel"}}}), "absolute path"),
+            (json!({"state_action": {"args": "state"}}), "malformed init response"),
+        ];
+        for (v, expected) in cases {
+            let err = parse_init(v.to_string().as_bytes()).unwrap_err();
+            assert!(err.problem.contains(expected), "{v}: {err}");
+        }
+        assert!(parse_init(b"hello").unwrap_err().problem.contains("not a JSON object"));
+        assert!(parse_init(b"").unwrap_err().problem.contains("printed nothing"));
+        assert!(parse_init(b"[1]").unwrap_err().problem.contains("not an object"));
+    }
+
+    #[test]
+    fn state_valid_requires_state_or_properties_and_forbids_actions() {
+        assert_eq!(
+            state(json!({"status": "VALID", "state": {"a": 1}})).unwrap(),
+            StateResponse::Valid { state: json!({"a": 1}) }
+        );
+        assert_eq!(
+            state(json!({"status": "VALID", "properties": 2})).unwrap(),
+            StateResponse::Valid { state: json!(2) }
+        );
+        assert!(state(json!({"status": "VALID"})).unwrap_err().problem.contains("requires `state`"));
+        let err = state(json!({"status": "VALID", "state": {}, "actions": [{"name": "x"}]})).unwrap_err();
+        assert!(err.problem.contains("must not carry `actions`"), "{err}");
+    }
+
+    #[test]
+    fn stale_and_missing_require_actions() {
+        let r = state(json!({"status": "STALE", "staleState": {"m": 1}, "actions": [{"name": "fix", "args": ["a"]}]}))
+            .unwrap();
+        let StateResponse::NeedsActions { status, stale_state, actions } = r else { panic!() };
+        assert_eq!(
+            (status, stale_state, actions[0].invocable.args.clone()),
+            (Status::Stale, Some(json!({"m": 1})), vec!["a".to_string()])
+        );
+        assert!(state(json!({"status": "MISSING"})).unwrap_err().problem.contains("non-empty `actions`"));
+        assert!(state(json!({"status": "STALE", "actions": []})).unwrap_err().problem.contains("non-empty"));
+        assert!(
+            state(json!({"status": "STALE", "actions": [{"name": "a"}, {"name": "a"}]}))
+                .unwrap_err()
+                .problem
+                .contains("more than once")
+        );
+        assert!(state(json!({"status": "valid"})).unwrap_err().problem.contains("got `valid`"));
+    }
+
+    #[test]
+    fn requests_serialize_with_protocol_names() {
+        let init = InitRequest {
+            name: "n".into(),
+            type_name: "t".into(),
+            version: "1".into(),
+            verbose: false,
+            workspace: "/w".into(),
+        };
+        let req = ActionRequest {
+            state: StateRequest { init, config: json!({}), dependencies: IndexMap::new(), plugs: IndexMap::new() },
+            stale_state: json!({}),
+        };
+        let v = serde_json::to_value(&req).unwrap();
+        assert_eq!(v["type"], "t");
+        assert_eq!(v["staleState"], json!({}));
+        assert_eq!(v["workspace"], "/w");
+    }
+
+    #[test]
+    fn excerpts_are_cut() {
+        assert_eq!(excerpt(b"abc", 2), "ab… (1 more bytes)");
+        assert_eq!(excerpt(b"abc", 5), "abc");
+    }
+}

@@ -1,0 +1,514 @@
+//! Static validation: a [`LoadedManifest`] plus resolved variables becomes a
+//! [`ValidatedManifest`] — names checked, types parsed, templates compiled, references and
+//! dependencies resolved to indices, cycles rejected. Every problem is reported at once.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use indexmap::IndexMap;
+use regex::Regex;
+use serde_json::{Map, Value};
+
+use super::expr::{self, ConfigTemplate, GLOBALS};
+use super::graph::DependencyGraph;
+use super::manifest::LoadedManifest;
+use super::typeref::{TypeRef, normalize};
+
+/// A manifest that passed static validation; the only input the rest of the engine accepts.
+#[derive(Debug, Clone)]
+pub struct ValidatedManifest {
+    /// How the manifest is named in messages (its first file).
+    pub name: String,
+    /// A short, stable hash of the manifest's content and resolved variables: the same input
+    /// gives the same revision, whatever the key order or formatting.
+    pub revision: String,
+    pub files: Vec<PathBuf>,
+    pub vars: Map<String, Value>,
+    pub plugs: IndexMap<String, Plug>,
+    /// In declaration order; indices are the graph's node numbers.
+    pub resources: Vec<Resource>,
+    pub graph: DependencyGraph,
+}
+
+impl ValidatedManifest {
+    pub fn index_of(&self, name: &str) -> Option<usize> {
+        self.resources.iter().position(|r| r.name == name)
+    }
+}
+
+/// A plug with its path made absolute and its allow-lists compiled.
+#[derive(Debug, Clone)]
+pub struct Plug {
+    pub name: String,
+    pub path: PathBuf,
+    pub read_only: bool,
+    resource_names: Vec<Regex>,
+    resource_types: Vec<Regex>,
+}
+
+impl Plug {
+    /// Whether the allow-lists let `resource` have this plug (a plug it may not have is treated
+    /// as absent for it).
+    pub fn allowed_for(&self, resource: &Resource) -> bool {
+        let matches = |list: &[Regex], text: &str| list.is_empty() || list.iter().any(|r| r.is_match(text));
+        matches(&self.resource_names, &resource.name) && matches(&self.resource_types, &resource.type_name)
+    }
+}
+
+/// A validated resource.
+#[derive(Debug, Clone)]
+pub struct Resource {
+    pub name: String,
+    /// The type as written in the manifest (sent to the program as `type`).
+    pub type_name: String,
+    pub type_ref: TypeRef,
+    pub readonly: bool,
+    /// Alias → index of the resource depended on.
+    pub aliases: IndexMap<String, usize>,
+    /// Resources read through `resources.<name>` (implicit dependencies).
+    pub implicit: BTreeSet<usize>,
+    pub config: ConfigTemplate,
+    /// The declaring manifest file's directory.
+    pub workspace: PathBuf,
+}
+
+impl Resource {
+    /// Where this resource's config sits, for messages: `resources.<name>.config`.
+    pub fn config_prefix(&self) -> String {
+        format!("resources.{}.config", self.name)
+    }
+}
+
+/// One thing wrong with a manifest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// The resource concerned, when there is one.
+    pub resource: Option<String>,
+    pub message: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.resource {
+            Some(r) => write!(f, "resource `{r}`: {}", self.message),
+            None => f.write_str(&self.message),
+        }
+    }
+}
+
+/// A manifest that failed validation, with every problem found.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct Invalid {
+    pub manifest: String,
+    pub problems: Vec<Problem>,
+}
+
+impl Invalid {
+    pub fn reason(&self) -> &'static str {
+        "InvalidManifest"
+    }
+}
+
+impl fmt::Display for Invalid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "manifest {} is invalid", self.manifest)?;
+        if let [only] = self.problems.as_slice() {
+            return write!(f, ": {only}");
+        }
+        write!(f, " ({} problems):", self.problems.len())?;
+        for p in &self.problems {
+            write!(f, "\n  - {p}")?;
+        }
+        Ok(())
+    }
+}
+
+/// The revision of a manifest: a [`content_hash`] of the spec and the variables.
+pub fn revision(spec: &super::manifest::ManifestSpec, vars: &Map<String, Value>) -> String {
+    content_hash(&serde_json::json!({"spec": spec, "vars": vars}))
+}
+
+/// The first 12 hex digits of the SHA-256 of a value's canonical JSON (keys sorted): the same
+/// content gives the same hash, whatever the key order or formatting.
+pub fn content_hash(value: &Value) -> String {
+    use sha2::{Digest, Sha256};
+    hex::encode(&Sha256::digest(canonical(value).as_bytes())[..6])
+}
+
+fn canonical(value: &Value) -> String {
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            let fields: Vec<String> =
+                keys.iter().map(|k| format!("{}:{}", Value::String((*k).clone()), canonical(&map[*k]))).collect();
+            format!("{{{}}}", fields.join(","))
+        }
+        Value::Array(items) => format!("[{}]", items.iter().map(canonical).collect::<Vec<_>>().join(",")),
+        other => other.to_string(),
+    }
+}
+
+fn identifier() -> &'static Regex {
+    static RE: OnceLock<Regex> = OnceLock::new();
+    RE.get_or_init(|| Regex::new("^[A-Za-z_][A-Za-z0-9_]{0,62}$").expect("valid pattern"))
+}
+
+/// Names the expression context defines itself; an alias may not take them.
+const RESERVED: &[&str] = &["vars", "resources"];
+
+struct Checker {
+    problems: Vec<Problem>,
+}
+
+impl Checker {
+    fn report(&mut self, resource: Option<&str>, message: impl Into<String>) {
+        self.problems.push(Problem { resource: resource.map(str::to_string), message: message.into() });
+    }
+
+    fn check_name(&mut self, resource: Option<&str>, kind: &str, name: &str) -> bool {
+        let ok = identifier().is_match(name);
+        if !ok {
+            self.report(
+                resource,
+                format!("invalid {kind} name `{name}`: use letters, digits and `_`, starting with a letter or `_` (at most 63)"),
+            );
+        }
+        ok
+    }
+}
+
+/// Validates a loaded manifest against resolved variables.
+pub fn validate(loaded: &LoadedManifest, vars: Map<String, Value>) -> Result<ValidatedManifest, Invalid> {
+    let mut checker = Checker { problems: Vec::new() };
+    let plugs = check_plugs(loaded, &mut checker);
+    let names: Vec<&String> = loaded.spec.resources.keys().collect();
+    let mut resources = Vec::with_capacity(names.len());
+    for (name, spec) in &loaded.spec.resources {
+        checker.check_name(None, "resource", name);
+        let workspace = loaded.dir_of(loaded.resource_origin.get(name).copied().unwrap_or(0));
+        if let Some(resource) = check_resource(name, spec, &names, &vars, workspace, &mut checker) {
+            resources.push(resource);
+        }
+    }
+    let graph = if checker.problems.is_empty() { build_graph(&resources, &mut checker) } else { None };
+    match graph {
+        Some(graph) if checker.problems.is_empty() => Ok(ValidatedManifest {
+            name: loaded.display_name(),
+            revision: revision(&loaded.spec, &vars),
+            files: loaded.files.clone(),
+            vars,
+            plugs,
+            resources,
+            graph,
+        }),
+        _ => Err(Invalid { manifest: loaded.display_name(), problems: checker.problems }),
+    }
+}
+
+fn check_plugs(loaded: &LoadedManifest, checker: &mut Checker) -> IndexMap<String, Plug> {
+    let mut plugs = IndexMap::new();
+    for (name, spec) in &loaded.spec.plugs {
+        checker.check_name(None, "plug", name);
+        let mut compile = |list: &[String], field: &str| -> Vec<Regex> {
+            list.iter()
+                .filter_map(|p| match Regex::new(p) {
+                    Ok(r) => Some(r),
+                    Err(e) => {
+                        checker.report(None, format!("plug `{name}`: `{field}` pattern `{p}` is invalid: {e}"));
+                        None
+                    }
+                })
+                .collect()
+        };
+        let resource_names = compile(&spec.resource_names, "resource_names");
+        let resource_types = compile(&spec.resource_types, "resource_types");
+        let base = loaded.dir_of(loaded.plug_origin.get(name).copied().unwrap_or(0));
+        plugs.insert(
+            name.clone(),
+            Plug {
+                name: name.clone(),
+                path: normalize(&base.join(&spec.path)),
+                read_only: spec.read_only,
+                resource_names,
+                resource_types,
+            },
+        );
+    }
+    plugs
+}
+
+fn check_resource(
+    name: &str,
+    spec: &super::manifest::ResourceSpec,
+    names: &[&String],
+    vars: &Map<String, Value>,
+    workspace: PathBuf,
+    checker: &mut Checker,
+) -> Option<Resource> {
+    let at = Some(name);
+    let type_ref = match spec.type_ref.as_deref().map(str::trim) {
+        None | Some("") => {
+            checker.report(at, "`type` is missing");
+            None
+        }
+        Some(text) => match TypeRef::parse(text, &workspace) {
+            Ok(t) => check_program(&t, name, checker).then_some(t),
+            Err(e) => {
+                checker.report(at, e);
+                None
+            }
+        },
+    };
+    let index_of = |target: &str| names.iter().position(|n| n.as_str() == target);
+    let mut aliases = IndexMap::new();
+    for (alias, target) in &spec.dependencies {
+        if !checker.check_name(at, "dependency alias", alias) {
+            continue;
+        }
+        if RESERVED.contains(&alias.as_str()) {
+            checker.report(at, format!("dependency alias `{alias}` is reserved (the expression context defines it)"));
+        }
+        match index_of(target) {
+            Some(i) => {
+                aliases.insert(alias.clone(), i);
+            }
+            None => checker.report(at, format!("dependency `{alias}` names unknown resource `{target}`")),
+        }
+    }
+    if !spec.config.is_object() {
+        checker.report(at, "`config` must be a mapping");
+        return None;
+    }
+    let prefix = format!("resources.{name}.config");
+    let config = match expr::compile(&spec.config, &prefix) {
+        Ok(c) => c,
+        Err(e) => {
+            checker.report(at, e.to_string());
+            return None;
+        }
+    };
+    let implicit = check_references(name, &config, &prefix, &aliases, names, vars, checker);
+    Some(Resource {
+        name: name.to_string(),
+        type_name: spec.type_ref.clone().unwrap_or_default().trim().to_string(),
+        type_ref: type_ref?,
+        readonly: spec.readonly,
+        aliases,
+        implicit,
+        config,
+        workspace,
+    })
+}
+
+/// A local program must exist and be executable before anything runs.
+fn check_program(type_ref: &TypeRef, name: &str, checker: &mut Checker) -> bool {
+    let TypeRef::Local(path) = type_ref else { return true };
+    match executable_problem(path) {
+        None => true,
+        Some(problem) => {
+            checker.report(Some(name), problem);
+            false
+        }
+    }
+}
+
+/// Why `path` cannot be run as a program, if it cannot.
+pub fn executable_problem(path: &Path) -> Option<String> {
+    use std::os::unix::fs::PermissionsExt;
+    match std::fs::metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Some(format!("resource program not found: {}", path.display()))
+        }
+        Err(e) => Some(format!("resource program {} cannot be read: {e}", path.display())),
+        Ok(m) if !m.is_file() => Some(format!("resource program {} is not a file", path.display())),
+        Ok(m) if m.permissions().mode() & 0o111 == 0 => {
+            Some(format!("resource program {} is not executable (chmod +x it)", path.display()))
+        }
+        Ok(_) => None,
+    }
+}
+
+/// Checks every name a resource's templates read; returns the implicit dependencies.
+fn check_references(
+    name: &str,
+    config: &ConfigTemplate,
+    prefix: &str,
+    aliases: &IndexMap<String, usize>,
+    names: &[&String],
+    vars: &Map<String, Value>,
+    checker: &mut Checker,
+) -> BTreeSet<usize> {
+    let mut implicit = BTreeSet::new();
+    for site in &config.sites {
+        let path = expr::full_path(prefix, &site.path);
+        for reference in &site.references {
+            let mut parts = reference.split('.');
+            let root = parts.next().unwrap_or_default();
+            let second = parts.next();
+            let problem = match (root, second) {
+                (alias, _) if aliases.contains_key(alias) => None,
+                ("resources", None) => Some("read other resources as `resources.<name>`".to_string()),
+                ("resources", Some(target)) => match names.iter().position(|n| n.as_str() == target) {
+                    Some(_) if target == name => Some(format!("`{reference}` refers to the resource itself")),
+                    Some(i) => {
+                        implicit.insert(i);
+                        None
+                    }
+                    None => Some(format!("`{reference}` refers to unknown resource `{target}`")),
+                },
+                ("vars", Some(var)) if !vars.contains_key(var) => Some(format!("undefined variable `vars.{var}`")),
+                ("vars", _) => None,
+                (var, _) if vars.contains_key(var) || GLOBALS.contains(&var) => None,
+                (unknown, _) => Some(format!(
+                    "undefined variable `{unknown}` (not a variable, a dependency alias, `vars` or `resources`)"
+                )),
+            };
+            if let Some(problem) = problem {
+                checker.report(Some(name), format!("{path}: {problem} in `{}`", site.source));
+            }
+        }
+    }
+    implicit
+}
+
+fn build_graph(resources: &[Resource], checker: &mut Checker) -> Option<DependencyGraph> {
+    let edges: Vec<(usize, usize)> = resources
+        .iter()
+        .enumerate()
+        .flat_map(|(i, r)| r.aliases.values().chain(r.implicit.iter()).map(move |&d| (i, d)))
+        .collect();
+    match DependencyGraph::build(resources.len(), &edges) {
+        Ok(g) => Some(g),
+        Err(cycle) => {
+            let walk: Vec<&str> = cycle.iter().map(|&i| resources[i].name.as_str()).collect();
+            checker.report(None, format!("dependency cycle (each depends on the next): {}", walk.join(" -> ")));
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::manifest::{LoadedManifest, parse_document};
+    use serde_json::json;
+
+    fn check(yaml: &str, vars: Value) -> Result<ValidatedManifest, Invalid> {
+        let spec = parse_document(yaml, false).unwrap();
+        let Value::Object(vars) = vars else { panic!() };
+        validate(&LoadedManifest::from_spec("/m/manifest.yaml", spec), vars)
+    }
+
+    fn problems(yaml: &str) -> Vec<String> {
+        check(yaml, json!({})).unwrap_err().problems.iter().map(ToString::to_string).collect()
+    }
+
+    #[test]
+    fn a_valid_manifest_resolves_aliases_and_implicit_edges() {
+        let m = check(
+            r#"
+resources:
+  app:
+    type: builtin/file
+    dependencies: {dir: data}
+    config: {path: "{{ dir.state.path }}/{{ resources.other.state.x }}", content: "{{ env }}"}
+  data: {type: builtin/directory, config: {path: /tmp/x}}
+  other: {type: builtin/directory, config: {path: "{{ vars.env }}"}}
+"#,
+            json!({"env": "dev"}),
+        )
+        .unwrap();
+        let app = &m.resources[0];
+        assert_eq!(app.aliases["dir"], 1);
+        assert_eq!(app.implicit, BTreeSet::from([2]));
+        assert_eq!(m.graph.dependencies(0), &[1, 2]);
+        assert_eq!(m.graph.topological().last(), Some(&0));
+    }
+
+    #[test]
+    fn the_revision_depends_on_content_not_on_formatting() {
+        let a =
+            check("vars: {x: 1, y: 2}\nresources:\n  r: {type: builtin/file, config: {p: 1, q: 2}}\n", json!({"v": 1}));
+        let b =
+            check("resources:\n  r: {config: {q: 2, p: 1}, type: builtin/file}\nvars: {y: 2, x: 1}\n", json!({"v": 1}));
+        let c =
+            check("vars: {x: 1, y: 2}\nresources:\n  r: {type: builtin/file, config: {p: 1, q: 3}}\n", json!({"v": 1}));
+        let d =
+            check("vars: {x: 1, y: 2}\nresources:\n  r: {type: builtin/file, config: {p: 1, q: 2}}\n", json!({"v": 2}));
+        let (a, b, c, d) = (a.unwrap().revision, b.unwrap().revision, c.unwrap().revision, d.unwrap().revision);
+        assert_eq!(a.len(), 12);
+        assert_eq!(a, b, "key order and formatting do not matter");
+        assert_ne!(a, c, "config matters");
+        assert_ne!(a, d, "resolved variables matter");
+    }
+
+    #[test]
+    fn a_cycle_is_printed_as_a_walk() {
+        let p = problems(
+            "resources:\n  a: {type: builtin/file, dependencies: {x: b}}\n  b: {type: builtin/file, config: {p: '{{ resources.a.state }}'}}\n",
+        );
+        assert_eq!(p, ["dependency cycle (each depends on the next): a -> b -> a"]);
+    }
+
+    #[test]
+    fn every_problem_is_reported_with_its_resource() {
+        let p = problems(
+            r#"
+resources:
+  bad-name: {type: builtin/file}
+  notype: {config: {}}
+  unknown_dep: {type: builtin/file, dependencies: {d: ghost}}
+  undefined: {type: builtin/file, config: {a: {b: "{{ nope }}"}}}
+  badvar: {type: builtin/file, config: {a: "{{ vars.nope }}"}}
+  badres: {type: builtin/file, config: {a: "{{ resources.ghost.state }}"}}
+  badtype: {type: "Not An Image"}
+  missing_program: {type: ./does/not/exist}
+  reserved: {type: builtin/file, dependencies: {vars: notype}}
+"#,
+        );
+        let expected = [
+            "invalid resource name `bad-name`",
+            "resource `notype`: `type` is missing",
+            "resource `unknown_dep`: dependency `d` names unknown resource `ghost`",
+            "resource `undefined`: resources.undefined.config.a.b: undefined variable `nope`",
+            "resource `badvar`: resources.badvar.config.a: undefined variable `vars.nope`",
+            "resource `badres`: resources.badres.config.a: `resources.ghost.state` refers to unknown resource `ghost`",
+            "resource `badtype`: `Not An Image` is not a valid type",
+            "resource `missing_program`: resource program not found: /m/does/not/exist",
+            "resource `reserved`: dependency alias `vars` is reserved",
+        ];
+        for e in expected {
+            assert!(p.iter().any(|p| p.contains(e)), "missing {e:?} in {p:#?}");
+        }
+        assert_eq!(p.len(), expected.len(), "{p:#?}");
+    }
+
+    #[test]
+    fn plug_allow_lists_match_names_and_types() {
+        let m = check(
+            r#"
+plugs:
+  creds: {path: ./c, resource_names: ["^app_"]}
+  typed: {path: /t, resource_types: ["^builtin/dir"]}
+resources:
+  app_x: {type: builtin/file}
+  other: {type: builtin/directory}
+"#,
+            json!({}),
+        )
+        .unwrap();
+        let (creds, typed) = (&m.plugs["creds"], &m.plugs["typed"]);
+        assert_eq!(creds.path, PathBuf::from("/m/c"));
+        assert!(creds.allowed_for(&m.resources[0]) && !creds.allowed_for(&m.resources[1]));
+        assert!(!typed.allowed_for(&m.resources[0]) && typed.allowed_for(&m.resources[1]));
+    }
+
+    #[test]
+    fn invalid_plug_patterns_are_reported() {
+        let p = problems("plugs:\n  p: {path: x, resource_names: ['(']}\n");
+        assert!(p[0].contains("plug `p`: `resource_names` pattern `(` is invalid"), "{p:?}");
+    }
+}

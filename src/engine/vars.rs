@@ -1,0 +1,209 @@
+//! Variables: manifest defaults, then auto var files, then `--var` / `--var-file` in order.
+//!
+//! Later layers win and maps deep-merge. A var file's strings may use expressions over the
+//! variables loaded before it. Messages name variables and files, never values.
+
+use std::path::{Path, PathBuf};
+
+use indexmap::IndexMap;
+use serde_json::{Map, Value};
+
+use super::expr;
+
+/// One command-line variable source, in the order the user gave them.
+#[derive(Debug, Clone, PartialEq)]
+pub enum VarSource {
+    /// `--var key=value` (a dotted key sets a nested value).
+    Assignment { key: String, value: String },
+    /// `--var-file path`.
+    File(PathBuf),
+}
+
+impl VarSource {
+    /// Parses `key=value`; the value may itself contain `=`.
+    pub fn parse_assignment(text: &str) -> Result<VarSource, String> {
+        let (key, value) =
+            text.split_once('=').ok_or_else(|| format!("`{text}` is not of the form key=value (no `=` found)"))?;
+        let key = key.trim();
+        if key.is_empty() || key.split('.').any(str::is_empty) {
+            return Err(format!("`{text}` has an empty variable name"));
+        }
+        Ok(VarSource::Assignment { key: key.to_string(), value: value.to_string() })
+    }
+}
+
+/// Why variables could not be resolved; `origin` names the file or `--var`.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{origin}: {message}")]
+pub struct VarsError {
+    pub origin: String,
+    pub message: String,
+}
+
+impl VarsError {
+    pub fn reason(&self) -> &'static str {
+        "InvalidVariables"
+    }
+}
+
+/// The auto var files of one directory, sorted by name: `vars.auto.yaml`, `vars.*.auto.yaml`
+/// (`.yml` too).
+pub fn auto_var_files(dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p.is_file() && p.file_name().and_then(|n| n.to_str()).is_some_and(is_auto_var_file))
+        .collect();
+    files.sort();
+    files
+}
+
+fn is_auto_var_file(name: &str) -> bool {
+    let Some(stem) = name.strip_suffix(".auto.yaml").or_else(|| name.strip_suffix(".auto.yml")) else {
+        return false;
+    };
+    stem == "vars" || stem.strip_prefix("vars.").is_some_and(|middle| !middle.is_empty())
+}
+
+/// Resolves the final variables.
+pub fn resolve(
+    defaults: &IndexMap<String, Value>,
+    manifest_dirs: &[PathBuf],
+    sources: &[VarSource],
+) -> Result<Map<String, Value>, VarsError> {
+    let mut vars: Map<String, Value> = defaults.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    let mut seen_dirs: Vec<&PathBuf> = Vec::new();
+    for dir in manifest_dirs {
+        if seen_dirs.contains(&dir) {
+            continue;
+        }
+        seen_dirs.push(dir);
+        for file in auto_var_files(dir) {
+            merge_file(&mut vars, &file)?;
+        }
+    }
+    for source in sources {
+        match source {
+            VarSource::Assignment { key, value } => {
+                let nested = key.rsplit('.').fold(Value::String(value.clone()), |acc, part| {
+                    Value::Object(Map::from_iter([(part.to_string(), acc)]))
+                });
+                let Value::Object(layer) = nested else { unreachable!("fold always wraps in a map") };
+                deep_merge(&mut vars, layer);
+            }
+            VarSource::File(path) => merge_file(&mut vars, path)?,
+        }
+    }
+    Ok(vars)
+}
+
+fn merge_file(vars: &mut Map<String, Value>, path: &Path) -> Result<(), VarsError> {
+    let origin = format!("var file {}", path.display());
+    let err = |message: String| VarsError { origin: origin.clone(), message };
+    let text = std::fs::read_to_string(path).map_err(|e| err(format!("cannot read: {e}")))?;
+    let value: Value = if super::manifest::is_json(path) {
+        serde_json::from_str(&text).map_err(|e| err(e.to_string()))?
+    } else if text.trim().is_empty() {
+        Value::Object(Map::new())
+    } else {
+        serde_norway::from_str(&text).map_err(|e| err(e.to_string()))?
+    };
+    let Value::Object(_) = &value else {
+        return Err(err("must be a mapping of variable names to values".to_string()));
+    };
+    let template = expr::compile(&value, "").map_err(|e| err(e.to_string()))?;
+    let rendered = expr::render(&template, &context(vars), "").map_err(|e| err(e.to_string()))?;
+    let Value::Object(layer) = rendered else { unreachable!("rendering keeps the root's shape") };
+    deep_merge(vars, layer);
+    Ok(())
+}
+
+/// The expression context of variables alone: each at the top level and all under `vars`.
+pub fn context(vars: &Map<String, Value>) -> Value {
+    let mut ctx = vars.clone();
+    ctx.insert("vars".to_string(), Value::Object(vars.clone()));
+    Value::Object(ctx)
+}
+
+/// Merges `layer` into `base`: maps merge recursively, anything else replaces.
+pub fn deep_merge(base: &mut Map<String, Value>, layer: Map<String, Value>) {
+    for (key, value) in layer {
+        match (base.get_mut(&key), value) {
+            (Some(Value::Object(existing)), Value::Object(incoming)) => deep_merge(existing, incoming),
+            (_, value) => {
+                base.insert(key, value);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn map(v: Value) -> IndexMap<String, Value> {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn assignments_need_an_equals_sign_and_a_name() {
+        assert!(VarSource::parse_assignment("novalue").unwrap_err().contains("no `=`"));
+        assert!(VarSource::parse_assignment("=x").unwrap_err().contains("empty variable name"));
+        assert_eq!(
+            VarSource::parse_assignment("a=b=c").unwrap(),
+            VarSource::Assignment { key: "a".into(), value: "b=c".into() }
+        );
+    }
+
+    #[test]
+    fn layers_apply_in_order_and_maps_deep_merge() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("vars.auto.yaml"), "db: {host: auto, port: 5432}\nenv: auto\n").unwrap();
+        std::fs::write(dir.path().join("vars.b.auto.yaml"), "env: b\nurl: '{{ db.host }}:{{ vars.db.port }}'\n")
+            .unwrap();
+        std::fs::write(dir.path().join("vars.yaml"), "ignored: true\n").unwrap();
+        let file = dir.path().join("extra.yaml");
+        std::fs::write(&file, "db: {port: 6543}\nlabel: '{{ env }}'\n").unwrap();
+        let sources = vec![
+            VarSource::File(file),
+            VarSource::parse_assignment("env=cli").unwrap(),
+            VarSource::parse_assignment("db.host=override").unwrap(),
+        ];
+        let vars = resolve(&map(json!({"env": "default", "keep": 1})), &[dir.path().to_path_buf()], &sources).unwrap();
+        assert_eq!(
+            Value::Object(vars),
+            json!({"env": "cli", "keep": 1, "db": {"host": "override", "port": 6543}, "url": "auto:5432", "label": "b"})
+        );
+    }
+
+    #[test]
+    fn a_var_file_expression_over_an_unknown_variable_names_file_and_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("v.yaml");
+        std::fs::write(&file, "a:\n  b: '{{ nope }}'\n").unwrap();
+        let err = resolve(&map(json!({"token": "s3cret"})), &[], &[VarSource::File(file)]).unwrap_err();
+        assert!(err.origin.contains("v.yaml"), "{err}");
+        assert!(err.message.starts_with("a.b:"), "{err}");
+        assert!(!err.to_string().contains("s3cret"));
+    }
+
+    #[test]
+    fn a_var_file_must_be_a_mapping() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("v.yaml");
+        std::fs::write(&file, "- 1\n- 2\n").unwrap();
+        let err = resolve(&IndexMap::new(), &[], &[VarSource::File(file)]).unwrap_err();
+        assert!(err.message.contains("mapping"), "{err}");
+    }
+
+    #[test]
+    fn auto_var_file_names() {
+        assert!(is_auto_var_file("vars.auto.yaml"));
+        assert!(is_auto_var_file("vars.prod.auto.yml"));
+        assert!(!is_auto_var_file("vars..auto.yaml"));
+        assert!(!is_auto_var_file("other.auto.yaml"));
+        assert!(!is_auto_var_file("vars.yaml"));
+    }
+}

@@ -1,0 +1,54 @@
+//! The `deployster` binary: parses the command line, sets up logging, runs the command and maps
+//! the result to the documented exit codes (0 ok, 1 failed resources, 2 invalid input/usage).
+#![forbid(unsafe_code)]
+
+use std::process::ExitCode;
+
+use deployster::cli::{self, Command};
+
+/// Logs on stderr, filtered by `DEPLOYSTER_LOG` (default: warnings; the controller: info), as
+/// JSON for `deployster controller --log-format json`.
+fn init_logging(cli: &cli::Cli) {
+    #[cfg(feature = "kube")]
+    let (default, json) = match &cli.command {
+        Command::Controller(args) => ("info", args.log_format == cli::LogFormat::Json),
+        _ => ("warn", false),
+    };
+    #[cfg(not(feature = "kube"))]
+    let (default, json) = {
+        let _ = cli;
+        ("warn", false)
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("DEPLOYSTER_LOG").unwrap_or_else(|_| default.into());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = cli::parse();
+    if let Command::BuiltinType { name, args } = &cli.command {
+        // Built-in types are resource programs: no runtime, no logging set-up, just the protocol.
+        return ExitCode::from(u8::try_from(deployster::builtins::main(name, args)).unwrap_or(1));
+    }
+    init_logging(&cli);
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(cli::run(cli)) {
+        Ok(exit) => ExitCode::from(exit.code()),
+        Err(error) => {
+            // Every error's message already carries its cause; printing the source chain too
+            // would repeat it.
+            eprintln!("error: {error}");
+            ExitCode::from(error.exit().code())
+        }
+    }
+}

@@ -1,0 +1,149 @@
+//! A resource type for Deployster's tests. It follows the protocol by default and misbehaves on
+//! request, so that every bad response can be produced by a real program.
+//!
+//! * init: prints `<workspace>/fixture-init/<name>.json` verbatim when that file exists (any
+//!   content, even garbage). Otherwise the image tag of `type` picks a profile (containers see
+//!   no workspace files): `…:plugs` asks for plug `ro` at `/ro` (read-only) and `rw` at `/rw`
+//!   (writable); anything else gets a permissive default.
+//! * state (`state`): driven by `config`:
+//!   - `respond`: a JSON value printed as the response; `raw`: a string printed as is;
+//!   - `exit`: exit code; `sleep_ms`: sleep first; `hang`: never finish;
+//!   - otherwise VALID when the marker file (`marker`, default `<workspace>/<name>.marker`)
+//!     exists, MISSING with action `create` when it does not.
+//!   - `actions`: the actions to ask for when MISSING, instead of the default `create`;
+//!   - `spew_bytes`: print that many bytes on stdout first.
+//! * action (`act <name>`): prints to stdout and stderr; `action_exit` makes it fail;
+//!   `stays_stale` makes `create` not create the marker; `write_file` makes it write that
+//!   path (and fail clearly if it cannot); `sleep_ms` applies too, `action_sleep_ms` only here.
+//! * `log`: appends `<name> <phase> <start_ms> <end_ms>` to that file; `record`: appends each
+//!   request as a JSON line, with the `DEPLOYSTER_PLUG_*` variables the program saw.
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::{Value, json};
+
+fn now_ms() -> u128 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0)
+}
+
+fn append(path: &str, line: &str) {
+    let mut file = std::fs::OpenOptions::new().create(true).append(true).open(path).expect("open log");
+    file.write_all(format!("{line}\n").as_bytes()).expect("append log");
+}
+
+fn main() {
+    let mut input = String::new();
+    std::io::stdin().read_to_string(&mut input).expect("read stdin");
+    // Requests nest dependencies recursively: no recursion limit for long chains.
+    let mut deserializer = serde_json::Deserializer::from_str(&input);
+    deserializer.disable_recursion_limit();
+    let request = <Value as serde::Deserialize>::deserialize(&mut deserializer).unwrap_or(Value::Null);
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let name = request["name"].as_str().unwrap_or("unnamed").to_string();
+    let workspace = PathBuf::from(request["workspace"].as_str().unwrap_or("."));
+    let config = request.get("config").cloned().unwrap_or(Value::Null);
+    let phase = match args.as_slice() {
+        [] => "init".to_string(),
+        [state] if state == "state" => "state".to_string(),
+        [act, action] if act == "act" => format!("action:{action}"),
+        other => {
+            eprintln!("fixture: unexpected arguments {other:?}");
+            std::process::exit(64);
+        }
+    };
+    if let Some(path) = config["record"].as_str() {
+        let plug_env: serde_json::Map<String, Value> = std::env::vars()
+            .filter(|(k, _)| k.starts_with("DEPLOYSTER_PLUG_"))
+            .map(|(k, v)| (k, Value::String(v)))
+            .collect();
+        append(path, &json!({"phase": phase, "request": request, "plug_env": plug_env}).to_string());
+    }
+    let started = now_ms();
+    let tag = request["type"].as_str().and_then(|t| t.rsplit_once(':')).map(|(_, tag)| tag.to_string());
+    let code = run(&phase, &name, &workspace, &config, tag.as_deref());
+    if let Some(path) = config["log"].as_str() {
+        append(path, &format!("{name} {phase} {started} {}", now_ms()));
+    }
+    std::process::exit(code);
+}
+
+fn run(phase: &str, name: &str, workspace: &std::path::Path, config: &Value, tag: Option<&str>) -> i32 {
+    if phase == "init" {
+        let custom = workspace.join("fixture-init").join(format!("{name}.json"));
+        let mut init =
+            json!({"label": "Test fixture", "config_schema": {"type": "object"}, "state_action": {"args": ["state"]}});
+        if tag == Some("plugs") {
+            init["plugs"] = json!({"ro": {"container_path": "/ro"}, "rw": {"container_path": "/rw", "writable": true}});
+        }
+        match std::fs::read_to_string(&custom) {
+            Ok(text) => print!("{text}"),
+            Err(_) => println!("{init}"),
+        }
+        return 0;
+    }
+    if config["hang"].as_bool() == Some(true) {
+        std::thread::sleep(Duration::from_secs(3600));
+    }
+    if let Some(ms) = config["sleep_ms"].as_u64() {
+        std::thread::sleep(Duration::from_millis(ms));
+    }
+    let marker =
+        config["marker"].as_str().map(PathBuf::from).unwrap_or_else(|| workspace.join(format!("{name}.marker")));
+    if let Some(action) = phase.strip_prefix("action:") {
+        println!("{action}: working on {}", marker.display());
+        if let Some(ms) = config["action_sleep_ms"].as_u64() {
+            std::thread::sleep(Duration::from_millis(ms));
+        }
+        eprintln!("{action}: a note on stderr");
+        if let Some(code) = config["action_exit"].as_i64().filter(|c| *c != 0) {
+            eprintln!("{action}: failing with exit code {code} as configured");
+            return code as i32;
+        }
+        if let Some(path) = config["write_file"].as_str()
+            && let Err(e) = std::fs::write(path, "written by an action\n")
+        {
+            eprintln!("{action}: cannot write {path}: {e}");
+            return 1;
+        }
+        if action == "create" && config["stays_stale"].as_bool() != Some(true) {
+            std::fs::write(&marker, config["content"].as_str().unwrap_or("created")).expect("write marker");
+        }
+        return 0;
+    }
+    eprintln!("state: checking {name}");
+    if let Some(n) = config["spew_bytes"].as_u64() {
+        let chunk = vec![b'x'; 64 * 1024];
+        let mut out = std::io::stdout().lock();
+        let mut left = n as usize;
+        while left > 0 {
+            let take = left.min(chunk.len());
+            if out.write_all(&chunk[..take]).is_err() {
+                return 1;
+            }
+            left -= take;
+        }
+    }
+    if let Some(code) = config["exit"].as_i64().filter(|c| *c != 0) {
+        eprintln!("state: failing with exit code {code} as configured");
+        return code as i32;
+    }
+    if let Some(raw) = config["raw"].as_str() {
+        print!("{raw}");
+        return 0;
+    }
+    if let Some(response) = config.get("respond") {
+        println!("{response}");
+        return 0;
+    }
+    if marker.exists() {
+        let content = std::fs::read_to_string(&marker).unwrap_or_default();
+        println!("{}", json!({"status": "VALID", "state": {"marker": marker, "content": content}}));
+    } else {
+        let default = json!([{"name": "create", "description": format!("Create {}", marker.display()), "args": ["act", "create"]}]);
+        let actions = config.get("actions").cloned().unwrap_or(default);
+        println!("{}", json!({"status": "MISSING", "staleState": {}, "actions": actions}));
+    }
+    0
+}

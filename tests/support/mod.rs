@@ -1,0 +1,158 @@
+//! Helpers for the black-box tests: run the real `deployster` binary on manifests written into
+//! temporary directories, with the fixture resource type beside them.
+#![allow(dead_code)] // each test binary uses a different subset
+
+#[cfg(feature = "docker")]
+pub mod docker;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+
+use serde_json::Value;
+
+/// The deployster binary under test.
+pub fn deployster() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_deployster"))
+}
+
+/// The fixture resource type (`tests/fixture-type`), built once per test process next to the
+/// deployster binary.
+pub fn fixture() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let bin = deployster();
+            let path = bin.with_file_name("deployster-fixture-type");
+            if is_fresh(&path) {
+                return path;
+            }
+            let mut build = Command::new(env!("CARGO"));
+            build.args(["build", "--quiet", "-p", "deployster-fixture-type"]);
+            if bin.parent().and_then(Path::file_name).is_some_and(|d| d == "release") {
+                build.arg("--release");
+            }
+            let status = build.status().expect("run cargo to build the fixture type");
+            assert!(status.success(), "building the fixture type failed");
+            assert!(path.exists(), "fixture type not found at {}", path.display());
+            path
+        })
+        .clone()
+}
+
+/// Whether the built fixture is newer than its sources (saves a cargo run per test process).
+fn is_fresh(binary: &Path) -> bool {
+    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixture-type");
+    let Some(built) = modified(binary) else { return false };
+    ["Cargo.toml", "src/main.rs"].iter().all(|f| modified(&root.join(f)).is_some_and(|m| m < built))
+}
+
+/// What a command did.
+#[derive(Debug)]
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    fn from(output: Output) -> Self {
+        Run {
+            code: output.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        }
+    }
+
+    /// Both streams, for assertions that do not care where a message went.
+    pub fn all(&self) -> String {
+        format!("{}\n{}", self.stdout, self.stderr)
+    }
+
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}", self.all()))
+    }
+}
+
+/// A temporary directory holding a manifest, with `./fixture` linked to the fixture type.
+pub struct Workspace {
+    pub dir: tempfile::TempDir,
+}
+
+impl Workspace {
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::os::unix::fs::symlink(fixture(), dir.path().join("fixture")).expect("link fixture");
+        Workspace { dir }
+    }
+
+    pub fn path(&self, relative: &str) -> PathBuf {
+        self.dir.path().join(relative)
+    }
+
+    /// The workspace path as a string, for manifests.
+    pub fn root(&self) -> String {
+        self.dir.path().display().to_string()
+    }
+
+    pub fn write(&self, relative: &str, content: &str) -> PathBuf {
+        let path = self.path(relative);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).expect("create parent");
+        }
+        std::fs::write(&path, content).expect("write file");
+        path
+    }
+
+    /// Writes `manifest.yaml`, replacing `$WS` with the workspace path.
+    pub fn manifest(&self, yaml: &str) -> PathBuf {
+        self.write("manifest.yaml", &yaml.replace("$WS", &self.root()))
+    }
+
+    /// Makes the fixture answer `init` for resource `name` with `content`, verbatim.
+    pub fn init_response(&self, name: &str, content: &str) {
+        self.write(&format!("fixture-init/{name}.json"), content);
+    }
+
+    /// Runs deployster in the workspace with stdin closed (no terminal).
+    pub fn run(&self, args: &[&str]) -> Run {
+        self.run_with_env(args, &[])
+    }
+
+    /// Runs deployster with extra environment variables.
+    pub fn run_with_env(&self, args: &[&str], env: &[(&str, &str)]) -> Run {
+        let output = Command::new(deployster())
+            .args(args)
+            .envs(env.iter().copied())
+            .current_dir(self.dir.path())
+            .stdin(Stdio::null())
+            .output()
+            .expect("run deployster");
+        Run::from(output)
+    }
+
+    pub fn apply(&self, extra: &[&str]) -> Run {
+        self.run(&[&["apply", "-f", "manifest.yaml", "--yes"], extra].concat())
+    }
+
+    pub fn plan(&self, extra: &[&str]) -> Run {
+        self.run(&[&["plan", "-f", "manifest.yaml"], extra].concat())
+    }
+
+    pub fn exists(&self, relative: &str) -> bool {
+        self.path(relative).exists()
+    }
+
+    pub fn read(&self, relative: &str) -> String {
+        std::fs::read_to_string(self.path(relative)).unwrap_or_else(|e| panic!("read {relative}: {e}"))
+    }
+
+    /// The requests recorded by fixture resources configured with `record: $WS/<file>`.
+    pub fn recorded(&self, file: &str) -> Vec<Value> {
+        match std::fs::read_to_string(self.path(file)) {
+            Ok(text) => text.lines().map(|l| serde_json::from_str(l).expect("recorded JSON")).collect(),
+            Err(_) => Vec::new(),
+        }
+    }
+}
