@@ -1,0 +1,426 @@
+//! Runs resource types that are Docker images, through the Docker Engine API (bollard) — never
+//! the `docker` CLI.
+//!
+//! One invocation is one container: create (image, entrypoint, args, env, labels, plug mounts),
+//! attach stdin/stdout/stderr, start, write the request and close stdin, read the demultiplexed
+//! output (bounded), wait for the exit code, remove. A timeout or cancellation kills the
+//! container, and it is removed on every path. Containers carry labels naming the manifest,
+//! resource, phase, run and owning process, so that the containers of a deployster that crashed
+//! are found and removed the next time one connects (never those of a run still alive).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use bollard::Docker;
+use bollard::container::LogOutput;
+use bollard::errors::Error as DockerError;
+use bollard::models::{ContainerCreateBody, HostConfig, HostConfigLogConfig, Mount as DockerMount, MountType};
+use bollard::query_parameters::{
+    AttachContainerOptionsBuilder, CreateImageOptionsBuilder, KillContainerOptionsBuilder,
+    ListContainersOptionsBuilder, RemoveContainerOptionsBuilder, StartContainerOptions, WaitContainerOptions,
+};
+use futures::StreamExt;
+use tokio::io::AsyncWriteExt;
+use tokio::sync::OnceCell;
+
+use super::output::Capture;
+use super::{DEFAULT_OUTPUT_LIMIT, ExecError, Executor, Exit, Invocation, Outcome, Stream};
+use crate::engine::typeref::{ImageRef, TypeRef};
+
+pub const LABEL_MANIFEST: &str = "deployster.io/manifest";
+pub const LABEL_RESOURCE: &str = "deployster.io/resource";
+pub const LABEL_PHASE: &str = "deployster.io/phase";
+pub const LABEL_RUN_ID: &str = "deployster.io/run-id";
+/// `host/pid/start-time` of the deployster process that created the container.
+pub const LABEL_OWNER: &str = "deployster.io/owner";
+
+/// When images are pulled.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum PullPolicy {
+    /// Pull only images that are not present locally.
+    #[default]
+    IfNotPresent,
+    /// Pull every image once per run, even if present.
+    Always,
+    /// Never pull: an image that is not present is an error.
+    Never,
+}
+
+/// How long connecting to the daemon may take before it counts as unreachable.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Runs images as containers. Connects lazily: a run that uses no image never talks to Docker.
+pub struct DockerExecutor {
+    pull: PullPolicy,
+    output_limit: usize,
+    owner: String,
+    client: OnceCell<Result<Docker, String>>,
+    /// Image reference → (image ID, run that last pulled it).
+    images: Mutex<HashMap<String, (String, Option<String>)>>,
+    /// Successful `init` outcomes: a reconcile loop does not re-run `init` on every pass.
+    init_cache: Mutex<HashMap<InitKey, Outcome>>,
+}
+
+/// What makes two `init` invocations the same: the image ID (not its name, which may move),
+/// the command line and the request.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct InitKey {
+    image_id: String,
+    entrypoint: Option<String>,
+    args: Vec<String>,
+    request: Vec<u8>,
+}
+
+impl DockerExecutor {
+    pub fn new(pull: PullPolicy) -> Self {
+        Self {
+            pull,
+            output_limit: DEFAULT_OUTPUT_LIMIT,
+            owner: this_process_owner(),
+            client: OnceCell::new(),
+            images: Mutex::default(),
+            init_cache: Mutex::default(),
+        }
+    }
+
+    pub fn with_output_limit(mut self, limit: usize) -> Self {
+        self.output_limit = limit;
+        self
+    }
+
+    /// The `deployster.io/owner` label value of containers this process creates.
+    pub fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    /// The connected client; the first call connects, negotiates the API version and removes
+    /// orphaned containers.
+    async fn client(&self) -> Result<&Docker, ExecError> {
+        let connected = self
+            .client
+            .get_or_init(|| async {
+                let host = docker_host();
+                let unreachable = |why: String| format!("cannot reach the Docker daemon at {host}: {why}");
+                let docker = Docker::connect_with_defaults().map_err(|e| unreachable(describe(&e)))?;
+                let docker = tokio::time::timeout(CONNECT_TIMEOUT, docker.negotiate_version())
+                    .await
+                    .map_err(|_| unreachable(format!("no answer within {CONNECT_TIMEOUT:?}")))?
+                    .map_err(|e| unreachable(describe(&e)))?;
+                match remove_orphans(&docker).await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(removed = n, "removed containers orphaned by a deployster that died"),
+                    Err(e) => tracing::warn!(error = %describe(&e), "could not look for orphaned containers"),
+                }
+                Ok(docker)
+            })
+            .await;
+        connected.as_ref().map_err(|message| ExecError::Unavailable(message.clone()))
+    }
+
+    /// Makes sure `image` is present according to the pull policy; returns its ID.
+    async fn ensure_image(&self, docker: &Docker, image: &ImageRef, run_id: &str) -> Result<String, ExecError> {
+        let reference = image.to_string();
+        if let Some((id, pulled_by)) = self.images.lock().expect("images lock").get(&reference)
+            && (self.pull != PullPolicy::Always || pulled_by.as_deref() == Some(run_id))
+        {
+            return Ok(id.clone());
+        }
+        let image_error = |message: String| ExecError::Image { image: reference.clone(), message };
+        let present = match docker.inspect_image(&reference).await {
+            Ok(inspect) => inspect.id,
+            Err(DockerError::DockerResponseServerError { status_code: 404, .. }) => None,
+            Err(e) => return Err(image_error(describe(&e))),
+        };
+        let mut pulled = None;
+        let id = match (present, self.pull) {
+            (Some(id), PullPolicy::IfNotPresent | PullPolicy::Never) => id,
+            (None, PullPolicy::Never) => {
+                return Err(image_error("not present locally, and the pull policy `never` forbids pulling it".into()));
+            }
+            (_, _) => {
+                pull(docker, image).await.map_err(|e| image_error(format!("cannot pull it: {e}")))?;
+                pulled = Some(run_id.to_string());
+                let inspect = docker.inspect_image(&reference).await.map_err(|e| image_error(describe(&e)))?;
+                inspect.id.ok_or_else(|| image_error("the daemon reported no image ID".into()))?
+            }
+        };
+        self.images.lock().expect("images lock").insert(reference, (id.clone(), pulled));
+        Ok(id)
+    }
+
+    fn container_body(&self, image: &str, invocation: &Invocation) -> ContainerCreateBody {
+        let labels = HashMap::from([
+            (LABEL_MANIFEST.to_string(), invocation.labels.manifest.clone()),
+            (LABEL_RESOURCE.to_string(), invocation.labels.resource.clone()),
+            (LABEL_PHASE.to_string(), invocation.labels.phase.clone()),
+            (LABEL_RUN_ID.to_string(), invocation.labels.run_id.clone()),
+            (LABEL_OWNER.to_string(), self.owner.clone()),
+        ]);
+        let mounts = invocation
+            .mounts
+            .iter()
+            .map(|m| DockerMount {
+                target: Some(m.container_path.clone()),
+                source: Some(m.host_path.display().to_string()),
+                typ: Some(MountType::BIND),
+                read_only: Some(!m.writable),
+                ..DockerMount::default()
+            })
+            .collect();
+        ContainerCreateBody {
+            image: Some(image.to_string()),
+            entrypoint: invocation.entrypoint.clone().map(|e| vec![e]),
+            // No arguments means the image's own default command.
+            cmd: (!invocation.args.is_empty()).then(|| invocation.args.clone()),
+            env: Some(invocation.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+            labels: Some(labels),
+            attach_stdin: Some(true),
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            open_stdin: Some(true),
+            stdin_once: Some(true),
+            tty: Some(false),
+            host_config: Some(HostConfig {
+                mounts: Some(mounts),
+                // Output is captured through the attachment; a daemon-side log would be waste.
+                log_config: Some(HostConfigLogConfig { typ: Some("none".into()), config: None }),
+                ..HostConfig::default()
+            }),
+            ..ContainerCreateBody::default()
+        }
+    }
+
+    /// Runs one container to completion, removing it on every path.
+    async fn run_container(&self, docker: &Docker, image: &str, invocation: &Invocation) -> Result<Outcome, ExecError> {
+        let started = Instant::now();
+        let body = self.container_body(image, invocation);
+        let id = docker
+            .create_container(None, body)
+            .await
+            .map_err(|e| ExecError::Container { step: "create", message: describe(&e) })?
+            .id;
+        let result = tokio::select! {
+            r = self.attach_and_run(docker, &id, invocation) => r,
+            _ = tokio::time::sleep(invocation.timeout) => Err(ExecError::TimedOut(invocation.timeout)),
+            _ = invocation.cancel.cancelled() => Err(ExecError::Cancelled),
+        };
+        if result.is_err() {
+            let _ =
+                docker.kill_container(&id, Some(KillContainerOptionsBuilder::default().signal("KILL").build())).await;
+        }
+        remove_container(docker, &id).await;
+        result.map(|(exit, stdout, stderr)| Outcome { exit, stdout, stderr, elapsed: started.elapsed() })
+    }
+
+    async fn attach_and_run(
+        &self,
+        docker: &Docker,
+        id: &str,
+        invocation: &Invocation,
+    ) -> Result<(Exit, Vec<u8>, Vec<u8>), ExecError> {
+        let options =
+            AttachContainerOptionsBuilder::default().stdin(true).stdout(true).stderr(true).stream(true).build();
+        let attached = docker
+            .attach_container(id, Some(options))
+            .await
+            .map_err(|e| ExecError::Container { step: "attach to", message: describe(&e) })?;
+        let (mut input, mut output) = (attached.input, attached.output);
+        // Written concurrently with start: a request larger than the pipe buffer only drains
+        // once the program runs. A program that exits without reading it is not our failure.
+        let write = async {
+            let _ = input.write_all(&invocation.stdin).await;
+            let _ = input.shutdown().await;
+        };
+        let run = async {
+            docker
+                .start_container(id, None::<StartContainerOptions>)
+                .await
+                .map_err(|e| ExecError::Container { step: "start", message: describe(&e) })?;
+            let mut stdout = Capture::new(Stream::Stdout, self.output_limit, invocation.sink.clone());
+            let mut stderr = Capture::new(Stream::Stderr, self.output_limit, invocation.sink.clone());
+            while let Some(item) = output.next().await {
+                match item.map_err(|e| ExecError::Container { step: "read the output of", message: describe(&e) })? {
+                    LogOutput::StdOut { message } => stdout.push(&message)?,
+                    LogOutput::StdErr { message } => stderr.push(&message)?,
+                    LogOutput::Console { .. } | LogOutput::StdIn { .. } => {}
+                }
+            }
+            let exit = wait_for_exit(docker, id).await?;
+            Ok((exit, stdout.finish(), stderr.finish()))
+        };
+        // The run decides: once the container exited, a half-close still in flight on the
+        // attachment is of no interest (waiting for it cost ~40 ms per invocation).
+        tokio::pin!(write, run);
+        let mut written = false;
+        loop {
+            tokio::select! {
+                () = &mut write, if !written => written = true,
+                result = &mut run => return result,
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Executor for DockerExecutor {
+    async fn preflight(&self, _programs: &[TypeRef]) -> Result<(), ExecError> {
+        self.client().await.map(|_| ())
+    }
+
+    async fn invoke(&self, invocation: Invocation) -> Result<Outcome, ExecError> {
+        let TypeRef::Image(image) = &invocation.program else {
+            return Err(ExecError::Unavailable(format!("the Docker executor cannot run {}", invocation.program)));
+        };
+        let docker = self.client().await?;
+        let image_id = self.ensure_image(docker, image, &invocation.labels.run_id).await?;
+        let cache_key = (invocation.labels.phase == "init").then(|| InitKey {
+            image_id,
+            entrypoint: invocation.entrypoint.clone(),
+            args: invocation.args.clone(),
+            request: invocation.stdin.clone(),
+        });
+        if let Some(key) = &cache_key
+            && let Some(hit) = self.init_cache.lock().expect("init cache lock").get(key)
+        {
+            return Ok(hit.clone());
+        }
+        let outcome = self.run_container(docker, &image.to_string(), &invocation).await?;
+        if let Some(key) = cache_key
+            && outcome.exit.success()
+        {
+            self.init_cache.lock().expect("init cache lock").insert(key, outcome.clone());
+        }
+        Ok(outcome)
+    }
+}
+
+/// The exit code, once the container stopped. bollard reports a non-zero code as an error.
+async fn wait_for_exit(docker: &Docker, id: &str) -> Result<Exit, ExecError> {
+    match docker.wait_container(id, None::<WaitContainerOptions>).next().await {
+        Some(Ok(response)) => Ok(Exit::Code(response.status_code as i32)),
+        Some(Err(DockerError::DockerContainerWaitError { code, .. })) => Ok(Exit::Code(code as i32)),
+        Some(Err(e)) => Err(ExecError::Container { step: "wait for", message: describe(&e) }),
+        None => {
+            Err(ExecError::Container { step: "wait for", message: "the daemon ended the wait without a status".into() })
+        }
+    }
+}
+
+async fn remove_container(docker: &Docker, id: &str) {
+    let options = RemoveContainerOptionsBuilder::default().force(true).v(true).build();
+    match docker.remove_container(id, Some(options)).await {
+        Ok(()) | Err(DockerError::DockerResponseServerError { status_code: 404, .. }) => {}
+        Err(e) => tracing::warn!(container = id, error = %describe(&e), "could not remove a container"),
+    }
+}
+
+/// Pulls `image`, consuming the progress stream; returns the first error reported.
+async fn pull(docker: &Docker, image: &ImageRef) -> Result<(), String> {
+    let repository = match &image.registry {
+        Some(registry) => format!("{registry}/{}", image.repository),
+        None => image.repository.clone(),
+    };
+    // An empty tag would pull every tag of the repository.
+    let tag = image.digest.clone().or_else(|| image.tag.clone()).unwrap_or_else(|| "latest".into());
+    let options = CreateImageOptionsBuilder::default().from_image(&repository).tag(&tag).build();
+    let mut progress = docker.create_image(Some(options), None, None);
+    while let Some(item) = progress.next().await {
+        match item {
+            Ok(info) if info.error_detail.is_some() => {
+                let detail = info.error_detail.and_then(|d| d.message).unwrap_or_default();
+                return Err(detail);
+            }
+            Ok(_) => {}
+            Err(e) => return Err(describe(&e)),
+        }
+    }
+    Ok(())
+}
+
+/// Removes every container carrying our labels whose owning process, on this host, is gone.
+/// Containers of other hosts are left alone: their owner may be alive.
+pub async fn remove_orphans(docker: &Docker) -> Result<usize, DockerError> {
+    let filters = HashMap::from([("label".to_string(), vec![LABEL_OWNER.to_string()])]);
+    let options = ListContainersOptionsBuilder::default().all(true).filters(&filters).build();
+    let mut removed = 0;
+    for container in docker.list_containers(Some(options)).await? {
+        let owner = container.labels.as_ref().and_then(|l| l.get(LABEL_OWNER)).cloned().unwrap_or_default();
+        if let Some(id) = container.id
+            && owner_is_gone(&owner)
+        {
+            remove_container(docker, &id).await;
+            removed += 1;
+        }
+    }
+    Ok(removed)
+}
+
+fn hostname() -> String {
+    nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+/// The start time of a process (clock ticks since boot), which tells a live process from a
+/// later one that reuses its PID.
+fn process_start_time(pid: &str) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the parenthesised command name; the start time is field 22 overall.
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    after_name.split_whitespace().nth(19).map(str::to_string)
+}
+
+fn this_process_owner() -> String {
+    let pid = std::process::id().to_string();
+    let start = process_start_time(&pid).unwrap_or_default();
+    format!("{}/{pid}/{start}", hostname())
+}
+
+/// Whether the owner recorded on a container is a process of this host that no longer runs.
+fn owner_is_gone(owner: &str) -> bool {
+    let mut parts = owner.splitn(3, '/');
+    let (Some(host), Some(pid), Some(start)) = (parts.next(), parts.next(), parts.next()) else {
+        return false;
+    };
+    host == hostname() && process_start_time(pid).as_deref() != Some(start)
+}
+
+/// Where the daemon is expected, for messages.
+fn docker_host() -> String {
+    std::env::var("DOCKER_HOST").unwrap_or_else(|_| "unix:///var/run/docker.sock".to_string())
+}
+
+/// A bollard error as one line: the daemon's own message when it gave one, else the error and
+/// its causes.
+fn describe(error: &DockerError) -> String {
+    if let DockerError::DockerResponseServerError { message, .. } = error {
+        return message.trim().to_string();
+    }
+    let mut text = error.to_string();
+    let mut next = std::error::Error::source(error);
+    while let Some(cause) = next {
+        let line = cause.to_string();
+        if !text.contains(&line) {
+            text.push_str(": ");
+            text.push_str(&line);
+        }
+        next = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_owner_is_gone_only_when_its_process_on_this_host_is() {
+        let me = this_process_owner();
+        assert!(!owner_is_gone(&me), "this process is alive");
+        let pid = std::process::id();
+        assert!(owner_is_gone(&format!("{}/{pid}/0", hostname())), "same PID, another start time: reused");
+        assert!(owner_is_gone(&format!("{}/4194304999/1", hostname())), "no such process");
+        assert!(!owner_is_gone("some-other-host/1/1"), "other hosts are not ours to judge");
+        assert!(!owner_is_gone("garbage"));
+    }
+}

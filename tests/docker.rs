@@ -1,0 +1,314 @@
+//! Resource types as Docker images, on this machine's real Docker engine. The images are built
+//! by the test setup from static binaries (see `support::docker`). Without Docker these tests
+//! skip with a printed reason — unless `DEPLOYSTER_REQUIRE_DOCKER=1`, as in CI, where they fail.
+#![cfg(feature = "docker")]
+
+mod support;
+
+use std::collections::HashMap;
+
+use bollard::models::ContainerCreateBody;
+use bollard::query_parameters::RemoveContainerOptionsBuilder;
+use deployster::engine::executor::docker::{LABEL_OWNER, LABEL_RUN_ID};
+use support::docker::{self, DIRECTORY_IMAGE, DockerEnv, FILE_IMAGE, FIXTURE_IMAGE, FIXTURE_PLUGS_IMAGE};
+use support::{Run, Workspace};
+
+macro_rules! docker_or_skip {
+    () => {
+        match docker::env() {
+            Some(env) => env,
+            None => return,
+        }
+    };
+}
+
+/// `apply --yes --output json` with `extra`; returns the run and its run id.
+fn apply(ws: &Workspace, extra: &[&str]) -> (Run, String) {
+    let run = ws.apply(&[&["--output", "json"], extra].concat());
+    let run_id = serde_json::from_str::<serde_json::Value>(&run.stdout)
+        .ok()
+        .and_then(|doc| doc["run_id"].as_str().map(str::to_string))
+        .unwrap_or_else(|| panic!("no JSON document with a run id:\n{}", run.all()));
+    (run, run_id)
+}
+
+fn assert_no_containers_left(env: &DockerEnv, run_id: &str) {
+    let left = env.containers_with(LABEL_RUN_ID, run_id);
+    assert!(left.is_empty(), "containers of run {run_id} were left behind: {left:?}");
+}
+
+fn status_of<'a>(doc: &'a serde_json::Value, section: &str, name: &str) -> &'a serde_json::Value {
+    let entries = doc[section].as_array().unwrap_or_else(|| panic!("no {section} in {doc}"));
+    &entries.iter().find(|e| e["name"] == name).unwrap_or_else(|| panic!("no {name} in {doc}"))["status"]
+}
+
+fn builtins_manifest(ws: &Workspace) {
+    std::fs::create_dir_all(ws.path("out")).unwrap();
+    ws.manifest(&format!(
+        r#"
+plugs:
+  files: {{ path: ./out }}
+resources:
+  data_dir:
+    type: {DIRECTORY_IMAGE}
+    config: {{ path: site, mode: "0750" }}
+  page:
+    type: {FILE_IMAGE}
+    dependencies: {{ dir: data_dir }}
+    config: {{ path: "{{{{ dir.state.path }}}}/index.html", content: "<h1>hello</h1>\n" }}
+"#
+    ));
+}
+
+#[test]
+fn builtin_types_in_containers_write_through_a_writable_plug() {
+    let env = docker_or_skip!();
+    let ws = Workspace::new();
+    builtins_manifest(&ws);
+    let (run, run_id) = apply(&ws, &[]);
+    assert_eq!(run.code, 0, "{}", run.all());
+    assert_eq!(ws.read("out/site/index.html"), "<h1>hello</h1>\n", "the file appears on the host");
+    let doc = run.json();
+    assert_eq!(doc["result"][1]["state"]["path"], "/files/site/index.html", "the container sees its own paths");
+    assert_no_containers_left(env, &run_id);
+
+    let (again, run_id) = apply(&ws, &[]);
+    assert_eq!(again.code, 0, "{}", again.all());
+    assert_eq!(again.json()["status"], "unchanged", "a second apply is a no-op");
+    assert_no_containers_left(env, &run_id);
+
+    std::fs::remove_file(ws.path("out/site/index.html")).unwrap();
+    let (fixed, run_id) = apply(&ws, &[]);
+    assert_eq!(fixed.code, 0, "{}", fixed.all());
+    let doc = fixed.json();
+    assert_eq!(status_of(&doc, "plan", "page"), "MISSING");
+    assert_eq!(status_of(&doc, "result", "page"), "APPLIED");
+    assert_eq!(ws.read("out/site/index.html"), "<h1>hello</h1>\n", "drift corrected");
+    assert_no_containers_left(env, &run_id);
+}
+
+/// A workspace with directories `ro` and `rw` declared as plugs of those names (which
+/// `FIXTURE_PLUGS_IMAGE` asks for, read-only and writable), and `resources` (YAML, indented).
+fn plugs_workspace(resources: &str) -> Workspace {
+    let ws = Workspace::new();
+    for dir in ["ro", "rw"] {
+        std::fs::create_dir_all(ws.path(dir)).unwrap();
+    }
+    ws.manifest(&format!("plugs:\n  ro: {{ path: ./ro }}\n  rw: {{ path: ./rw }}\nresources:\n{resources}"));
+    ws
+}
+
+#[test]
+fn plugs_are_mounted_read_only_unless_writable_was_asked() {
+    let env = docker_or_skip!();
+    let ws = plugs_workspace(&format!(
+        r#"  writes_rw: {{ type: "{FIXTURE_PLUGS_IMAGE}", config: {{ marker: /rw/ok.marker, write_file: /rw/written, record: /rw/requests.jsonl }} }}
+  writes_ro: {{ type: "{FIXTURE_PLUGS_IMAGE}", config: {{ marker: /rw/ro.marker, write_file: /ro/forbidden }} }}
+"#
+    ));
+    let (run, run_id) = apply(&ws, &[]);
+    assert_eq!(run.code, 1, "{}", run.all());
+    assert_eq!(ws.read("rw/written"), "written by an action\n");
+    assert!(ws.exists("rw/ok.marker"));
+    assert!(!ws.exists("ro/forbidden"), "a read-only plug was written to");
+    assert!(run.stderr.contains("resource `writes_ro` failed in action create"), "{}", run.all());
+    assert!(run.stderr.contains("cannot write /ro/forbidden: Read-only file system"), "{}", run.all());
+    let request = &ws.recorded("rw/requests.jsonl")[0]["request"];
+    assert_eq!(request["plugs"], serde_json::json!({"ro": "/ro", "rw": "/rw"}), "plugs as the container sees them");
+    assert_eq!(request["workspace"], "/", "containers do not see the manifest's directory");
+    assert_no_containers_left(env, &run_id);
+}
+
+#[test]
+fn actions_may_use_another_image_or_override_the_entrypoint() {
+    let env = docker_or_skip!();
+    let ws = plugs_workspace(&format!(
+        r#"  other_image:
+    type: "{FIXTURE_PLUGS_IMAGE}"
+    config:
+      path: /rw/by-other-image
+      marker: /rw/by-other-image
+      actions: [{{ name: mkdir, description: "runs in the built-in image", image: "{DIRECTORY_IMAGE}", args: [create] }}]
+  entrypoint:
+    type: "{FIXTURE_PLUGS_IMAGE}"
+    config:
+      path: /rw/by-entrypoint
+      marker: /rw/by-entrypoint
+      actions: [{{ name: mkdir, entrypoint: /deployster, args: [__type, directory, create] }}]
+"#
+    ));
+    let (run, run_id) = apply(&ws, &[]);
+    assert_eq!(run.code, 0, "{}", run.all());
+    assert!(ws.path("rw/by-other-image").is_dir(), "the action ran in the other image");
+    assert!(ws.path("rw/by-entrypoint").is_dir(), "the action ran with the overridden entrypoint");
+    assert!(run.stderr.contains("other_image/mkdir | created /rw/by-other-image"), "{}", run.all());
+    assert_no_containers_left(env, &run_id);
+}
+
+/// Applies one fixture resource with `config`; it must fail with every `needle` in stderr, and
+/// leave no container behind.
+fn assert_one_container_fails(config: &str, extra: &[&str], needles: &[&str]) {
+    let env = docker_or_skip!();
+    let ws = Workspace::new();
+    ws.manifest(&format!("resources:\n  it: {{ type: \"{FIXTURE_IMAGE}\", config: {config} }}\n"));
+    let started = std::time::Instant::now();
+    let (run, run_id) = apply(&ws, extra);
+    assert_eq!(run.code, 1, "{}", run.all());
+    for needle in needles {
+        assert!(run.stderr.contains(needle), "missing {needle:?} in:\n{}", run.all());
+    }
+    assert!(started.elapsed() < std::time::Duration::from_secs(60), "took {:?}", started.elapsed());
+    assert_no_containers_left(env, &run_id);
+}
+
+#[test]
+fn a_hanging_container_is_killed_and_removed_at_the_timeout() {
+    assert_one_container_fails(
+        "{ hang: true }",
+        &["--timeout", "2s"],
+        &["resource `it` failed in state", "timed out after 2s and was killed"],
+    );
+}
+
+#[test]
+fn oversized_output_fails_cleanly() {
+    assert_one_container_fails(
+        "{ spew_bytes: 9000000 }",
+        &[],
+        &["printed more than 8388608 bytes on stdout and was stopped"],
+    );
+}
+
+#[test]
+fn a_missing_image_names_the_resource_and_the_image() {
+    let _env = docker_or_skip!();
+    let ws = Workspace::new();
+    ws.manifest("resources:\n  ghost: { type: \"deployster/does-not-exist:1.0\" }\n");
+    let run = ws.apply(&[]);
+    assert_eq!(run.code, 1, "{}", run.all());
+    assert!(
+        run.all().contains("resource `ghost`: init failed: image `deployster/does-not-exist:1.0`: cannot pull it"),
+        "{}",
+        run.all()
+    );
+
+    let run = ws.apply(&["--pull", "never"]);
+    assert_eq!(run.code, 1, "{}", run.all());
+    assert!(
+        run.all().contains(
+            "image `deployster/does-not-exist:1.0`: not present locally, and the pull policy `never` forbids pulling it"
+        ),
+        "{}",
+        run.all()
+    );
+}
+
+#[test]
+fn an_unreachable_daemon_is_one_clear_error() {
+    // Needs no daemon; it runs wherever Docker support is compiled in.
+    let ws = Workspace::new();
+    ws.manifest(&format!(
+        "resources:\n  a: {{ type: \"{FIXTURE_IMAGE}\" }}\n  b: {{ type: \"{FIXTURE_IMAGE}\" }}\n  local: {{ type: builtin/directory, config: {{ path: x }} }}\n"
+    ));
+    let dead = ws.path("dead.sock");
+    let host = format!("unix://{}", dead.display());
+    let run = ws.run_with_env(&["apply", "-f", "manifest.yaml", "--yes"], &[("DOCKER_HOST", &host)]);
+    assert_eq!(run.code, 1, "{}", run.all());
+    let expected =
+        format!("manifest manifest.yaml: cannot run its resource types: cannot reach the Docker daemon at {host}");
+    assert!(run.stderr.contains(&expected), "{}", run.all());
+    assert_eq!(run.stderr.matches("cannot reach the Docker daemon").count(), 1, "{}", run.all());
+    assert!(!ws.exists("x"), "nothing ran");
+}
+
+#[test]
+fn containers_orphaned_by_a_dead_deployster_are_removed_at_the_next_start() {
+    let env = docker_or_skip!();
+    let host = nix::unistd::gethostname().unwrap().to_string_lossy().into_owned();
+    let create = |owner: String| {
+        let labels =
+            HashMap::from([(LABEL_OWNER.to_string(), owner), (LABEL_RUN_ID.to_string(), "orphan-test".into())]);
+        let body =
+            ContainerCreateBody { image: Some(FIXTURE_IMAGE.into()), labels: Some(labels), ..Default::default() };
+        env.block_on(env.docker.create_container(None, body)).expect("create a container").id
+    };
+    let dead = create(format!("{host}/4194304999/1"));
+    // This test process is alive: its containers belong to a run in progress.
+    let alive =
+        create(deployster::engine::executor::docker::DockerExecutor::new(Default::default()).owner().to_string());
+
+    let ws = Workspace::new();
+    ws.manifest(&format!(
+        "resources:\n  a: {{ type: \"{FIXTURE_IMAGE}\", config: {{ respond: {{ status: VALID, state: {{}} }} }} }}\n"
+    ));
+    let run = ws.plan(&[]);
+    assert_eq!(run.code, 0, "{}", run.all());
+
+    let left = env.containers_with(LABEL_RUN_ID, "orphan-test");
+    let remove = RemoveContainerOptionsBuilder::default().force(true).build();
+    let _ = env.block_on(env.docker.remove_container(&alive, Some(remove)));
+    assert!(!left.contains(&dead), "the dead deployster's container was not removed");
+    assert!(left.contains(&alive), "a live deployster's container was removed");
+}
+
+#[test]
+fn init_results_are_cached_per_image_and_request() {
+    use deployster::engine::executor::docker::{DockerExecutor, PullPolicy};
+    use deployster::engine::executor::{Executor, Invocation, InvocationLabels};
+    use deployster::engine::typeref::{ImageRef, TypeRef};
+
+    let env = docker_or_skip!();
+    let executor = DockerExecutor::new(PullPolicy::Never);
+    let run_id = format!("init-cache-{}", std::process::id());
+    let init = |stdin: &str| Invocation {
+        program: TypeRef::Image(ImageRef::parse(FIXTURE_IMAGE).unwrap()),
+        entrypoint: None,
+        args: vec![],
+        stdin: stdin.as_bytes().to_vec(),
+        mounts: vec![],
+        env: vec![],
+        workdir: None,
+        timeout: std::time::Duration::from_secs(60),
+        labels: InvocationLabels { phase: "init".into(), run_id: run_id.clone(), ..InvocationLabels::default() },
+        sink: None,
+        cancel: Default::default(),
+    };
+    let since = env
+        .block_on(env.docker.version())
+        .ok()
+        .and_then(|_| std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).ok())
+        .unwrap()
+        .as_secs();
+    let first = env.block_on(executor.invoke(init(r#"{"name": "a"}"#))).unwrap();
+    let second = env.block_on(executor.invoke(init(r#"{"name": "a"}"#))).unwrap();
+    let other = env.block_on(executor.invoke(init(r#"{"name": "b"}"#))).unwrap();
+    assert_eq!(first, second, "the cached outcome is the first one");
+    assert!(first.exit.success() && other.exit.success());
+    let created = containers_created(env, &run_id, since);
+    assert_eq!(created, 2, "one container for `a` (then cached) and one for `b`");
+}
+
+/// How many containers of `run_id` the daemon created since `since` (seconds since the epoch).
+fn containers_created(env: &DockerEnv, run_id: &str, since: u64) -> usize {
+    use bollard::query_parameters::EventsOptionsBuilder;
+    use futures::StreamExt;
+    let until = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() + 1;
+    let filters = HashMap::from([
+        ("type".to_string(), vec!["container".to_string()]),
+        ("event".to_string(), vec!["create".to_string()]),
+        ("label".to_string(), vec![format!("{LABEL_RUN_ID}={run_id}")]),
+    ]);
+    let options =
+        EventsOptionsBuilder::default().since(&since.to_string()).until(&until.to_string()).filters(&filters).build();
+    env.block_on(async { env.docker.events(Some(options)).collect::<Vec<_>>().await }).len()
+}
+
+#[test]
+fn the_docker_example_plans() {
+    let _env = docker_or_skip!();
+    let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/docker/manifest.yaml");
+    let ws = Workspace::new();
+    let run = ws.run(&["plan", "-f", example.to_str().unwrap(), "--state-dir", &ws.root()]);
+    assert_eq!(run.code, 0, "{}", run.all());
+    assert!(run.stdout.contains("data_dir") && run.stdout.contains(DIRECTORY_IMAGE), "{}", run.all());
+}
