@@ -1,0 +1,318 @@
+//! The deployment log: an append-only history of what every run did, at several granularities,
+//! and the queries that answer "what is deployed, what failed, what is in progress".
+//!
+//! An entry is `(id, target, revision, event, at, detail)`: during run `id`, `event` happened to
+//! `target` — the manifest, a resource (`resource/<name>`) or an action
+//! (`resource/<name>/action/<action>`) — for manifest revision `revision`. Entries are only
+//! appended. Queries look only for the markers they need, so new kinds of entries can be added
+//! without breaking old questions.
+//!
+//! Two stores share these semantics: [`store::SqliteLog`] (the CLI's `.deployster/` directory)
+//! and [`MemoryLog`] (the bounded history the controller keeps on each custom resource).
+
+pub mod recorder;
+pub mod store;
+
+use std::fmt;
+use std::sync::Mutex;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// What happened. The names are part of the log's format; see `docs/history.md`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Event {
+    /// An apply or reconcile pass began (target: the manifest).
+    RunStarted,
+    RunFinishedSuccessfully,
+    RunFailed,
+    /// Appended by a later run for a run that never recorded its end (it crashed).
+    RunInterrupted,
+    /// The user declined the plan, or it could not be confirmed: nothing was changed.
+    RunDeclined,
+    /// A plan began / ended (plans change nothing, so they are not runs).
+    PlanStarted,
+    PlanFinished,
+    ResourceValid,
+    ResourceStale,
+    ResourceMissing,
+    /// The resource was VALID at its previous observation and is STALE or MISSING now.
+    DriftDetected,
+    /// About to run an action: the intent, recorded before the action starts.
+    ActionStarted,
+    ActionFinishedSuccessfully,
+    ActionFailed,
+    /// Appended by a later run for an action whose run crashed before recording its end.
+    ActionInterrupted,
+    /// Actions ran and the resource is VALID.
+    ResourceApplied,
+    ResourceFailed,
+    ResourceBlocked,
+    ResourceDeclined,
+    /// A plan could not read the resource yet: a dependency is not VALID.
+    ResourcePending,
+}
+
+impl Event {
+    pub const ALL: [Event; 20] = [
+        Event::RunStarted,
+        Event::RunFinishedSuccessfully,
+        Event::RunFailed,
+        Event::RunInterrupted,
+        Event::RunDeclined,
+        Event::PlanStarted,
+        Event::PlanFinished,
+        Event::ResourceValid,
+        Event::ResourceStale,
+        Event::ResourceMissing,
+        Event::DriftDetected,
+        Event::ActionStarted,
+        Event::ActionFinishedSuccessfully,
+        Event::ActionFailed,
+        Event::ActionInterrupted,
+        Event::ResourceApplied,
+        Event::ResourceFailed,
+        Event::ResourceBlocked,
+        Event::ResourceDeclined,
+        Event::ResourcePending,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Event::RunStarted => "run-started",
+            Event::RunFinishedSuccessfully => "run-finished-successfully",
+            Event::RunFailed => "run-failed",
+            Event::RunInterrupted => "run-interrupted",
+            Event::RunDeclined => "run-declined",
+            Event::PlanStarted => "plan-started",
+            Event::PlanFinished => "plan-finished",
+            Event::ResourceValid => "resource-valid",
+            Event::ResourceStale => "resource-stale",
+            Event::ResourceMissing => "resource-missing",
+            Event::DriftDetected => "drift-detected",
+            Event::ActionStarted => "action-started",
+            Event::ActionFinishedSuccessfully => "action-finished-successfully",
+            Event::ActionFailed => "action-failed",
+            Event::ActionInterrupted => "action-interrupted",
+            Event::ResourceApplied => "resource-applied",
+            Event::ResourceFailed => "resource-failed",
+            Event::ResourceBlocked => "resource-blocked",
+            Event::ResourceDeclined => "resource-declined",
+            Event::ResourcePending => "resource-pending",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Event> {
+        Event::ALL.into_iter().find(|e| e.as_str() == text)
+    }
+
+    /// For an event that opens something (a run, a plan, an action), the events that close it.
+    pub fn closed_by(self) -> &'static [Event] {
+        match self {
+            Event::RunStarted => {
+                &[Event::RunFinishedSuccessfully, Event::RunFailed, Event::RunInterrupted, Event::RunDeclined]
+            }
+            Event::PlanStarted => &[Event::PlanFinished],
+            Event::ActionStarted => &[Event::ActionFinishedSuccessfully, Event::ActionFailed, Event::ActionInterrupted],
+            _ => &[],
+        }
+    }
+
+    /// The opening event this event closes, if it closes one.
+    pub fn closes(self) -> Option<Event> {
+        [Event::RunStarted, Event::PlanStarted, Event::ActionStarted]
+            .into_iter()
+            .find(|o| o.closed_by().contains(&self))
+    }
+}
+
+impl fmt::Display for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Targets: what an entry is about.
+pub mod target {
+    pub const MANIFEST: &str = "manifest";
+
+    pub fn resource(name: &str) -> String {
+        format!("resource/{name}")
+    }
+
+    pub fn action(resource: &str, action: &str) -> String {
+        format!("resource/{resource}/action/{action}")
+    }
+}
+
+/// One log entry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Entry {
+    /// The run's deployment id.
+    pub id: String,
+    pub target: String,
+    pub revision: String,
+    pub event: Event,
+    /// Milliseconds since the Unix epoch.
+    pub at: i64,
+    /// Small JSON: a message, an exit code, a duration. Never secrets or plug contents.
+    pub detail: Value,
+}
+
+/// Why the log could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum HistoryError {
+    #[error("the deployment log at {path} is in use by another deployster run ({holder}); wait for it to finish")]
+    Locked { path: String, holder: String },
+    #[error("the deployment log at {path}: {message}")]
+    Store { path: String, message: String },
+}
+
+impl HistoryError {
+    pub fn reason(&self) -> &'static str {
+        match self {
+            HistoryError::Locked { .. } => "StateLocked",
+            HistoryError::Store { .. } => "StateUnavailable",
+        }
+    }
+}
+
+/// A deployment log: appended to, and queried.
+pub trait History: Send + Sync {
+    /// Appends entries atomically and durably, in order.
+    fn append(&self, entries: &[Entry]) -> Result<(), HistoryError>;
+
+    /// The newest entry for exactly `target` whose event is one of `events`.
+    fn latest(&self, target: &str, events: &[Event]) -> Result<Option<Entry>, HistoryError>;
+
+    /// Opening entries (run, plan or action started) with no closing entry yet, for targets
+    /// starting with `prefix`, oldest first.
+    fn open(&self, prefix: &str) -> Result<Vec<Entry>, HistoryError>;
+
+    /// The newest `limit` entries for targets starting with `prefix`, newest first.
+    fn recent(&self, prefix: &str, limit: usize) -> Result<Vec<Entry>, HistoryError>;
+}
+
+/// The newest revision deployed successfully: of the whole manifest, or of one resource
+/// (applied, or found VALID by a run).
+pub fn latest_applied(log: &dyn History, resource: Option<&str>) -> Result<Option<Entry>, HistoryError> {
+    match resource {
+        None => log.latest(target::MANIFEST, &[Event::RunFinishedSuccessfully]),
+        Some(name) => log.latest(&target::resource(name), &[Event::ResourceApplied, Event::ResourceValid]),
+    }
+}
+
+/// The newest failed revision: of the whole manifest, or of one resource.
+pub fn latest_failed(log: &dyn History, resource: Option<&str>) -> Result<Option<Entry>, HistoryError> {
+    match resource {
+        None => log.latest(target::MANIFEST, &[Event::RunFailed]),
+        Some(name) => log.latest(&target::resource(name), &[Event::ResourceFailed]),
+    }
+}
+
+/// Revisions in progress: runs started without an end (of the manifest), or actions whose
+/// intent was recorded without a result (of one resource) — after a crash, what may have been
+/// half done.
+pub fn in_progress(log: &dyn History, resource: Option<&str>) -> Result<Vec<Entry>, HistoryError> {
+    match resource {
+        None => Ok(log.open(target::MANIFEST)?.into_iter().filter(|e| e.event == Event::RunStarted).collect()),
+        Some(name) => Ok(log
+            .open(&format!("{}/action/", target::resource(name)))?
+            .into_iter()
+            .filter(|e| e.event == Event::ActionStarted)
+            .collect()),
+    }
+}
+
+/// Whether `prefix` selects `target`: exactly, or as a parent (`resource/a` selects
+/// `resource/a/action/x` but not `resource/ab`).
+pub fn selects(prefix: &str, target: &str) -> bool {
+    prefix.is_empty()
+        || target == prefix
+        || (target.starts_with(prefix) && (prefix.ends_with('/') || target[prefix.len()..].starts_with('/')))
+}
+
+/// A log held in memory, newest last; optionally bounded to its newest `capacity` entries
+/// (what the controller keeps on each object).
+#[derive(Debug, Default)]
+pub struct MemoryLog {
+    entries: Mutex<Vec<Entry>>,
+    capacity: Option<usize>,
+}
+
+impl MemoryLog {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn bounded(capacity: usize) -> Self {
+        Self { entries: Mutex::default(), capacity: Some(capacity) }
+    }
+
+    pub fn from_entries(entries: Vec<Entry>, capacity: Option<usize>) -> Self {
+        let log = Self { entries: Mutex::new(Vec::new()), capacity };
+        log.push(entries);
+        log
+    }
+
+    pub fn entries(&self) -> Vec<Entry> {
+        self.entries.lock().expect("log lock").clone()
+    }
+
+    fn push(&self, entries: Vec<Entry>) {
+        let mut all = self.entries.lock().expect("log lock");
+        all.extend(entries);
+        if let Some(cap) = self.capacity
+            && all.len() > cap
+        {
+            let excess = all.len() - cap;
+            all.drain(..excess);
+        }
+    }
+}
+
+impl History for MemoryLog {
+    fn append(&self, entries: &[Entry]) -> Result<(), HistoryError> {
+        self.push(entries.to_vec());
+        Ok(())
+    }
+
+    fn latest(&self, target: &str, events: &[Event]) -> Result<Option<Entry>, HistoryError> {
+        let all = self.entries.lock().expect("log lock");
+        Ok(all.iter().rev().find(|e| e.target == target && events.contains(&e.event)).cloned())
+    }
+
+    fn open(&self, prefix: &str) -> Result<Vec<Entry>, HistoryError> {
+        let all = self.entries.lock().expect("log lock");
+        let closed = |opening: &Entry| {
+            all.iter().any(|e| {
+                e.id == opening.id && e.target == opening.target && opening.event.closed_by().contains(&e.event)
+            })
+        };
+        Ok(all
+            .iter()
+            .filter(|e| !e.event.closed_by().is_empty() && selects(prefix, &e.target) && !closed(e))
+            .cloned()
+            .collect())
+    }
+
+    fn recent(&self, prefix: &str, limit: usize) -> Result<Vec<Entry>, HistoryError> {
+        let all = self.entries.lock().expect("log lock");
+        Ok(all.iter().rev().filter(|e| selects(prefix, &e.target)).take(limit).cloned().collect())
+    }
+}
+
+/// Milliseconds since the Unix epoch, now.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or_default()
+}
+
+/// A timestamp as RFC 3339 (UTC, milliseconds).
+pub fn format_time(at_ms: i64) -> String {
+    let time = std::time::UNIX_EPOCH + std::time::Duration::from_millis(at_ms.max(0) as u64);
+    humantime::format_rfc3339_millis(time).to_string()
+}
+
+#[cfg(test)]
+pub(crate) mod tests;

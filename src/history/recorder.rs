@@ -1,0 +1,384 @@
+//! Turns a run's events into deployment-log entries.
+//!
+//! Observations (a resource found VALID, an action's result) are buffered and written with the
+//! next durable point; an action's intent (`action-started`) is a durable point itself, written
+//! before the action starts, so that after a crash the log says what may have been half done.
+//! The end of the run is the last durable point.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use serde_json::{Value, json};
+
+use super::{Entry, Event, History, HistoryError, in_progress, now_ms, target};
+use crate::engine::error::Phase;
+use crate::engine::plan::{Plan, Planned};
+use crate::engine::protocol::Status;
+use crate::engine::run::{Observer, RunEvent};
+
+/// How much of a message an entry keeps.
+const DETAIL_MESSAGE_LIMIT: usize = 1024;
+
+/// Whether the run changes things (and is a run in the log's sense) or only plans.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Plan,
+    Apply,
+}
+
+/// A resource that was VALID at its previous observation and is not now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Drift {
+    pub resource: String,
+    pub now: Status,
+}
+
+/// A run that never recorded its end, found when a new run started.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Interrupted {
+    pub run: Entry,
+    /// The action intents it left without a result.
+    pub actions: Vec<Entry>,
+}
+
+/// Records one run into a log. Also an engine [`Observer`].
+pub struct Recorder {
+    log: Arc<dyn History>,
+    run_id: String,
+    revision: String,
+    mode: Mode,
+    /// Resource → whether its newest observation in the log was VALID (or applied).
+    was_valid: HashMap<String, bool>,
+    buffer: Mutex<Vec<Entry>>,
+    drifts: Mutex<Vec<Drift>>,
+    /// The first write failure; the run goes on, the caller reports it at the end.
+    failure: Mutex<Option<String>>,
+    /// Intents already recorded through [`Recorder::intent`], not to be recorded twice.
+    intents: Mutex<std::collections::HashSet<String>>,
+}
+
+fn cut(message: &str) -> String {
+    if message.len() <= DETAIL_MESSAGE_LIMIT {
+        return message.to_string();
+    }
+    let mut end = DETAIL_MESSAGE_LIMIT;
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &message[..end])
+}
+
+impl Recorder {
+    /// Prepares to record run `run_id` of `revision`, reading each resource's last observation
+    /// (for drift detection).
+    pub fn new(
+        log: Arc<dyn History>,
+        run_id: &str,
+        revision: &str,
+        mode: Mode,
+        resources: &[String],
+    ) -> Result<Self, HistoryError> {
+        let observations = [
+            Event::ResourceValid,
+            Event::ResourceApplied,
+            Event::ResourceStale,
+            Event::ResourceMissing,
+            Event::ResourceFailed,
+        ];
+        let mut was_valid = HashMap::new();
+        for name in resources {
+            let last = log.latest(&target::resource(name), &observations)?;
+            let valid = last.is_some_and(|e| matches!(e.event, Event::ResourceValid | Event::ResourceApplied));
+            was_valid.insert(name.clone(), valid);
+        }
+        Ok(Self {
+            log,
+            run_id: run_id.to_string(),
+            revision: revision.to_string(),
+            mode,
+            was_valid,
+            buffer: Mutex::default(),
+            drifts: Mutex::default(),
+            failure: Mutex::default(),
+            intents: Mutex::default(),
+        })
+    }
+
+    fn entry(&self, target: String, event: Event, detail: Value) -> Entry {
+        Entry { id: self.run_id.clone(), target, revision: self.revision.clone(), event, at: now_ms(), detail }
+    }
+
+    fn buffer(&self, entry: Entry) {
+        self.buffer.lock().expect("buffer lock").push(entry);
+    }
+
+    /// Writes everything buffered, then `entry`, in one transaction.
+    fn durable(&self, entry: Option<Entry>) {
+        let mut buffer = self.buffer.lock().expect("buffer lock");
+        buffer.extend(entry);
+        if buffer.is_empty() {
+            return;
+        }
+        match self.log.append(&buffer) {
+            Ok(()) => buffer.clear(),
+            Err(e) => {
+                tracing::error!(error = %e, "could not write the deployment log");
+                self.failure.lock().expect("failure lock").get_or_insert(e.to_string());
+            }
+        }
+    }
+
+    /// Records the start: `run-started` or `plan-started`.
+    pub fn start(&self) {
+        let event = if self.mode == Mode::Plan { Event::PlanStarted } else { Event::RunStarted };
+        self.durable(Some(self.entry(target::MANIFEST.into(), event, json!({}))));
+    }
+
+    /// Records a plan's pending resources (they settle no other way) and, for a plan, its end.
+    pub fn planned(&self, plan: &Plan) {
+        for e in &plan.entries {
+            if let Planned::Pending { waiting_on, .. } = &e.planned {
+                let waiting: Vec<&str> = waiting_on.iter().map(|w| w.resource.as_str()).collect();
+                self.buffer(self.entry(
+                    target::resource(&e.name),
+                    Event::ResourcePending,
+                    json!({"waiting_on": waiting}),
+                ));
+            }
+        }
+        if self.mode == Mode::Plan {
+            self.durable(Some(self.entry(target::MANIFEST.into(), Event::PlanFinished, json!({}))));
+        }
+    }
+
+    /// Records the end of an apply: `run-finished-successfully` or `run-failed`.
+    pub fn finish(&self, succeeded: bool, message: Option<&str>) {
+        let event = if succeeded { Event::RunFinishedSuccessfully } else { Event::RunFailed };
+        self.end(event, message);
+    }
+
+    /// Records that the run stopped before it could plan (init failed, the executor is
+    /// unreachable): `run-failed`, or a plan's end.
+    pub fn abort(&self, message: &str) {
+        let event = if self.mode == Mode::Plan { Event::PlanFinished } else { Event::RunFailed };
+        self.end(event, Some(message));
+    }
+
+    /// Records that the plan was declined (or could not be confirmed): nothing changed.
+    pub fn declined(&self, message: &str) {
+        self.end(Event::RunDeclined, Some(message));
+    }
+
+    fn end(&self, event: Event, message: Option<&str>) {
+        let detail = message.map_or_else(|| json!({}), |m| json!({"message": cut(m)}));
+        self.durable(Some(self.entry(target::MANIFEST.into(), event, detail)));
+    }
+
+    /// Records that `action` of `resource` is about to run, durably, before the engine starts it
+    /// (for callers that must persist the intent themselves first, like the controller).
+    pub fn intent(&self, resource: &str, action: &str) -> Result<(), String> {
+        let target = target::action(resource, action);
+        self.intents.lock().expect("intents lock").insert(target.clone());
+        self.durable(Some(self.entry(target, Event::ActionStarted, json!({}))));
+        self.failure().map_or(Ok(()), Err)
+    }
+
+    /// Everything the log holds is written; the entries this run added, for callers that keep
+    /// their own copy.
+    pub fn flush(&self) {
+        self.durable(None);
+    }
+
+    /// Resources that drifted during this run.
+    pub fn drifts(&self) -> Vec<Drift> {
+        self.drifts.lock().expect("drifts lock").clone()
+    }
+
+    /// The first failure to write the log, if any.
+    pub fn failure(&self) -> Option<String> {
+        self.failure.lock().expect("failure lock").clone()
+    }
+
+    fn observed(&self, resource: &str, status: Status) {
+        let event = match status {
+            Status::Valid => Event::ResourceValid,
+            Status::Stale => Event::ResourceStale,
+            Status::Missing => Event::ResourceMissing,
+        };
+        self.buffer(self.entry(target::resource(resource), event, json!({})));
+        if status != Status::Valid && self.was_valid.get(resource).copied().unwrap_or(false) {
+            self.drifts.lock().expect("drifts lock").push(Drift { resource: resource.to_string(), now: status });
+            let detail = json!({"was": "VALID", "now": status.to_string()});
+            self.buffer(self.entry(target::resource(resource), Event::DriftDetected, detail));
+        }
+    }
+
+    fn settled(&self, resource: &str, label: &str, message: Option<&str>, elapsed_ms: u128) {
+        let event = match label {
+            "APPLIED" => Event::ResourceApplied,
+            "FAILED" => Event::ResourceFailed,
+            "BLOCKED" => Event::ResourceBlocked,
+            "DECLINED" => Event::ResourceDeclined,
+            // VALID, STALE and MISSING were recorded when the state was read.
+            _ => return,
+        };
+        let mut detail = json!({"duration_ms": elapsed_ms});
+        if let Some(message) = message {
+            detail["message"] = json!(cut(message));
+        }
+        self.buffer(self.entry(target::resource(resource), event, detail));
+    }
+}
+
+impl Observer for Recorder {
+    fn on_event(&self, event: &RunEvent) {
+        match event {
+            RunEvent::StateFound { resource, status, verify: false } => self.observed(resource, *status),
+            RunEvent::StateFound { verify: true, .. } | RunEvent::Output { .. } => {}
+            RunEvent::Invoking { resource, phase: Phase::Action(action) } => {
+                let target = target::action(resource, action);
+                if !self.intents.lock().expect("intents lock").remove(&target) {
+                    self.durable(Some(self.entry(target, Event::ActionStarted, json!({}))));
+                }
+            }
+            RunEvent::Invoking { .. } => {}
+            RunEvent::ActionFinished { resource, action, elapsed, error } => {
+                let (event, mut detail) = match error {
+                    None => (Event::ActionFinishedSuccessfully, json!({})),
+                    Some(message) => (Event::ActionFailed, json!({"message": cut(message)})),
+                };
+                detail["duration_ms"] = json!(elapsed.as_millis());
+                self.buffer(self.entry(target::action(resource, action), event, detail));
+            }
+            RunEvent::Settled { resource, label, elapsed, message } => {
+                self.settled(resource, label, message.as_deref(), elapsed.as_millis())
+            }
+        }
+    }
+}
+
+/// Closes what crashed runs left open: each run started without an end gets `run-interrupted`,
+/// each of its action intents without a result `action-interrupted`. Call only while holding the
+/// state lock (no other run can be alive). Returns what was found, for the user.
+pub fn close_interrupted(log: &dyn History, by_run: &str) -> Result<Vec<Interrupted>, HistoryError> {
+    let runs = in_progress(log, None)?;
+    if runs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let open_actions: Vec<Entry> =
+        log.open("resource/")?.into_iter().filter(|e| e.event == Event::ActionStarted).collect();
+    let mut found = Vec::new();
+    let mut closing = Vec::new();
+    for run in runs {
+        let actions: Vec<Entry> = open_actions.iter().filter(|a| a.id == run.id).cloned().collect();
+        let close = |opened: &Entry, event| Entry {
+            event,
+            at: now_ms(),
+            detail: json!({"interrupted_by": by_run}),
+            ..opened.clone()
+        };
+        closing.extend(actions.iter().map(|a| close(a, Event::ActionInterrupted)));
+        closing.push(close(&run, Event::RunInterrupted));
+        found.push(Interrupted { run, actions });
+    }
+    log.append(&closing)?;
+    Ok(found)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::MemoryLog;
+    use crate::history::tests::{crafted, entry};
+    use std::time::Duration;
+
+    fn events(log: &MemoryLog) -> Vec<(String, Event)> {
+        log.entries().into_iter().map(|e| (e.target, e.event)).collect()
+    }
+
+    #[test]
+    fn an_apply_is_recorded_with_its_intents_durable_before_the_action() {
+        let log = Arc::new(MemoryLog::new());
+        let recorder = Recorder::new(log.clone(), "r1", "REV", Mode::Apply, &["a".into()]).unwrap();
+        recorder.start();
+        recorder.on_event(&RunEvent::StateFound { resource: "a".into(), status: Status::Missing, verify: false });
+        recorder.on_event(&RunEvent::Invoking { resource: "a".into(), phase: Phase::Action("create".into()) });
+        assert_eq!(
+            events(&log).last(),
+            Some(&("resource/a/action/create".to_string(), Event::ActionStarted)),
+            "the intent is written before the action runs, with what was buffered before it"
+        );
+        assert_eq!(log.entries().len(), 3);
+        recorder.on_event(&RunEvent::ActionFinished {
+            resource: "a".into(),
+            action: "create".into(),
+            elapsed: Duration::from_millis(5),
+            error: None,
+        });
+        recorder.on_event(&RunEvent::StateFound { resource: "a".into(), status: Status::Valid, verify: true });
+        recorder.on_event(&RunEvent::Settled {
+            resource: "a".into(),
+            label: "APPLIED",
+            elapsed: Duration::from_millis(9),
+            message: Some("create".into()),
+        });
+        assert_eq!(log.entries().len(), 3, "observations wait for the next durable point");
+        recorder.finish(true, None);
+        let expected = [
+            ("manifest", Event::RunStarted),
+            ("resource/a", Event::ResourceMissing),
+            ("resource/a/action/create", Event::ActionStarted),
+            ("resource/a/action/create", Event::ActionFinishedSuccessfully),
+            ("resource/a", Event::ResourceApplied),
+            ("manifest", Event::RunFinishedSuccessfully),
+        ];
+        let expected: Vec<(String, Event)> = expected.iter().map(|(t, e)| (t.to_string(), *e)).collect();
+        assert_eq!(events(&log), expected);
+        assert!(log.entries().iter().all(|e| e.id == "r1" && e.revision == "REV"));
+        assert_eq!(log.entries()[3].detail["duration_ms"], 5);
+    }
+
+    #[test]
+    fn drift_is_a_resource_valid_at_its_last_observation_and_not_now() {
+        let log = Arc::new(MemoryLog::new());
+        log.append(&[
+            entry("r0", "resource/was_valid", "A", Event::ResourceValid, 1),
+            entry("r0", "resource/was_applied", "A", Event::ResourceApplied, 1),
+            entry("r0", "resource/was_stale", "A", Event::ResourceStale, 1),
+        ])
+        .unwrap();
+        let names: Vec<String> =
+            ["was_valid", "was_applied", "was_stale", "new"].iter().map(|s| s.to_string()).collect();
+        let recorder = Recorder::new(log.clone(), "r1", "B", Mode::Plan, &names).unwrap();
+        for name in &names {
+            recorder.on_event(&RunEvent::StateFound { resource: name.clone(), status: Status::Stale, verify: false });
+        }
+        let drifted: Vec<String> = recorder.drifts().into_iter().map(|d| d.resource).collect();
+        assert_eq!(drifted, ["was_valid", "was_applied"]);
+        recorder.finish(false, Some("x"));
+        let drift_entries = log.entries().into_iter().filter(|e| e.event == Event::DriftDetected).count();
+        assert_eq!(drift_entries, 2);
+    }
+
+    #[test]
+    fn interrupted_runs_and_their_intents_are_closed_and_reported() {
+        let log = MemoryLog::new();
+        log.append(&crafted()).unwrap();
+        let found = close_interrupted(&log, "r4").unwrap();
+        assert_eq!(found.len(), 1);
+        assert_eq!((found[0].run.id.as_str(), found[0].run.revision.as_str()), ("r3", "C"));
+        assert_eq!(found[0].actions[0].target, "resource/b/action/create");
+        assert!(in_progress(&log, None).unwrap().is_empty());
+        assert!(close_interrupted(&log, "r5").unwrap().is_empty(), "nothing is closed twice");
+        let closing = log.latest("manifest", &[Event::RunInterrupted]).unwrap().unwrap();
+        assert_eq!(closing.detail["interrupted_by"], "r4");
+    }
+
+    #[test]
+    fn long_messages_are_cut() {
+        assert_eq!(cut("short"), "short");
+        let long = "é".repeat(2000);
+        let cut_text = cut(&long);
+        assert!(cut_text.len() <= DETAIL_MESSAGE_LIMIT + "…".len() && cut_text.ends_with('…'));
+    }
+}

@@ -1,0 +1,313 @@
+//! The deployment log through the CLI: what runs append, crashes, locking, `history` and the
+//! `reconcile` loop.
+
+mod support;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde_json::Value;
+use support::{Run, Workspace};
+
+const TWO_FILES: &str = r#"
+vars: { greeting: hello }
+resources:
+  dir: { type: builtin/directory, config: { path: out } }
+  file:
+    type: builtin/file
+    dependencies: { d: dir }
+    config: { path: "{{ d.state.path }}/greeting.txt", content: "{{ greeting }}\n" }
+"#;
+
+fn history(ws: &Workspace, extra: &[&str]) -> Value {
+    let run = ws.run(&[&["history", "--output", "json", "--limit", "1000"], extra].concat());
+    assert_eq!(run.code, 0, "{}", run.all());
+    run.json()
+}
+
+/// `(target, event)` of one run's entries, oldest first.
+fn run_events(log: &Value, run_id: &str) -> Vec<(String, String)> {
+    let mut events: Vec<(String, String)> = log["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["id"] == run_id)
+        .map(|e| (e["target"].as_str().unwrap().to_string(), e["event"].as_str().unwrap().to_string()))
+        .collect();
+    events.reverse();
+    events
+}
+
+fn pairs(expected: &[(&str, &str)]) -> Vec<(String, String)> {
+    expected.iter().map(|(t, e)| (t.to_string(), e.to_string())).collect()
+}
+
+fn apply_json(ws: &Workspace, extra: &[&str]) -> (Run, Value) {
+    let run = ws.apply(&[&["--output", "json"], extra].concat());
+    let doc = run.json();
+    (run, doc)
+}
+
+#[test]
+fn runs_append_what_they_did_with_their_revision() {
+    let ws = Workspace::new();
+    ws.manifest(TWO_FILES);
+    let (first, doc) = apply_json(&ws, &[]);
+    assert_eq!(first.code, 0, "{}", first.all());
+    let (run1, revision) = (doc["run_id"].as_str().unwrap().to_string(), doc["revision"].as_str().unwrap().to_string());
+    let log = history(&ws, &[]);
+    assert_eq!(
+        run_events(&log, &run1),
+        pairs(&[
+            ("manifest", "run-started"),
+            ("resource/dir", "resource-missing"),
+            ("resource/file", "resource-pending"),
+            ("resource/dir/action/create", "action-started"),
+            ("resource/dir/action/create", "action-finished-successfully"),
+            ("resource/dir", "resource-applied"),
+            ("resource/file", "resource-missing"),
+            ("resource/file/action/write", "action-started"),
+            ("resource/file/action/write", "action-finished-successfully"),
+            ("resource/file", "resource-applied"),
+            ("manifest", "run-finished-successfully"),
+        ])
+    );
+    assert!(log["events"].as_array().unwrap().iter().all(|e| e["revision"] == revision.as_str()));
+    assert_eq!(log["latest_applied"]["id"], run1.as_str());
+
+    // A no-op run: observed VALID, same revision.
+    let (_, doc) = apply_json(&ws, &[]);
+    let run2 = doc["run_id"].as_str().unwrap().to_string();
+    assert_eq!(doc["revision"], revision.as_str(), "same input, same revision");
+    assert_eq!(
+        run_events(&history(&ws, &[]), &run2),
+        pairs(&[
+            ("manifest", "run-started"),
+            ("resource/dir", "resource-valid"),
+            ("resource/file", "resource-valid"),
+            ("manifest", "run-finished-successfully"),
+        ])
+    );
+
+    // Drift: the file was VALID, now MISSING.
+    std::fs::remove_file(ws.path("out/greeting.txt")).unwrap();
+    let (run, doc) = apply_json(&ws, &[]);
+    assert_eq!(doc["drift"], serde_json::json!([{"resource": "file", "now": "MISSING"}]), "{}", run.all());
+    let events = run_events(&history(&ws, &[]), doc["run_id"].as_str().unwrap());
+    assert!(events.contains(&("resource/file".into(), "drift-detected".into())), "{events:?}");
+    assert!(events.contains(&("resource/file".into(), "resource-applied".into())), "{events:?}");
+
+    // A different input is a different revision.
+    let (_, doc) = apply_json(&ws, &["--var", "greeting=bonjour"]);
+    assert_ne!(doc["revision"], revision.as_str());
+    assert_eq!(ws.read("out/greeting.txt"), "bonjour\n");
+}
+
+#[test]
+fn a_failed_run_is_recorded_and_queried_as_the_latest_failure() {
+    let ws = Workspace::new();
+    ws.manifest(
+        "resources:\n  broken: { type: ./fixture, config: { action_exit: 3 } }\n  after: { type: ./fixture, dependencies: { b: broken } }\n",
+    );
+    let (run, doc) = apply_json(&ws, &[]);
+    assert_eq!(run.code, 1, "{}", run.all());
+    let run_id = doc["run_id"].as_str().unwrap();
+    let log = history(&ws, &[]);
+    let events = run_events(&log, run_id);
+    for expected in [
+        ("resource/broken/action/create", "action-failed"),
+        ("resource/broken", "resource-failed"),
+        ("resource/after", "resource-blocked"),
+        ("manifest", "run-failed"),
+    ] {
+        assert!(events.contains(&(expected.0.into(), expected.1.into())), "missing {expected:?} in {events:?}");
+    }
+    assert_eq!(log["latest_failed"]["id"], run_id);
+    assert_eq!(log["latest_applied"], Value::Null);
+    let broken = history(&ws, &["--resource", "broken"]);
+    assert_eq!(broken["latest_failed"]["id"], run_id);
+    assert!(
+        broken["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|e| e["target"].as_str().unwrap().starts_with("resource/broken"))
+    );
+    let message = broken["latest_failed"]["detail"]["message"].as_str().unwrap();
+    assert!(message.contains("exit code 3"), "{message}");
+}
+
+#[test]
+fn plans_are_recorded_but_are_not_deployments() {
+    let ws = Workspace::new();
+    ws.manifest(TWO_FILES);
+    let plan = ws.plan(&["--output", "json"]);
+    assert_eq!(plan.code, 0, "{}", plan.all());
+    let log = history(&ws, &[]);
+    let events = run_events(&log, plan.json()["run_id"].as_str().unwrap());
+    assert_eq!(
+        events,
+        pairs(&[
+            ("manifest", "plan-started"),
+            ("resource/dir", "resource-missing"),
+            ("resource/file", "resource-pending"),
+            ("manifest", "plan-finished"),
+        ])
+    );
+    assert_eq!(log["latest_applied"], Value::Null);
+    assert_eq!(log["in_progress"], serde_json::json!([]));
+}
+
+/// Starts `deployster apply --yes` in the background.
+fn spawn_apply(ws: &Workspace) -> Child {
+    Command::new(support::deployster())
+        .args(["apply", "-f", "manifest.yaml", "--yes"])
+        .current_dir(ws.dir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn action_started(ws: &Workspace) -> bool {
+    history(ws, &[])["events"].as_array().unwrap().iter().any(|e| e["event"] == "action-started")
+}
+
+const SLOW: &str = "resources:\n  slow: { type: ./fixture, config: { action_sleep_ms: 2500 } }\n";
+
+#[test]
+fn a_run_killed_mid_apply_is_reported_by_the_next_which_converges() {
+    let ws = Workspace::new();
+    ws.manifest(SLOW);
+    let mut child = spawn_apply(&ws);
+    wait_until("the action's intent to be recorded", Duration::from_secs(30), || action_started(&ws));
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGKILL).unwrap();
+    child.wait().unwrap();
+
+    let log = history(&ws, &[]);
+    assert_eq!(log["in_progress"].as_array().unwrap().len(), 1, "the killed run is in progress: {log}");
+    let crashed = log["in_progress"][0]["id"].as_str().unwrap().to_string();
+    let revision = log["in_progress"][0]["revision"].as_str().unwrap().to_string();
+    let slow = history(&ws, &["--resource", "slow"]);
+    assert_eq!(slow["in_progress"][0]["target"], "resource/slow/action/create", "its intent has no result");
+
+    let next = ws.apply(&[]);
+    assert_eq!(next.code, 0, "{}", next.all());
+    let note = format!("note: run {crashed} (revision {revision}, started ");
+    assert!(next.stderr.contains(&note), "{}", next.all());
+    assert!(
+        next.stderr.contains("it had started resource/slow/action/create without recording a result"),
+        "{}",
+        next.all()
+    );
+    assert!(ws.exists("slow.marker"), "the next run converged");
+
+    let log = history(&ws, &[]);
+    assert_eq!(log["in_progress"], serde_json::json!([]));
+    let closed: Vec<&str> = log["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["id"] == crashed.as_str())
+        .map(|e| e["event"].as_str().unwrap())
+        .collect();
+    assert!(closed.contains(&"run-interrupted") && closed.contains(&"action-interrupted"), "{closed:?}");
+}
+
+#[test]
+fn a_second_apply_on_the_same_state_dir_is_refused_while_plan_still_works() {
+    let ws = Workspace::new();
+    ws.manifest(SLOW);
+    let first = spawn_apply(&ws);
+    wait_until("the first apply to start its action", Duration::from_secs(30), || action_started(&ws));
+    let second = ws.apply(&[]);
+    assert_eq!(second.code, 1, "{}", second.all());
+    assert!(second.stderr.contains("is in use by another deployster run (pid "), "{}", second.all());
+    assert!(second.stderr.contains(&format!("pid {} since", first.id())), "{}", second.all());
+    let plan = ws.plan(&[]);
+    assert_eq!(plan.code, 0, "a plan reads and appends beside a running apply:\n{}", plan.all());
+    let output = first.wait_with_output().unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+}
+
+#[test]
+fn history_without_a_log_says_so() {
+    let ws = Workspace::new();
+    ws.manifest(TWO_FILES);
+    let run = ws.run(&["history"]);
+    assert_eq!(run.code, 0, "{}", run.all());
+    assert!(run.stdout.contains("No deployment log in"), "{}", run.all());
+    assert!(!ws.exists(".deployster"), "reading history creates nothing");
+}
+
+fn spawn_reconcile(ws: &Workspace, interval: &str) -> Child {
+    Command::new(support::deployster())
+        .args(["reconcile", "-f", "manifest.yaml", "--interval", interval])
+        .current_dir(ws.dir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn signal(child: &Child, signal: Signal) {
+    kill(Pid::from_raw(child.id() as i32), signal).unwrap();
+}
+
+#[test]
+fn reconcile_corrects_drift_within_an_interval_and_stops_cleanly_on_sigterm() {
+    let ws = Workspace::new();
+    ws.manifest(TWO_FILES);
+    let child = spawn_reconcile(&ws, "1s");
+    let file = ws.path("out/greeting.txt");
+    wait_until("the first pass to apply", Duration::from_secs(30), || file.exists());
+    std::fs::remove_file(&file).unwrap();
+    let removed = Instant::now();
+    wait_until("the drift to be corrected", Duration::from_secs(30), || file.exists());
+    assert!(removed.elapsed() < Duration::from_secs(5), "corrected only after {:?}", removed.elapsed());
+    signal(&child, Signal::SIGTERM);
+    let stopped = Instant::now();
+    let output = child.wait_with_output().unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert!(stopped.elapsed() < Duration::from_secs(10), "took {:?} to stop", stopped.elapsed());
+    assert_eq!(output.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(stdout.contains("drift detected in file; applied changes."), "{stdout}");
+    assert!(stdout.contains("Pass 1 (run "), "{stdout}");
+    assert!(stderr.contains("stopping after the running pass"), "{stderr}");
+    let log = history(&ws, &[]);
+    assert!(log["events"].as_array().unwrap().iter().any(|e| e["event"] == "drift-detected"));
+    assert_eq!(log["in_progress"], serde_json::json!([]), "every pass recorded its end");
+}
+
+#[test]
+fn a_second_signal_cancels_the_running_action_cleanly() {
+    let ws = Workspace::new();
+    ws.manifest("resources:\n  slow: { type: ./fixture, config: { action_sleep_ms: 60000 } }\n");
+    let child = spawn_reconcile(&ws, "1s");
+    wait_until("the action to start", Duration::from_secs(30), || action_started(&ws));
+    signal(&child, Signal::SIGTERM);
+    std::thread::sleep(Duration::from_millis(300));
+    signal(&child, Signal::SIGINT);
+    let stopped = Instant::now();
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stopped.elapsed() < Duration::from_secs(15), "took {:?} to stop", stopped.elapsed());
+    assert_eq!(output.status.code(), Some(1), "the pass failed: its action was cancelled\n{stderr}");
+    assert!(stderr.contains("stopping now: cancelling the running actions"), "{stderr}");
+    assert!(stderr.contains("cancelled"), "{stderr}");
+    let log = history(&ws, &[]);
+    assert_eq!(log["in_progress"], serde_json::json!([]), "the cancelled run still recorded its end");
+    assert!(log["events"].as_array().unwrap().iter().any(|e| e["event"] == "action-failed"));
+}
