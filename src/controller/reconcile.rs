@@ -1,0 +1,369 @@
+//! One reconcile of one Manifest: fetch (I/O) → validate (pure) → plan and apply (the engine)
+//! → status (pure, then one server-side apply) → events. Deletion takes its own path.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::events::{Event as KubeEvent, EventType};
+use kube::{Api, Resource, ResourceExt};
+use serde_json::json;
+
+use super::Context;
+use super::error::Error;
+use super::inputs::{self, InputProblem};
+use super::status::{self, Observed, PassResult, bound, changed, cut, history_entries, next_status};
+use crate::crd::{DeletionPolicy, Manifest, ManifestStatus};
+use crate::engine::plan::Outcome;
+use crate::engine::protocol::{Action, Status};
+use crate::engine::run::{Approver, Engine, RunOptions, new_run_id};
+use crate::history::recorder::{Mode, Recorder, close_interrupted};
+use crate::history::{History, MemoryLog};
+
+/// The field manager of every status write.
+pub const FIELD_MANAGER: &str = "deployster-controller";
+/// The finalizer that lets the controller clean up before an object goes.
+pub const FINALIZER: &str = "deployster.io/cleanup";
+
+/// What the controller should do next with the object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    Requeue(Duration),
+    /// Nothing until the object changes (invalid, suspended, or gone).
+    AwaitChange,
+}
+
+fn api(ctx: &Context, obj: &Manifest) -> Api<Manifest> {
+    Api::namespaced(ctx.client.clone(), &obj.namespace().unwrap_or_default())
+}
+
+/// Reconciles one Manifest.
+pub async fn reconcile(obj: &Manifest, ctx: &Context) -> Result<Next, Error> {
+    if obj.meta().deletion_timestamp.is_some() {
+        return cleanup(obj, ctx).await;
+    }
+    let updated;
+    let obj = if obj.finalizers().iter().any(|f| f == FINALIZER) {
+        obj
+    } else {
+        // Go on with the object as the patch left it, not as it was.
+        updated = set_finalizer(obj, ctx, true).await?;
+        &updated
+    };
+    let old = obj.status.clone().unwrap_or_default();
+    if obj.spec.suspend {
+        finish(obj, ctx, &old, Observed::Suspended, String::new(), vec![], history_entries(&old)).await?;
+        return Ok(Next::AwaitChange);
+    }
+    let (interval, retry) = match inputs::intervals(obj) {
+        Ok(intervals) => intervals,
+        Err(message) => return invalid(obj, ctx, &old, "InvalidManifest", message).await,
+    };
+    let inputs = match inputs::materialize(&ctx.client, obj, &ctx.settings.plug_root).await {
+        Ok(inputs) => inputs,
+        Err(InputProblem::Invalid(message)) => return invalid(obj, ctx, &old, "InvalidManifest", message).await,
+        Err(InputProblem::Unavailable(message)) => {
+            publish(ctx, obj, EventType::Warning, "PlugUnavailable", "Fetch", &message).await;
+            let observed = Observed::NotRun { reason: "PlugUnavailable", message };
+            let new = finish(
+                obj,
+                ctx,
+                &old,
+                observed,
+                old.revision.clone().unwrap_or_default(),
+                vec![],
+                history_entries(&old),
+            )
+            .await?;
+            return Ok(Next::Requeue(backoff(retry, new.consecutive_failures, interval)));
+        }
+        Err(InputProblem::Io(e)) => return Err(e),
+    };
+    let manifest = match inputs::engine_manifest(obj, &inputs) {
+        Ok(manifest) => manifest,
+        Err(message) => return invalid(obj, ctx, &old, "InvalidManifest", message).await,
+    };
+    if let Err(message) = inputs::check_programs(&manifest, ctx.settings.allow_local_programs) {
+        return invalid(obj, ctx, &old, "LocalProgramRefused", message).await;
+    }
+    let revision = inputs::revision(obj, &inputs);
+    let new = pass(obj, ctx, &old, manifest, revision).await?;
+    Ok(match new.conditions.iter().find(|c| c.type_ == "Stalled") {
+        Some(c) if c.status == "True" => Next::AwaitChange,
+        _ if new.consecutive_failures == 0 => Next::Requeue((ctx.jitter)(interval)),
+        _ => Next::Requeue(backoff(retry, new.consecutive_failures, interval)),
+    })
+}
+
+/// `retry × 2^(failures − 1)`, at most `interval`.
+pub fn backoff(retry: Duration, failures: u32, interval: Duration) -> Duration {
+    let factor = 2u32.saturating_pow(failures.saturating_sub(1).min(20));
+    retry.saturating_mul(factor).min(interval.max(retry))
+}
+
+/// ±10 %, so that thousands of objects created together do not pulse together.
+pub fn jitter(d: Duration) -> Duration {
+    d.mul_f64(0.9 + fastrand::f64() * 0.2)
+}
+
+async fn invalid(
+    obj: &Manifest,
+    ctx: &Context,
+    old: &ManifestStatus,
+    reason: &'static str,
+    message: String,
+) -> Result<Next, Error> {
+    let revision = old.revision.clone().unwrap_or_default();
+    let observed = Observed::Invalid { reason, message: message.clone() };
+    let new = finish(obj, ctx, old, observed, revision, vec![], history_entries(old)).await?;
+    if status::changed(old, &new) {
+        publish(ctx, obj, EventType::Warning, reason, "Validate", &message).await;
+    }
+    Ok(Next::AwaitChange)
+}
+
+/// The engine pass: plan, apply, record, and write what was observed.
+async fn pass(
+    obj: &Manifest,
+    ctx: &Context,
+    old: &ManifestStatus,
+    manifest: crate::engine::validate::ValidatedManifest,
+    revision: String,
+) -> Result<ManifestStatus, Error> {
+    let log = Arc::new(MemoryLog::from_entries(history_entries(old), Some(ctx.settings.history_limit)));
+    let run_id = new_run_id();
+    for interrupted in close_interrupted(log.as_ref(), &run_id).unwrap_or_default() {
+        let intents: Vec<&str> = interrupted.actions.iter().map(|a| a.target.as_str()).collect();
+        let note = format!(
+            "pass {} (revision {}) was interrupted{}; states are read afresh",
+            interrupted.run.id,
+            interrupted.run.revision,
+            if intents.is_empty() { String::new() } else { format!(" after starting {}", intents.join(", ")) }
+        );
+        publish(ctx, obj, EventType::Warning, "Interrupted", "Reconcile", &note).await;
+    }
+    let names: Vec<String> = manifest.resources.iter().map(|r| r.name.clone()).collect();
+    let history: Arc<dyn History> = log.clone();
+    let recorder = Arc::new(
+        Recorder::new(history, &run_id, &revision, Mode::Apply, &names).expect("an in-memory log cannot fail"),
+    );
+    recorder.start();
+    let options =
+        RunOptions { parallelism: ctx.settings.parallelism, timeout: ctx.settings.timeout, run_id, verbose: false };
+    let engine = Engine::new(Arc::new(manifest), ctx.executor.clone(), options)
+        .with_observer(recorder.clone())
+        .with_cancellation(ctx.shutdown.child_token());
+    let observed = match engine.prepare().await {
+        Err(e) if e.is_invalid_input() => Observed::Invalid { reason: e.reason(), message: e.to_string() },
+        Err(e) => Observed::NotRun { reason: e.reason(), message: e.to_string() },
+        Ok(prepared) => {
+            let plan = prepared.plan().await;
+            if plan.is_applicable() {
+                let gate = IntentGate { obj, ctx, old, recorder: &recorder, log: &log };
+                match prepared.apply(&plan, &gate).await {
+                    Ok(report) => Observed::Applied(report),
+                    Err(e) => Observed::NotRun { reason: "NotApplicable", message: e.to_string() },
+                }
+            } else {
+                Observed::Unapplied(plan)
+            }
+        }
+    };
+    let succeeded = matches!(&observed, Observed::Applied(r) if r.succeeded());
+    recorder.finish(succeeded, (!succeeded).then_some("the pass did not leave every resource VALID"));
+    let drifts = recorder.drifts();
+    let no_op = succeeded
+        && drifts.is_empty()
+        && matches!(&observed, Observed::Applied(r) if r.counts().applied == 0)
+        && old.revision.as_deref() == Some(revision.as_str());
+    // A pass that found everything as it was adds nothing worth keeping to the history.
+    let history = if no_op { history_entries(old) } else { log.entries() };
+    let events = pass_events(&observed, &drifts);
+    let new = finish(obj, ctx, old, observed, revision, drifts, history).await?;
+    for (type_, reason, note) in events {
+        publish(ctx, obj, type_, reason, "Reconcile", &note).await;
+    }
+    if let Some(thrashing) = new.conditions.iter().find(|c| c.type_ == "Ready" && c.reason == "Thrashing")
+        && status::changed(old, &new)
+    {
+        publish(ctx, obj, EventType::Warning, "Thrashing", "Reconcile", &thrashing.message).await;
+    }
+    Ok(new)
+}
+
+/// The events a pass deserves: applied, drift corrected, action failed.
+fn pass_events(
+    observed: &Observed,
+    drifts: &[crate::history::recorder::Drift],
+) -> Vec<(EventType, &'static str, String)> {
+    let mut events = Vec::new();
+    let Observed::Applied(report) = observed else { return events };
+    let drifted: Vec<String> = drifts.iter().map(|d| format!("{} ({})", d.resource, d.now)).collect();
+    if !drifted.is_empty() {
+        let (type_, reason, verb) = if report.succeeded() {
+            (EventType::Normal, "DriftCorrected", "corrected")
+        } else {
+            (EventType::Warning, "DriftDetected", "not corrected: the pass failed")
+        };
+        events.push((type_, reason, format!("drift in {}; {verb}", drifted.join(", "))));
+    }
+    let applied: Vec<String> = report
+        .entries()
+        .iter()
+        .filter_map(|e| match &e.outcome {
+            Outcome::Applied { actions, .. } if !drifts.iter().any(|d| d.resource == e.name) => {
+                Some(format!("{} ({})", e.name, actions.join(", ")))
+            }
+            _ => None,
+        })
+        .collect();
+    if !applied.is_empty() {
+        events.push((EventType::Normal, "Applied", format!("applied {}", applied.join(", "))));
+    }
+    for e in report.entries() {
+        if let Outcome::Failed(error) = &e.outcome {
+            events.push((EventType::Warning, error.reason(), format!("{}: {error}", e.name)));
+        }
+    }
+    events
+}
+
+/// Builds the next status from what was observed and writes it if anything changed.
+async fn finish(
+    obj: &Manifest,
+    ctx: &Context,
+    old: &ManifestStatus,
+    observed: Observed,
+    revision: String,
+    drifts: Vec<crate::history::recorder::Drift>,
+    history: Vec<crate::history::Entry>,
+) -> Result<ManifestStatus, Error> {
+    let result =
+        PassResult { generation: obj.meta().generation, revision, observed, drifts, history, now_ms: (ctx.clock)() };
+    let new = next_status(old, &result);
+    if changed(old, &new) {
+        write_status(ctx, obj, &new).await?;
+    }
+    Ok(new)
+}
+
+/// Server-side apply of the whole status under one field manager, retried on conflicts.
+pub async fn write_status(ctx: &Context, obj: &Manifest, status: &ManifestStatus) -> Result<(), Error> {
+    const ATTEMPTS: usize = 5;
+    let patch = json!({"apiVersion": "deployster.io/v1alpha1", "kind": "Manifest", "status": status});
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let api = api(ctx, obj);
+    for attempt in 1..=ATTEMPTS {
+        match api.patch_status(&obj.name_any(), &params, &Patch::Apply(&patch)).await {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 409 && attempt < ATTEMPTS => {
+                tracing::debug!(attempt, "status write conflicted; retrying");
+                tokio::time::sleep(Duration::from_millis(50 * attempt as u64)).await;
+            }
+            Err(kube::Error::Api(status)) if status.code == 409 => return Err(Error::StatusConflict(ATTEMPTS)),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(Error::StatusConflict(ATTEMPTS))
+}
+
+/// Publishes an event on `obj`; a failure to publish is logged, never fatal.
+pub async fn publish(ctx: &Context, obj: &Manifest, type_: EventType, reason: &str, action: &str, note: &str) {
+    let event = KubeEvent {
+        type_,
+        reason: reason.to_string(),
+        note: Some(cut(note)),
+        action: action.to_string(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.events.publish(&event, &obj.object_ref(&())).await {
+        tracing::warn!(error = %e, reason, "could not publish an event");
+    }
+}
+
+/// Adds or removes the finalizer (merge patch guarded by the resourceVersion); returns the
+/// object as patched.
+async fn set_finalizer(obj: &Manifest, ctx: &Context, present: bool) -> Result<Manifest, Error> {
+    let mut finalizers: Vec<String> = obj.finalizers().iter().filter(|f| *f != FINALIZER).cloned().collect();
+    if present {
+        finalizers.push(FINALIZER.to_string());
+    }
+    let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": obj.resource_version()}});
+    Ok(api(ctx, obj).patch(&obj.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?)
+}
+
+/// Deletion: `Orphan` lets go at once; `Delete` deletes the resources whose types can,
+/// dependents first, and keeps the finalizer while anything failed.
+async fn cleanup(obj: &Manifest, ctx: &Context) -> Result<Next, Error> {
+    if !obj.finalizers().iter().any(|f| f == FINALIZER) {
+        return Ok(Next::AwaitChange);
+    }
+    if obj.spec.deletion_policy == DeletionPolicy::Delete {
+        let retry = inputs::intervals(obj).map_or(Duration::from_secs(30), |(_, retry)| retry);
+        if let Err(problem) = delete_resources(obj, ctx).await {
+            publish(ctx, obj, EventType::Warning, "DeleteFailed", "Delete", &problem).await;
+            let old = obj.status.clone().unwrap_or_default();
+            let observed = Observed::NotRun { reason: "DeleteFailed", message: problem };
+            let revision = old.revision.clone().unwrap_or_default();
+            let new = finish(obj, ctx, &old, observed, revision, vec![], history_entries(&old)).await?;
+            return Ok(Next::Requeue(backoff(retry, new.consecutive_failures, Duration::from_secs(300))));
+        }
+        publish(ctx, obj, EventType::Normal, "ResourcesDeleted", "Delete", "every resource that could be deleted was")
+            .await;
+    }
+    let _ = std::fs::remove_dir_all(inputs::object_dir(&ctx.settings.plug_root, obj));
+    set_finalizer(obj, ctx, false).await?;
+    Ok(Next::AwaitChange)
+}
+
+async fn delete_resources(obj: &Manifest, ctx: &Context) -> Result<(), String> {
+    let inputs = match inputs::materialize(&ctx.client, obj, &ctx.settings.plug_root).await {
+        Ok(inputs) => inputs,
+        Err(InputProblem::Invalid(m) | InputProblem::Unavailable(m)) => return Err(m),
+        Err(InputProblem::Io(e)) => return Err(e.to_string()),
+    };
+    let manifest = inputs::engine_manifest(obj, &inputs)?;
+    inputs::check_programs(&manifest, ctx.settings.allow_local_programs)?;
+    let options =
+        RunOptions { parallelism: ctx.settings.parallelism, timeout: ctx.settings.timeout, ..RunOptions::default() };
+    let prepared = Engine::new(Arc::new(manifest), ctx.executor.clone(), options)
+        .with_cancellation(ctx.shutdown.child_token())
+        .prepare()
+        .await
+        .map_err(|e| e.to_string())?;
+    let plan = prepared.plan().await;
+    let report = prepared.delete(&plan).await.map_err(|e| e.to_string())?;
+    match report.problems().as_slice() {
+        [] => Ok(()),
+        problems => Err(format!("could not delete: {}", problems.join("; "))),
+    }
+}
+
+/// Before each action: records its intent in the object's status, so that after a crash the
+/// next pass knows what may have been half done.
+struct IntentGate<'a> {
+    obj: &'a Manifest,
+    ctx: &'a Context,
+    old: &'a ManifestStatus,
+    recorder: &'a Recorder,
+    log: &'a MemoryLog,
+}
+
+#[async_trait]
+impl Approver for IntentGate<'_> {
+    async fn approve_resource(&self, _: &str, _: Status, _: &[Action]) -> bool {
+        true
+    }
+
+    async fn approve_action(&self, resource: &str, action: &Action) -> Result<bool, String> {
+        self.recorder.intent(resource, &action.name)?;
+        let mut status = self.old.clone();
+        status.history = status::history_from(&self.log.entries());
+        bound(&mut status);
+        write_status(self.ctx, self.obj, &status)
+            .await
+            .map_err(|e| format!("could not record the action's intent: {e}"))?;
+        Ok(true)
+    }
+}

@@ -1,0 +1,437 @@
+//! The status a pass writes, as a pure function of the previous status and what the pass
+//! observed. No I/O, and `now` is an argument, so every transition is unit-tested.
+//!
+//! Status is built from what ran — states read, actions applied — never from intentions: a
+//! resource a plan found STALE is STALE until an apply made it VALID.
+
+use serde_json::{Value, json};
+
+use crate::crd::{Condition, HistoryEntry, ManifestStatus, ResourceStatus};
+use crate::engine::plan::{Outcome, Plan, Planned, Report};
+use crate::history::recorder::Drift;
+use crate::history::{Entry, Event, format_time};
+
+/// A resource's state above this many bytes of JSON is replaced by a note of its size.
+pub const STATE_LIMIT: usize = 4 * 1024;
+/// Messages are cut to this many bytes.
+pub const MESSAGE_LIMIT: usize = 1024;
+/// The whole status stays below this many bytes of JSON, whatever happens.
+pub const STATUS_LIMIT: usize = 256 * 1024;
+/// Consecutive passes correcting drift on one resource that mean something fights over it.
+pub const THRASHING_STREAK: u32 = 3;
+
+/// What a pass observed: the only input the status is built from.
+#[derive(Debug, Clone)]
+pub enum Observed {
+    /// The manifest cannot be reconciled until its spec changes (no retry).
+    Invalid { reason: &'static str, message: String },
+    /// Nothing could be read or run (a plug is unavailable, init failed); retried.
+    NotRun { reason: &'static str, message: String },
+    /// States were read but the plan has failures, so nothing was applied; retried.
+    Unapplied(Plan),
+    /// The plan was applied.
+    Applied(Report),
+    /// `spec.suspend`: nothing ran.
+    Suspended,
+}
+
+/// Everything [`next_status`] needs about one pass.
+#[derive(Debug, Clone)]
+pub struct PassResult {
+    pub generation: Option<i64>,
+    pub revision: String,
+    pub observed: Observed,
+    /// Resources found drifted during the pass.
+    pub drifts: Vec<Drift>,
+    /// The deployment log after the pass, oldest first (already bounded).
+    pub history: Vec<Entry>,
+    pub now_ms: i64,
+}
+
+impl PassResult {
+    /// Whether the pass left everything VALID.
+    pub fn succeeded(&self) -> bool {
+        matches!(&self.observed, Observed::Applied(report) if report.succeeded())
+    }
+}
+
+/// Cuts `text` to [`MESSAGE_LIMIT`] bytes (on a character boundary).
+pub fn cut(text: &str) -> String {
+    if text.len() <= MESSAGE_LIMIT {
+        return text.to_string();
+    }
+    let mut end = MESSAGE_LIMIT;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
+fn first_line(text: &str) -> &str {
+    text.lines().next().unwrap_or_default()
+}
+
+/// The next status.
+pub fn next_status(old: &ManifestStatus, pass: &PassResult) -> ManifestStatus {
+    let now = format_time(pass.now_ms);
+    let mut status = old.clone();
+    status.observed_generation = pass.generation;
+    status.revision = Some(pass.revision.clone());
+    status.last_reconcile_time = Some(now.clone());
+    if !matches!(pass.observed, Observed::Invalid { .. } | Observed::Suspended) {
+        status.last_attempted_revision = Some(pass.revision.clone());
+    }
+    if pass.succeeded() {
+        status.last_applied_revision = Some(pass.revision.clone());
+    }
+    if let Some(resources) = observed_resources(&pass.observed) {
+        status.resources = merge_resources(&old.resources, resources, pass, &now);
+        let valid = status.resources.iter().filter(|r| r.status == "VALID").count();
+        status.resources_summary = Some(format!("{valid}/{}", status.resources.len()));
+    }
+    status.consecutive_failures = match &pass.observed {
+        _ if pass.succeeded() => 0,
+        Observed::Invalid { .. } | Observed::Suspended => old.consecutive_failures,
+        _ => old.consecutive_failures.saturating_add(1),
+    };
+    status.history = history_from(&pass.history);
+    let wanted = conditions(&status, pass);
+    status.conditions = wanted.into_iter().map(|c| transition(&old.conditions, c, pass.generation, &now)).collect();
+    bound(&mut status);
+    status
+}
+
+/// Resource statuses as the pass observed them (`None`: the pass observed none).
+fn observed_resources(observed: &Observed) -> Option<Vec<ResourceStatus>> {
+    let resource = |name: &str, type_: &str, status: &str| ResourceStatus {
+        name: name.to_string(),
+        type_: type_.to_string(),
+        status: status.to_string(),
+        ..ResourceStatus::default()
+    };
+    match observed {
+        Observed::Applied(report) => Some(
+            report
+                .entries()
+                .iter()
+                .map(|e| {
+                    let mut r = resource(&e.name, &e.type_name, outcome_status(&e.outcome));
+                    r.state = e.outcome.state().map(cap_state);
+                    match &e.outcome {
+                        Outcome::Applied { actions, .. } => {
+                            r.message = Some(format!("applied: {}", actions.join(", ")))
+                        }
+                        Outcome::Failed(error) => r.message = Some(cut(&error.to_string())),
+                        Outcome::Blocked { by } => {
+                            r.message = Some(format!("blocked: {by} failed"));
+                            r.blocked_by = Some(by.clone());
+                        }
+                        Outcome::Declined => r.message = Some("declined".into()),
+                        Outcome::Cancelled => r.message = Some("cancelled before it could start".into()),
+                        Outcome::Unchanged { .. } => {}
+                    }
+                    r
+                })
+                .collect(),
+        ),
+        Observed::Unapplied(plan) => Some(
+            plan.entries
+                .iter()
+                .map(|e| {
+                    let mut r = resource(&e.name, &e.type_name, e.planned.label());
+                    match &e.planned {
+                        Planned::Valid { state } => r.state = Some(cap_state(state)),
+                        Planned::NeedsActions { actions, .. } => {
+                            let names: Vec<&str> = actions.iter().map(|a| a.name.as_str()).collect();
+                            r.message =
+                                Some(format!("needs: {} (not applied: the plan has failures)", names.join(", ")));
+                        }
+                        Planned::Pending { waiting_on, .. } => {
+                            let deps: Vec<&str> = waiting_on.iter().map(|w| w.resource.as_str()).collect();
+                            r.message = Some(format!("waiting on {}", deps.join(", ")));
+                        }
+                        Planned::Failed(error) => r.message = Some(cut(&error.to_string())),
+                        Planned::Blocked { by } => {
+                            r.message = Some(format!("blocked: {by} failed"));
+                            r.blocked_by = Some(by.clone());
+                        }
+                    }
+                    r
+                })
+                .collect(),
+        ),
+        Observed::Invalid { .. } | Observed::NotRun { .. } | Observed::Suspended => None,
+    }
+}
+
+fn outcome_status(outcome: &Outcome) -> &'static str {
+    match outcome {
+        Outcome::Unchanged { .. } | Outcome::Applied { .. } => "VALID",
+        Outcome::Failed(_) => "FAILED",
+        Outcome::Blocked { .. } => "BLOCKED",
+        Outcome::Declined | Outcome::Cancelled => "PENDING",
+    }
+}
+
+/// Keeps each resource's `lastTransitionTime` unless its status changed, and counts drift
+/// corrections in a row.
+fn merge_resources(
+    old: &[ResourceStatus],
+    new: Vec<ResourceStatus>,
+    pass: &PassResult,
+    now: &str,
+) -> Vec<ResourceStatus> {
+    new.into_iter()
+        .map(|mut r| {
+            let previous = old.iter().find(|o| o.name == r.name);
+            r.last_transition_time = match previous {
+                Some(p) if p.status == r.status => p.last_transition_time.clone(),
+                _ => Some(now.to_string()),
+            };
+            // Found as it was: the message of its last change still says what happened.
+            if let Some(p) = previous.filter(|p| p.status == r.status && r.message.is_none()) {
+                r.message = p.message.clone();
+            }
+            let drifted = pass.drifts.iter().any(|d| d.resource == r.name);
+            let corrected = drifted && r.status == "VALID";
+            r.drift_streak = if corrected { previous.map_or(0, |p| p.drift_streak) + 1 } else { 0 };
+            if r.drift_streak >= THRASHING_STREAK {
+                r.message = Some(format!(
+                    "Thrashing: corrected for drift on {} consecutive passes; something else changes it",
+                    r.drift_streak
+                ));
+            }
+            r
+        })
+        .collect()
+}
+
+fn cap_state(state: &Value) -> Value {
+    let size = state.to_string().len();
+    if size <= STATE_LIMIT { state.clone() } else { json!({"truncated": true, "bytes": size}) }
+}
+
+/// Log entries as the status holds them.
+pub fn history_from(entries: &[Entry]) -> Vec<HistoryEntry> {
+    entries.iter().map(to_history_entry).collect()
+}
+
+fn to_history_entry(e: &Entry) -> HistoryEntry {
+    HistoryEntry {
+        id: e.id.clone(),
+        target: e.target.clone(),
+        revision: e.revision.clone(),
+        event: e.event.as_str().to_string(),
+        at: format_time(e.at),
+        detail: (!e.detail.as_object().is_some_and(|d| d.is_empty())).then(|| e.detail.clone()),
+    }
+}
+
+/// The deployment-log entries a status holds, for the next pass's log. Entries of events this
+/// version does not know are skipped.
+pub fn history_entries(status: &ManifestStatus) -> Vec<Entry> {
+    status
+        .history
+        .iter()
+        .filter_map(|h| {
+            let at =
+                humantime::parse_rfc3339(&h.at).ok()?.duration_since(std::time::UNIX_EPOCH).ok()?.as_millis() as i64;
+            Some(Entry {
+                id: h.id.clone(),
+                target: h.target.clone(),
+                revision: h.revision.clone(),
+                event: Event::parse(&h.event)?,
+                at,
+                detail: h.detail.clone().unwrap_or_else(|| json!({})),
+            })
+        })
+        .collect()
+}
+
+/// A condition as wanted now: type, status, reason, message.
+type Wanted = (&'static str, &'static str, String, String);
+
+fn conditions(status: &ManifestStatus, pass: &PassResult) -> Vec<Wanted> {
+    let not_stalled = ("Stalled", "False", "Progressing".to_string(), String::new());
+    match &pass.observed {
+        Observed::Invalid { reason, message } => vec![
+            ("Ready", "False", reason.to_string(), message.clone()),
+            ("Reconciling", "False", reason.to_string(), "waiting for the spec to change".into()),
+            ("Stalled", "True", reason.to_string(), message.clone()),
+        ],
+        Observed::Suspended => {
+            let ready = status.conditions.iter().find(|c| c.type_ == "Ready").map_or(
+                ("Ready", "Unknown", "Suspended".to_string(), "suspended before its first pass".to_string()),
+                |c| ("Ready", condition_status(&c.status), c.reason.clone(), c.message.clone()),
+            );
+            vec![ready, ("Reconciling", "False", "Suspended".into(), "spec.suspend is true".into()), not_stalled]
+        }
+        Observed::NotRun { reason, message } => vec![
+            ("Ready", "False", reason.to_string(), message.clone()),
+            ("Reconciling", "True", "RetryingAfterFailure".into(), message.clone()),
+            not_stalled,
+        ],
+        Observed::Unapplied(_) | Observed::Applied(_) if pass.succeeded() => {
+            let (reason, message) = success(status, pass);
+            vec![
+                ("Ready", "True", reason, message),
+                ("Reconciling", "False", "Succeeded".into(), String::new()),
+                not_stalled,
+            ]
+        }
+        Observed::Unapplied(_) | Observed::Applied(_) => {
+            let (reason, message) = failure(status, pass);
+            vec![
+                ("Ready", "False", reason.to_string(), message.clone()),
+                ("Reconciling", "True", "RetryingAfterFailure".into(), message),
+                not_stalled,
+            ]
+        }
+    }
+}
+
+fn condition_status(status: &str) -> &'static str {
+    match status {
+        "True" => "True",
+        "False" => "False",
+        _ => "Unknown",
+    }
+}
+
+fn success(status: &ManifestStatus, pass: &PassResult) -> (String, String) {
+    let total = status.resources.len();
+    let applied = match &pass.observed {
+        Observed::Applied(report) => report.counts().applied,
+        _ => 0,
+    };
+    // A pass that found everything as it was keeps the reason the last change gave (but a
+    // resource that stopped thrashing is news).
+    let quiet = applied == 0 && pass.drifts.is_empty();
+    if let Some(ready) = status.conditions.iter().find(|c| c.type_ == "Ready" && c.status == "True")
+        && quiet
+        && ready.reason != "Thrashing"
+    {
+        return (ready.reason.clone(), ready.message.clone());
+    }
+    if let Some(thrashing) = status.resources.iter().find(|r| r.drift_streak >= THRASHING_STREAK) {
+        let message = format!(
+            "{} was corrected for drift on {} consecutive passes: something else changes it",
+            thrashing.name, thrashing.drift_streak
+        );
+        return ("Thrashing".into(), message);
+    }
+    if !pass.drifts.is_empty() {
+        let names: Vec<&str> = pass.drifts.iter().map(|d| d.resource.as_str()).collect();
+        return (
+            "DriftCorrected".into(),
+            format!("drift corrected in {}; all {total} resources VALID", names.join(", ")),
+        );
+    }
+    let applied = match &pass.observed {
+        Observed::Applied(report) => report.counts().applied,
+        _ => 0,
+    };
+    if applied > 0 {
+        ("Applied".into(), format!("applied {applied}; all {total} resources VALID"))
+    } else {
+        ("UpToDate".into(), format!("all {total} resources VALID"))
+    }
+}
+
+/// Why the manifest is not Ready, naming the root causes: the resources that failed, not the
+/// ones merely waiting on them.
+fn failure(status: &ManifestStatus, pass: &PassResult) -> (&'static str, String) {
+    let roots: Vec<&ResourceStatus> = status.resources.iter().filter(|r| r.status == "FAILED").collect();
+    let reason = match &pass.observed {
+        Observed::Applied(report) => report
+            .entries()
+            .iter()
+            .find_map(|e| if let Outcome::Failed(error) = &e.outcome { Some(error.reason()) } else { None })
+            .unwrap_or("NotApplied"),
+        Observed::Unapplied(plan) => plan
+            .entries
+            .iter()
+            .find_map(|e| if let Planned::Failed(error) = &e.planned { Some(error.reason()) } else { None })
+            .unwrap_or("PlanFailed"),
+        _ => "Failed",
+    };
+    let mut parts: Vec<String> = roots
+        .iter()
+        .map(|r| format!("waiting on {}: {}", r.name, first_line(r.message.as_deref().unwrap_or("failed"))))
+        .collect();
+    let blocked = status.resources.iter().filter(|r| r.status == "BLOCKED").count();
+    if blocked > 0 {
+        parts.push(format!("{blocked} blocked"));
+    }
+    if parts.is_empty() {
+        parts.push("some resources were not applied".into());
+    }
+    (reason, cut(&parts.join("; ")))
+}
+
+/// The condition with `lastTransitionTime` moved only when its status flips.
+fn transition(
+    old: &[Condition],
+    (type_, status, reason, message): Wanted,
+    generation: Option<i64>,
+    now: &str,
+) -> Condition {
+    let last_transition_time = match old.iter().find(|c| c.type_ == type_) {
+        Some(previous) if previous.status == status => previous.last_transition_time.clone(),
+        _ => now.to_string(),
+    };
+    Condition {
+        type_: type_.to_string(),
+        status: status.to_string(),
+        reason,
+        message: cut(&message),
+        last_transition_time,
+        observed_generation: generation,
+    }
+}
+
+/// Keeps the serialized status under [`STATUS_LIMIT`]: oldest history first, then the largest
+/// resource states.
+pub fn bound(status: &mut ManifestStatus) {
+    let size = |s: &ManifestStatus| serde_json::to_string(s).map_or(usize::MAX, |t| t.len());
+    while size(status) > STATUS_LIMIT && !status.history.is_empty() {
+        let drop = status.history.len().div_ceil(4);
+        status.history.drain(..drop);
+    }
+    while size(status) > STATUS_LIMIT {
+        let Some(largest) = status
+            .resources
+            .iter_mut()
+            .filter(|r| r.state.is_some())
+            .max_by_key(|r| r.state.as_ref().map_or(0, |s| s.to_string().len()))
+        else {
+            break;
+        };
+        let bytes = largest.state.as_ref().map_or(0, |s| s.to_string().len());
+        if bytes < 100 {
+            break;
+        }
+        largest.state = Some(json!({"truncated": true, "bytes": bytes}));
+    }
+    // Thousands of resources with long messages: keep each message's first line, shortened.
+    if size(status) > STATUS_LIMIT {
+        for r in &mut status.resources {
+            if let Some(message) = &mut r.message {
+                let mut short = first_line(message).to_string();
+                short.truncate(short.char_indices().nth(120).map_or(short.len(), |(i, _)| i));
+                *message = short;
+            }
+        }
+    }
+}
+
+/// Whether writing `new` over `old` would change anything but `lastReconcileTime`: a pass that
+/// found everything as it was writes nothing (no churn on the object, no noise in its history).
+pub fn changed(old: &ManifestStatus, new: &ManifestStatus) -> bool {
+    let mut new = new.clone();
+    new.last_reconcile_time = old.last_reconcile_time.clone();
+    &new != old
+}
+
+#[cfg(test)]
+mod tests;

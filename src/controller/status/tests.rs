@@ -1,0 +1,216 @@
+use std::time::Duration;
+
+use serde_json::json;
+
+use super::*;
+use crate::engine::error::{Cause, Phase, ResourceError};
+use crate::engine::executor::Exit;
+use crate::engine::plan::ReportEntry;
+use crate::engine::protocol::Status;
+use crate::history::target;
+
+const T0: i64 = 1_700_000_000_000;
+
+fn report(outcomes: Vec<(&str, Outcome)>) -> Report {
+    let entries = outcomes
+        .into_iter()
+        .map(|(name, outcome)| ReportEntry {
+            name: name.into(),
+            type_name: "builtin/file".into(),
+            outcome,
+            elapsed: Duration::ZERO,
+        })
+        .collect();
+    Report::new("ns/m".into(), "run".into(), entries)
+}
+
+fn pass(observed: Observed, now_ms: i64) -> PassResult {
+    PassResult { generation: Some(3), revision: "rev1".into(), observed, drifts: vec![], history: vec![], now_ms }
+}
+
+fn applied(name: &str) -> (&str, Outcome) {
+    (name, Outcome::Applied { state: json!({"path": format!("/{name}")}), actions: vec!["create".into()] })
+}
+
+fn unchanged(name: &str) -> (&str, Outcome) {
+    (name, Outcome::Unchanged { state: json!({"path": format!("/{name}")}) })
+}
+
+fn condition<'a>(status: &'a ManifestStatus, type_: &str) -> &'a Condition {
+    status.conditions.iter().find(|c| c.type_ == type_).unwrap_or_else(|| panic!("no {type_} in {status:#?}"))
+}
+
+fn action_failed() -> ResourceError {
+    let outcome = crate::engine::executor::Outcome {
+        exit: Exit::Code(1),
+        stdout: vec![],
+        stderr: b"disk full".to_vec(),
+        elapsed: Duration::ZERO,
+    };
+    ResourceError::exit(Phase::Action("create".into()), &outcome)
+}
+
+#[test]
+fn a_successful_first_pass_is_ready_with_every_resource_valid() {
+    let status =
+        next_status(&ManifestStatus::default(), &pass(Observed::Applied(report(vec![applied("a"), applied("b")])), T0));
+    let ready = condition(&status, "Ready");
+    assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("True", "Applied"));
+    assert_eq!(ready.observed_generation, Some(3));
+    assert_eq!(condition(&status, "Reconciling").status, "False");
+    assert_eq!(condition(&status, "Stalled").status, "False");
+    assert_eq!(status.last_applied_revision.as_deref(), Some("rev1"));
+    assert_eq!(status.last_attempted_revision.as_deref(), Some("rev1"));
+    assert_eq!(status.observed_generation, Some(3));
+    assert_eq!(status.resources_summary.as_deref(), Some("2/2"));
+    assert_eq!(status.resources[0].state, Some(json!({"path": "/a"})));
+    assert_eq!(status.resources[0].message.as_deref(), Some("applied: create"));
+    assert_eq!(status.consecutive_failures, 0);
+}
+
+#[test]
+fn a_pass_that_finds_everything_as_it_was_changes_nothing() {
+    let first = next_status(&ManifestStatus::default(), &pass(Observed::Applied(report(vec![unchanged("a")])), T0));
+    let second = next_status(&first, &pass(Observed::Applied(report(vec![unchanged("a")])), T0 + 300_000));
+    assert!(!changed(&first, &second), "{first:#?}\n{second:#?}");
+    let after_apply = next_status(&ManifestStatus::default(), &pass(Observed::Applied(report(vec![applied("a")])), T0));
+    let quiet = next_status(&after_apply, &pass(Observed::Applied(report(vec![unchanged("a")])), T0 + 300_000));
+    assert_eq!(condition(&quiet, "Ready").reason, "Applied", "a quiet pass keeps the last change's reason");
+    assert!(!changed(&after_apply, &quiet), "{after_apply:#?}\n{quiet:#?}");
+    assert_eq!(quiet.resources[0].message.as_deref(), Some("applied: create"), "the last change's message stays");
+    let third = next_status(&first, &pass(Observed::Applied(report(vec![applied("a")])), T0 + 600_000));
+    assert!(changed(&first, &third));
+    assert_eq!(
+        condition(&third, "Ready").last_transition_time,
+        condition(&first, "Ready").last_transition_time,
+        "Ready stayed True: its transition time does not move"
+    );
+}
+
+#[test]
+fn a_failure_names_the_root_cause_and_counts_for_the_backoff() {
+    let outcomes = vec![
+        ("data_dir", Outcome::Failed(action_failed())),
+        ("app", Outcome::Blocked { by: "data_dir".into() }),
+        ("child", Outcome::Blocked { by: "data_dir".into() }),
+        unchanged("other"),
+    ];
+    let ok = next_status(&ManifestStatus::default(), &pass(Observed::Applied(report(vec![applied("data_dir")])), T0));
+    let failed = next_status(&ok, &pass(Observed::Applied(report(outcomes.clone())), T0 + 1000));
+    let ready = condition(&failed, "Ready");
+    assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("False", "ActionFailed"));
+    assert_eq!(ready.message, "waiting on data_dir: action create failed with exit code 1; 2 blocked");
+    assert_eq!(ready.last_transition_time, format_time(T0 + 1000), "Ready flipped");
+    assert_eq!(condition(&failed, "Reconciling").status, "True");
+    let app = failed.resources.iter().find(|r| r.name == "child").unwrap();
+    assert_eq!(
+        (app.status.as_str(), app.blocked_by.as_deref()),
+        ("BLOCKED", Some("data_dir")),
+        "the root, not the next"
+    );
+    assert_eq!(failed.last_applied_revision.as_deref(), Some("rev1"), "kept from the last success");
+    assert_eq!(failed.consecutive_failures, 1);
+    let again = next_status(&failed, &pass(Observed::Applied(report(outcomes)), T0 + 2000));
+    assert_eq!(again.consecutive_failures, 2);
+    assert_eq!(condition(&again, "Ready").last_transition_time, format_time(T0 + 1000), "no flip, no move");
+}
+
+#[test]
+fn an_invalid_manifest_is_stalled_and_keeps_what_was_observed() {
+    let ok = next_status(&ManifestStatus::default(), &pass(Observed::Applied(report(vec![applied("a")])), T0));
+    let invalid = Observed::Invalid { reason: "InvalidManifest", message: "dependency cycle: a -> b -> a".into() };
+    let stalled = next_status(&ok, &pass(invalid, T0 + 1000));
+    assert_eq!(condition(&stalled, "Stalled").status, "True");
+    assert_eq!(condition(&stalled, "Ready").message, "dependency cycle: a -> b -> a");
+    assert_eq!(condition(&stalled, "Reconciling").status, "False");
+    assert_eq!(stalled.resources, ok.resources);
+    assert_eq!(stalled.last_attempted_revision, ok.last_attempted_revision, "nothing was attempted");
+}
+
+#[test]
+fn a_suspended_manifest_keeps_its_readiness() {
+    let ok = next_status(&ManifestStatus::default(), &pass(Observed::Applied(report(vec![applied("a")])), T0));
+    let suspended = next_status(&ok, &pass(Observed::Suspended, T0 + 1000));
+    assert_eq!(condition(&suspended, "Ready"), condition(&ok, "Ready"));
+    assert_eq!(condition(&suspended, "Reconciling").reason, "Suspended");
+    assert_eq!(suspended.resources, ok.resources);
+}
+
+#[test]
+fn drift_corrected_on_consecutive_passes_is_thrashing() {
+    let drift = |now: Status| Drift { resource: "a".into(), now };
+    let mut status = ManifestStatus::default();
+    let mut reasons = Vec::new();
+    for i in 0..4 {
+        let mut p = pass(Observed::Applied(report(vec![applied("a"), unchanged("b")])), T0 + i * 1000);
+        p.drifts = vec![drift(Status::Missing)];
+        status = next_status(&status, &p);
+        reasons.push(condition(&status, "Ready").reason.clone());
+    }
+    assert_eq!(reasons, ["DriftCorrected", "DriftCorrected", "Thrashing", "Thrashing"]);
+    assert_eq!(status.resources[0].drift_streak, 4);
+    assert!(condition(&status, "Ready").message.contains("a was corrected for drift on 4 consecutive passes"));
+    let calm = next_status(&status, &pass(Observed::Applied(report(vec![unchanged("a"), unchanged("b")])), T0 + 9000));
+    assert_eq!(calm.resources[0].drift_streak, 0);
+    assert_eq!(condition(&calm, "Ready").reason, "UpToDate");
+    let still = next_status(&calm, &pass(Observed::Applied(report(vec![unchanged("a"), unchanged("b")])), T0 + 10_000));
+    assert!(!changed(&calm, &still), "quiet passes change nothing");
+}
+
+#[test]
+fn huge_states_are_capped() {
+    let big = json!({"blob": "x".repeat(10_000)});
+    let status = next_status(
+        &ManifestStatus::default(),
+        &pass(Observed::Applied(report(vec![("a", Outcome::Unchanged { state: big })])), T0),
+    );
+    assert_eq!(status.resources[0].state, Some(json!({"truncated": true, "bytes": 10_011})));
+}
+
+#[test]
+fn the_status_stays_bounded_whatever_happens() {
+    let entry = |i: usize| Entry {
+        id: format!("run-{i}"),
+        target: target::resource("a"),
+        revision: "r".into(),
+        event: Event::DriftDetected,
+        at: T0,
+        detail: json!({"message": "m".repeat(900)}),
+    };
+    let resources: Vec<(String, Outcome)> = (0..400)
+        .map(|i| {
+            (
+                format!("resource_{i}"),
+                Outcome::Failed(ResourceError::new(Phase::State, Cause::Render("e".repeat(2000)))),
+            )
+        })
+        .collect();
+    let mut p = pass(Observed::Applied(report(resources.iter().map(|(n, o)| (n.as_str(), o.clone())).collect())), T0);
+    p.history = (0..10_000).map(entry).collect();
+    let status = next_status(&ManifestStatus::default(), &p);
+    let size = serde_json::to_string(&status).unwrap().len();
+    assert!(size <= STATUS_LIMIT, "{size} bytes");
+    assert!(status.resources.iter().all(|r| r.message.is_some()), "messages are shortened, not dropped");
+}
+
+#[test]
+fn history_round_trips_through_the_status() {
+    let entries = vec![Entry {
+        id: "r1".into(),
+        target: target::MANIFEST.into(),
+        revision: "abc".into(),
+        event: Event::RunStarted,
+        at: T0 + 123,
+        detail: json!({}),
+    }];
+    let mut p = pass(Observed::Applied(report(vec![unchanged("a")])), T0);
+    p.history = entries.clone();
+    let status = next_status(&ManifestStatus::default(), &p);
+    assert_eq!(history_entries(&status), entries);
+}
+
+#[test]
+fn messages_are_cut() {
+    assert_eq!(cut("short"), "short");
+    assert!(cut(&"é".repeat(2000)).len() <= MESSAGE_LIMIT + "…".len());
+}

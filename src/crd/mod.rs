@@ -1,0 +1,212 @@
+//! The `Manifest` custom resource (`deployster.io/v1alpha1`): the engine's manifest as a
+//! Kubernetes object, reconciled by the controller.
+//!
+//! The spec embeds the engine's [`ResourceSpec`], so the CLI and the controller accept the
+//! same resources. Plugs differ: in a cluster they reference a Secret or a ConfigMap, which the
+//! controller materializes to files. `crds/manifest.yaml` is generated from these types by
+//! `deployster crd`; a test fails when the committed file differs.
+
+use indexmap::IndexMap;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+pub use crate::engine::manifest::ResourceSpec;
+
+/// The desired state: a manifest, plus how the controller keeps it.
+// Each `printcolumn(...)` repeats `type_ = "string"`; clippy reads those macro arguments as
+// duplicated attributes.
+#[allow(clippy::duplicated_attributes)]
+#[derive(CustomResource, Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "deployster.io",
+    version = "v1alpha1",
+    kind = "Manifest",
+    plural = "manifests",
+    shortname = "dm",
+    category = "deployster",
+    namespaced,
+    status = "ManifestStatus",
+    derive = "Default",
+    derive = "PartialEq",
+    doc = "A set of resources Deployster keeps as declared.",
+    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
+    printcolumn(name = "Status", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].reason"),
+    printcolumn(name = "Resources", type_ = "string", json_path = ".status.resourcesSummary"),
+    printcolumn(name = "Last Applied", type_ = "string", json_path = ".status.lastAppliedRevision"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ManifestSpec {
+    /// Variables for expressions, as in a manifest's `vars`.
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    #[schemars(schema_with = "free_form_object")]
+    pub vars: IndexMap<String, Value>,
+    /// Plugs, as references to a Secret or a ConfigMap in the same namespace.
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    pub plugs: IndexMap<String, PlugRef>,
+    /// The resources, exactly as in a manifest file.
+    pub resources: IndexMap<String, ResourceSpec>,
+    /// How often a Ready manifest is checked for drift (e.g. `5m`).
+    #[serde(default = "default_interval")]
+    pub interval: String,
+    /// Wait after a failure, doubled on each consecutive failure up to `interval`.
+    #[serde(default = "default_retry_interval")]
+    pub retry_interval: String,
+    /// Stop reconciling; the status is kept as it is.
+    #[serde(default)]
+    pub suspend: bool,
+    /// What happens to the resources when the Manifest is deleted.
+    #[serde(default)]
+    pub deletion_policy: DeletionPolicy,
+}
+
+fn default_interval() -> String {
+    "5m".into()
+}
+
+fn default_retry_interval() -> String {
+    "30s".into()
+}
+
+/// `{type: object, x-kubernetes-preserve-unknown-fields: true}`: free-form, and structural.
+fn free_form_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({"type": "object", "x-kubernetes-preserve-unknown-fields": true})
+}
+
+/// A plug in a cluster: the content of a Secret or a ConfigMap (one key, or every key as a
+/// file of a directory), handed to the resource types that ask for it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlugRef {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<KeyRef>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_map: Option<KeyRef>,
+    /// No resource may ask to write to it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub read_only: bool,
+    /// Regular expressions; when given, only resources whose name matches one get the plug.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resource_names: Vec<String>,
+    /// Regular expressions; when given, only resources whose type matches one get the plug.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resource_types: Vec<String>,
+}
+
+/// An object in the Manifest's namespace and, optionally, one of its keys.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct KeyRef {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+}
+
+/// What deleting the Manifest does to its resources.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum DeletionPolicy {
+    /// Leave every resource in place.
+    #[default]
+    Orphan,
+    /// Delete the resources whose types can (`delete_action`), dependents first.
+    Delete,
+}
+
+/// What the controller observed, written with server-side apply.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ManifestStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// A short hash of the spec and the materialized plugs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_applied_revision: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_attempted_revision: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_reconcile_time: Option<String>,
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+    #[serde(default)]
+    pub resources: Vec<ResourceStatus>,
+    /// `VALID/total`, for `kubectl get`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources_summary: Option<String>,
+    /// The newest deployment-log entries, oldest first (bounded).
+    #[serde(default)]
+    pub history: Vec<HistoryEntry>,
+    /// Failed passes in a row (for the retry backoff).
+    #[serde(default)]
+    pub consecutive_failures: u32,
+}
+
+/// A condition, following Kubernetes conventions (read by kstatus-based tools).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+    pub reason: String,
+    pub message: String,
+    pub last_transition_time: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// One resource of the manifest as last observed.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceStatus {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// VALID, STALE, MISSING, FAILED, BLOCKED or PENDING.
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<String>,
+    /// The state its type reported (size-capped).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
+    pub state: Option<Value>,
+    /// The root failed or invalid resource this one waits on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocked_by: Option<String>,
+    /// Consecutive passes that corrected drift on it.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub drift_streak: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// A deployment-log entry on the object.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct HistoryEntry {
+    pub id: String,
+    pub target: String,
+    pub revision: String,
+    pub event: String,
+    /// RFC 3339.
+    pub at: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
+    pub detail: Option<Value>,
+}
+
+/// The CRD as YAML, as `deployster crd` prints it and `crds/manifest.yaml` holds it.
+pub fn crd_yaml() -> String {
+    use kube::CustomResourceExt;
+    let header = "# Generated by `deployster crd`; do not edit. Regenerate: deployster crd > crds/manifest.yaml\n";
+    format!("{header}{}", serde_norway::to_string(&Manifest::crd()).expect("the CRD serializes"))
+}
+
+#[cfg(test)]
+mod tests;

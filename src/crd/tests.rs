@@ -1,0 +1,91 @@
+//! The generated CRD: committed, current, and structural (what a real API server demands).
+
+use serde_json::Value;
+
+use super::*;
+
+#[test]
+fn the_committed_crd_is_current() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("crds/manifest.yaml");
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        committed == crd_yaml(),
+        "crds/manifest.yaml differs from the Rust types; regenerate it: cargo run -- crd > crds/manifest.yaml"
+    );
+}
+
+/// The structural-schema rules an API server enforces, over one node and its children.
+fn structural_problems(node: &Value, path: &str, out: &mut Vec<String>) {
+    let Some(object) = node.as_object() else { return };
+    let has = |key: &str| object.contains_key(key);
+    if has("$ref") {
+        out.push(format!("{path}: $ref"));
+    }
+    if has("uniqueItems") {
+        out.push(format!("{path}: uniqueItems"));
+    }
+    if object.get("additionalProperties").is_some_and(Value::is_boolean) {
+        out.push(format!("{path}: additionalProperties is a boolean"));
+    }
+    if has("properties") && has("additionalProperties") {
+        out.push(format!("{path}: both properties and additionalProperties"));
+    }
+    if !(has("type") || has("x-kubernetes-preserve-unknown-fields") || has("x-kubernetes-int-or-string")) {
+        out.push(format!("{path}: no type"));
+    }
+    for (name, child) in object.get("properties").and_then(Value::as_object).into_iter().flatten() {
+        structural_problems(child, &format!("{path}.{name}"), out);
+    }
+    for key in ["additionalProperties", "items"] {
+        if let Some(child) = object.get(key).filter(|c| c.is_object()) {
+            structural_problems(child, &format!("{path}.{key}"), out);
+        }
+    }
+}
+
+#[test]
+fn the_schema_is_structural() {
+    use kube::CustomResourceExt;
+    let crd = serde_json::to_value(Manifest::crd()).unwrap();
+    let schema = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
+    let mut problems = Vec::new();
+    structural_problems(schema, "openAPIV3Schema", &mut problems);
+    assert!(problems.is_empty(), "{problems:#?}");
+    let metadata = &schema["properties"]["metadata"];
+    assert!(metadata.is_null() || metadata == &serde_json::json!({"type": "object"}), "{metadata}");
+    assert!(crd["spec"]["versions"][0]["subresources"]["status"].is_object(), "status is a subresource");
+}
+
+#[test]
+fn the_structural_check_catches_what_it_should() {
+    let bad = serde_json::json!({"type": "object", "properties": {"a": {"description": "untyped"}},
+                                 "additionalProperties": true});
+    let mut problems = Vec::new();
+    structural_problems(&bad, "x", &mut problems);
+    assert_eq!(problems.len(), 3, "{problems:?}");
+}
+
+#[test]
+fn names_and_printer_columns() {
+    use kube::CustomResourceExt;
+    let crd = Manifest::crd();
+    assert_eq!(crd.spec.names.short_names, Some(vec!["dm".to_string()]));
+    assert_eq!(crd.spec.names.categories, Some(vec!["deployster".to_string()]));
+    let columns: Vec<String> =
+        crd.spec.versions[0].additional_printer_columns.iter().flatten().map(|c| c.name.to_uppercase()).collect();
+    assert_eq!(columns, ["READY", "STATUS", "RESOURCES", "LAST APPLIED", "AGE"]);
+}
+
+#[test]
+fn the_k8s_example_matches_the_crd_schema() {
+    use kube::CustomResourceExt;
+    let crd = serde_json::to_value(Manifest::crd()).unwrap();
+    let schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"].clone();
+    let validator = jsonschema::draft4::new(&schema).expect("the CRD schema compiles");
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/k8s/manifest.yaml");
+    let example: Value = serde_norway::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let errors: Vec<String> = validator.iter_errors(&example).map(|e| format!("{}: {e}", e.instance_path())).collect();
+    assert!(errors.is_empty(), "{errors:#?}");
+    let wrong = serde_json::json!({"spec": {"resources": {}, "deletionPolicy": "Destroy", "suspend": "yes"}});
+    assert_eq!(validator.iter_errors(&wrong).count(), 2, "the schema does reject what a server would");
+}
