@@ -381,3 +381,22 @@ fn duplicate_names_across_files_are_an_error() {
     assert_failed(&run, 2, &["manifest b.yaml: resource `x` is also declared in a.yaml"]);
 }
 
+#[test]
+fn a_custom_resource_given_to_the_cli_is_recognised() {
+    let ws = Workspace::new();
+    let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/k8s/manifest.yaml");
+    let run = ws.run(&["plan", "-f", example.to_str().unwrap()]);
+    assert_failed(
+        &run,
+        2,
+        &[
+            "not a valid manifest: unknown field `apiVersion`",
+            "a Kubernetes object (kind: Manifest), not a manifest file",
+        ],
+    );
+    // An ordinary mistake gets no such hint.
+    ws.write("typo.yaml", "resource: {}\n");
+    let run = ws.run(&["plan", "-f", "typo.yaml"]);
+    assert_failed(&run, 2, &["manifest typo.yaml: not a valid manifest: unknown field `resource`"]);
+    assert!(!run.all().contains("hint:"), "{}", run.all());
+}

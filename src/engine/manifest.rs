@@ -199,11 +199,25 @@ pub fn parse_document(text: &str, json: bool) -> Result<ManifestSpec, String> {
     if text.trim().is_empty() {
         return Ok(ManifestSpec::default());
     }
-    if json {
+    let parsed = if json {
         serde_json::from_str(text).map_err(|e| e.to_string())
     } else {
         serde_norway::from_str(text).map_err(|e| e.to_string())
-    }
+    };
+    parsed.map_err(|message| match kubernetes_kind(text, json) {
+        Some(kind) => format!(
+            "{message}\n  hint: this is a Kubernetes object (kind: {kind}), not a manifest file; \
+             a Manifest custom resource is applied with `kubectl apply -f` and kept by `deployster controller`"
+        ),
+        None => message,
+    })
+}
+
+/// The `kind` of a document that looks like a Kubernetes object (`apiVersion` and `kind`).
+fn kubernetes_kind(text: &str, json: bool) -> Option<String> {
+    let doc: Value = if json { serde_json::from_str(text).ok()? } else { serde_norway::from_str(text).ok()? };
+    doc.get("apiVersion")?;
+    Some(doc.get("kind")?.as_str()?.to_string())
 }
 
 /// Whether a file should be parsed as JSON (by extension) rather than YAML.
