@@ -493,6 +493,14 @@ async fn a_missing_crd_is_reported_with_a_hint() {
 }
 
 #[tokio::test]
+async fn a_client_for_a_tls_api_server_can_be_made_whatever_crypto_features_the_build_has() {
+    // This test binary enables both rustls providers (kube-fake-client asks for aws-lc-rs, we
+    // for ring); left to choose, rustls panics building the first TLS client.
+    let config = kube::Config::new("https://127.0.0.1:6443".parse().unwrap());
+    deployster::controller::connect(config).expect("a client");
+}
+
+#[tokio::test]
 async fn the_bundled_example_reconciles_to_ready() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/k8s/manifest.yaml");
     let mut example: Manifest = serde_norway::from_str(&std::fs::read_to_string(path).unwrap()).expect("a Manifest");

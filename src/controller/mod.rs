@@ -111,9 +111,18 @@ pub async fn check_crd(client: &Client) -> Result<(), Error> {
     }
 }
 
+/// A client for `config`. The TLS crypto provider is chosen here rather than left to rustls's
+/// crate features: when a build enables both of its providers (another crate in the build may
+/// ask for aws-lc-rs), rustls cannot choose and panics on the first connection.
+pub fn connect(config: kube::Config) -> Result<Client, Error> {
+    // Fails only when a provider is already installed, which is as good.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    Ok(Client::try_from(config)?)
+}
+
 /// Runs the controller until SIGTERM or SIGINT.
 pub async fn run(config: RunConfig, executor: Arc<dyn Executor>) -> Result<(), Error> {
-    let client = Client::try_default().await?;
+    let client = connect(kube::Config::infer().await.map_err(kube::Error::InferConfig)?)?;
     check_crd(&client).await?;
     let api: Api<DeserializeGuard<Manifest>> = match &config.namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),
