@@ -37,8 +37,9 @@ resources:
     serde_norway::from_str(&yaml).expect("a valid spec")
 }
 
-fn rss_kib(field: &str) -> u64 {
-    std::fs::read_to_string("/proc/self/status")
+/// A memory figure (`VmRSS:`, `VmHWM:`) of a process (`self` or a pid), in KiB.
+fn status_kib(process: &str, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{process}/status"))
         .ok()
         .and_then(|s| s.lines().find(|l| l.starts_with(field)).and_then(|l| l.split_whitespace().nth(1)?.parse().ok()))
         .unwrap_or(0)
@@ -51,11 +52,14 @@ fn cpu(who: UsageWho) -> Duration {
 }
 
 /// One pass over every object. Like the controller's watch cache, it keeps every object it
-/// fetched (typed) until the pass ends, so that their memory counts as the controller's.
+/// fetched (typed, pruned as the cache prunes) until the pass ends, so that their memory counts
+/// as the controller's.
 async fn pass(api: &Api<Manifest>, ctx: &Context, names: &[String]) -> (usize, Vec<Arc<Manifest>>) {
     let results: Vec<(bool, Arc<Manifest>)> = futures::stream::iter(names)
         .map(|name| async move {
-            let obj = Arc::new(api.get(name).await.expect("get"));
+            let mut obj = api.get(name).await.expect("get");
+            deployster::controller::prune_for_cache(&mut obj);
+            let obj = Arc::new(obj);
             let next = reconcile(&obj, ctx).await.expect("reconcile");
             (matches!(next, Next::Requeue(d) if d >= Duration::from_secs(240)), obj)
         })
@@ -129,14 +133,7 @@ async fn start_api(dir: &std::path::Path) -> (std::process::Child, kube::Client)
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     let config = kube::Config::new(format!("http://127.0.0.1:{port}").parse().expect("a URL"));
-    (child, kube::Client::try_from(config).expect("client"))
-}
-
-fn process_rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok()))
-        .unwrap_or(0)
+    (child, deployster::controller::connect(config).expect("client"))
 }
 
 fn main() {
@@ -145,7 +142,7 @@ fn main() {
     }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
     let dir = tempfile::tempdir().expect("temp dir");
-    let rss_start = rss_kib("VmRSS:");
+    let rss_start = status_kib("self", "VmRSS:");
     runtime.block_on(async {
         let (mut api_server, client) = start_api(dir.path()).await;
         let names: Vec<String> = (0..OBJECTS).map(|i| format!("m{i}")).collect();
@@ -159,11 +156,11 @@ fn main() {
         let (ready, _) = pass(&api, &ctx, &names).await;
         println!("first pass (creates everything): {:.1} s, {ready}/{OBJECTS} Ready", started.elapsed().as_secs_f64());
 
-        let (rss_before, self_before, children_before) = (rss_kib("VmRSS:"), cpu(UsageWho::RUSAGE_SELF), cpu(UsageWho::RUSAGE_CHILDREN));
+        let (rss_before, self_before, children_before) = (status_kib("self", "VmRSS:"), cpu(UsageWho::RUSAGE_SELF), cpu(UsageWho::RUSAGE_CHILDREN));
         let started = Instant::now();
         let (ready, store) = pass(&api, &ctx, &names).await;
         let wall = started.elapsed();
-        let rss_after = rss_kib("VmRSS:");
+        let rss_after = status_kib("self", "VmRSS:");
         let controller_cpu = cpu(UsageWho::RUSAGE_SELF) - self_before;
         let executor_cpu = cpu(UsageWho::RUSAGE_CHILDREN) - children_before;
         let invocations = OBJECTS * 5 * 2;
@@ -177,9 +174,11 @@ fn main() {
         println!("  controller CPU per object             {:.2} ms", controller_cpu.as_secs_f64() * 1000.0 / OBJECTS as f64);
         let mib = |kib: u64| kib as f64 / 1024.0;
         println!("  controller RSS at start / before / after the pass / peak  {:.1} / {:.1} / {:.1} / {:.1} MiB   (target ≤ 50 MiB)",
-            mib(rss_start), mib(rss_before), mib(rss_after), mib(rss_kib("VmHWM:")));
+            mib(rss_start), mib(rss_before), mib(rss_after), mib(status_kib("self", "VmHWM:")));
+        let bytes: usize = store.iter().map(|obj| serde_json::to_vec(obj.as_ref()).map_or(0, |v| v.len())).sum();
+        println!("  objects as JSON                       {:.1} MiB ({:.1} KiB each)", bytes as f64 / 1048576.0, bytes as f64 / 1024.0 / store.len() as f64);
         println!("  (the controller's process holds its {} objects, as its watch cache would; the API server runs in", store.len());
-        println!("   its own process — {:.1} MiB — and executors are child processes, counted in neither)", mib(process_rss_kib(api_server.id())));
+        println!("   its own process — {:.1} MiB — and executors are child processes, counted in neither)", mib(status_kib(&api_server.id().to_string(), "VmRSS:")));
         let _ = api_server.kill();
         let _ = api_server.wait();
     });
