@@ -104,9 +104,9 @@ pub fn next_status(old: &ManifestStatus, pass: &PassResult) -> ManifestStatus {
 /// Resource statuses as the pass observed them (`None`: the pass observed none).
 fn observed_resources(observed: &Observed) -> Option<Vec<ResourceStatus>> {
     let resource = |name: &str, type_: &str, status: &str| ResourceStatus {
-        name: name.to_string(),
-        type_: type_.to_string(),
-        status: status.to_string(),
+        name: name.into(),
+        type_: type_.into(),
+        status: status.into(),
         ..ResourceStatus::default()
     };
     match observed {
@@ -186,7 +186,7 @@ fn merge_resources(
             let previous = old.iter().find(|o| o.name == r.name);
             r.last_transition_time = match previous {
                 Some(p) if p.status == r.status => p.last_transition_time.clone(),
-                _ => Some(now.to_string()),
+                _ => Some(now.into()),
             };
             // Found as it was: the message of its last change still says what happened.
             if let Some(p) = previous.filter(|p| p.status == r.status && r.message.is_none()) {
@@ -218,11 +218,11 @@ pub fn history_from(entries: &[Entry]) -> Vec<HistoryEntry> {
 
 fn to_history_entry(e: &Entry) -> HistoryEntry {
     HistoryEntry {
-        id: e.id.clone(),
-        target: e.target.clone(),
-        revision: e.revision.clone(),
-        event: e.event.as_str().to_string(),
-        at: format_time(e.at),
+        id: e.id.as_str().into(),
+        target: e.target.as_str().into(),
+        revision: e.revision.as_str().into(),
+        event: e.event.as_str().into(),
+        at: format_time(e.at).into(),
         detail: (!e.detail.as_object().is_some_and(|d| d.is_empty())).then(|| e.detail.clone()),
     }
 }
@@ -237,9 +237,9 @@ pub fn history_entries(status: &ManifestStatus) -> Vec<Entry> {
             let at =
                 humantime::parse_rfc3339(&h.at).ok()?.duration_since(std::time::UNIX_EPOCH).ok()?.as_millis() as i64;
             Some(Entry {
-                id: h.id.clone(),
-                target: h.target.clone(),
-                revision: h.revision.clone(),
+                id: h.id.to_string(),
+                target: h.target.to_string(),
+                revision: h.revision.to_string(),
                 event: Event::parse(&h.event)?,
                 at,
                 detail: h.detail.clone().unwrap_or_else(|| json!({})),

@@ -6,6 +6,7 @@
 //! controller materializes to files. `crds/manifest.yaml` is generated from these types by
 //! `deployster crd`; a test fails when the committed file differs.
 
+use compact_str::CompactString;
 use indexmap::IndexMap;
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -162,15 +163,19 @@ pub struct Condition {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ResourceStatus {
-    pub name: String,
+    #[schemars(with = "String")]
+    pub name: CompactString,
     #[serde(rename = "type")]
-    pub type_: String,
+    #[schemars(with = "String")]
+    pub type_: CompactString,
     /// VALID, STALE, MISSING, FAILED, BLOCKED or PENDING.
-    pub status: String,
+    #[schemars(with = "String")]
+    pub status: CompactString,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_transition_time: Option<String>,
+    #[schemars(with = "Option<String>")]
+    pub last_transition_time: Option<CompactString>,
     /// The state its type reported (size-capped).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
@@ -188,14 +193,21 @@ fn is_zero(n: &u32) -> bool {
 }
 
 /// A deployment-log entry on the object.
+// The watch cache holds up to `--history-limit` of these per object, so the short fields are
+// inline strings (no allocation up to 24 bytes).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct HistoryEntry {
-    pub id: String,
-    pub target: String,
-    pub revision: String,
-    pub event: String,
+    #[schemars(with = "String")]
+    pub id: CompactString,
+    #[schemars(with = "String")]
+    pub target: CompactString,
+    #[schemars(with = "String")]
+    pub revision: CompactString,
+    #[schemars(with = "String")]
+    pub event: CompactString,
     /// RFC 3339.
-    pub at: String,
+    #[schemars(with = "String")]
+    pub at: CompactString,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
     pub detail: Option<Value>,
