@@ -3,7 +3,7 @@
 
 mod support;
 
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
@@ -160,18 +160,6 @@ fn plans_are_recorded_but_are_not_deployments() {
     assert_eq!(log["in_progress"], serde_json::json!([]));
 }
 
-/// Starts `deployster apply --yes` in the background.
-fn spawn_apply(ws: &Workspace) -> Child {
-    Command::new(support::deployster())
-        .args(["apply", "-f", "manifest.yaml", "--yes"])
-        .current_dir(ws.dir.path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
-}
-
 fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + timeout;
     while !done() {
@@ -190,7 +178,7 @@ const SLOW: &str = "resources:\n  slow: { type: ./fixture, config: { action_slee
 fn a_run_killed_mid_apply_is_reported_by_the_next_which_converges() {
     let ws = Workspace::new();
     ws.manifest(SLOW);
-    let mut child = spawn_apply(&ws);
+    let mut child = ws.spawn(&["apply", "-f", "manifest.yaml", "--yes"]);
     wait_until("the action's intent to be recorded", Duration::from_secs(30), || action_started(&ws));
     kill(Pid::from_raw(child.id() as i32), Signal::SIGKILL).unwrap();
     child.wait().unwrap();
@@ -229,7 +217,7 @@ fn a_run_killed_mid_apply_is_reported_by_the_next_which_converges() {
 fn a_second_apply_on_the_same_state_dir_is_refused_while_plan_still_works() {
     let ws = Workspace::new();
     ws.manifest(SLOW);
-    let first = spawn_apply(&ws);
+    let first = ws.spawn(&["apply", "-f", "manifest.yaml", "--yes"]);
     wait_until("the first apply to start its action", Duration::from_secs(30), || action_started(&ws));
     let second = ws.apply(&[]);
     assert_eq!(second.code, 1, "{}", second.all());
@@ -251,17 +239,6 @@ fn history_without_a_log_says_so() {
     assert!(!ws.exists(".deployster"), "reading history creates nothing");
 }
 
-fn spawn_reconcile(ws: &Workspace, interval: &str) -> Child {
-    Command::new(support::deployster())
-        .args(["reconcile", "-f", "manifest.yaml", "--interval", interval])
-        .current_dir(ws.dir.path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
-}
-
 fn signal(child: &Child, signal: Signal) {
     kill(Pid::from_raw(child.id() as i32), signal).unwrap();
 }
@@ -270,7 +247,7 @@ fn signal(child: &Child, signal: Signal) {
 fn reconcile_corrects_drift_within_an_interval_and_stops_cleanly_on_sigterm() {
     let ws = Workspace::new();
     ws.manifest(TWO_FILES);
-    let child = spawn_reconcile(&ws, "1s");
+    let child = ws.spawn(&["reconcile", "-f", "manifest.yaml", "--interval", "1s"]);
     let file = ws.path("out/greeting.txt");
     wait_until("the first pass to apply", Duration::from_secs(30), || file.exists());
     std::fs::remove_file(&file).unwrap();
@@ -295,7 +272,7 @@ fn reconcile_corrects_drift_within_an_interval_and_stops_cleanly_on_sigterm() {
 fn a_second_signal_cancels_the_running_action_cleanly() {
     let ws = Workspace::new();
     ws.manifest("resources:\n  slow: { type: ./fixture, config: { action_sleep_ms: 60000 } }\n");
-    let child = spawn_reconcile(&ws, "1s");
+    let child = ws.spawn(&["reconcile", "-f", "manifest.yaml", "--interval", "1s"]);
     wait_until("the action to start", Duration::from_secs(30), || action_started(&ws));
     signal(&child, Signal::SIGTERM);
     std::thread::sleep(Duration::from_millis(300));

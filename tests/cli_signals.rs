@@ -3,7 +3,6 @@
 
 mod support;
 
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
@@ -28,14 +27,7 @@ fn processes_mentioning(needle: &str) -> Vec<u32> {
 fn interrupting_a_run_stops_its_programs() {
     let ws = Workspace::new();
     ws.manifest("resources:\n  stuck: { type: ./fixture, config: { hang: true } }\n");
-    let child = Command::new(support::deployster())
-        .args(["apply", "-f", "manifest.yaml", "--yes"])
-        .current_dir(ws.dir.path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = ws.spawn(&["apply", "-f", "manifest.yaml", "--yes"]);
     let program = format!("{}/fixture", ws.root());
     let deadline = Instant::now() + Duration::from_secs(20);
     while processes_mentioning(&program).is_empty() {

@@ -57,14 +57,7 @@ impl PassResult {
 
 /// Cuts `text` to [`MESSAGE_LIMIT`] bytes (on a character boundary).
 pub fn cut(text: &str) -> String {
-    if text.len() <= MESSAGE_LIMIT {
-        return text.to_string();
-    }
-    let mut end = MESSAGE_LIMIT;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &text[..end])
+    crate::history::cut_to(text, MESSAGE_LIMIT)
 }
 
 fn first_line(text: &str) -> &str {

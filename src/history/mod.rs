@@ -314,5 +314,17 @@ pub fn format_time(at_ms: i64) -> String {
     humantime::format_rfc3339_millis(time).to_string()
 }
 
+/// `text` cut to at most `limit` bytes on a character boundary, with `…` when it was cut.
+pub fn cut_to(text: &str, limit: usize) -> String {
+    if text.len() <= limit {
+        return text.to_string();
+    }
+    let mut end = limit;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
 #[cfg(test)]
 pub(crate) mod tests;

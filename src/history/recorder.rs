@@ -58,14 +58,7 @@ pub struct Recorder {
 }
 
 fn cut(message: &str) -> String {
-    if message.len() <= DETAIL_MESSAGE_LIMIT {
-        return message.to_string();
-    }
-    let mut end = DETAIL_MESSAGE_LIMIT;
-    while !message.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &message[..end])
+    super::cut_to(message, DETAIL_MESSAGE_LIMIT)
 }
 
 impl Recorder {

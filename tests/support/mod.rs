@@ -6,7 +6,7 @@
 pub mod docker;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
 
 use serde_json::Value;
@@ -118,6 +118,18 @@ impl Workspace {
     /// Runs deployster in the workspace with stdin closed (no terminal).
     pub fn run(&self, args: &[&str]) -> Run {
         self.run_with_env(args, &[])
+    }
+
+    /// Starts deployster in the workspace in the background, stdin closed, output piped.
+    pub fn spawn(&self, args: &[&str]) -> Child {
+        Command::new(deployster())
+            .args(args)
+            .current_dir(self.dir.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start deployster")
     }
 
     /// Runs deployster with extra environment variables.
