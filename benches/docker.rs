@@ -2,7 +2,9 @@
 //!
 //! * Per-invocation time of the Docker executor against `docker run --rm -i IMAGE` for the same
 //!   image and input: 50 state invocations each, interleaved so that drift in the daemon's speed
-//!   affects both alike. Target: ours ≤ 0.8× the CLI's median.
+//!   affects both alike. Target: ours ≤ 0.8× the CLI's median. Ours runs with its default
+//!   network (containers join one sandbox's network namespace) and, for comparison, with
+//!   `bridge` (a network stack per container, as `docker run` does).
 //! * Throughput: how many containers per second the engine sustains with parallelism 4
 //!   (init + state of 40 resources of an image type).
 
@@ -14,7 +16,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use deployster::engine::executor::docker::{DockerExecutor, PullPolicy};
+use deployster::engine::executor::docker::{ContainerNetwork, DockerExecutor, PullPolicy};
 use deployster::engine::executor::{Executor, Invocation, InvocationLabels};
 use deployster::engine::load_validated;
 use deployster::engine::run::{Engine, RunOptions};
@@ -73,25 +75,34 @@ fn docker_cli() -> Duration {
     started.elapsed()
 }
 
+fn timed(env: &docker_support::DockerEnv, executor: &DockerExecutor) -> Duration {
+    let started = Instant::now();
+    let outcome = env.block_on(executor.invoke(state_invocation())).expect("invocation");
+    assert!(outcome.exit.success() && !outcome.stdout.is_empty());
+    started.elapsed()
+}
+
 fn per_invocation(env: &docker_support::DockerEnv) {
-    let executor = DockerExecutor::new(PullPolicy::Never);
-    // Connect (and check the image) outside the measurement, as a run does once.
-    let warm = env.block_on(executor.invoke(state_invocation())).expect("warm-up invocation");
-    assert!(warm.exit.success() && !warm.stdout.is_empty());
+    let shared = DockerExecutor::new(PullPolicy::Never);
+    let bridge = DockerExecutor::new(PullPolicy::Never).with_network(ContainerNetwork::Mode("bridge".into()));
+    // Connect, check the image and start the sandbox outside the measurement, as a run does once.
+    timed(env, &shared);
+    timed(env, &bridge);
     docker_cli();
-    let (mut ours, mut cli) = (Vec::new(), Vec::new());
+    let (mut ours, mut ours_bridge, mut cli) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..RUNS {
-        let started = Instant::now();
-        let outcome = env.block_on(executor.invoke(state_invocation())).expect("invocation");
-        assert!(outcome.exit.success());
-        ours.push(started.elapsed());
+        ours.push(timed(env, &shared));
         cli.push(docker_cli());
+        ours_bridge.push(timed(env, &bridge));
     }
-    let (ours, cli) = (median(ours), median(cli));
+    let (ours, ours_bridge, cli) = (median(ours), median(ours_bridge), median(cli));
+    let ratio = |d: Duration| d.as_secs_f64() / cli.as_secs_f64();
     println!("per invocation: {RUNS} state invocations of {FIXTURE_IMAGE} each, interleaved");
-    println!("  Docker executor (bollard), median   {}", ms(ours));
-    println!("  docker run --rm -i, median          {}", ms(cli));
-    println!("  ratio                               {:.2}x   (target ≤ 0.8x)", ours.as_secs_f64() / cli.as_secs_f64());
+    println!("  Docker executor, shared network, median     {}", ms(ours));
+    println!("  Docker executor, network bridge, median      {}", ms(ours_bridge));
+    println!("  docker run --rm -i, median                   {}", ms(cli));
+    println!("  ratio (default: shared network)              {:.2}x   (target ≤ 0.8x)", ratio(ours));
+    println!("  ratio (bridge: a network per container)      {:.2}x", ratio(ours_bridge));
 }
 
 fn throughput(env: &docker_support::DockerEnv) {

@@ -9,7 +9,8 @@ use std::collections::HashMap;
 
 use bollard::models::ContainerCreateBody;
 use bollard::query_parameters::RemoveContainerOptionsBuilder;
-use deployster::engine::executor::docker::{LABEL_OWNER, LABEL_RUN_ID};
+use deployster::engine::executor::docker::sandbox::SANDBOX_PHASE;
+use deployster::engine::executor::docker::{LABEL_OWNER, LABEL_PHASE, LABEL_RUN_ID};
 use support::docker::{self, DIRECTORY_IMAGE, DockerEnv, FILE_IMAGE, FIXTURE_IMAGE, FIXTURE_PLUGS_IMAGE};
 use support::{Run, Workspace};
 
@@ -253,26 +254,13 @@ fn containers_orphaned_by_a_dead_deployster_are_removed_at_the_next_start() {
 
 #[test]
 fn init_results_are_cached_per_image_and_request() {
+    use deployster::engine::executor::Executor;
     use deployster::engine::executor::docker::{DockerExecutor, PullPolicy};
-    use deployster::engine::executor::{Executor, Invocation, InvocationLabels};
-    use deployster::engine::typeref::{ImageRef, TypeRef};
 
     let env = docker_or_skip!();
     let executor = DockerExecutor::new(PullPolicy::Never);
     let run_id = format!("init-cache-{}", std::process::id());
-    let init = |stdin: &str| Invocation {
-        program: TypeRef::Image(ImageRef::parse(FIXTURE_IMAGE).unwrap()),
-        entrypoint: None,
-        args: vec![],
-        stdin: stdin.as_bytes().to_vec(),
-        mounts: vec![],
-        env: vec![],
-        workdir: None,
-        timeout: std::time::Duration::from_secs(60),
-        labels: InvocationLabels { phase: "init".into(), run_id: run_id.clone(), ..InvocationLabels::default() },
-        sink: None,
-        cancel: Default::default(),
-    };
+    let init = |stdin: &str| fixture_invocation("init", &[], stdin, &run_id);
     let since = env
         .block_on(env.docker.version())
         .ok()
@@ -311,4 +299,164 @@ fn the_docker_example_plans() {
     let run = ws.run(&["plan", "-f", example.to_str().unwrap(), "--state-dir", &ws.root()]);
     assert_eq!(run.code, 0, "{}", run.all());
     assert!(run.stdout.contains("data_dir") && run.stdout.contains(DIRECTORY_IMAGE), "{}", run.all());
+}
+
+/// A TCP listener where containers on Docker's default network can reach the host (the
+/// `bridge` network's gateway), counting the connections it accepts.
+struct HostListener {
+    address: String,
+    accepted: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl HostListener {
+    fn start(env: &DockerEnv) -> Self {
+        let bridge = env.block_on(env.docker.inspect_network("bridge", None)).expect("inspect the bridge network");
+        let gateway = bridge
+            .ipam
+            .and_then(|ipam| ipam.config)
+            .and_then(|configs| configs.into_iter().find_map(|c| c.gateway.or_else(|| first_address(c.subnet?))))
+            .expect("the bridge network has a gateway or an IPv4 subnet");
+        let listener = std::net::TcpListener::bind((gateway.as_str(), 0)).expect("listen on the bridge gateway");
+        let address = format!("{gateway}:{}", listener.local_addr().unwrap().port());
+        let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = accepted.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                if stream.is_ok() {
+                    counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+            }
+        });
+        HostListener { address, accepted }
+    }
+
+    fn accepted(&self) -> usize {
+        self.accepted.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// The first host address of an IPv4 subnet, where Docker puts a bridge's gateway when its
+/// configuration names none.
+fn first_address(subnet: String) -> Option<String> {
+    let base: std::net::Ipv4Addr = subnet.split_once('/')?.0.parse().ok()?;
+    Some(std::net::Ipv4Addr::from(u32::from(base) + 1).to_string())
+}
+
+/// Plans two probing fixture resources with `extra`; returns their states (netns, hostname,
+/// whether they reached `listener`).
+fn probe_two(ws: &Workspace, listener: &HostListener, extra: &[&str]) -> (Run, Vec<serde_json::Value>) {
+    ws.manifest(&format!(
+        "resources:\n  one: {{ type: \"{FIXTURE_IMAGE}\", config: {{ probe: {{ connect: \"{0}\" }} }} }}\n  two: {{ type: \"{FIXTURE_IMAGE}\", config: {{ probe: {{ connect: \"{0}\" }} }} }}\n",
+        listener.address
+    ));
+    let run = ws.plan(&[&["--output", "json"], extra].concat());
+    let states = if run.code == 0 {
+        let doc = run.json();
+        ["one", "two"]
+            .iter()
+            .map(|name| {
+                let entries = doc["plan"].as_array().expect("plan entries");
+                entries.iter().find(|e| e["name"] == *name).expect("entry")["state"].clone()
+            })
+            .collect()
+    } else {
+        vec![]
+    };
+    (run, states)
+}
+
+fn own_netns() -> String {
+    std::fs::read_link("/proc/self/ns/net").unwrap().display().to_string()
+}
+
+#[test]
+fn containers_share_one_sandbox_network_that_reaches_the_docker_network() {
+    let env = docker_or_skip!();
+    let listener = HostListener::start(env);
+    let ws = Workspace::new();
+    let (run, states) = probe_two(&ws, &listener, &[]);
+    assert_eq!(run.code, 0, "{}", run.all());
+    for state in &states {
+        assert_eq!(state["connected"], true, "a container reaches the host through the sandbox: {state}");
+    }
+    assert_eq!(states[0]["netns"], states[1]["netns"], "one network namespace for both: {states:?}");
+    assert_ne!(states[0]["netns"], own_netns(), "not the host's network");
+    assert!(listener.accepted() >= 2, "the listener saw {} connections", listener.accepted());
+    // The sandbox gives its hostname (its short ID) to the containers that join it.
+    let sandbox = states[0]["hostname"].as_str().unwrap().to_string();
+    let sandboxes = env.containers_with(LABEL_PHASE, SANDBOX_PHASE);
+    assert!(!sandboxes.iter().any(|id| id.starts_with(&sandbox)), "the run left its sandbox {sandbox} behind");
+}
+
+#[test]
+fn other_network_modes_are_given_to_each_container() {
+    let env = docker_or_skip!();
+    let listener = HostListener::start(env);
+    let ws = Workspace::new();
+    let (run, states) = probe_two(&ws, &listener, &["--container-network", "bridge"]);
+    assert_eq!(run.code, 0, "{}", run.all());
+    assert_eq!(states[0]["connected"], true, "{states:?}");
+    assert_ne!(states[0]["netns"], states[1]["netns"], "a network each: {states:?}");
+
+    let (run, states) = probe_two(&ws, &listener, &["--container-network", "none"]);
+    assert_eq!(run.code, 0, "{}", run.all());
+    assert_eq!(states[0]["connected"], false, "no network, no connection: {states:?}");
+
+    let (run, _) = probe_two(&ws, &listener, &["--container-network", "no-such-network-here"]);
+    assert_eq!(run.code, 1, "{}", run.all());
+    let expected =
+        "resource `one`: init failed: Docker could not start the container: network no-such-network-here not found";
+    assert!(run.stderr.contains(expected), "{}", run.all());
+
+    let run = ws.plan(&["--container-network", ""]);
+    assert_eq!(run.code, 2, "{}", run.all());
+    assert!(run.stderr.contains("a network mode cannot be empty"), "{}", run.all());
+}
+
+#[test]
+fn a_lost_sandbox_is_replaced_and_the_executor_removes_its_own() {
+    use deployster::engine::executor::Executor;
+    use deployster::engine::executor::docker::{DockerExecutor, PullPolicy};
+
+    let env = docker_or_skip!();
+    let executor = DockerExecutor::new(PullPolicy::Never);
+    let run_id = format!("sandbox-{}", std::process::id());
+    let request = r#"{"name": "it", "config": {"respond": {"status": "VALID", "state": {}}}}"#;
+    let state = || fixture_invocation("state", &["state"], request, &run_id);
+    assert!(env.block_on(executor.invoke(state())).unwrap().exit.success());
+    let first = env.block_on(executor.sandbox_id()).expect("a sandbox was started");
+    let remove = RemoveContainerOptionsBuilder::default().force(true).build();
+    env.block_on(env.docker.remove_container(&first, Some(remove))).expect("remove the sandbox");
+
+    let outcome = env.block_on(executor.invoke(state())).expect("runs in a new sandbox");
+    assert!(outcome.exit.success(), "{outcome:?}");
+    let second = env.block_on(executor.sandbox_id()).expect("a sandbox runs again");
+    assert_ne!(first, second);
+    assert!(env.containers_with(LABEL_PHASE, SANDBOX_PHASE).contains(&second));
+    drop(executor);
+    assert!(!env.containers_with(LABEL_PHASE, SANDBOX_PHASE).contains(&second), "dropping the executor removes it");
+}
+
+/// An invocation of the fixture image, as the engine would make it.
+fn fixture_invocation(
+    phase: &str,
+    args: &[&str],
+    stdin: &str,
+    run_id: &str,
+) -> deployster::engine::executor::Invocation {
+    use deployster::engine::executor::{Invocation, InvocationLabels};
+    use deployster::engine::typeref::{ImageRef, TypeRef};
+    Invocation {
+        program: TypeRef::Image(ImageRef::parse(FIXTURE_IMAGE).unwrap()),
+        entrypoint: None,
+        args: args.iter().map(|a| a.to_string()).collect(),
+        stdin: stdin.as_bytes().to_vec(),
+        mounts: vec![],
+        env: vec![],
+        workdir: None,
+        timeout: std::time::Duration::from_secs(60),
+        labels: InvocationLabels { phase: phase.into(), run_id: run_id.into(), ..InvocationLabels::default() },
+        sink: None,
+        cancel: Default::default(),
+    }
 }

@@ -88,10 +88,24 @@ pub struct ManifestArgs {
     /// Where the deployment log lives [default: .deployster beside the manifest].
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
-    /// When to pull the images of resource types that are Docker images.
     #[cfg(feature = "docker")]
+    #[command(flatten)]
+    pub docker: DockerArgs,
+}
+
+/// How resource types that are Docker images run.
+#[cfg(feature = "docker")]
+#[derive(Debug, Args)]
+pub struct DockerArgs {
+    /// When to pull the images of resource types that are Docker images.
     #[arg(long, value_enum, value_name = "POLICY", default_value_t = PullArg::IfNotPresent)]
     pub pull: PullArg,
+    /// The network of resource containers: `shared` joins them all to one sandbox container on
+    /// Docker's default network (fast; they share localhost); any other value is a Docker
+    /// network mode for each container: `bridge` (a network of its own), `host`, `none`, a
+    /// network's name, or `container:<name|id>`.
+    #[arg(long, value_name = "MODE", default_value = "shared")]
+    pub container_network: crate::engine::executor::docker::ContainerNetwork,
 }
 
 /// `--pull`: when images are pulled.
@@ -150,8 +164,8 @@ pub struct ControllerArgs {
     #[arg(long, value_name = "DURATION", default_value = "15m", value_parser = humantime::parse_duration)]
     pub timeout: Duration,
     #[cfg(feature = "docker")]
-    #[arg(long, value_enum, value_name = "POLICY", default_value_t = PullArg::IfNotPresent)]
-    pub pull: PullArg,
+    #[command(flatten)]
+    pub docker: DockerArgs,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -309,18 +323,18 @@ fn executor(args: &ManifestArgs) -> Result<Arc<dyn Executor>, CliError> {
 
 #[cfg(feature = "docker")]
 fn image_executor(args: &ManifestArgs) -> Option<Arc<dyn Executor>> {
-    docker_executor(args.pull)
+    docker_executor(&args.docker)
 }
 
 #[cfg(feature = "docker")]
-fn docker_executor(pull: PullArg) -> Option<Arc<dyn Executor>> {
+fn docker_executor(args: &DockerArgs) -> Option<Arc<dyn Executor>> {
     use crate::engine::executor::docker::{DockerExecutor, PullPolicy};
-    let pull = match pull {
+    let pull = match args.pull {
         PullArg::IfNotPresent => PullPolicy::IfNotPresent,
         PullArg::Always => PullPolicy::Always,
         PullArg::Never => PullPolicy::Never,
     };
-    Some(Arc::new(DockerExecutor::new(pull)))
+    Some(Arc::new(DockerExecutor::new(pull).with_network(args.container_network.clone())))
 }
 
 #[cfg(not(feature = "docker"))]
@@ -342,7 +356,7 @@ async fn controller(args: ControllerArgs) -> Result<Exit, CliError> {
     use crate::controller::{RunConfig, Settings};
     let me = std::env::current_exe().map_err(CliError::SelfExe)?;
     #[cfg(feature = "docker")]
-    let images = docker_executor(args.pull);
+    let images = docker_executor(&args.docker);
     #[cfg(not(feature = "docker"))]
     let images = None;
     let executor: Arc<dyn Executor> = Arc::new(Dispatch {

@@ -134,6 +134,11 @@ pub enum ExecError {
     Image { image: String, message: String },
     #[error("Docker could not {step} the container: {message}")]
     Container { step: &'static str, message: String },
+    #[error(
+        "Docker could not start the network sandbox that containers share: {0} (`--container-network bridge` gives \
+         each container a network of its own instead)"
+    )]
+    Sandbox(String),
     #[error("i/o error while running the program: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -149,6 +154,7 @@ impl ExecError {
             ExecError::Unavailable(_) => "ExecutorUnavailable",
             ExecError::Image { .. } => "ImageUnavailable",
             ExecError::Container { .. } => "ContainerFailed",
+            ExecError::Sandbox(_) => "SandboxFailed",
             ExecError::Io(_) => "ExecutorIo",
         }
     }

@@ -11,7 +11,10 @@
 //!   - otherwise VALID when the marker file (`marker`, default `<workspace>/<name>.marker`)
 //!     exists, MISSING with action `create` when it does not.
 //!   - `actions`: the actions to ask for when MISSING, instead of the default `create`;
-//!   - `spew_bytes`: print that many bytes on stdout first.
+//!   - `spew_bytes`: print that many bytes on stdout first;
+//!   - `probe`: VALID, with a state telling where the program runs: `netns` (its network
+//!     namespace), `hostname`, and with `probe.connect: "ip:port"` whether a TCP connection
+//!     there succeeded (`connected`, or `connect_error`).
 //! * action (`act <name>`): prints to stdout and stderr; `action_exit` makes it fail;
 //!   `stays_stale` makes `create` not create the marker; `write_file` makes it write that
 //!   path (and fail clearly if it cannot); `sleep_ms` applies too, `action_sleep_ms` only here.
@@ -133,6 +136,10 @@ fn run(phase: &str, name: &str, workspace: &std::path::Path, config: &Value, tag
         print!("{raw}");
         return 0;
     }
+    if let Some(probe) = config.get("probe") {
+        println!("{}", json!({"status": "VALID", "state": where_am_i(probe)}));
+        return 0;
+    }
     if let Some(response) = config.get("respond") {
         println!("{response}");
         return 0;
@@ -146,4 +153,26 @@ fn run(phase: &str, name: &str, workspace: &std::path::Path, config: &Value, tag
         println!("{}", json!({"status": "MISSING", "staleState": {}, "actions": actions}));
     }
     0
+}
+
+fn where_am_i(probe: &Value) -> Value {
+    let netns = std::fs::read_link("/proc/self/ns/net").map(|p| p.display().to_string());
+    let hostname = std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_string());
+    let mut state = json!({
+        "netns": netns.unwrap_or_else(|e| format!("unknown: {e}")),
+        "hostname": hostname.unwrap_or_else(|e| format!("unknown: {e}")),
+    });
+    if let Some(target) = probe["connect"].as_str() {
+        let connected = target.parse::<std::net::SocketAddr>().map_err(|e| e.to_string()).and_then(|addr| {
+            std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5)).map_err(|e| e.to_string())
+        });
+        match connected {
+            Ok(_) => state["connected"] = json!(true),
+            Err(e) => {
+                state["connected"] = json!(false);
+                state["connect_error"] = json!(e);
+            }
+        }
+    }
+    state
 }

@@ -7,8 +7,16 @@
 //! container, and it is removed on every path. Containers carry labels naming the manifest,
 //! resource, phase, run and owning process, so that the containers of a deployster that crashed
 //! are found and removed the next time one connects (never those of a run still alive).
+//!
+//! By default the containers join one network [`sandbox`] per executor instead of getting a
+//! network stack each, which is most of what a container start costs; [`ContainerNetwork`]
+//! chooses otherwise.
+
+pub mod sandbox;
 
 use std::collections::HashMap;
+use std::fmt;
+use std::str::FromStr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -48,12 +56,59 @@ pub enum PullPolicy {
     Never,
 }
 
+/// The network of invocation containers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum ContainerNetwork {
+    /// Join the network namespace of one sandbox container per executor: the daemon's default
+    /// network, without a network stack per container. Containers share `localhost`.
+    #[default]
+    Shared,
+    /// This Docker network mode for each container: `bridge` (a network stack of its own, the
+    /// daemon's default), `host`, `none`, a network's name, or `container:<name|id>`.
+    Mode(String),
+}
+
+impl FromStr for ContainerNetwork {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim() {
+            "" => Err("a network mode cannot be empty (`shared`, `bridge`, `host`, `none`, a network's name, or \
+                       `container:<name|id>`)"
+                .into()),
+            "shared" => Ok(ContainerNetwork::Shared),
+            "container:" => Err("`container:` needs the name or ID of a running container".into()),
+            mode => Ok(ContainerNetwork::Mode(mode.to_string())),
+        }
+    }
+}
+
+impl fmt::Display for ContainerNetwork {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ContainerNetwork::Shared => f.write_str("shared"),
+            ContainerNetwork::Mode(mode) => f.write_str(mode),
+        }
+    }
+}
+
+/// The shared network's sandbox container, once asked for.
+#[derive(Debug)]
+enum Sandbox {
+    NotStarted,
+    Running(String),
+    /// No pause program for the daemon's architecture: containers get networks of their own.
+    Unsupported,
+}
+
 /// How long connecting to the daemon may take before it counts as unreachable.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Runs images as containers. Connects lazily: a run that uses no image never talks to Docker.
 pub struct DockerExecutor {
     pull: PullPolicy,
+    network: ContainerNetwork,
+    sandbox: tokio::sync::Mutex<Sandbox>,
     output_limit: usize,
     owner: String,
     client: OnceCell<Result<Docker, String>>,
@@ -77,6 +132,8 @@ impl DockerExecutor {
     pub fn new(pull: PullPolicy) -> Self {
         Self {
             pull,
+            network: ContainerNetwork::default(),
+            sandbox: tokio::sync::Mutex::new(Sandbox::NotStarted),
             output_limit: DEFAULT_OUTPUT_LIMIT,
             owner: this_process_owner(),
             client: OnceCell::new(),
@@ -88,6 +145,58 @@ impl DockerExecutor {
     pub fn with_output_limit(mut self, limit: usize) -> Self {
         self.output_limit = limit;
         self
+    }
+
+    pub fn with_network(mut self, network: ContainerNetwork) -> Self {
+        self.network = network;
+        self
+    }
+
+    /// The ID of the running network sandbox, if one was started.
+    pub async fn sandbox_id(&self) -> Option<String> {
+        match &*self.sandbox.lock().await {
+            Sandbox::Running(id) => Some(id.clone()),
+            Sandbox::NotStarted | Sandbox::Unsupported => None,
+        }
+    }
+
+    /// The network mode of the next container: the sandbox's (started on first use) when the
+    /// network is shared; `None` leaves the daemon's default.
+    async fn network_mode(&self, docker: &Docker) -> Result<Option<String>, ExecError> {
+        let ContainerNetwork::Mode(mode) = &self.network else {
+            let mut state = self.sandbox.lock().await;
+            if let Sandbox::NotStarted = *state {
+                *state = start_sandbox(docker, &self.owner).await?;
+            }
+            return Ok(match &*state {
+                Sandbox::Running(id) => Some(format!("container:{id}")),
+                Sandbox::NotStarted | Sandbox::Unsupported => None,
+            });
+        };
+        Ok(Some(mode.clone()))
+    }
+
+    /// After a container failed to start in the sandbox `mode`: whether the sandbox is gone (a
+    /// daemon restart, someone removed it), in which case it is forgotten so that the next
+    /// container starts a new one.
+    async fn sandbox_was_lost(&self, docker: &Docker, mode: Option<&str>) -> bool {
+        let Some(id) = mode.and_then(|m| m.strip_prefix("container:")) else {
+            return false;
+        };
+        let mut state = self.sandbox.lock().await;
+        match &*state {
+            Sandbox::Running(current) if current == id => {
+                if sandbox::is_running(docker, id).await {
+                    return false;
+                }
+                tracing::warn!(sandbox = id, "the network sandbox container is gone; starting another");
+                remove_container(docker, id).await;
+                *state = Sandbox::NotStarted;
+                true
+            }
+            // Replaced meanwhile by another invocation that found it gone.
+            _ => self.network == ContainerNetwork::Shared,
+        }
     }
 
     /// The `deployster.io/owner` label value of containers this process creates.
@@ -150,7 +259,7 @@ impl DockerExecutor {
         Ok(id)
     }
 
-    fn container_body(&self, image: &str, invocation: &Invocation) -> ContainerCreateBody {
+    fn container_body(&self, image: &str, invocation: &Invocation, network: Option<String>) -> ContainerCreateBody {
         let labels = HashMap::from([
             (LABEL_MANIFEST.to_string(), invocation.labels.manifest.clone()),
             (LABEL_RESOURCE.to_string(), invocation.labels.resource.clone()),
@@ -184,6 +293,7 @@ impl DockerExecutor {
             tty: Some(false),
             host_config: Some(HostConfig {
                 mounts: Some(mounts),
+                network_mode: network,
                 // Output is captured through the attachment; a daemon-side log would be waste.
                 log_config: Some(HostConfigLogConfig { typ: Some("none".into()), config: None }),
                 ..HostConfig::default()
@@ -193,9 +303,15 @@ impl DockerExecutor {
     }
 
     /// Runs one container to completion, removing it on every path.
-    async fn run_container(&self, docker: &Docker, image: &str, invocation: &Invocation) -> Result<Outcome, ExecError> {
+    async fn run_container(
+        &self,
+        docker: &Docker,
+        image: &str,
+        invocation: &Invocation,
+        network: Option<String>,
+    ) -> Result<Outcome, ExecError> {
         let started = Instant::now();
-        let body = self.container_body(image, invocation);
+        let body = self.container_body(image, invocation, network);
         let id = docker
             .create_container(None, body)
             .await
@@ -286,7 +402,17 @@ impl Executor for DockerExecutor {
         {
             return Ok(hit.clone());
         }
-        let outcome = self.run_container(docker, &image.to_string(), &invocation).await?;
+        let image = image.to_string();
+        let network = self.network_mode(docker).await?;
+        let outcome = match self.run_container(docker, &image, &invocation, network.clone()).await {
+            Err(ExecError::Container { step: "create" | "start", .. })
+                if self.sandbox_was_lost(docker, network.as_deref()).await =>
+            {
+                let network = self.network_mode(docker).await?;
+                self.run_container(docker, &image, &invocation, network).await?
+            }
+            result => result?,
+        };
         if let Some(key) = cache_key
             && outcome.exit.success()
         {
@@ -294,6 +420,37 @@ impl Executor for DockerExecutor {
         }
         Ok(outcome)
     }
+}
+
+impl Drop for DockerExecutor {
+    /// Removes the network sandbox. Blocking, on a thread and connection of its own: the
+    /// runtime this executor ran on may be busy or shutting down.
+    fn drop(&mut self) {
+        let Sandbox::Running(id) = std::mem::replace(self.sandbox.get_mut(), Sandbox::NotStarted) else {
+            return;
+        };
+        let removal = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
+            runtime.block_on(async {
+                let docker = Docker::connect_with_defaults().ok()?;
+                tokio::time::timeout(CONNECT_TIMEOUT, remove_container(&docker, &id)).await.ok()
+            })
+        });
+        if !matches!(removal.join(), Ok(Some(()))) {
+            tracing::warn!("could not remove the network sandbox container; the next deployster to start will");
+        }
+    }
+}
+
+async fn start_sandbox(docker: &Docker, owner: &str) -> Result<Sandbox, ExecError> {
+    let image = sandbox::ensure_image(docker).await.map_err(ExecError::Sandbox)?;
+    let Some(image) = image else {
+        tracing::warn!("no network sandbox for this daemon's architecture: each container gets a network of its own");
+        return Ok(Sandbox::Unsupported);
+    };
+    let id = sandbox::start(docker, &image, owner).await.map_err(ExecError::Sandbox)?;
+    tracing::debug!(sandbox = %id, "started the network sandbox");
+    Ok(Sandbox::Running(id))
 }
 
 /// The exit code, once the container stopped. bollard reports a non-zero code as an error.
@@ -325,7 +482,14 @@ async fn pull(docker: &Docker, image: &ImageRef) -> Result<(), String> {
     // An empty tag would pull every tag of the repository.
     let tag = image.digest.clone().or_else(|| image.tag.clone()).unwrap_or_else(|| "latest".into());
     let options = CreateImageOptionsBuilder::default().from_image(&repository).tag(&tag).build();
-    let mut progress = docker.create_image(Some(options), None, None);
+    image_progress(docker.create_image(Some(options), None, None)).await
+}
+
+/// Consumes the progress stream of a pull or import; returns the first error it reports.
+async fn image_progress(
+    progress: impl futures::Stream<Item = Result<bollard::models::CreateImageInfo, DockerError>>,
+) -> Result<(), String> {
+    let mut progress = std::pin::pin!(progress);
     while let Some(item) = progress.next().await {
         match item {
             Ok(info) if info.error_detail.is_some() => {
