@@ -261,34 +261,35 @@ fn init_results_are_cached_per_image_and_request() {
     let executor = DockerExecutor::new(PullPolicy::Never);
     let run_id = format!("init-cache-{}", std::process::id());
     let init = |stdin: &str| fixture_invocation("init", &[], stdin, &run_id);
-    let since = env
-        .block_on(env.docker.version())
-        .ok()
-        .and_then(|_| std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).ok())
-        .unwrap()
-        .as_secs();
+    let since = now_secs();
     let first = env.block_on(executor.invoke(init(r#"{"name": "a"}"#))).unwrap();
     let second = env.block_on(executor.invoke(init(r#"{"name": "a"}"#))).unwrap();
     let other = env.block_on(executor.invoke(init(r#"{"name": "b"}"#))).unwrap();
     assert_eq!(first, second, "the cached outcome is the first one");
     assert!(first.exit.success() && other.exit.success());
-    let created = containers_created(env, &run_id, since);
+    let created = containers_created(env, LABEL_RUN_ID, &run_id, since).len();
     assert_eq!(created, 2, "one container for `a` (then cached) and one for `b`");
 }
 
-/// How many containers of `run_id` the daemon created since `since` (seconds since the epoch).
-fn containers_created(env: &DockerEnv, run_id: &str, since: u64) -> usize {
+fn now_secs() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs()
+}
+
+/// The IDs of the containers labelled `label=value` that the daemon created since `since`
+/// (seconds since the epoch).
+fn containers_created(env: &DockerEnv, label: &str, value: &str, since: u64) -> Vec<String> {
     use bollard::query_parameters::EventsOptionsBuilder;
     use futures::StreamExt;
-    let until = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() + 1;
+    let until = now_secs() + 1;
     let filters = HashMap::from([
         ("type".to_string(), vec!["container".to_string()]),
         ("event".to_string(), vec!["create".to_string()]),
-        ("label".to_string(), vec![format!("{LABEL_RUN_ID}={run_id}")]),
+        ("label".to_string(), vec![format!("{label}={value}")]),
     ]);
     let options =
         EventsOptionsBuilder::default().since(&since.to_string()).until(&until.to_string()).filters(&filters).build();
-    env.block_on(async { env.docker.events(Some(options)).collect::<Vec<_>>().await }).len()
+    let events = env.block_on(async { env.docker.events(Some(options)).collect::<Vec<_>>().await });
+    events.into_iter().filter_map(|e| e.ok()?.actor?.id).collect()
 }
 
 #[test]
@@ -374,6 +375,7 @@ fn containers_share_one_sandbox_network_that_reaches_the_docker_network() {
     let env = docker_or_skip!();
     let listener = HostListener::start(env);
     let ws = Workspace::new();
+    let since = now_secs();
     let (run, states) = probe_two(&ws, &listener, &[]);
     assert_eq!(run.code, 0, "{}", run.all());
     for state in &states {
@@ -383,9 +385,12 @@ fn containers_share_one_sandbox_network_that_reaches_the_docker_network() {
     assert_ne!(states[0]["netns"], own_netns(), "not the host's network");
     assert!(listener.accepted() >= 2, "the listener saw {} connections", listener.accepted());
     // The sandbox gives its hostname (its short ID) to the containers that join it.
-    let sandbox = states[0]["hostname"].as_str().unwrap().to_string();
-    let sandboxes = env.containers_with(LABEL_PHASE, SANDBOX_PHASE);
-    assert!(!sandboxes.iter().any(|id| id.starts_with(&sandbox)), "the run left its sandbox {sandbox} behind");
+    let hostname = states[0]["hostname"].as_str().unwrap().to_string();
+    let created = containers_created(env, LABEL_PHASE, SANDBOX_PHASE, since);
+    let sandbox = created.iter().find(|id| id.starts_with(&hostname));
+    let sandbox = sandbox.unwrap_or_else(|| panic!("no sandbox {hostname} among those created: {created:?}"));
+    let left = env.containers_with(LABEL_PHASE, SANDBOX_PHASE);
+    assert!(!left.contains(sandbox), "the run left its sandbox {sandbox} behind");
 }
 
 #[test]

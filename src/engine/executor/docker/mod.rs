@@ -15,7 +15,6 @@
 pub mod sandbox;
 
 use std::collections::HashMap;
-use std::fmt;
 use std::str::FromStr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -79,15 +78,6 @@ impl FromStr for ContainerNetwork {
             "shared" => Ok(ContainerNetwork::Shared),
             "container:" => Err("`container:` needs the name or ID of a running container".into()),
             mode => Ok(ContainerNetwork::Mode(mode.to_string())),
-        }
-    }
-}
-
-impl fmt::Display for ContainerNetwork {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ContainerNetwork::Shared => f.write_str("shared"),
-            ContainerNetwork::Mode(mode) => f.write_str(mode),
         }
     }
 }
@@ -163,17 +153,17 @@ impl DockerExecutor {
     /// The network mode of the next container: the sandbox's (started on first use) when the
     /// network is shared; `None` leaves the daemon's default.
     async fn network_mode(&self, docker: &Docker) -> Result<Option<String>, ExecError> {
-        let ContainerNetwork::Mode(mode) = &self.network else {
-            let mut state = self.sandbox.lock().await;
-            if let Sandbox::NotStarted = *state {
-                *state = start_sandbox(docker, &self.owner).await?;
-            }
-            return Ok(match &*state {
-                Sandbox::Running(id) => Some(format!("container:{id}")),
-                Sandbox::NotStarted | Sandbox::Unsupported => None,
-            });
-        };
-        Ok(Some(mode.clone()))
+        if let ContainerNetwork::Mode(mode) = &self.network {
+            return Ok(Some(mode.clone()));
+        }
+        let mut state = self.sandbox.lock().await;
+        if let Sandbox::NotStarted = *state {
+            *state = start_sandbox(docker, &self.owner).await?;
+        }
+        Ok(match &*state {
+            Sandbox::Running(id) => Some(format!("container:{id}")),
+            Sandbox::NotStarted | Sandbox::Unsupported => None,
+        })
     }
 
     /// After a container failed to start in the sandbox `mode`: whether the sandbox is gone (a
