@@ -249,7 +249,10 @@ fn reconcile_corrects_drift_within_an_interval_and_stops_cleanly_on_sigterm() {
     ws.manifest(TWO_FILES);
     let child = ws.spawn(&["reconcile", "-f", "manifest.yaml", "--interval", "1s"]);
     let file = ws.path("out/greeting.txt");
-    wait_until("the first pass to apply", Duration::from_secs(30), || file.exists());
+    // Until the first pass has ended, removing the file would race its check after the action.
+    wait_until("the first pass to apply and end", Duration::from_secs(30), || {
+        file.exists() && ws.run(&["history", "--output", "json"]).stdout.contains("run-finished-successfully")
+    });
     std::fs::remove_file(&file).unwrap();
     let removed = Instant::now();
     wait_until("the drift to be corrected", Duration::from_secs(30), || file.exists());
