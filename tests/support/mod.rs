@@ -2,6 +2,8 @@
 //! temporary directories, with the fixture resource type beside them.
 #![allow(dead_code)] // each test binary uses a different subset
 
+#[cfg(feature = "kube")]
+pub mod cluster;
 #[cfg(feature = "docker")]
 pub mod docker;
 

@@ -1,0 +1,191 @@
+//! A Kubernetes API server for the end-to-end tests: `DEPLOYSTER_E2E_KUBECONFIG` names its
+//! kubeconfig (`.ci/run` starts `../shared/apiserver/`; kind or k3d work too). Tests read the
+//! server's answers as JSON, never the tables `kubectl get` prints (their columns differ
+//! between servers).
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// A fresh namespace on the test API server, deleted when dropped.
+pub struct Cluster {
+    pub kubeconfig: String,
+    pub namespace: String,
+}
+
+impl Cluster {
+    /// The cluster, with a new namespace named after `test`; `None` (after saying why) when no
+    /// API server was given.
+    pub fn new(test: &str) -> Option<Cluster> {
+        let Ok(kubeconfig) = std::env::var("DEPLOYSTER_E2E_KUBECONFIG") else {
+            eprintln!(
+                "skipping {test}: set DEPLOYSTER_E2E_KUBECONFIG to a kubeconfig (../shared/apiserver/up.sh, kind, k3d)"
+            );
+            return None;
+        };
+        let namespace = format!("e2e-{test}-{}", std::process::id()).replace('_', "-");
+        let cluster = Cluster { kubeconfig, namespace };
+        cluster.install_crd();
+        cluster.must(&["create", "namespace", &cluster.namespace]);
+        Some(cluster)
+    }
+
+    fn install_crd(&self) {
+        let crd = Path::new(env!("CARGO_MANIFEST_DIR")).join("crds/manifest.yaml");
+        self.must(&["apply", "-f", crd.to_str().unwrap()]);
+        self.must(&["wait", "--for", "condition=established", "--timeout=60s", "crd/manifests.deployster.io"]);
+    }
+
+    /// Runs kubectl: whether it succeeded, and stdout followed by stderr.
+    pub fn kubectl(&self, args: &[&str]) -> (bool, String) {
+        let output = Command::new("kubectl")
+            .args(["--kubeconfig", &self.kubeconfig])
+            .args(args)
+            .output()
+            .expect("kubectl is installed");
+        let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+        (output.status.success(), text)
+    }
+
+    pub fn must(&self, args: &[&str]) -> String {
+        let (ok, text) = self.kubectl(args);
+        assert!(ok, "kubectl {args:?} failed:\n{text}");
+        text
+    }
+
+    /// `args` in the test's namespace.
+    pub fn ns<'a>(&'a self, args: &[&'a str]) -> Vec<&'a str> {
+        [&["-n", self.namespace.as_str()], args].concat()
+    }
+
+    /// `kubectl get … -o json` in the test's namespace; `None` when it fails (not found).
+    pub fn get(&self, args: &[&str]) -> Option<Value> {
+        let (ok, text) = self.kubectl(&[&self.ns(&["get"])[..], args, &["-o", "json"]].concat());
+        ok.then(|| {
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("kubectl get {args:?}: not JSON ({e}): {text}"))
+        })
+    }
+
+    /// Applies a YAML document in the test's namespace.
+    pub fn apply_yaml(&self, yaml: &str) {
+        let file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(file.path(), yaml).unwrap();
+        self.must(&self.ns(&["apply", "-f", file.path().to_str().unwrap()]));
+    }
+
+    /// The status of condition `type_` on Manifest `name` ("True", "False", or "" when absent).
+    pub fn condition(&self, name: &str, type_: &str) -> String {
+        let Some(manifest) = self.get(&["manifest", name]) else { return String::new() };
+        manifest["status"]["conditions"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["type"] == type_))
+            .and_then(|c| c["status"].as_str())
+            .unwrap_or_default()
+            .to_string()
+    }
+
+    /// The reasons of the events about Manifest `name`, oldest first.
+    pub fn event_reasons(&self, name: &str) -> Vec<String> {
+        let Some(list) = self.get(&["events.events.k8s.io"]) else { return Vec::new() };
+        let mut events: Vec<&Value> =
+            list["items"].as_array().into_iter().flatten().filter(|e| e["regarding"]["name"] == name).collect();
+        events.sort_by_key(|e| e["metadata"]["creationTimestamp"].as_str().unwrap_or_default().to_string());
+        events.iter().filter_map(|e| e["reason"].as_str().map(str::to_string)).collect()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        // Let go of what the test left (finalizers would keep the namespace).
+        let (_, list) = self.kubectl(&self.ns(&["get", "manifests", "-o", "name"]));
+        for object in list.lines().filter(|l| l.starts_with("manifest")) {
+            let patch = r#"{"metadata":{"finalizers":null}}"#;
+            let _ = self.kubectl(&self.ns(&["patch", object, "--type", "merge", "-p", patch]));
+        }
+        let _ = self.kubectl(&["delete", "namespace", &self.namespace, "--wait=false"]);
+    }
+}
+
+/// A `deployster controller` process, killed when dropped; its log is kept in a file.
+pub struct ControllerProcess {
+    pub child: Child,
+    pub log: PathBuf,
+    /// `host:port` of its metrics and health endpoints.
+    pub metrics: String,
+}
+
+impl ControllerProcess {
+    /// Starts `deployster controller ARGS` against the test cluster, with metrics on a free port.
+    pub fn start(cluster: &Cluster, dir: &Path, name: &str, args: &[&str]) -> ControllerProcess {
+        let metrics = format!("127.0.0.1:{}", free_port());
+        let log = dir.join(format!("{name}.log"));
+        let child = Command::new(super::deployster())
+            .arg("controller")
+            .args(["--plug-dir", dir.join(format!("{name}-plugs")).to_str().unwrap()])
+            .args(args)
+            .env("KUBECONFIG", &cluster.kubeconfig)
+            .env("DEPLOYSTER_LOG", "info,deployster=debug")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("start the controller");
+        ControllerProcess { child, log, metrics }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// GET `path` on the metrics address: status code and body, `None` when nothing answers.
+    pub fn http(&self, path: &str) -> Option<(u16, String)> {
+        http_get(&self.metrics, path)
+    }
+
+    /// The value of the sample `series` (name and labels exactly as exposed), if present.
+    pub fn metric(&self, series: &str) -> Option<f64> {
+        let (_, body) = self.http("/metrics")?;
+        body.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for ControllerProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A loopback port nothing listens on right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A plain HTTP/1.0 GET: status code and body.
+pub fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
+    let mut stream = TcpStream::connect_timeout(&addr.parse().ok()?, Duration::from_secs(2)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let (head, body) = response.split_once("\r\n\r\n")?;
+    let code = head.split_whitespace().nth(1)?.parse().ok()?;
+    Some((code, body.to_string()))
+}
+
+/// Polls `done` every 200 ms until it holds; fails the test after `timeout`.
+pub fn wait_for(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
