@@ -135,9 +135,9 @@ pub struct ApplyArgs {
 #[cfg(feature = "kube")]
 #[derive(Debug, Args)]
 pub struct ControllerArgs {
-    /// Watch only this namespace [default: all namespaces].
-    #[arg(long)]
-    pub namespace: Option<String>,
+    /// Watch only this namespace; repeat for several [default: all namespaces].
+    #[arg(long = "namespace", value_name = "NAMESPACE")]
+    pub namespaces: Vec<String>,
     /// How many Manifests are reconciled at once (one object is never reconciled twice at once).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..))]
     pub concurrency: u16,
@@ -163,9 +163,35 @@ pub struct ControllerArgs {
     /// Stop any single program invocation after this long.
     #[arg(long, value_name = "DURATION", default_value = "15m", value_parser = humantime::parse_duration)]
     pub timeout: Duration,
+    /// Where `/metrics`, `/healthz` and `/readyz` are served.
+    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8080")]
+    pub metrics_addr: std::net::SocketAddr,
+    /// Reconcile only while holding a Lease, so that of several replicas exactly one reconciles.
+    #[arg(long)]
+    pub leader_elect: bool,
+    /// The leader election Lease's name.
+    #[arg(long, value_name = "NAME", default_value = "deployster-controller", requires = "leader_elect")]
+    pub lease_name: String,
+    /// The leader election Lease's namespace [default: the controller's own namespace].
+    #[arg(long, value_name = "NAMESPACE", requires = "leader_elect")]
+    pub lease_namespace: Option<String>,
+    /// How long a lease holds without renewal: a new leader takes over this long after the old
+    /// one died; a leader that cannot renew for two thirds of it stops its passes.
+    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_lease_duration, requires = "leader_elect")]
+    pub lease_duration: Duration,
     #[cfg(feature = "docker")]
     #[command(flatten)]
     pub docker: DockerArgs,
+}
+
+/// A lease duration: whole seconds (the Lease stores seconds), at least 2.
+#[cfg(feature = "kube")]
+fn parse_lease_duration(text: &str) -> Result<Duration, String> {
+    let duration = humantime::parse_duration(text).map_err(|e| e.to_string())?;
+    if duration < Duration::from_secs(2) || duration.subsec_nanos() != 0 {
+        return Err("a whole number of seconds, at least 2s".into());
+    }
+    Ok(duration)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -353,7 +379,7 @@ fn interactive() -> bool {
 
 #[cfg(feature = "kube")]
 async fn controller(args: ControllerArgs) -> Result<Exit, CliError> {
-    use crate::controller::{RunConfig, Settings};
+    use crate::controller::{LeaderElection, RunConfig, Settings};
     let me = std::env::current_exe().map_err(CliError::SelfExe)?;
     #[cfg(feature = "docker")]
     let images = docker_executor(&args.docker);
@@ -372,10 +398,17 @@ async fn controller(args: ControllerArgs) -> Result<Exit, CliError> {
         parallelism: usize::from(args.parallelism),
         timeout: args.timeout,
     };
+    let leader_election = args.leader_elect.then_some(LeaderElection {
+        lease_name: args.lease_name,
+        lease_namespace: args.lease_namespace,
+        lease_duration: args.lease_duration,
+    });
     let config = RunConfig {
-        namespace: args.namespace,
+        namespaces: args.namespaces,
         concurrency: args.concurrency,
         shutdown_grace: args.shutdown_grace,
+        metrics_addr: args.metrics_addr,
+        leader_election,
         settings,
     };
     crate::controller::run(config, executor).await?;

@@ -1,11 +1,16 @@
-//! Why a reconcile could not finish. Failures of the manifest itself (invalid, a resource
-//! failing) are not errors: they are recorded in the status. These are the controller's own
-//! troubles, retried by the error policy.
+//! Why a reconcile could not finish, or the controller could not start. Failures of the
+//! manifest itself (invalid, a resource failing) are not errors: they are recorded in the
+//! status. These are the controller's own troubles: retried by the error policy during a run,
+//! a clear message and a non-zero exit at start-up.
+
+use std::net::SocketAddr;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("Kubernetes API: {0}")]
     Kube(#[from] kube::Error),
+    #[error("cannot reach the Kubernetes API server at {url}: {source}")]
+    Unreachable { url: String, source: Box<kube::Error> },
     #[error("cannot write plug files: {0}")]
     PlugFiles(std::io::Error),
     #[error("the status write kept conflicting after {0} attempts")]
@@ -14,15 +19,41 @@ pub enum Error {
         "the Manifest CRD is not installed (manifests.deployster.io); install it: deployster crd | kubectl apply -f -"
     )]
     CrdMissing,
+    #[error(
+        "the controller may not list Manifests in {scope}: {message}. Its RBAC does not cover that namespace: with the \
+         Helm chart, list it in watchNamespaces (or leave watchNamespaces empty to watch every namespace)"
+    )]
+    Forbidden { scope: String, message: String },
+    #[error("the leader lease's namespace `{0}` does not exist: create it, or name another with --lease-namespace")]
+    LeaseNamespace(String),
+    #[error("cannot take part in leader election on Lease {lease}: {source}")]
+    Lease { lease: String, source: Box<kube::Error> },
+    #[error("cannot serve metrics and health on --metrics-addr {addr}: {source}")]
+    MetricsAddr { addr: SocketAddr, source: std::io::Error },
 }
 
 impl Error {
     pub fn reason(&self) -> &'static str {
         match self {
             Error::Kube(_) => "KubernetesApi",
+            Error::Unreachable { .. } => "ApiServerUnreachable",
             Error::PlugFiles(_) => "PlugFiles",
             Error::StatusConflict(_) => "StatusConflict",
             Error::CrdMissing => "CrdMissing",
+            Error::Forbidden { .. } => "Forbidden",
+            Error::LeaseNamespace(_) => "LeaseNamespaceMissing",
+            Error::Lease { .. } => "LeaderElection",
+            Error::MetricsAddr { .. } => "MetricsAddrUnavailable",
+        }
+    }
+
+    /// At first contact, an error that is not an answer from the API server means it could not
+    /// be reached: say where it was looked for.
+    pub fn unreachable_at(self, url: &str) -> Self {
+        match self {
+            Error::Kube(kube::Error::Api(status)) => Error::Kube(kube::Error::Api(status)),
+            Error::Kube(source) => Error::Unreachable { url: url.to_string(), source: Box::new(source) },
+            other => other,
         }
     }
 }

@@ -8,27 +8,38 @@
 
 pub mod error;
 pub mod inputs;
+pub mod leader;
+pub mod metrics;
+pub mod rbac;
 pub mod reconcile;
+pub mod server;
 pub mod status;
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::core::DeserializeGuard;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::events::{EventType, Recorder as EventRecorder, Reporter};
+use kube::runtime::reflector::Store;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::crd::Manifest;
 use crate::engine::executor::Executor;
 pub use error::Error;
+use leader::{Leadership, LeaseConfig};
+use metrics::{ApiMeteringLayer, MeteredExecutor, Metrics, Timer};
 pub use reconcile::Next;
+use server::Readiness;
 
 /// How the controller runs passes.
 #[derive(Debug, Clone)]
@@ -69,11 +80,17 @@ pub struct Context {
     pub jitter: Box<dyn Fn(Duration) -> Duration + Send + Sync>,
     /// Cancelled to stop running actions (on shutdown, after a grace period).
     pub shutdown: CancellationToken,
+    /// Whether this replica may reconcile; passes run under its current term.
+    pub leadership: Arc<Leadership>,
+    pub metrics: Arc<Metrics>,
+    /// Reconciles run at once (`--concurrency`); those waiting are the work queue's depth.
+    pub workers: Semaphore,
 }
 
 impl Context {
     pub fn new(client: Client, executor: Arc<dyn Executor>, settings: Settings) -> Self {
         let reporter = Reporter { controller: reconcile::FIELD_MANAGER.into(), instance: hostname() };
+        let shutdown = CancellationToken::new();
         Self {
             events: EventRecorder::new(client.clone(), reporter),
             client,
@@ -81,7 +98,10 @@ impl Context {
             settings,
             clock: Box::new(crate::history::now_ms),
             jitter: Box::new(reconcile::jitter),
-            shutdown: CancellationToken::new(),
+            leadership: Leadership::always(&shutdown),
+            shutdown,
+            metrics: Arc::new(Metrics::new()),
+            workers: Semaphore::new(Semaphore::MAX_PERMITS),
         }
     }
 }
@@ -90,34 +110,81 @@ fn hostname() -> Option<String> {
     nix::unistd::gethostname().ok().map(|h| h.to_string_lossy().into_owned())
 }
 
+/// Leader election, when more than one replica may run.
+#[derive(Debug, Clone)]
+pub struct LeaderElection {
+    pub lease_name: String,
+    /// Default: the namespace of the controller's own kubeconfig context or pod.
+    pub lease_namespace: Option<String>,
+    pub lease_duration: Duration,
+}
+
 /// How `deployster controller` was asked to run.
 #[derive(Debug, Clone)]
 pub struct RunConfig {
-    /// Watch one namespace; all when `None`.
-    pub namespace: Option<String>,
+    /// Watch these namespaces; all when empty.
+    pub namespaces: Vec<String>,
     /// Objects reconciled at once.
     pub concurrency: u16,
     /// After SIGTERM, how long running passes may go on before their actions are cancelled.
     pub shutdown_grace: Duration,
+    /// Where `/metrics`, `/healthz` and `/readyz` are served.
+    pub metrics_addr: SocketAddr,
+    pub leader_election: Option<LeaderElection>,
     pub settings: Settings,
+}
+
+/// What one watch covers: a namespace, or all of them.
+fn scopes(namespaces: &[String]) -> Vec<Option<String>> {
+    if namespaces.is_empty() { vec![None] } else { namespaces.iter().cloned().map(Some).collect() }
+}
+
+fn scope_name(scope: &Option<String>) -> String {
+    scope.as_ref().map_or_else(|| "all namespaces".into(), |ns| format!("namespace `{ns}`"))
+}
+
+/// Lists Manifests once in every scope: fails with a hint when the CRD is not installed
+/// (404) or the controller's RBAC does not cover a namespace (403).
+pub async fn check_access(client: &Client, namespaces: &[String]) -> Result<(), Error> {
+    for scope in scopes(namespaces) {
+        let api: Api<Manifest> = match &scope {
+            Some(ns) => Api::namespaced(client.clone(), ns),
+            None => Api::all(client.clone()),
+        };
+        match api.list(&ListParams::default().limit(1)).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => return Err(Error::CrdMissing),
+            Err(kube::Error::Api(status)) if status.code == 403 => {
+                return Err(Error::Forbidden { scope: scope_name(&scope), message: status.message.clone() });
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
 }
 
 /// Fails with a hint when the CRD is not installed (listing Manifests answers 404).
 pub async fn check_crd(client: &Client) -> Result<(), Error> {
-    match Api::<Manifest>::all(client.clone()).list(&ListParams::default().limit(1)).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(status)) if status.code == 404 => Err(Error::CrdMissing),
-        Err(e) => Err(e.into()),
-    }
+    check_access(client, &[]).await
 }
 
 /// A client for `config`. The TLS crypto provider is chosen here rather than left to rustls's
 /// crate features: when a build enables both of its providers (another crate in the build may
 /// ask for aws-lc-rs), rustls cannot choose and panics on the first connection.
 pub fn connect(config: kube::Config) -> Result<Client, Error> {
+    install_crypto_provider();
+    Ok(Client::try_from(config)?)
+}
+
+fn install_crypto_provider() {
     // Fails only when a provider is already installed, which is as good.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    Ok(Client::try_from(config)?)
+}
+
+/// A client whose every request is counted and tells readiness whether the API answers.
+fn connect_metered(config: kube::Config, layer: ApiMeteringLayer) -> Result<Client, Error> {
+    install_crypto_provider();
+    Ok(kube::client::ClientBuilder::try_from(config)?.with_layer(&layer).build())
 }
 
 /// Drops what a reconcile never reads from an object kept in the watch cache: the managed
@@ -129,19 +196,98 @@ pub fn prune_for_cache(manifest: &mut Manifest) {
 
 /// Runs the controller until SIGTERM or SIGINT.
 pub async fn run(config: RunConfig, executor: Arc<dyn Executor>) -> Result<(), Error> {
-    let client = connect(kube::Config::infer().await.map_err(kube::Error::InferConfig)?)?;
-    check_crd(&client).await?;
-    let api: Api<DeserializeGuard<Manifest>> = match &config.namespace {
+    // First what can fail at once: the admin port, the API server, access, the lease.
+    let listener = tokio::net::TcpListener::bind(config.metrics_addr)
+        .await
+        .map_err(|source| Error::MetricsAddr { addr: config.metrics_addr, source })?;
+    let metrics = Arc::new(Metrics::new());
+    let scopes = scopes(&config.namespaces);
+    let readiness = Arc::new(Readiness::new(scopes.len()));
+    let kube_config = kube::Config::infer().await.map_err(kube::Error::InferConfig)?;
+    let url = kube_config.cluster_url.to_string();
+    let default_namespace = kube_config.default_namespace.clone();
+    let layer = ApiMeteringLayer { metrics: metrics.clone(), readiness: readiness.clone() };
+    let client = connect_metered(kube_config, layer)?;
+    check_access(&client, &config.namespaces).await.map_err(|e| e.unreachable_at(&url))?;
+    let shutdown = CancellationToken::new();
+    let (leadership, elector) = match &config.leader_election {
+        Some(election) => {
+            let lease = LeaseConfig {
+                name: election.lease_name.clone(),
+                namespace: election.lease_namespace.clone().unwrap_or(default_namespace),
+                identity: leader::identity(),
+                duration: election.lease_duration,
+            };
+            let (leadership, elector) = leader::elect(client.clone(), lease, metrics.clone(), shutdown.clone()).await?;
+            (leadership, Some(elector))
+        }
+        None => {
+            metrics.leader.set(1);
+            (Leadership::always(&shutdown), None)
+        }
+    };
+
+    let executor: Arc<dyn Executor> = Arc::new(MeteredExecutor { inner: executor, metrics: metrics.clone() });
+    let mut ctx = Context::new(client.clone(), executor, config.settings.clone());
+    ctx.shutdown = shutdown.clone();
+    ctx.leadership = leadership;
+    ctx.metrics = metrics.clone();
+    ctx.workers = Semaphore::new(usize::from(config.concurrency.max(1)));
+    let ctx = Arc::new(ctx);
+    let stopping = shutdown_signal(shutdown, config.shutdown_grace);
+
+    let watches: Vec<_> =
+        scopes.iter().enumerate().map(|(i, scope)| watch(&client, scope, readiness.clone(), i)).collect();
+    let stores: Vec<Store<DeserializeGuard<Manifest>>> = watches.iter().map(|(store, _)| store.clone()).collect();
+    let refresh = Arc::new(move |m: &Metrics| m.set_manifests(&ready_counts(&stores)));
+    let admin = tokio::spawn(server::serve(listener, metrics, readiness, refresh));
+    tracing::info!(namespaces = ?config.namespaces, addr = %config.metrics_addr, "watching Manifests");
+    let controllers = watches.into_iter().map(|(store, manifests)| {
+        Controller::for_stream(manifests, store)
+            // Concurrency is bounded by `ctx.workers`, so that waiting work can be counted.
+            .with_config(ControllerConfig::default())
+            .reconcile_all_on(ctx.leadership.gained())
+            .graceful_shutdown_on(stopping.clone().cancelled_owned())
+            .run(reconcile_guarded, error_policy, ctx.clone())
+            .for_each(|result| async move {
+                match result {
+                    Ok((object, _)) => tracing::debug!(object = %object.name, "reconciled"),
+                    Err(e) => tracing::warn!(error = %e, "reconcile failed"),
+                }
+            })
+    });
+    futures::future::join_all(controllers).await;
+    if let Some(elector) = elector {
+        elector.release().await;
+    }
+    admin.abort();
+    tracing::info!("stopped");
+    Ok(())
+}
+
+type ManifestStream = std::pin::Pin<Box<dyn Stream<Item = Result<DeserializeGuard<Manifest>, watcher::Error>> + Send>>;
+
+/// One watch of Manifests in `scope`, feeding a lean cache and telling readiness when it synced.
+fn watch(
+    client: &Client,
+    scope: &Option<String>,
+    readiness: Arc<Readiness>,
+    index: usize,
+) -> (Store<DeserializeGuard<Manifest>>, ManifestStream) {
+    let api: Api<DeserializeGuard<Manifest>> = match scope {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     };
-    let ctx = Arc::new(Context::new(client, executor, config.settings.clone()));
-    let shutdown = shutdown_signal(ctx.shutdown.clone(), config.shutdown_grace);
-    tracing::info!(namespace = config.namespace.as_deref().unwrap_or("(all)"), "watching Manifests");
+    let scope = scope_name(scope);
     // The watch cache holds every Manifest for the controller's life: keep it lean.
     let (reader, writer) = reflector::store();
-    let manifests = watcher(api, watcher::Config::default())
+    let stream = watcher(api, watcher::Config::default())
         .default_backoff()
+        .inspect(move |event| match event {
+            Ok(watcher::Event::InitDone) => readiness.synced(index),
+            Err(e) => tracing::warn!(%scope, error = %e, "the watch of Manifests failed; retrying with backoff"),
+            Ok(_) => {}
+        })
         .modify(|guard: &mut DeserializeGuard<Manifest>| {
             if let Ok(manifest) = &mut guard.0 {
                 prune_for_cache(manifest)
@@ -149,29 +295,35 @@ pub async fn run(config: RunConfig, executor: Arc<dyn Executor>) -> Result<(), E
         })
         .reflect(writer)
         .applied_objects();
-    Controller::for_stream(manifests, reader)
-        .with_config(ControllerConfig::default().concurrency(config.concurrency))
-        .graceful_shutdown_on(shutdown)
-        .run(reconcile_guarded, error_policy, ctx)
-        .for_each(|result| async move {
-            match result {
-                Ok((object, _)) => tracing::debug!(object = %object.name, "reconciled"),
-                Err(e) => tracing::warn!(error = %e, "reconcile failed"),
-            }
-        })
-        .await;
-    tracing::info!("stopped");
-    Ok(())
+    (reader, Box::pin(stream))
 }
 
-/// Resolves on the first SIGTERM/SIGINT (running passes finish); cancels running actions after
-/// `grace`, or at once on a second signal.
-fn shutdown_signal(
-    cancel: CancellationToken,
-    grace: Duration,
-) -> impl std::future::Future<Output = ()> + Send + Sync + 'static {
+/// Manifests in the caches by the status of their Ready condition.
+fn ready_counts(stores: &[Store<DeserializeGuard<Manifest>>]) -> Vec<(&'static str, i64)> {
+    let mut counts = [("True", 0), ("False", 0), ("Unknown", 0)];
+    for object in stores.iter().flat_map(Store::state) {
+        let ready = object
+            .0
+            .as_ref()
+            .ok()
+            .and_then(|m| m.status.as_ref())
+            .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready").map(|c| c.status.as_str()));
+        let slot = match ready {
+            Some("True") => 0,
+            Some("False") => 1,
+            _ => 2,
+        };
+        counts[slot].1 += 1;
+    }
+    counts.to_vec()
+}
+
+/// Cancelled on the first SIGTERM/SIGINT (running passes finish); `cancel` is cancelled after
+/// `grace`, or at once on a second signal, to stop running actions.
+fn shutdown_signal(cancel: CancellationToken, grace: Duration) -> CancellationToken {
     use tokio::signal::unix::{SignalKind, signal};
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let stopping = CancellationToken::new();
+    let first = stopping.clone();
     tokio::spawn(async move {
         let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
             tracing::error!("cannot watch for signals");
@@ -179,7 +331,7 @@ fn shutdown_signal(
         };
         tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
         tracing::info!(?grace, "shutting down: running passes may finish");
-        let _ = tx.send(());
+        first.cancel();
         tokio::select! {
             _ = tokio::time::sleep(grace) => {}
             _ = term.recv() => {}
@@ -188,22 +340,44 @@ fn shutdown_signal(
         tracing::warn!("cancelling the actions still running");
         cancel.cancel();
     });
-    async move {
-        let _ = rx.await;
-    }
+    stopping
 }
 
 async fn reconcile_guarded(object: Arc<DeserializeGuard<Manifest>>, ctx: Arc<Context>) -> Result<Action, Error> {
-    match &object.0 {
-        Ok(manifest) => Ok(match reconcile::reconcile(manifest, &ctx).await? {
-            Next::Requeue(after) => Action::requeue(after),
-            Next::AwaitChange => Action::await_change(),
-        }),
-        Err(invalid) => {
-            malformed(&ctx, invalid).await;
-            Ok(Action::await_change())
+    if ctx.leadership.term().is_none() {
+        // Another replica leads; becoming the leader reconciles everything again.
+        return Ok(Action::await_change());
+    }
+    let meta = match &object.0 {
+        Ok(manifest) => &manifest.metadata,
+        Err(invalid) => &invalid.metadata,
+    };
+    let span = tracing::info_span!(
+        "reconcile",
+        namespace = meta.namespace.as_deref().unwrap_or_default(),
+        name = meta.name.as_deref().unwrap_or_default(),
+        run_id = tracing::field::Empty,
+    );
+    async {
+        ctx.metrics.work_queue_depth.inc();
+        let permit = ctx.workers.acquire().await;
+        ctx.metrics.work_queue_depth.dec();
+        let _permit = permit.expect("the worker semaphore is never closed");
+        let _timer = Timer::start(&ctx.metrics);
+        match &object.0 {
+            Ok(manifest) => Ok(match reconcile::reconcile(manifest, &ctx).await? {
+                Next::Requeue(after) => Action::requeue(after),
+                Next::AwaitChange => Action::await_change(),
+            }),
+            Err(invalid) => {
+                malformed(&ctx, invalid).await;
+                ctx.metrics.reconciled("invalid");
+                Ok(Action::await_change())
+            }
         }
     }
+    .instrument(span)
+    .await
 }
 
 /// A Manifest that does not deserialize: say so on the object (status and an event).
@@ -246,8 +420,9 @@ async fn malformed(ctx: &Context, invalid: &kube::core::error_boundary::InvalidO
     }
 }
 
-fn error_policy(object: Arc<DeserializeGuard<Manifest>>, error: &Error, _: Arc<Context>) -> Action {
+fn error_policy(object: Arc<DeserializeGuard<Manifest>>, error: &Error, ctx: Arc<Context>) -> Action {
     let name = object.0.as_ref().map(|m| m.name_any()).unwrap_or_default();
+    ctx.metrics.reconciled("error");
     tracing::warn!(object = %name, reason = error.reason(), error = %error, "reconcile failed; retrying");
     Action::requeue(Duration::from_secs(30))
 }

@@ -9,6 +9,7 @@ use kube::api::{Patch, PatchParams};
 use kube::runtime::events::{Event as KubeEvent, EventType};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
+use tokio_util::sync::CancellationToken;
 
 use super::Context;
 use super::error::Error;
@@ -40,8 +41,10 @@ fn api(ctx: &Context, obj: &Manifest) -> Api<Manifest> {
 
 /// Reconciles one Manifest.
 pub async fn reconcile(obj: &Manifest, ctx: &Context) -> Result<Next, Error> {
+    // Passes run under this replica's leadership term: losing it cancels them.
+    let Some(term) = ctx.leadership.term() else { return Ok(Next::AwaitChange) };
     if obj.meta().deletion_timestamp.is_some() {
-        return cleanup(obj, ctx).await;
+        return cleanup(obj, ctx, &term).await;
     }
     let updated;
     let obj = if obj.finalizers().iter().any(|f| f == FINALIZER) {
@@ -88,7 +91,7 @@ pub async fn reconcile(obj: &Manifest, ctx: &Context) -> Result<Next, Error> {
         return invalid(obj, ctx, &old, "LocalProgramRefused", message).await;
     }
     let revision = inputs::revision(obj, &inputs);
-    let new = pass(obj, ctx, &old, manifest, revision).await?;
+    let new = pass(obj, ctx, &old, manifest, revision, &term).await?;
     Ok(match new.conditions.iter().find(|c| c.type_ == "Stalled") {
         Some(c) if c.status == "True" => Next::AwaitChange,
         _ if new.consecutive_failures == 0 => Next::Requeue((ctx.jitter)(interval)),
@@ -130,9 +133,12 @@ async fn pass(
     old: &ManifestStatus,
     manifest: crate::engine::validate::ValidatedManifest,
     revision: String,
+    term: &CancellationToken,
 ) -> Result<ManifestStatus, Error> {
-    let log = Arc::new(MemoryLog::from_entries(history_entries(old), Some(ctx.settings.history_limit)));
     let run_id = new_run_id();
+    // The reconcile's span (controller::run) has a slot for it: every log line of the pass says it.
+    tracing::Span::current().record("run_id", run_id.as_str());
+    let log = Arc::new(MemoryLog::from_entries(history_entries(old), Some(ctx.settings.history_limit)));
     for interrupted in close_interrupted(log.as_ref(), &run_id).unwrap_or_default() {
         let intents: Vec<&str> = interrupted.actions.iter().map(|a| a.target.as_str()).collect();
         let note = format!(
@@ -153,7 +159,7 @@ async fn pass(
         RunOptions { parallelism: ctx.settings.parallelism, timeout: ctx.settings.timeout, run_id, verbose: false };
     let engine = Engine::new(Arc::new(manifest), ctx.executor.clone(), options)
         .with_observer(recorder.clone())
-        .with_cancellation(ctx.shutdown.child_token());
+        .with_cancellation(term.child_token());
     let observed = match engine.prepare().await {
         Err(e) if e.is_invalid_input() => Observed::Invalid { reason: e.reason(), message: e.to_string() },
         Err(e) => Observed::NotRun { reason: e.reason(), message: e.to_string() },
@@ -171,7 +177,11 @@ async fn pass(
         }
     };
     let succeeded = matches!(&observed, Observed::Applied(r) if r.succeeded());
-    recorder.finish(succeeded, (!succeeded).then_some("the pass did not leave every resource VALID"));
+    let interrupted = term.is_cancelled().then(|| interruption(ctx));
+    match &interrupted {
+        Some(why) => recorder.interrupted(why),
+        None => recorder.finish(succeeded, (!succeeded).then_some("the pass did not leave every resource VALID")),
+    }
     let drifts = recorder.drifts();
     let no_op = succeeded
         && drifts.is_empty()
@@ -179,7 +189,11 @@ async fn pass(
         && old.revision.as_deref() == Some(revision.as_str());
     // A pass that found everything as it was adds nothing worth keeping to the history.
     let history = if no_op { history_entries(old) } else { log.entries() };
-    let events = pass_events(&observed, &drifts);
+    let mut events = pass_events(&observed, &drifts);
+    if let Some(why) = interrupted {
+        tracing::warn!(reason = %why, "pass interrupted");
+        events.push((EventType::Warning, "Interrupted", why));
+    }
     let new = finish(obj, ctx, old, observed, revision, drifts, history).await?;
     for (type_, reason, note) in events {
         publish(ctx, obj, type_, reason, "Reconcile", &note).await;
@@ -190,6 +204,18 @@ async fn pass(
         publish(ctx, obj, EventType::Warning, "Thrashing", "Reconcile", &thrashing.message).await;
     }
     Ok(new)
+}
+
+/// Why a pass's term ended under it.
+fn interruption(ctx: &Context) -> String {
+    let cause = if ctx.shutdown.is_cancelled() {
+        "the controller is shutting down"
+    } else {
+        "this replica lost the leader lease"
+    };
+    format!(
+        "the pass was interrupted: {cause}; its running actions were cancelled and the next pass reads every state afresh"
+    )
 }
 
 /// The events a pass deserves: applied, drift corrected, action failed.
@@ -241,11 +267,32 @@ async fn finish(
 ) -> Result<ManifestStatus, Error> {
     let result =
         PassResult { generation: obj.meta().generation, revision, observed, drifts, history, now_ms: (ctx.clock)() };
+    ctx.metrics.observe_pass(&result);
+    log_pass(&result);
     let new = next_status(old, &result);
     if changed(old, &new) {
         write_status(ctx, obj, &new).await?;
     }
     Ok(new)
+}
+
+/// One line per pass: at info when it changed, failed or was refused, at debug when it found
+/// everything as it was.
+fn log_pass(pass: &PassResult) {
+    let applied = match &pass.observed {
+        Observed::Applied(report) => report.counts().applied,
+        _ => 0,
+    };
+    let drifted: Vec<&str> = pass.drifts.iter().map(|d| d.resource.as_str()).collect();
+    let message = match &pass.observed {
+        Observed::Invalid { message, .. } | Observed::NotRun { message, .. } => Some(message.as_str()),
+        _ => None,
+    };
+    if pass.succeeded() && applied == 0 && drifted.is_empty() {
+        tracing::debug!(revision = %pass.revision, "pass finished: everything as declared");
+    } else {
+        tracing::info!(result = pass.result(), applied, ?drifted, message, revision = %pass.revision, "pass finished");
+    }
 }
 
 /// Server-side apply of the whole status under one field manager, retried on conflicts.
@@ -295,13 +342,13 @@ async fn set_finalizer(obj: &Manifest, ctx: &Context, present: bool) -> Result<M
 
 /// Deletion: `Orphan` lets go at once; `Delete` deletes the resources whose types can,
 /// dependents first, and keeps the finalizer while anything failed.
-async fn cleanup(obj: &Manifest, ctx: &Context) -> Result<Next, Error> {
+async fn cleanup(obj: &Manifest, ctx: &Context, term: &CancellationToken) -> Result<Next, Error> {
     if !obj.finalizers().iter().any(|f| f == FINALIZER) {
         return Ok(Next::AwaitChange);
     }
     if obj.spec.deletion_policy == DeletionPolicy::Delete {
         let retry = inputs::intervals(obj).map_or(Duration::from_secs(30), |(_, retry)| retry);
-        if let Err(problem) = delete_resources(obj, ctx).await {
+        if let Err(problem) = delete_resources(obj, ctx, term).await {
             publish(ctx, obj, EventType::Warning, "DeleteFailed", "Delete", &problem).await;
             let old = obj.status.clone().unwrap_or_default();
             let observed = Observed::NotRun { reason: "DeleteFailed", message: problem };
@@ -314,10 +361,11 @@ async fn cleanup(obj: &Manifest, ctx: &Context) -> Result<Next, Error> {
     }
     let _ = std::fs::remove_dir_all(inputs::object_dir(&ctx.settings.plug_root, obj));
     set_finalizer(obj, ctx, false).await?;
+    ctx.metrics.reconciled("deleted");
     Ok(Next::AwaitChange)
 }
 
-async fn delete_resources(obj: &Manifest, ctx: &Context) -> Result<(), String> {
+async fn delete_resources(obj: &Manifest, ctx: &Context, term: &CancellationToken) -> Result<(), String> {
     let inputs = match inputs::materialize(&ctx.client, obj, &ctx.settings.plug_root).await {
         Ok(inputs) => inputs,
         Err(InputProblem::Invalid(m) | InputProblem::Unavailable(m)) => return Err(m),
@@ -328,7 +376,7 @@ async fn delete_resources(obj: &Manifest, ctx: &Context) -> Result<(), String> {
     let options =
         RunOptions { parallelism: ctx.settings.parallelism, timeout: ctx.settings.timeout, ..RunOptions::default() };
     let prepared = Engine::new(Arc::new(manifest), ctx.executor.clone(), options)
-        .with_cancellation(ctx.shutdown.child_token())
+        .with_cancellation(term.child_token())
         .prepare()
         .await
         .map_err(|e| e.to_string())?;

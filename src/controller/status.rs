@@ -53,6 +53,16 @@ impl PassResult {
     pub fn succeeded(&self) -> bool {
         matches!(&self.observed, Observed::Applied(report) if report.succeeded())
     }
+
+    /// The pass in one word, for logs and the `result` label of metrics.
+    pub fn result(&self) -> &'static str {
+        match &self.observed {
+            Observed::Invalid { .. } => "invalid",
+            Observed::Suspended => "suspended",
+            _ if self.succeeded() => "succeeded",
+            _ => "failed",
+        }
+    }
 }
 
 /// Cuts `text` to [`MESSAGE_LIMIT`] bytes (on a character boundary).

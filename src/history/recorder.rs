@@ -157,6 +157,12 @@ impl Recorder {
         self.end(event, Some(message));
     }
 
+    /// Records that the run was stopped from outside before it could finish (shutdown, lost
+    /// leadership): `run-interrupted`, with why.
+    pub fn interrupted(&self, message: &str) {
+        self.end(Event::RunInterrupted, Some(message));
+    }
+
     /// Records that the plan was declined (or could not be confirmed): nothing changed.
     pub fn declined(&self, message: &str) {
         self.end(Event::RunDeclined, Some(message));

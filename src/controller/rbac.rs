@@ -1,0 +1,151 @@
+//! Every Kubernetes API call the controller makes, listed in one place: the Helm chart's RBAC
+//! rules are held against [`API_ACCESS`] by a test, and every request the client sends is
+//! mapped to its RBAC (verb, group, resource) by [`ApiCall::from_request`] — counted in
+//! `deployster_kube_api_requests_total`, which the end-to-end tests read to check that the
+//! controller used nothing outside the list.
+
+/// Where a permission is needed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// In every watched namespace (cluster-wide when the controller watches all of them).
+    Watched,
+    /// Only in the leader lease's namespace.
+    Lease,
+}
+
+/// Verbs on one (group, resource) in one scope.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Access {
+    pub group: &'static str,
+    /// `resource` or `resource/subresource`.
+    pub resource: &'static str,
+    pub verbs: &'static [&'static str],
+    pub scope: Scope,
+}
+
+/// What the controller does with the API, and why.
+pub const API_ACCESS: &[Access] = &[
+    // The watch cache (list, watch) and the finalizer (a merge patch of metadata.finalizers).
+    // Setting ownerReferences with blockOwnerDeletion on objects the controller creates would
+    // need `update` on manifests/finalizers too; it creates none yet.
+    Access { group: "deployster.io", resource: "manifests", verbs: &["list", "watch", "patch"], scope: Scope::Watched },
+    // Status: server-side apply.
+    Access { group: "deployster.io", resource: "manifests/status", verbs: &["patch"], scope: Scope::Watched },
+    // kube's event recorder creates an event, then patches it into a series when it repeats.
+    Access { group: "events.k8s.io", resource: "events", verbs: &["create", "patch"], scope: Scope::Watched },
+    // Plugs referencing Secrets and ConfigMaps, read when a pass starts.
+    Access { group: "", resource: "secrets", verbs: &["get"], scope: Scope::Watched },
+    Access { group: "", resource: "configmaps", verbs: &["get"], scope: Scope::Watched },
+    // Leader election: read, create the first time, renew/take over with resourceVersion checks.
+    Access {
+        group: "coordination.k8s.io",
+        resource: "leases",
+        verbs: &["get", "create", "update"],
+        scope: Scope::Lease,
+    },
+];
+
+/// Whether `API_ACCESS` allows `verb` on `group`/`resource`.
+pub fn allowed(group: &str, resource: &str, verb: &str) -> bool {
+    API_ACCESS.iter().any(|a| a.group == group && a.resource == resource && a.verbs.contains(&verb))
+}
+
+/// One request, in RBAC's terms.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiCall {
+    pub verb: &'static str,
+    /// `""` for the core group.
+    pub group: String,
+    /// `resource` or `resource/subresource`.
+    pub resource: String,
+    pub namespace: Option<String>,
+}
+
+impl ApiCall {
+    /// The RBAC view of a request to `path` (with its query); `None` for paths that are not
+    /// resources (`/version`, discovery).
+    pub fn from_request(method: &str, path_and_query: &str) -> Option<ApiCall> {
+        let (path, query) = path_and_query.split_once('?').unwrap_or((path_and_query, ""));
+        let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+        let (group, rest) = match segments.as_slice() {
+            ["api", _version, rest @ ..] => ("", rest),
+            ["apis", group, _version, rest @ ..] => (*group, rest),
+            _ => return None,
+        };
+        let (namespace, rest) = match rest {
+            ["namespaces", ns, rest @ ..] if !rest.is_empty() => (Some(ns.to_string()), rest),
+            _ => (None, rest),
+        };
+        let (resource, named) = match rest {
+            [resource] => (resource.to_string(), false),
+            [resource, _name] => (resource.to_string(), true),
+            [resource, _name, sub] => (format!("{resource}/{sub}"), true),
+            _ => return None,
+        };
+        let watch = query.split('&').any(|p| p == "watch=true" || p == "watch=1");
+        let verb = match (method, named) {
+            ("GET", _) if watch => "watch",
+            ("GET", true) => "get",
+            ("GET", false) => "list",
+            ("POST", _) => "create",
+            ("PUT", _) => "update",
+            ("PATCH", _) => "patch",
+            ("DELETE", true) => "delete",
+            ("DELETE", false) => "deletecollection",
+            _ => return None,
+        };
+        Some(ApiCall { verb, group: group.to_string(), resource, namespace })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(method: &str, path: &str) -> (String, String, String, Option<String>) {
+        let c = ApiCall::from_request(method, path).unwrap_or_else(|| panic!("{method} {path} is a resource"));
+        (c.verb.to_string(), c.group, c.resource, c.namespace)
+    }
+
+    #[test]
+    fn requests_map_to_rbac_verbs_and_resources() {
+        let ns = || Some("team".to_string());
+        let m = "/apis/deployster.io/v1alpha1/namespaces/team/manifests";
+        assert_eq!(
+            call("GET", &format!("{m}?limit=1")),
+            ("list".into(), "deployster.io".into(), "manifests".into(), ns())
+        );
+        assert_eq!(call("GET", &format!("{m}?watch=true&resourceVersion=5")).0, "watch");
+        assert_eq!(call("GET", "/apis/deployster.io/v1alpha1/manifests?watch=1").3, None, "cluster-wide");
+        assert_eq!(call("PATCH", &format!("{m}/demo/status?fieldManager=x")).2, "manifests/status");
+        assert_eq!(
+            call("PATCH", &format!("{m}/demo")),
+            ("patch".into(), "deployster.io".into(), "manifests".into(), ns())
+        );
+        assert_eq!(
+            call("GET", "/api/v1/namespaces/team/secrets/db"),
+            ("get".into(), "".into(), "secrets".into(), ns())
+        );
+        let lease = "/apis/coordination.k8s.io/v1/namespaces/ops/leases";
+        assert_eq!(call("POST", lease).0, "create");
+        assert_eq!(call("PUT", &format!("{lease}/deployster")).0, "update");
+        assert_eq!(call("DELETE", &format!("{lease}/deployster")).0, "delete");
+        assert_eq!(call("DELETE", lease).0, "deletecollection");
+        assert_eq!(call("GET", "/api/v1/namespaces/team"), ("get".into(), "".into(), "namespaces".into(), None));
+        assert_eq!(ApiCall::from_request("GET", "/version"), None);
+        assert_eq!(ApiCall::from_request("GET", "/apis"), None);
+    }
+
+    #[test]
+    fn the_list_names_each_resource_once_per_scope_with_known_verbs() {
+        let verbs = ["get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"];
+        for (i, a) in API_ACCESS.iter().enumerate() {
+            assert!(a.verbs.iter().all(|v| verbs.contains(v)), "{a:?}");
+            let again = API_ACCESS[i + 1..].iter().any(|b| (b.group, b.resource) == (a.group, a.resource));
+            assert!(!again, "{a:?} is listed twice");
+        }
+        assert!(allowed("deployster.io", "manifests/status", "patch"));
+        assert!(!allowed("deployster.io", "manifests/status", "update"));
+        assert!(!allowed("", "secrets", "list"), "plugs read single Secrets only");
+    }
+}
