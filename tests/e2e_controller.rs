@@ -5,29 +5,78 @@
 
 mod support;
 
+use std::collections::BTreeMap;
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use support::cluster::{Cluster, ControllerProcess, wait_for};
+use deployster::controller::rbac;
+use serde_json::Value;
+use support::cluster::{ApiServer, Cluster, ControllerProcess, wait_for};
+
+/// `deployster_kube_api_requests_total` as exposed: (verb, group, resource) → requests.
+fn api_requests(controller: &ControllerProcess) -> BTreeMap<(String, String, String), f64> {
+    let (_, body) = controller.http("/metrics").expect("the metrics endpoint answers");
+    let label = |line: &str, name: &str| {
+        let start = line.find(&format!("{name}=\"")).map(|i| i + name.len() + 2)?;
+        Some(line[start..].split('"').next()?.to_string())
+    };
+    body.lines()
+        .filter(|l| l.starts_with("deployster_kube_api_requests_total{"))
+        .map(|l| {
+            let key = (label(l, "verb").unwrap(), label(l, "group").unwrap(), label(l, "resource").unwrap());
+            (key, l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+        })
+        .fold(BTreeMap::new(), |mut m, (k, n)| {
+            *m.entry(k).or_default() += n;
+            m
+        })
+}
+
+/// Every request the controller made is one that `controller::rbac::API_ACCESS` lists (and the
+/// Helm chart's RBAC, held against that list by tests/helm.rs, grants).
+fn assert_api_calls_are_listed(controller: &ControllerProcess) {
+    let calls = api_requests(controller);
+    assert!(!calls.is_empty(), "the controller counted its API requests");
+    for (verb, group, resource) in calls.keys() {
+        assert!(
+            rbac::allowed(group, resource, verb),
+            "{verb} {group}/{resource} is not in controller::rbac::API_ACCESS"
+        );
+    }
+}
+
+fn leads(controller: &ControllerProcess) -> bool {
+    controller.metric("deployster_leader") == Some(1.0)
+}
 
 /// Installs the CRD, starts `deployster controller` (built-in types, acting on this machine's
-/// filesystem) for a fresh namespace, applies `examples/k8s/manifest.yaml`, waits for Ready,
-/// causes drift and waits for its correction and event, then deletes the Manifest and waits for
-/// its resources to be deleted and the object to go.
+/// filesystem) for a fresh namespace, applies `examples/k8s/manifest.yaml` with plugs from a
+/// Secret and a ConfigMap, waits for Ready, causes drift and waits for its correction and
+/// event, then deletes the Manifest and waits for its resources to be deleted and the object
+/// to go. Along the way: health, readiness, the documented metrics, and API calls only from the
+/// RBAC list.
 #[test]
 fn a_manifest_is_applied_kept_and_deleted_by_the_controller() {
     let Some(cluster) = Cluster::new("lifecycle") else { return };
     let work = tempfile::tempdir().unwrap();
     let base = work.path().join("demo");
-    let _controller =
+    let controller =
         ControllerProcess::start(&cluster, work.path(), "controller", &["--namespace", &cluster.namespace]);
+    wait_for("readiness", Duration::from_secs(30), || controller.http("/readyz").is_some_and(|(code, _)| code == 200));
+    assert_eq!(controller.http("/healthz").map(|(code, _)| code), Some(200));
 
-    // The example, with its files in this test's directory and a short interval.
+    cluster.must(&cluster.ns(&["create", "secret", "generic", "db", "--from-literal=password=s3cret"]));
+    cluster.must(&cluster.ns(&["create", "configmap", "settings", "--from-literal=level=debug"]));
+    // The example, with its files in this test's directory, a short interval, and plugs.
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let example = std::fs::read_to_string(root.join("examples/k8s/manifest.yaml"))
         .unwrap()
         .replace("/tmp/deployster-k8s-demo", base.to_str().unwrap())
-        .replace("interval: 1m", "interval: 3s");
+        .replace("interval: 1m", "interval: 3s")
+        .replace(
+            "  resources:\n",
+            "  plugs:\n    db: {secret: {name: db}}\n    settings: {configMap: {name: settings}}\n  resources:\n",
+        );
     cluster.apply_yaml(&example);
 
     wait_for("the Manifest to be Ready", Duration::from_secs(120), || cluster.condition("demo", "Ready") == "True");
@@ -42,7 +91,250 @@ fn a_manifest_is_applied_kept_and_deleted_by_the_controller() {
         cluster.event_reasons("demo").iter().any(|r| r == "DriftCorrected")
     });
 
+    // The documented series, after real reconciles.
+    let at_least = |series: &str, n: f64| {
+        let value = controller.metric(series);
+        assert!(value.is_some_and(|v| v >= n), "{series} = {value:?}, expected at least {n}");
+    };
+    at_least(r#"deployster_reconciles_total{result="succeeded"}"#, 2.0);
+    at_least("deployster_reconcile_duration_seconds_count", 2.0);
+    at_least("deployster_drift_corrections_total", 1.0);
+    at_least(r#"deployster_manifests{ready="True"}"#, 1.0);
+    at_least(r#"deployster_executor_invocations_total{phase="init",result="succeeded"}"#, 2.0);
+    at_least(r#"deployster_executor_invocations_total{phase="state",result="succeeded"}"#, 4.0);
+    at_least(r#"deployster_executor_invocations_total{phase="action",result="succeeded"}"#, 3.0);
+    at_least(r#"deployster_executor_invocation_duration_seconds_count{phase="action"}"#, 3.0);
+    assert_eq!(controller.metric("deployster_work_queue_depth"), Some(0.0));
+    assert_eq!(controller.metric("deployster_leader"), Some(1.0), "without election a replica always leads");
+
     cluster.must(&cluster.ns(&["delete", "manifest", "demo", "--wait=false"]));
     wait_for("the Manifest to go", Duration::from_secs(120), || cluster.get(&["manifest", "demo"]).is_none());
     assert!(!base.exists(), "deletionPolicy: Delete removed what the Manifest created");
+    at_least(r#"deployster_reconciles_total{result="deleted"}"#, 1.0);
+    let calls = api_requests(&controller);
+    for used in [("get", "", "secrets"), ("get", "", "configmaps"), ("patch", "deployster.io", "manifests/status")] {
+        let key = (used.0.to_string(), used.1.to_string(), used.2.to_string());
+        assert!(calls.contains_key(&key), "{used:?} was used: {calls:?}");
+    }
+    assert_api_calls_are_listed(&controller);
+}
+
+/// A slow resource of the fixture type: every pass runs its action (it never becomes VALID),
+/// which holds a lock on `lock` while it runs and logs there when it finds another copy running.
+fn slow_manifest(name: &str, dir: &Path, action_ms: u64) -> String {
+    format!(
+        r#"apiVersion: deployster.io/v1alpha1
+kind: Manifest
+metadata: {{name: {name}}}
+spec:
+  interval: 2s
+  retryInterval: 1s
+  resources:
+    work:
+      type: {fixture}
+      config:
+        lock: {dir}/lock
+        marker: {dir}/marker
+        action_sleep_ms: {action_ms}
+        stays_stale: true
+"#,
+        fixture = support::fixture().display(),
+        dir = dir.display()
+    )
+}
+
+/// Action runs seen by the lock: (pid, "started" | "overlap", ms).
+fn lock_log(dir: &Path) -> Vec<(u32, String, u128)> {
+    let text = std::fs::read_to_string(dir.join("lock.log")).unwrap_or_default();
+    text.lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            (f[0].parse().unwrap(), f[1].to_string(), f[2].parse().unwrap())
+        })
+        .collect()
+}
+
+/// The pid of an action running now under `controller`, if any.
+fn running_action(dir: &Path, controller: &ControllerProcess) -> Option<u32> {
+    lock_log(dir).into_iter().rev().find_map(|(pid, what, _)| {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let parent: u32 = stat.rsplit(')').next()?.split_whitespace().nth(1)?.parse().ok()?;
+        (what == "started" && parent == controller.child.id()).then_some(pid)
+    })
+}
+
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|s| !s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
+}
+
+/// In `status.history`, no run starts while another is open: two replicas never ran passes on
+/// the object at once.
+fn assert_runs_never_interleave(history: &[Value]) {
+    let mut open: Option<String> = None;
+    for entry in history.iter().filter(|e| e["target"] == "manifest") {
+        let id = entry["id"].as_str().unwrap().to_string();
+        match entry["event"].as_str().unwrap() {
+            "run-started" => {
+                assert!(open.is_none(), "run {id} started while run {open:?} was open: {history:#?}");
+                open = Some(id);
+            }
+            "run-finished-successfully" | "run-failed" | "run-interrupted" if open.as_ref() == Some(&id) => open = None,
+            _ => {}
+        }
+    }
+}
+
+fn replica(cluster: &Cluster, dir: &Path, name: &str, lease_duration: &str) -> ControllerProcess {
+    let args = [
+        "--namespace",
+        &cluster.namespace,
+        "--leader-elect",
+        "--lease-namespace",
+        &cluster.namespace,
+        "--lease-duration",
+        lease_duration,
+        "--allow-local-programs",
+        "--history-limit",
+        "1000",
+    ];
+    ControllerProcess::start(cluster, dir, name, &args)
+}
+
+/// Two replicas: exactly one reconciles; the other takes over within the lease duration after
+/// the first is killed with SIGKILL in the middle of an action, and never runs the action while
+/// the first one's still runs.
+#[test]
+fn of_two_replicas_one_reconciles_and_the_other_takes_over_after_a_sigkill() {
+    let Some(cluster) = Cluster::new("takeover") else { return };
+    let work = tempfile::tempdir().unwrap();
+    let mut first = replica(&cluster, work.path(), "first", "4s");
+    wait_for("the first replica to lead", Duration::from_secs(30), || leads(&first));
+    let second = replica(&cluster, work.path(), "second", "4s");
+    wait_for("the second replica to be ready", Duration::from_secs(30), || {
+        second.http("/readyz").is_some_and(|(code, _)| code == 200)
+    });
+
+    cluster.apply_yaml(&slow_manifest("slow", work.path(), 1500));
+    wait_for("two actions under the first replica", Duration::from_secs(60), || lock_log(work.path()).len() >= 2);
+    assert!(!leads(&second));
+    assert_eq!(second.metric(r#"deployster_executor_invocations_total{phase="action",result="failed"}"#), None);
+    assert!(
+        second.http("/metrics").unwrap().1.lines().all(|l| !l.starts_with("deployster_reconciles_total")),
+        "the standby reconciled nothing"
+    );
+
+    let mut victim = None;
+    wait_for("an action running under the first replica", Duration::from_secs(60), || {
+        victim = running_action(work.path(), &first);
+        victim.is_some()
+    });
+    first.kill();
+    let killed = Instant::now();
+    wait_for("the second replica to take over", Duration::from_secs(30), || leads(&second));
+    let takeover = killed.elapsed();
+    // The lease is 4 s; the standby needs one more attempt (4/7 s) and our polling to see it.
+    assert!(takeover <= Duration::from_secs(6), "took over after {takeover:?}");
+    let before = lock_log(work.path()).len();
+    wait_for("actions under the second replica", Duration::from_secs(60), || lock_log(work.path()).len() >= before + 2);
+
+    let log = lock_log(work.path());
+    assert!(log.iter().all(|(_, what, _)| what == "started"), "an action ran twice at once: {log:?}");
+    assert_runs_never_interleave(&cluster.history("slow"));
+    let history = cluster.history("slow");
+    assert!(
+        history.iter().any(|e| e["event"] == "run-interrupted"),
+        "the killed replica's pass is recorded as interrupted: {history:#?}"
+    );
+    assert_api_calls_are_listed(&second);
+}
+
+/// A leader whose lease is taken from it in the middle of an action cancels the action at once,
+/// records the pass as interrupted, and no replica starts the action again before it is gone.
+#[test]
+fn a_leader_that_loses_its_lease_mid_pass_cancels_its_actions() {
+    let Some(cluster) = Cluster::new("lease-lost") else { return };
+    let work = tempfile::tempdir().unwrap();
+    let first = replica(&cluster, work.path(), "first", "6s");
+    wait_for("the first replica to lead", Duration::from_secs(30), || leads(&first));
+    let second = replica(&cluster, work.path(), "second", "6s");
+    cluster.apply_yaml(&slow_manifest("long", work.path(), 60_000));
+    let mut action = None;
+    wait_for("the long action to run", Duration::from_secs(60), || {
+        action = running_action(work.path(), &first);
+        action.is_some()
+    });
+    let action = action.unwrap();
+
+    // Someone else holds the lease now (as after a partition that outlasted the lease).
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let patch = format!(r#"{{"spec":{{"holderIdentity":"intruder","renewTime":"{now:.6}"}}}}"#);
+    cluster.must(&cluster.ns(&["patch", "lease", "deployster-controller", "--type", "merge", "-p", &patch]));
+    let stolen = Instant::now();
+    wait_for("the action to be cancelled", Duration::from_secs(6), || !alive(action));
+    let cancelled = stolen.elapsed();
+    assert!(cancelled < Duration::from_secs(6), "cancelled after {cancelled:?}, beyond the lease duration");
+    assert!(!leads(&first));
+    wait_for("the pass to be recorded as interrupted", Duration::from_secs(30), || {
+        cluster.history("long").iter().any(|e| {
+            e["event"] == "run-interrupted"
+                && e["detail"]["message"].as_str().is_some_and(|m| m.contains("lost the leader lease"))
+        })
+    });
+    assert!(cluster.event_reasons("long").iter().any(|r| r == "Interrupted"));
+
+    // The intruder never renews: once its lease expires, a replica takes over and runs the
+    // action again — never while the cancelled one ran.
+    let before = lock_log(work.path()).len();
+    wait_for("the action to run again", Duration::from_secs(60), || lock_log(work.path()).len() > before);
+    let log = lock_log(work.path());
+    assert!(log.iter().all(|(_, what, _)| what == "started"), "an action ran twice at once: {log:?}");
+    assert!(leads(&first) || leads(&second));
+    assert_runs_never_interleave(&cluster.history("long"));
+}
+
+/// The API server goes away mid-run: the controller turns not ready, says so, keeps running and
+/// retrying; when the server is back it is ready again, leads again and reconciles new objects.
+#[test]
+fn the_controller_rides_out_an_api_server_outage() {
+    let Some(server) = ApiServer::start("outage") else { return };
+    let cluster = Cluster::on(server.kubeconfig.clone(), "outage");
+    let work = tempfile::tempdir().unwrap();
+    let mut controller = replica(&cluster, work.path(), "controller", "4s");
+    let ready = |c: &ControllerProcess| c.http("/readyz").is_some_and(|(code, _)| code == 200);
+    wait_for("readiness", Duration::from_secs(30), || ready(&controller));
+    let before = work.path().join("before");
+    cluster.apply_yaml(&format!(
+        "apiVersion: deployster.io/v1alpha1\nkind: Manifest\nmetadata: {{name: before}}\nspec:\n  resources:\n    d: {{type: builtin/directory, config: {{path: {}}}}}\n",
+        before.display()
+    ));
+    wait_for("the first Manifest to be Ready", Duration::from_secs(60), || {
+        cluster.condition("before", "Ready") == "True"
+    });
+
+    server.stop();
+    wait_for("readiness to turn false", Duration::from_secs(30), || !ready(&controller));
+    let (code, body) = controller.http("/readyz").unwrap();
+    assert_eq!(code, 503);
+    assert!(body.contains("unreachable"), "{body}");
+    std::thread::sleep(Duration::from_secs(5));
+    assert!(controller.child.try_wait().unwrap().is_none(), "the controller did not exit on an outage");
+    assert_eq!(controller.http("/healthz").map(|(code, _)| code), Some(200), "alive, only not ready");
+    let log = controller.log_text();
+    assert!(log.contains("the Kubernetes API server is unreachable"), "{log}");
+    assert!(log.contains("lost the leader lease"), "{log}");
+
+    server.restart();
+    wait_for("readiness again", Duration::from_secs(60), || ready(&controller));
+    wait_for("leadership again", Duration::from_secs(30), || leads(&controller));
+    let after = work.path().join("after");
+    cluster.apply_yaml(&format!(
+        "apiVersion: deployster.io/v1alpha1\nkind: Manifest\nmetadata: {{name: after}}\nspec:\n  resources:\n    d: {{type: builtin/directory, config: {{path: {}}}}}\n",
+        after.display()
+    ));
+    wait_for("a Manifest created after the outage to be Ready", Duration::from_secs(90), || {
+        cluster.condition("after", "Ready") == "True"
+    });
+    assert!(after.is_dir());
+    controller.kill();
 }

@@ -27,11 +27,16 @@ impl Cluster {
             );
             return None;
         };
+        Some(Cluster::on(kubeconfig, test))
+    }
+
+    /// The cluster of `kubeconfig`, with the CRD installed and a new namespace named after `test`.
+    pub fn on(kubeconfig: String, test: &str) -> Cluster {
         let namespace = format!("e2e-{test}-{}", std::process::id()).replace('_', "-");
         let cluster = Cluster { kubeconfig, namespace };
         cluster.install_crd();
         cluster.must(&["create", "namespace", &cluster.namespace]);
-        Some(cluster)
+        cluster
     }
 
     fn install_crd(&self) {
@@ -88,6 +93,11 @@ impl Cluster {
             .to_string()
     }
 
+    /// `status.history` of Manifest `name`, oldest first.
+    pub fn history(&self, name: &str) -> Vec<Value> {
+        self.get(&["manifest", name]).and_then(|m| m["status"]["history"].as_array().cloned()).unwrap_or_default()
+    }
+
     /// The reasons of the events about Manifest `name`, oldest first.
     pub fn event_reasons(&self, name: &str) -> Vec<String> {
         let Some(list) = self.get(&["events.events.k8s.io"]) else { return Vec::new() };
@@ -125,7 +135,7 @@ impl ControllerProcess {
         let log = dir.join(format!("{name}.log"));
         let child = Command::new(super::deployster())
             .arg("controller")
-            .args(["--plug-dir", dir.join(format!("{name}-plugs")).to_str().unwrap()])
+            .args(["--metrics-addr", &metrics, "--plug-dir", dir.join(format!("{name}-plugs")).to_str().unwrap()])
             .args(args)
             .env("KUBECONFIG", &cluster.kubeconfig)
             .env("DEPLOYSTER_LOG", "info,deployster=debug")
@@ -161,6 +171,66 @@ impl ControllerProcess {
 impl Drop for ControllerProcess {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// An API server of the test's own (`../shared/apiserver`, named by `DEPLOYSTER_E2E_APISERVER`),
+/// for tests that stop and restart it. Stopped and removed when dropped.
+pub struct ApiServer {
+    scripts: PathBuf,
+    dir: PathBuf,
+    port: u16,
+    pub kubeconfig: String,
+}
+
+impl ApiServer {
+    /// `None` (after saying why) when no API server scripts were given.
+    pub fn start(test: &str) -> Option<ApiServer> {
+        let Ok(scripts) = std::env::var("DEPLOYSTER_E2E_APISERVER") else {
+            eprintln!(
+                "skipping {test}: set DEPLOYSTER_E2E_APISERVER to ../shared/apiserver (it starts servers of its own)"
+            );
+            return None;
+        };
+        let dir = std::env::temp_dir().join(format!("deployster-{test}-{}", std::process::id()));
+        let mut server =
+            ApiServer { scripts: PathBuf::from(scripts), dir, port: free_port(), kubeconfig: String::new() };
+        server.kubeconfig = server.up();
+        Some(server)
+    }
+
+    fn up(&self) -> String {
+        let output = Command::new(self.scripts.join("up.sh"))
+            .env("APISERVER_DIR", &self.dir)
+            .env("APISERVER_PORT", self.port.to_string())
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("run up.sh");
+        assert!(output.status.success(), "up.sh failed");
+        String::from_utf8_lossy(&output.stdout).lines().last().expect("up.sh prints the kubeconfig").to_string()
+    }
+
+    /// Kills the server (its data stays for [`ApiServer::restart`]).
+    pub fn stop(&self) {
+        let pid = std::fs::read_to_string(self.dir.join("pid")).expect("the server's pid file");
+        let _ = Command::new("kill").args(["-KILL", pid.trim()]).status();
+        // up.sh reads the pid file as soon as it is not empty: a stale one would be taken for
+        // a server that exited at once.
+        std::fs::remove_file(self.dir.join("pid")).expect("remove the pid file");
+        wait_for("the API server to stop", Duration::from_secs(10), || {
+            http_get(&format!("127.0.0.1:{}", self.port), "/readyz").is_none()
+        });
+    }
+
+    /// Starts it again on the same port with the same data.
+    pub fn restart(&self) {
+        self.up();
+    }
+}
+
+impl Drop for ApiServer {
+    fn drop(&mut self) {
+        let _ = Command::new(self.scripts.join("down.sh")).arg(&self.dir).status();
     }
 }
 

@@ -16,6 +16,8 @@
 //!     namespace), `hostname`, and with `probe.connect: "ip:port"` whether a TCP connection
 //!     there succeeded (`connected`, or `connect_error`).
 //! * action (`act <name>`): prints to stdout and stderr; `action_exit` makes it fail;
+//!   `lock: <path>` holds an exclusive lock on that file while it runs and logs `<pid> started
+//!   <ms>` to `<path>.log` — or logs `<pid> overlap <ms>` and fails when another action holds it;
 //!   `stays_stale` makes `create` not create the marker; `write_file` makes it write that
 //!   path (and fail clearly if it cannot); `sleep_ms` applies too, `action_sleep_ms` only here.
 //! * `log`: appends `<name> <phase> <start_ms> <end_ms>` to that file; `record`: appends each
@@ -96,6 +98,12 @@ fn run(phase: &str, name: &str, workspace: &std::path::Path, config: &Value, tag
         config["marker"].as_str().map(PathBuf::from).unwrap_or_else(|| workspace.join(format!("{name}.marker")));
     if let Some(action) = phase.strip_prefix("action:") {
         println!("{action}: working on {}", marker.display());
+        // Held until the process ends, however it ends: the kernel releases it.
+        let _held = match config["lock"].as_str().map(hold_lock) {
+            Some(Err(code)) => return code,
+            Some(Ok(file)) => Some(file),
+            None => None,
+        };
         if let Some(ms) = config["action_sleep_ms"].as_u64() {
             std::thread::sleep(Duration::from_millis(ms));
         }
@@ -153,6 +161,25 @@ fn run(phase: &str, name: &str, workspace: &std::path::Path, config: &Value, tag
         println!("{}", json!({"status": "MISSING", "staleState": {}, "actions": actions}));
     }
     0
+}
+
+/// Takes an exclusive lock on `path` for the life of this action, logging `<pid> started` to
+/// `<path>.log`; when another action holds it (two copies running at once), logs `<pid>
+/// overlap` there and fails.
+fn hold_lock(path: &str) -> Result<std::fs::File, i32> {
+    let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(path).expect("open lock");
+    let log = format!("{path}.log");
+    match file.try_lock() {
+        Ok(()) => {
+            append(&log, &format!("{} started {}", std::process::id(), now_ms()));
+            Ok(file)
+        }
+        Err(e) => {
+            append(&log, &format!("{} overlap {}", std::process::id(), now_ms()));
+            eprintln!("fixture: another copy of this action holds {path}: {e}");
+            Err(75)
+        }
+    }
 }
 
 fn where_am_i(probe: &Value) -> Value {
