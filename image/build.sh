@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Builds the controller image deployster/controller:<version of Cargo.toml> from a static
+# deployster binary, and prints its name. Needs cargo and the docker CLI; pulls nothing.
+#   image/build.sh                 # deployster/controller:0.1.0
+#   IMAGE=registry.local/deployster/controller:dev image/build.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -1)
+image=${IMAGE:-deployster/controller:$version}
+target=$(rustc -vV | sed -n 's/^host: //p')
+RUSTFLAGS='-C target-feature=+crt-static' cargo build --quiet --release --target "$target" -p deployster
+context=$(mktemp -d)
+trap 'rm -rf "$context"' EXIT
+cp "target/$target/release/deployster" image/Dockerfile "$context/"
+mkdir -m 0700 "$context/tmp"
+# The classic builder: BuildKit needs the buildx plugin, which a plain Docker engine may lack.
+DOCKER_BUILDKIT=0 docker build --quiet --tag "$image" "$context" >&2
+echo "$image"
