@@ -1,0 +1,77 @@
+{{/* The release's full name, at most 63 characters. */}}
+{{- define "deployster.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "deployster.selectorLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "deployster.labels" -}}
+{{ include "deployster.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "deployster.serviceAccountName" -}}
+{{- default (include "deployster.fullname" .) .Values.serviceAccount.name -}}
+{{- end -}}
+
+{{/*
+What the controller does with the API in the namespaces it watches: exactly
+src/controller/rbac.rs's API_ACCESS with scope Watched (tests/helm.rs holds them equal).
+*/}}
+{{- define "deployster.watchedRules" -}}
+- apiGroups: ["deployster.io"]
+  resources: ["manifests"]
+  verbs: ["list", "watch", "patch"]
+- apiGroups: ["deployster.io"]
+  resources: ["manifests/status"]
+  verbs: ["patch"]
+- apiGroups: ["events.k8s.io"]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+- apiGroups: [""]
+  resources: ["secrets", "configmaps"]
+  verbs: ["get"]
+{{- end -}}
+
+{{/* Leader election, in the release's namespace: API_ACCESS with scope Lease. */}}
+{{- define "deployster.leaseRules" -}}
+- apiGroups: ["coordination.k8s.io"]
+  resources: ["leases"]
+  verbs: ["get", "create", "update"]
+{{- end -}}
+
+{{/* Refuses combinations the schema cannot express. */}}
+{{- define "deployster.validate" -}}
+{{- if and (gt (int .Values.replicas) 1) (not .Values.leaderElection.enabled) -}}
+{{- fail "replicas > 1 needs leaderElection.enabled: true (otherwise every replica reconciles every Manifest)" -}}
+{{- end -}}
+{{- range .Values.extraArgs -}}
+{{- if or (eq . "--namespace") (hasPrefix "--namespace=" .) -}}
+{{- fail "extraArgs: give namespaces in watchNamespaces, so that the chart's RBAC covers them" -}}
+{{- end -}}
+{{- if or (eq . "--lease-namespace") (hasPrefix "--lease-namespace=" .) -}}
+{{- fail "extraArgs: the lease lives in the release's namespace, where the chart grants access to it" -}}
+{{- end -}}
+{{- end -}}
+{{- if and .Values.metrics.serviceMonitor.enabled (not (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1/ServiceMonitor")) -}}
+{{- fail "metrics.serviceMonitor.enabled needs the Prometheus operator's monitoring.coreos.com/v1 ServiceMonitor API, which this cluster does not serve" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* A duration of the form Ns, Nm or Nh (values.schema.json allows no other), in seconds. */}}
+{{- define "deployster.seconds" -}}
+{{- $d := toString . -}}
+{{- if hasSuffix "s" $d -}}{{ trimSuffix "s" $d | int }}
+{{- else if hasSuffix "m" $d -}}{{ mul (trimSuffix "m" $d | int) 60 }}
+{{- else -}}{{ mul (trimSuffix "h" $d | int) 3600 }}
+{{- end -}}
+{{- end -}}
