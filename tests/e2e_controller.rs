@@ -7,6 +7,7 @@ mod support;
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use deployster::controller::rbac;
@@ -337,4 +338,24 @@ fn the_controller_rides_out_an_api_server_outage() {
     });
     assert!(after.is_dir());
     controller.kill();
+}
+
+/// A leader stopped with SIGTERM finishes, releases the Lease, and the standby takes over at
+/// once — not a lease duration later.
+#[test]
+fn a_leader_stopped_with_sigterm_hands_over_at_once() {
+    let Some(cluster) = Cluster::new("handover") else { return };
+    let work = tempfile::tempdir().unwrap();
+    let first = replica(&cluster, work.path(), "first", "30s");
+    wait_for("the first replica to lead", Duration::from_secs(30), || leads(&first));
+    let second = replica(&cluster, work.path(), "second", "30s");
+    wait_for("the second replica to be ready", Duration::from_secs(30), || {
+        second.http("/readyz").is_some_and(|(code, _)| code == 200)
+    });
+    let stopped = Instant::now();
+    let _ = Command::new("kill").args(["-TERM", &first.child.id().to_string()]).status();
+    wait_for("the second replica to take over", Duration::from_secs(15), || leads(&second));
+    let handover = stopped.elapsed();
+    assert!(handover < Duration::from_secs(10), "took {handover:?}; the lease is 30 s");
+    assert!(first.log_text().contains("released the leader lease"), "{}", first.log_text());
 }
