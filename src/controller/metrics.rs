@@ -280,17 +280,8 @@ mod tests {
 
     fn invocation(phase: &str) -> Invocation {
         Invocation {
-            program: TypeRef::Builtin("file".into()),
-            entrypoint: None,
-            args: vec![],
-            stdin: vec![],
-            mounts: vec![],
-            env: vec![],
-            workdir: None,
-            timeout: Duration::from_secs(1),
             labels: Labels { phase: phase.into(), ..Labels::default() },
-            sink: None,
-            cancel: Default::default(),
+            ..Invocation::new(TypeRef::Builtin("file".into()), Duration::from_secs(1))
         }
     }
 

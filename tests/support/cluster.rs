@@ -40,6 +40,10 @@ impl Cluster {
     }
 
     fn install_crd(&self) {
+        // Tests run in parallel: two concurrent `kubectl apply`s of a CRD the server does not
+        // have yet both try to create it, and one fails with AlreadyExists.
+        static INSTALLING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _one_at_a_time = INSTALLING.lock().unwrap_or_else(|e| e.into_inner());
         let crd = Path::new(env!("CARGO_MANIFEST_DIR")).join("crds/manifest.yaml");
         self.must(&["apply", "-f", crd.to_str().unwrap()]);
         self.must(&["wait", "--for", "condition=established", "--timeout=60s", "crd/manifests.deployster.io"]);

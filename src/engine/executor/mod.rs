@@ -72,6 +72,26 @@ pub struct Invocation {
     pub cancel: CancellationToken,
 }
 
+impl Invocation {
+    /// An invocation of `program` with no arguments, input, mounts or environment, stopped after
+    /// `timeout`: what callers fill in the rest of (`Invocation { args, ..Invocation::new(..) }`).
+    pub fn new(program: TypeRef, timeout: Duration) -> Self {
+        Self {
+            program,
+            entrypoint: None,
+            args: Vec::new(),
+            stdin: Vec::new(),
+            mounts: Vec::new(),
+            env: Vec::new(),
+            workdir: None,
+            timeout,
+            labels: InvocationLabels::default(),
+            sink: None,
+            cancel: CancellationToken::new(),
+        }
+    }
+}
+
 impl fmt::Debug for Invocation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // Never print stdin: it carries the rendered config, which may hold credentials.
@@ -242,19 +262,7 @@ mod tests {
     async fn local_programs_can_be_refused() {
         let local = Arc::new(FakeExecutor::new(|_| FakeReply::default()));
         let dispatch = Dispatch { local: local.clone(), images: None, local_programs: false };
-        let invocation = |program| Invocation {
-            program,
-            entrypoint: None,
-            args: vec![],
-            stdin: vec![],
-            mounts: vec![],
-            env: vec![],
-            workdir: None,
-            timeout: std::time::Duration::from_secs(1),
-            labels: InvocationLabels::default(),
-            sink: None,
-            cancel: Default::default(),
-        };
+        let invocation = |program| Invocation::new(program, Duration::from_secs(1));
         let err = dispatch.invoke(invocation(TypeRef::Local("/bin/evil".into()))).await.unwrap_err();
         assert!(err.to_string().contains("local programs are refused here (/bin/evil)"), "{err}");
         assert!(dispatch.invoke(invocation(TypeRef::Builtin("file".into()))).await.is_ok());

@@ -192,9 +192,8 @@ async fn capture(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::executor::{InvocationLabels, Mount};
+    use crate::engine::executor::Mount;
     use std::sync::{Arc, Mutex};
-    use tokio_util::sync::CancellationToken;
 
     fn shell(script: &str, dir: &Path) -> PathBuf {
         use std::os::unix::fs::PermissionsExt;
@@ -206,17 +205,9 @@ mod tests {
 
     fn invocation(program: PathBuf) -> Invocation {
         Invocation {
-            program: TypeRef::Local(program),
-            entrypoint: None,
             args: vec!["a b".into()],
             stdin: b"{\"hello\": 1}".to_vec(),
-            mounts: vec![],
-            env: vec![],
-            workdir: None,
-            timeout: Duration::from_secs(10),
-            labels: InvocationLabels::default(),
-            sink: None,
-            cancel: CancellationToken::new(),
+            ..Invocation::new(TypeRef::Local(program), Duration::from_secs(10))
         }
     }
 
