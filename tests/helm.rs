@@ -287,6 +287,12 @@ fn the_chart_installs_and_uninstalls_cleanly() {
     let release = format!("ctl-{}", std::process::id());
     let kube = ["--kubeconfig", cluster.kubeconfig.as_str(), "--namespace", ns];
     let chart = chart();
+    // A watched namespace that does not exist is refused, by name, before anything is created.
+    let missing = format!("watchNamespaces={{{ns},not-there-{}}}", std::process::id());
+    let refused = [&["install", release.as_str(), chart.to_str().unwrap(), "--set", &missing], &kube[..]].concat();
+    let (ok, _, err) = run_helm(&helm, &refused);
+    assert!(!ok, "installed with a missing namespace");
+    assert!(err.contains(&format!("namespace \"not-there-{}\" does not exist", std::process::id())), "{err}");
     let install = [&["install", release.as_str(), chart.to_str().unwrap(), "--wait=false"], &kube[..]].concat();
     let (ok, out, err) = run_helm(&helm, &install);
     assert!(ok, "{out}{err}");

@@ -150,8 +150,16 @@ fn the_image_holds_one_static_binary_run_as_a_numeric_non_root_user() {
     let log = env.block_on(logs(&env.docker, &id));
     env.block_on(remove(&env.docker, &id));
     assert!(outcome.is_ok(), "the controller's log:\n{log}");
-    assert!(
-        log.contains(r#""namespace":"#) && log.contains(r#""run_id":"#),
-        "JSON logs name the object and run: {log}"
-    );
+    // JSON logs name the object and the run on every line of a pass.
+    let passes: Vec<serde_json::Value> = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|l| l["fields"]["message"] == "pass finished")
+        .collect();
+    assert!(!passes.is_empty(), "a pass was logged: {log}");
+    for line in passes {
+        assert_eq!(line["span"]["manifest"], "in-image", "{line}");
+        assert_eq!(line["span"]["namespace"], cluster.namespace.as_str(), "{line}");
+        assert!(line["span"]["run_id"].as_str().is_some_and(|id| id.len() == 36), "{line}");
+    }
 }

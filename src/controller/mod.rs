@@ -352,10 +352,11 @@ async fn reconcile_guarded(object: Arc<DeserializeGuard<Manifest>>, ctx: Arc<Con
         Ok(manifest) => &manifest.metadata,
         Err(invalid) => &invalid.metadata,
     };
+    // Not `name`: JSON logs give each span a `name` key of its own ("reconcile").
     let span = tracing::info_span!(
         "reconcile",
         namespace = meta.namespace.as_deref().unwrap_or_default(),
-        name = meta.name.as_deref().unwrap_or_default(),
+        manifest = meta.name.as_deref().unwrap_or_default(),
         run_id = tracing::field::Empty,
     );
     async {

@@ -62,6 +62,18 @@ src/controller/rbac.rs's API_ACCESS with scope Watched (tests/helm.rs holds them
 {{- fail "extraArgs: the lease lives in the release's namespace, where the chart grants access to it" -}}
 {{- end -}}
 {{- end -}}
+{{- /*
+A Role in a namespace that does not exist cannot be created, and the controller would be
+refused there: say which. `lookup` answers only when helm talks to a cluster (not for
+`helm template`), which the release's own namespace tells.
+*/ -}}
+{{- if lookup "v1" "Namespace" "" .Release.Namespace -}}
+{{- range .Values.watchNamespaces -}}
+{{- if not (lookup "v1" "Namespace" "" .) -}}
+{{- fail (printf "watchNamespaces: namespace %q does not exist; create it first (the chart gives the controller a Role in each watched namespace)" .) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- if and .Values.metrics.serviceMonitor.enabled (not (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1/ServiceMonitor")) -}}
 {{- fail "metrics.serviceMonitor.enabled needs the Prometheus operator's monitoring.coreos.com/v1 ServiceMonitor API, which this cluster does not serve" -}}
 {{- end -}}
