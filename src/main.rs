@@ -2,6 +2,7 @@
 //! the result to the documented exit codes (0 ok, 1 failed resources, 2 invalid input/usage).
 #![forbid(unsafe_code)]
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use deployster::cli::{self, Command};
@@ -20,7 +21,11 @@ fn init_logging(cli: &cli::Cli) {
         ("warn", false)
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("DEPLOYSTER_LOG").unwrap_or_else(|_| default.into());
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    // Colour codes only for a terminal: not in files, CI logs or a collector's pipe.
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
     if json {
         builder.json().init();
     } else {

@@ -220,7 +220,7 @@ fn a_second_apply_on_the_same_state_dir_is_refused_while_plan_still_works() {
     let first = ws.spawn(&["apply", "-f", "manifest.yaml", "--yes"]);
     wait_until("the first apply to start its action", Duration::from_secs(30), || action_started(&ws));
     let second = ws.apply(&[]);
-    assert_eq!(second.code, 1, "{}", second.all());
+    assert_eq!(second.code, 2, "refused to run (README: exit codes):\n{}", second.all());
     assert!(second.stderr.contains("is in use by another deployster run (pid "), "{}", second.all());
     assert!(second.stderr.contains(&format!("pid {} since", first.id())), "{}", second.all());
     let plan = ws.plan(&[]);
@@ -290,4 +290,65 @@ fn a_second_signal_cancels_the_running_action_cleanly() {
     let log = history(&ws, &[]);
     assert_eq!(log["in_progress"], serde_json::json!([]), "the cancelled run still recorded its end");
     assert!(log["events"].as_array().unwrap().iter().any(|e| e["event"] == "action-failed"));
+}
+
+/// Runs deployster in `ws` as a user who cannot write there: `nobody` when the tests run as
+/// root (root ignores file modes), else the current user with the workspace made read-only.
+fn run_without_write_access(ws: &Workspace, args: &[&str]) -> Run {
+    use std::os::unix::fs::MetadataExt;
+    use std::os::unix::fs::PermissionsExt;
+    let root = std::fs::metadata("/proc/self").unwrap().uid() == 0;
+    for entry in walk(ws.dir.path()) {
+        let mode = if entry.is_dir() { 0o555 } else { 0o444 };
+        std::fs::set_permissions(&entry, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+    let mut command = if root {
+        let mut c = std::process::Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"]).arg(support::deployster());
+        c
+    } else {
+        std::process::Command::new(support::deployster())
+    };
+    let output = command.args(args).current_dir(ws.dir.path()).stdin(std::process::Stdio::null()).output().unwrap();
+    for entry in walk(ws.dir.path()) {
+        std::fs::set_permissions(&entry, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    Run {
+        code: output.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut all = vec![dir.to_path_buf()];
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.is_dir() && !path.is_symlink() {
+            all.extend(walk(&path));
+        } else if !path.is_symlink() {
+            all.push(path);
+        }
+    }
+    all
+}
+
+#[test]
+fn history_and_plan_read_a_log_they_cannot_write() {
+    let ws = Workspace::new();
+    ws.manifest(TWO_FILES);
+    assert_eq!(ws.apply(&[]).code, 0);
+    let before = history(&ws, &[])["events"].as_array().unwrap().len();
+
+    let read = run_without_write_access(&ws, &["history", "--output", "json", "--limit", "1000"]);
+    assert_eq!(read.code, 0, "{}", read.all());
+    assert_eq!(read.json()["events"].as_array().unwrap().len(), before, "history reads everything");
+    assert!(read.json()["latest_applied"].is_object(), "{}", read.stdout);
+
+    std::fs::write(ws.path("out/greeting.txt"), "tampered\n").unwrap();
+    let plan = run_without_write_access(&ws, &["plan"]);
+    assert_eq!(plan.code, 0, "{}", plan.all());
+    assert!(plan.stderr.contains("warning: this plan will not be recorded"), "{}", plan.all());
+    assert!(plan.stdout.contains("Drift: file was VALID"), "drift is still told from the log:\n{}", plan.all());
+    assert_eq!(history(&ws, &[])["events"].as_array().unwrap().len(), before, "nothing was written");
 }

@@ -118,6 +118,9 @@ fn a_manifest_is_applied_kept_and_deleted_by_the_controller() {
         assert!(calls.contains_key(&key), "{used:?} was used: {calls:?}");
     }
     assert_api_calls_are_listed(&controller);
+    let log = controller.log_text();
+    assert!(log.contains("pass finished"), "{log}");
+    assert!(!log.contains('\x1b'), "no colour codes in a log written to a file: {log}");
 }
 
 /// A slow resource of the fixture type: every pass runs its action (it never becomes VALID),

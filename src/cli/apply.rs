@@ -16,6 +16,7 @@ use crate::engine::plan::{Plan, Planned};
 use crate::engine::run::{Engine, Observers, RunOptions, new_run_id};
 use crate::history::recorder::{Drift, Interrupted, Mode, Recorder, close_interrupted};
 use crate::history::store::{SqliteLog, StateLock};
+use crate::history::{History, MemoryLog, Unrecorded};
 
 /// The state directory: `--state-dir`, else `.deployster` beside the (first) manifest.
 pub(super) fn state_dir(files: &[PathBuf], explicit: Option<&std::path::Path>) -> PathBuf {
@@ -28,19 +29,33 @@ pub(super) fn state_dir(files: &[PathBuf], explicit: Option<&std::path::Path>) -
 
 /// The deployment log, locked when the caller changes things.
 pub(super) struct State {
-    pub log: Arc<SqliteLog>,
+    pub log: Arc<dyn History>,
     exclusive: bool,
     _lock: Option<StateLock>,
 }
 
 impl State {
     /// Opens the state directory; `exclusive` takes its lock (apply, reconcile) — a plan only
-    /// reads and appends, so it may run beside them.
-    pub(super) fn open(args: &ManifestArgs, exclusive: bool) -> Result<State, CliError> {
+    /// reads and appends, so it may run beside them. A plan in a directory it cannot write
+    /// still plans, reading what the log holds (drift needs it), and says it is not recorded.
+    pub(super) fn open(args: &ManifestArgs, exclusive: bool, progress: &Progress) -> Result<State, CliError> {
         let dir = state_dir(&args.files, args.state_dir.as_deref());
-        let lock = if exclusive { Some(StateLock::acquire(&dir)?) } else { None };
-        let log = Arc::new(SqliteLog::open(&dir)?);
-        Ok(State { log, exclusive, _lock: lock })
+        if exclusive {
+            let lock = StateLock::acquire(&dir)?;
+            return Ok(State { log: Arc::new(SqliteLog::open(&dir)?), exclusive, _lock: Some(lock) });
+        }
+        let log: Arc<dyn History> = match SqliteLog::open(&dir) {
+            Ok(log) => Arc::new(log),
+            Err(cannot_write) => {
+                progress.note(&format!("warning: this plan will not be recorded: {cannot_write}"));
+                let reads: Arc<dyn History> = match SqliteLog::open_read_only(&dir) {
+                    Ok(log) => Arc::new(log),
+                    Err(_) => Arc::new(MemoryLog::new()),
+                };
+                Arc::new(Unrecorded(reads))
+            }
+        };
+        Ok(State { log, exclusive, _lock: None })
     }
 }
 
@@ -220,7 +235,7 @@ fn warn_if_unrecorded(progress: &Progress, recorder: &Recorder) {
 
 pub(super) async fn plan(args: ManifestArgs) -> Result<Exit, CliError> {
     let progress = Progress::new(args.output);
-    let state = State::open(&args, false)?;
+    let state = State::open(&args, false, &progress)?;
     let cancel = cancel_on_interrupt(progress.clone());
     Ok(pass(&args, None, &progress, &state, executor(&args)?, cancel).await?.exit)
 }
@@ -228,7 +243,7 @@ pub(super) async fn plan(args: ManifestArgs) -> Result<Exit, CliError> {
 pub(super) async fn apply(args: ApplyArgs) -> Result<Exit, CliError> {
     let confirm = if args.yes { ConfirmMode::No } else { args.confirm };
     let progress = Progress::new(args.manifest.output);
-    let state = State::open(&args.manifest, true)?;
+    let state = State::open(&args.manifest, true, &progress)?;
     let cancel = cancel_on_interrupt(progress.clone());
     Ok(pass(&args.manifest, Some(confirm), &progress, &state, executor(&args.manifest)?, cancel).await?.exit)
 }

@@ -22,7 +22,7 @@ pub(super) fn history(args: HistoryArgs) -> Result<Exit, CliError> {
         }
         return Ok(Exit::Ok);
     }
-    let log = SqliteLog::open(&dir)?;
+    let log = SqliteLog::open_read_only(&dir)?;
     let resource = args.resource.as_deref();
     let applied = latest_applied(&log, resource)?;
     let failed = latest_failed(&log, resource)?;

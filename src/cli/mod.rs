@@ -20,6 +20,7 @@ use crate::engine::executor::{Dispatch, Executor};
 use crate::engine::validate::ValidatedManifest;
 use crate::engine::vars::VarSource;
 use crate::engine::{InputError, PrepareError, load_validated};
+use crate::history::HistoryError;
 
 pub use confirm::ConfirmMode;
 
@@ -304,7 +305,8 @@ pub enum CliError {
 impl CliError {
     pub fn exit(&self) -> Exit {
         match self {
-            CliError::Input(_) | CliError::Refused(_) => Exit::Invalid,
+            // Another run holds the state directory: refused, as the README promises (2).
+            CliError::Input(_) | CliError::Refused(_) | CliError::History(HistoryError::Locked { .. }) => Exit::Invalid,
             CliError::Prepare(e) if e.is_invalid_input() => Exit::Invalid,
             #[cfg(feature = "kube")]
             CliError::Controller(_) => Exit::Failed,

@@ -62,7 +62,7 @@ fn summary(n: u64, pass: &Pass) -> String {
 
 pub(super) async fn reconcile(args: ReconcileArgs) -> Result<Exit, CliError> {
     let progress = Progress::new(args.manifest.output);
-    let state = State::open(&args.manifest, true)?;
+    let state = State::open(&args.manifest, true, &progress)?;
     let executor = executor(&args.manifest)?;
     let stop = watch_signals(progress.clone())?;
     let mut last = Exit::Ok;

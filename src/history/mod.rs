@@ -14,7 +14,7 @@ pub mod recorder;
 pub mod store;
 
 use std::fmt;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -192,6 +192,28 @@ pub trait History: Send + Sync {
 
     /// The newest `limit` entries for targets starting with `prefix`, newest first.
     fn recent(&self, prefix: &str, limit: usize) -> Result<Vec<Entry>, HistoryError>;
+}
+
+/// A log read but not written: what a plan uses where it may not write (a read-only state
+/// directory). Queries go to `reads`; appends are dropped, once the caller said so.
+pub struct Unrecorded(pub Arc<dyn History>);
+
+impl History for Unrecorded {
+    fn append(&self, _: &[Entry]) -> Result<(), HistoryError> {
+        Ok(())
+    }
+
+    fn latest(&self, target: &str, events: &[Event]) -> Result<Option<Entry>, HistoryError> {
+        self.0.latest(target, events)
+    }
+
+    fn open(&self, prefix: &str) -> Result<Vec<Entry>, HistoryError> {
+        self.0.open(prefix)
+    }
+
+    fn recent(&self, prefix: &str, limit: usize) -> Result<Vec<Entry>, HistoryError> {
+        self.0.recent(prefix, limit)
+    }
 }
 
 /// The newest revision deployed successfully: of the whole manifest, or of one resource

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use nix::fcntl::{Flock, FlockArg};
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 
 use super::{Entry, Event, History, HistoryError};
 
@@ -90,6 +90,29 @@ impl SqliteLog {
             )));
         }
         connection.execute_batch(&schema()).map_err(|e| error(e.to_string()))?;
+        drop(error);
+        Ok(Self { path, connection: Mutex::new(connection) })
+    }
+
+    /// Opens the existing log in `dir` without writing anything there, for readers (`history`,
+    /// a `plan` in a directory it may not write): every query answers, appends fail.
+    pub fn open_read_only(dir: &Path) -> Result<Self, HistoryError> {
+        let path = dir.join(DATABASE);
+        let error = store_error(&path);
+        if !path.exists() {
+            return Err(error("there is no deployment log yet".into()));
+        }
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_URI | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let open = |query: &str| -> rusqlite::Result<Connection> {
+            let uri = format!("file:{}?{query}", path.display());
+            let connection = Connection::open_with_flags(uri, flags)?;
+            connection.busy_timeout(std::time::Duration::from_secs(30))?;
+            connection.query_row("SELECT count(*) FROM entries LIMIT 1", [], |_| Ok(()))?;
+            Ok(connection)
+        };
+        // Reading a WAL database writes its shared-memory index beside it; where that cannot
+        // be written, nobody can be writing the log either, and it can be read as immutable.
+        let connection = open("mode=ro").or_else(|_| open("immutable=1")).map_err(|e| error(e.to_string()))?;
         drop(error);
         Ok(Self { path, connection: Mutex::new(connection) })
     }
