@@ -284,7 +284,7 @@ fn malformed_init_responses_are_rejected() {
     let ws = Workspace::new();
     ws.init_response("no_state_action", r#"{"label": "x"}"#);
     ws.init_response("garbage", "<html>oops</html>");
-    ws.init_response("bad_schema", r#"{"state_action": {}, "config_schema": {"type": 12}}"#);
+    ws.init_response("bad_schema", r#"{"state_action": {"args": ["state"]}, "config_schema": {"type": 12}}"#);
     ws.manifest(&with_bystander(
         "  no_state_action: { type: ./fixture }\n  garbage: { type: ./fixture }\n  bad_schema: { type: ./fixture }\n",
     ));
@@ -303,12 +303,31 @@ fn malformed_init_responses_are_rejected() {
     assert_nothing_ran(&ws);
 }
 
+/// An action without arguments would run the type as for `init`: refused, and nothing runs.
+#[test]
+fn an_action_without_arguments_is_refused() {
+    let ws = Workspace::new();
+    ws.manifest(&with_bystander(
+        "  odd: { type: ./fixture, config: { respond: { status: MISSING, actions: [{ name: create }] } } }\n",
+    ));
+    let run = ws.apply(&[]);
+    assert_failed(
+        &run,
+        1,
+        &[
+            "resource `odd`",
+            "action `create` has no `args` (nor an `entrypoint` or `image`): it would run the type as for `init`",
+        ],
+    );
+    assert_no_action_ran(&ws);
+}
+
 #[test]
 fn required_resources_must_be_declared_with_the_expected_type() {
     let ws = Workspace::new();
     ws.init_response(
         "vm",
-        r#"{"state_action": {}, "required_resources": {"disk": "acme/disk", "net": "builtin/directory"}}"#,
+        r#"{"state_action": {"args": ["state"]}, "required_resources": {"disk": "acme/disk", "net": "builtin/directory"}}"#,
     );
     ws.manifest(&with_bystander("  d: { type: builtin/directory, config: { path: \"$WS/d\" } }\n  vm: { type: ./fixture, dependencies: { net: d } }\n"));
     let run = ws.apply(&[]);

@@ -466,7 +466,7 @@ async fn the_status_stays_bounded_after_ten_thousand_drift_corrections() {
         "state" if std::mem::replace(&mut *flag.lock().unwrap(), false) => {
             FakeReply::json(json!({"status": "VALID", "state": {"blob": "x".repeat(2000)}}))
         }
-        "state" => FakeReply::json(json!({"status": "MISSING", "actions": [{"name": "create"}]})),
+        "state" => FakeReply::json(json!({"status": "MISSING", "actions": [{"name": "create", "args": ["create"]}]})),
         _ => {
             *flag.lock().unwrap() = true;
             FakeReply::default()

@@ -69,6 +69,24 @@ pub struct Invocable {
     pub args: Vec<String>,
 }
 
+impl Invocable {
+    /// A program run with no arguments, entrypoint or image of its own is the type's init
+    /// invocation: as a state or action invocation it would answer init again, or worse.
+    fn is_init_invocation(&self) -> bool {
+        self.image.is_none() && self.entrypoint.is_none() && self.args.is_empty()
+    }
+}
+
+fn check_invocable(what: &str, invocable: &Invocable) -> Result<(), ProtocolError> {
+    if invocable.is_init_invocation() {
+        return Err(problem(format!(
+            "{what} has no `args` (nor an `entrypoint` or `image`): it would run the type as for `init`; \
+             give it the arguments that select it, e.g. {{\"args\": [\"state\"]}}"
+        )));
+    }
+    Ok(())
+}
+
 /// An action a state action asks to run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Action {
@@ -207,6 +225,10 @@ pub fn parse_init(stdout: &[u8]) -> Result<InitResponse, ProtocolError> {
     let raw: RawInitResponse =
         serde_json::from_value(parse_object(stdout)?).map_err(|e| problem(format!("malformed init response: {e}")))?;
     let state_action = raw.state_action.ok_or_else(|| problem("init response has no `state_action` (required)"))?;
+    check_invocable("`state_action`", &state_action)?;
+    if let Some(delete_action) = &raw.delete_action {
+        check_invocable("`delete_action`", delete_action)?;
+    }
     if let Some(schema) = &raw.config_schema
         && !(schema.is_object() || schema.is_boolean())
     {
@@ -266,6 +288,7 @@ pub fn parse_state(stdout: &[u8]) -> Result<StateResponse, ProtocolError> {
         if !names.insert(action.name.as_str()) {
             return Err(problem(format!("action name `{}` appears more than once", action.name)));
         }
+        check_invocable(&format!("action `{}`", action.name), &action.invocable)?;
     }
     Ok(StateResponse::NeedsActions { status, stale_state: raw.stale_state, actions })
 }
@@ -307,8 +330,10 @@ mod tests {
     fn init_rejects_what_breaks_the_protocol() {
         let cases = [
             (json!({}), "no `state_action`"),
-            (json!({"state_action": {}, "config_schema": 3}), "config_schema"),
-            (json!({"state_action": {}, "plugs": {"p": {"container_path": "rel"}}}), "absolute path"),
+            (json!({"state_action": {"args": ["s"]}, "config_schema": 3}), "config_schema"),
+            (json!({"state_action": {"args": ["s"]}, "plugs": {"p": {"container_path": "rel"}}}), "absolute path"),
+            (json!({"state_action": {}}), "`state_action` has no `args`"),
+            (json!({"state_action": {"args": ["s"]}, "delete_action": {}}), "`delete_action` has no `args`"),
             (json!({"state_action": {"args": "state"}}), "malformed init response"),
         ];
         for (v, expected) in cases {
@@ -347,12 +372,16 @@ mod tests {
         assert!(state(json!({"status": "MISSING"})).unwrap_err().problem.contains("non-empty `actions`"));
         assert!(state(json!({"status": "STALE", "actions": []})).unwrap_err().problem.contains("non-empty"));
         assert!(
-            state(json!({"status": "STALE", "actions": [{"name": "a"}, {"name": "a"}]}))
+            state(json!({"status": "STALE", "actions": [{"name": "a", "args": ["x"]}, {"name": "a", "args": ["x"]}]}))
                 .unwrap_err()
                 .problem
                 .contains("more than once")
         );
         assert!(state(json!({"status": "valid"})).unwrap_err().problem.contains("got `valid`"));
+        let init_mode = state(json!({"status": "MISSING", "actions": [{"name": "create"}]})).unwrap_err();
+        assert!(init_mode.problem.contains("action `create` has no `args`"), "{init_mode}");
+        let other_image = json!({"status": "MISSING", "actions": [{"name": "create", "image": "acme/creator"}]});
+        assert!(state(other_image).is_ok(), "another image's default invocation is its own business");
     }
 
     #[test]

@@ -127,7 +127,7 @@ async fn declining_a_resource_runs_none_of_its_actions_and_blocks_its_dependents
 #[tokio::test]
 async fn apply_refuses_a_failed_plan_or_one_made_for_another_manifest() {
     let fake = Arc::new(FakeExecutor::new(|call: &FakeCall| match call.phase.as_str() {
-        "init" => FakeReply::json(json!({"state_action": {}})),
+        "init" => FakeReply::json(json!({"state_action": {"args": ["state"]}})),
         _ => FakeReply { stdout: "garbage".into(), ..FakeReply::default() },
     }));
     let broken = prepared("resources:\n  x: { type: builtin/file }\n", &fake).await;
@@ -154,8 +154,10 @@ impl Observer for Recorder {
 #[tokio::test]
 async fn observers_see_actions_output_and_every_settlement() {
     let fake = Arc::new(FakeExecutor::new(|call: &FakeCall| match call.phase.as_str() {
-        "init" => FakeReply::json(json!({"state_action": {}})),
-        "state" => FakeReply::json(json!({"status": "STALE", "staleState": {"v": 1}, "actions": [{"name": "fix"}]})),
+        "init" => FakeReply::json(json!({"state_action": {"args": ["state"]}})),
+        "state" => FakeReply::json(
+            json!({"status": "STALE", "staleState": {"v": 1}, "actions": [{"name": "fix", "args": ["fix"]}]}),
+        ),
         _ => FakeReply { stdout: "fixing\n".into(), exit: 0, ..FakeReply::default() },
     }));
     let recorder = Arc::new(Recorder::default());
@@ -193,7 +195,7 @@ fn deletable(fail: &'static [&'static str]) -> Arc<FakeExecutor> {
     Arc::new(FakeExecutor::new(move |call: &FakeCall| match call.phase.as_str() {
         "init" => FakeReply::json(json!({"state_action": {"args": ["state"]}, "delete_action": {"args": ["delete"]}})),
         "state" if deleted.lock().unwrap().contains(&call.resource) => {
-            FakeReply::json(json!({"status": "MISSING", "actions": [{"name": "create"}]}))
+            FakeReply::json(json!({"status": "MISSING", "actions": [{"name": "create", "args": ["create"]}]}))
         }
         "state" => FakeReply::json(json!({"status": "VALID", "state": {"id": format!("{}-id", call.resource)}})),
         _ if fail.contains(&call.resource.as_str()) => FakeReply::fail(1, "cannot delete"),
