@@ -419,3 +419,14 @@ fn a_custom_resource_given_to_the_cli_is_recognised() {
     assert_failed(&run, 2, &["manifest typo.yaml: not a valid manifest: unknown field `resource`"]);
     assert!(!run.all().contains("hint:"), "{}", run.all());
 }
+
+#[test]
+fn a_manifest_without_resources_is_invalid() {
+    let ws = Workspace::new();
+    for manifest in ["resources: {}\n", "vars: { env: dev }\n"] {
+        ws.manifest(manifest);
+        for run in [ws.plan(&[]), ws.apply(&[])] {
+            assert_failed(&run, 2, &["manifest.yaml", "declares no resources (under `resources:`)"]);
+        }
+    }
+}

@@ -183,6 +183,11 @@ impl Checker {
 /// Validates a loaded manifest against resolved variables.
 pub fn validate(loaded: &LoadedManifest, vars: Map<String, Value>) -> Result<ValidatedManifest, Invalid> {
     let mut checker = Checker { problems: Vec::new() };
+    if loaded.spec.resources.is_empty() {
+        // An empty `resources:` (or a file of only vars) is almost always a mistake: a manifest
+        // that "applies" nothing must not look like a success.
+        checker.report(None, "declares no resources (under `resources:`)");
+    }
     let plugs = check_plugs(loaded, &mut checker);
     let names: Vec<&String> = loaded.spec.resources.keys().collect();
     let mut resources = Vec::with_capacity(names.len());
@@ -508,7 +513,7 @@ resources:
 
     #[test]
     fn invalid_plug_patterns_are_reported() {
-        let p = problems("plugs:\n  p: {path: x, resource_names: ['(']}\n");
+        let p = problems("plugs:\n  p: {path: x, resource_names: ['(']}\nresources:\n  r: {type: builtin/file}\n");
         assert!(p[0].contains("plug `p`: `resource_names` pattern `(` is invalid"), "{p:?}");
     }
 }
