@@ -2,7 +2,7 @@
 //! the result to the documented exit codes (0 ok, 1 failed resources, 2 invalid input/usage).
 #![forbid(unsafe_code)]
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 
 use deployster::cli::{self, Command};
@@ -43,7 +43,7 @@ fn main() -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
+            let _ = writeln!(std::io::stderr(), "error: cannot start the async runtime: {e}");
             return ExitCode::from(1);
         }
     };
@@ -52,7 +52,8 @@ fn main() -> ExitCode {
         Err(error) => {
             // Every error's message already carries its cause; printing the source chain too
             // would repeat it.
-            eprintln!("error: {error}");
+            // Not eprintln!: a closed stderr must not turn a clean error into a panic.
+            let _ = writeln!(std::io::stderr(), "error: {error}");
             ExitCode::from(error.exit().code())
         }
     }

@@ -352,3 +352,42 @@ fn history_and_plan_read_a_log_they_cannot_write() {
     assert!(plan.stdout.contains("Drift: file was VALID"), "drift is still told from the log:\n{}", plan.all());
     assert_eq!(history(&ws, &[])["events"].as_array().unwrap().len(), before, "nothing was written");
 }
+
+/// `deployster … | head -1`: the reader leaves after one line. Output ends quietly; the
+/// running action is not cut short, and the exit code is the run's.
+#[test]
+fn a_reader_that_goes_away_ends_output_not_the_run() {
+    use std::io::{BufRead, BufReader};
+    let ws = Workspace::new();
+    ws.manifest("resources:\n  slow: { type: ./fixture, config: { action_sleep_ms: 1500 } }\n");
+    let mut apply = ws.spawn(&["apply", "-f", "manifest.yaml", "--yes"]);
+    let mut first = String::new();
+    BufReader::new(apply.stdout.take().unwrap()).read_line(&mut first).unwrap();
+    assert!(!first.is_empty());
+    // The pipe's read end is dropped here: every later write fails with EPIPE.
+    let output = apply.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(ws.exists("slow.marker"), "the action ran to its end");
+
+    // More history than a pipe holds (64 KiB), so that the reader's leaving is noticed.
+    let log = deployster::history::store::SqliteLog::open(&ws.path(".deployster")).unwrap();
+    let entries: Vec<deployster::history::Entry> = (0..3000)
+        .map(|i| deployster::history::Entry {
+            id: format!("run-{i}"),
+            target: "resource/slow".into(),
+            revision: "0123456789ab".into(),
+            event: deployster::history::Event::ResourceValid,
+            at: 1_700_000_000_000 + i,
+            detail: serde_json::json!({}),
+        })
+        .collect();
+    deployster::history::History::append(&log, &entries).unwrap();
+    let mut history = ws.spawn(&["history", "--limit", "5000"]);
+    let mut line = String::new();
+    BufReader::new(history.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let output = history.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(!String::from_utf8_lossy(&output.stderr).contains("panicked"));
+}

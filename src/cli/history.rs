@@ -14,7 +14,7 @@ pub(super) fn history(args: HistoryArgs) -> Result<Exit, CliError> {
     if !dir.join(DATABASE).exists() {
         match args.output {
             OutputFormat::Text => {
-                println!("No deployment log in {} yet: nothing was planned or applied there.", dir.display())
+                outln!("No deployment log in {} yet: nothing was planned or applied there.", dir.display())
             }
             OutputFormat::Json => print_json(
                 &json!({"state_dir": dir, "latest_applied": null, "latest_failed": null, "in_progress": [], "events": []}),
@@ -38,19 +38,19 @@ pub(super) fn history(args: HistoryArgs) -> Result<Exit, CliError> {
             "events": events.iter().map(entry_json).collect::<Vec<_>>(),
         })),
         OutputFormat::Text => {
-            println!("Deployment log {} — {subject}:", dir.display());
-            println!("  latest applied revision   {}", revision_line(applied.as_ref()));
-            println!("  latest failed revision    {}", revision_line(failed.as_ref()));
+            outln!("Deployment log {} — {subject}:", dir.display());
+            outln!("  latest applied revision   {}", revision_line(applied.as_ref()));
+            outln!("  latest failed revision    {}", revision_line(failed.as_ref()));
             if running.is_empty() {
-                println!("  in progress               none");
+                outln!("  in progress               none");
             }
             for entry in &running {
                 let what = if entry.target == target::MANIFEST { String::new() } else { format!(" {}", entry.target) };
-                println!("  in progress               {}{what}", revision_line(Some(entry)));
+                outln!("  in progress               {}{what}", revision_line(Some(entry)));
             }
-            println!("Recent events (newest first):");
+            outln!("Recent events (newest first):");
             for entry in &events {
-                println!("{}", event_line(entry));
+                outln!("{}", event_line(entry));
             }
         }
     }

@@ -1,9 +1,20 @@
 //! The command line: `deployster plan|apply`, and the hidden `__type` sub-command that runs the
 //! built-in resource types.
 
+/// `println!` that ends quietly on a closed pipe (see `output`).
+macro_rules! outln {
+    ($($arg:tt)*) => { $crate::cli::output::out(format_args!($($arg)*)) };
+}
+
+/// `eprintln!` that ends quietly on a closed pipe.
+macro_rules! errln {
+    ($($arg:tt)*) => { $crate::cli::output::err(format_args!($($arg)*)) };
+}
+
 mod apply;
 mod confirm;
 mod history;
+mod output;
 mod progress;
 mod reconcile;
 mod render;
@@ -326,7 +337,7 @@ pub async fn run(cli: Cli) -> Result<Exit, CliError> {
         Command::History(args) => history::history(args),
         #[cfg(feature = "kube")]
         Command::Crd => {
-            print!("{}", crate::crd::crd_yaml());
+            outln!("{}", crate::crd::crd_yaml().trim_end());
             Ok(Exit::Ok)
         }
         #[cfg(feature = "kube")]

@@ -50,16 +50,16 @@ impl Progress {
             (Some(bars), _) => {
                 let _ = bars.println(line);
             }
-            (None, OutputFormat::Text) => println!("{line}"),
-            (None, OutputFormat::Json) => eprintln!("{line}"),
+            (None, OutputFormat::Text) => outln!("{line}"),
+            (None, OutputFormat::Json) => errln!("{line}"),
         }
     }
 
     /// A diagnostic, always on stderr.
     pub(super) fn note(&self, line: &str) {
         match &self.bars {
-            Some(bars) => bars.suspend(|| eprintln!("{line}")),
-            None => eprintln!("{line}"),
+            Some(bars) => bars.suspend(|| errln!("{line}")),
+            None => errln!("{line}"),
         }
     }
 

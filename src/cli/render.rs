@@ -36,29 +36,29 @@ fn indent(text: &str, by: &str) -> String {
 }
 
 pub(super) fn print_plan(plan: &Plan) {
-    println!("Plan for {} (run {}):", plan.manifest, plan.run_id);
+    outln!("Plan for {} (run {}):", plan.manifest, plan.run_id);
     let width = name_width(plan.entries.iter().map(|e| e.name.as_str()));
     for e in &plan.entries {
         let ran = matches!(e.planned, Planned::Valid { .. } | Planned::NeedsActions { .. } | Planned::Failed(_));
         let took = ran.then(|| elapsed(e.elapsed));
-        println!("{}", settled_line(e.planned.label(), &e.name, width, &e.type_name, took.as_deref()));
+        outln!("{}", settled_line(e.planned.label(), &e.name, width, &e.type_name, took.as_deref()));
         match &e.planned {
             Planned::Valid { .. } => {}
             Planned::NeedsActions { actions, .. } => {
                 for a in actions {
                     let what = if a.description.is_empty() { String::new() } else { format!(": {}", a.description) };
-                    println!("              → {}{what}", a.name);
+                    outln!("              → {}{what}", a.name);
                 }
             }
             Planned::Pending { waiting_on, unknown_inputs } => {
                 let deps: Vec<String> = waiting_on.iter().map(|w| format!("{} ({})", w.resource, w.status)).collect();
-                println!("              waits on {}", deps.join(", "));
+                outln!("              waits on {}", deps.join(", "));
                 for input in unknown_inputs {
-                    println!("              unknown until then: {} = {}", input.path, input.expression);
+                    outln!("              unknown until then: {} = {}", input.path, input.expression);
                 }
             }
-            Planned::Failed(error) => println!("{}", indent(&error.to_string(), "              ")),
-            Planned::Blocked { by } => println!("              blocked by {by}"),
+            Planned::Failed(error) => outln!("{}", indent(&error.to_string(), "              ")),
+            Planned::Blocked { by } => outln!("              blocked by {by}"),
         }
     }
     let c = plan.counts();
@@ -66,13 +66,13 @@ pub(super) fn print_plan(plan: &Plan) {
     if c.failed + c.blocked > 0 {
         summary.push_str(&format!(", {} failed, {} blocked", c.failed, c.blocked));
     }
-    println!("{summary}.");
+    outln!("{summary}.");
 }
 
 pub(super) fn print_report(report: &Report) {
     let c = report.counts();
     let verdict = if report.succeeded() { "Apply complete" } else { "Apply failed" };
-    println!(
+    outln!(
         "{verdict}: {} applied, {} unchanged, {} failed, {} blocked{}.",
         c.applied,
         c.valid,
@@ -103,8 +103,8 @@ pub(super) fn print_plan_failures(plan: &Plan) {
 
 fn print_failures<'a>(manifest: &str, failed: impl Iterator<Item = (&'a str, &'a ResourceError)>) {
     for (name, error) in failed {
-        eprintln!("error: manifest {manifest}: resource `{name}` failed in {}:", error.phase);
-        eprintln!("{}", indent(&error.to_string(), "  "));
+        errln!("error: manifest {manifest}: resource `{name}` failed in {}:", error.phase);
+        errln!("{}", indent(&error.to_string(), "  "));
     }
 }
 
@@ -173,5 +173,5 @@ pub(super) fn document(plan: &Plan, report: Option<&Report>, status: &str, revis
 }
 
 pub(super) fn print_json(value: &Value) {
-    println!("{}", serde_json::to_string_pretty(value).expect("JSON values serialize"));
+    outln!("{}", serde_json::to_string_pretty(value).expect("JSON values serialize"));
 }
