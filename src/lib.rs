@@ -15,3 +15,4 @@ pub mod controller;
 pub mod crd;
 pub mod engine;
 pub mod history;
+pub mod stop;

@@ -1,5 +1,5 @@
-//! Ctrl-C (SIGINT) stops the programs deployster started, whole process groups included,
-//! instead of leaving them running.
+//! SIGINT (Ctrl-C), SIGTERM and SIGHUP stop the programs deployster started, whole process
+//! groups included, instead of leaving them running, and the run is recorded as interrupted.
 
 mod support;
 
@@ -23,9 +23,8 @@ fn processes_mentioning(needle: &str) -> Vec<u32> {
         .collect()
 }
 
-#[test]
-fn interrupting_a_run_stops_its_programs() {
-    let ws = Workspace::new();
+/// Starts `apply` on a resource whose state action hangs, and waits for the program to run.
+fn apply_stuck(ws: &Workspace) -> (std::process::Child, String) {
     ws.manifest("resources:\n  stuck: { type: ./fixture, config: { hang: true } }\n");
     let child = ws.spawn(&["apply", "-f", "manifest.yaml", "--yes"]);
     let program = format!("{}/fixture", ws.root());
@@ -34,13 +33,32 @@ fn interrupting_a_run_stops_its_programs() {
         assert!(Instant::now() < deadline, "the resource program never started");
         std::thread::sleep(Duration::from_millis(50));
     }
-    kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
-    let started = Instant::now();
-    let output = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(started.elapsed() < Duration::from_secs(15), "deployster took {:?} to stop", started.elapsed());
-    assert_eq!(output.status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains("interrupted: stopping running programs"), "{stderr}");
-    assert!(stderr.contains("resource `stuck` failed in state") && stderr.contains("cancelled"), "{stderr}");
-    assert!(processes_mentioning(&program).is_empty(), "the resource program outlived the interrupt");
+    (child, program)
+}
+
+/// Ctrl-C, `kill`, `timeout`, a CI job's cancellation and a closed terminal all stop a run the
+/// same way: its programs are stopped, it says so, and the log records the run as interrupted.
+#[test]
+fn sigint_sigterm_and_sighup_stop_a_run_and_its_programs() {
+    for (signal, name) in [(Signal::SIGINT, "SIGINT"), (Signal::SIGTERM, "SIGTERM"), (Signal::SIGHUP, "SIGHUP")] {
+        let ws = Workspace::new();
+        let (child, program) = apply_stuck(&ws);
+        kill(Pid::from_raw(child.id() as i32), signal).unwrap();
+        let started = Instant::now();
+        let output = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(started.elapsed() < Duration::from_secs(15), "{name}: took {:?} to stop", started.elapsed());
+        assert_eq!(output.status.code(), Some(1), "{name}: {stderr}");
+        assert!(stderr.contains(&format!("interrupted by {name}: stopping running programs")), "{stderr}");
+        assert!(stderr.contains("resource `stuck` failed in state") && stderr.contains("cancelled"), "{stderr}");
+        assert!(processes_mentioning(&program).is_empty(), "{name}: the resource program outlived the signal");
+
+        let history = ws.run(&["history", "--output", "json"]);
+        let log = history.json();
+        assert_eq!(log["in_progress"], serde_json::json!([]), "{name}: nothing left in progress: {log}");
+        let ended = log["events"].as_array().unwrap().iter().find(|e| e["target"] == "manifest").cloned();
+        let ended = ended.expect("the run's end is recorded");
+        assert_eq!(ended["event"], "run-interrupted", "{name}: {ended}");
+        assert!(ended["detail"]["message"].as_str().unwrap().contains(&format!("interrupted by {name}")), "{ended}");
+    }
 }

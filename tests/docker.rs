@@ -6,6 +6,7 @@
 mod support;
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use bollard::models::ContainerCreateBody;
 use bollard::query_parameters::RemoveContainerOptionsBuilder;
@@ -464,4 +465,45 @@ fn fixture_invocation(
         sink: None,
         cancel: Default::default(),
     }
+}
+
+/// Containers (of any phase, the sandbox included) whose owner is deployster process `pid`.
+fn containers_of_process(env: &DockerEnv, pid: u32) -> Vec<String> {
+    use bollard::query_parameters::ListContainersOptionsBuilder;
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap().trim().to_string();
+    let prefix = format!("{host}/{pid}/");
+    let filters = HashMap::from([("label".to_string(), vec![LABEL_OWNER.to_string()])]);
+    let options = ListContainersOptionsBuilder::default().all(true).filters(&filters).build();
+    let containers = env.block_on(env.docker.list_containers(Some(options))).expect("list containers");
+    containers
+        .into_iter()
+        .filter(|c| c.labels.as_ref().and_then(|l| l.get(LABEL_OWNER)).is_some_and(|o| o.starts_with(&prefix)))
+        .filter_map(|c| c.id)
+        .collect()
+}
+
+/// SIGTERM (and SIGHUP, SIGINT alike) to an apply whose image type hangs: the container and
+/// the network sandbox are removed before deployster exits, and the run is recorded as
+/// interrupted.
+#[test]
+fn a_signal_leaves_no_container_and_no_sandbox_behind() {
+    let env = docker_or_skip!();
+    let ws = Workspace::new();
+    ws.manifest(&format!("resources:\n  stuck: {{ type: \"{FIXTURE_IMAGE}\", config: {{ hang: true }} }}\n"));
+    let child = ws.spawn(&["apply", "-f", "manifest.yaml", "--yes"]);
+    let pid = child.id();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    // The sandbox and the state action's container.
+    while containers_of_process(env, pid).len() < 2 {
+        assert!(std::time::Instant::now() < deadline, "the hanging container never started");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("interrupted by SIGTERM"), "{stderr}");
+    assert_eq!(containers_of_process(env, pid), Vec::<String>::new(), "left behind after SIGTERM");
+    let log = ws.run(&["history", "--output", "json"]).json();
+    assert_eq!(log["in_progress"], serde_json::json!([]), "{log}");
 }

@@ -4,8 +4,6 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use tokio_util::sync::CancellationToken;
-
 use super::confirm::{self, ConfirmMode};
 use super::progress::Progress;
 use super::render;
@@ -17,6 +15,7 @@ use crate::engine::run::{Engine, Observers, RunOptions, new_run_id};
 use crate::history::recorder::{Drift, Interrupted, Mode, Recorder, close_interrupted};
 use crate::history::store::{SqliteLog, StateLock};
 use crate::history::{History, MemoryLog, Unrecorded};
+use crate::stop::{Cancel, Stop};
 
 /// The state directory: `--state-dir`, else `.deployster` beside the (first) manifest.
 pub(super) fn state_dir(files: &[PathBuf], explicit: Option<&std::path::Path>) -> PathBuf {
@@ -48,7 +47,7 @@ impl State {
             Ok(log) => Arc::new(log),
             Err(cannot_write) => {
                 progress.note(&format!("warning: this plan will not be recorded: {cannot_write}"));
-                let reads: Arc<dyn History> = match SqliteLog::open_read_only(&dir) {
+                let reads: Arc<dyn History> = match SqliteLog::open_for_reading(&dir) {
                     Ok(log) => Arc::new(log),
                     Err(_) => Arc::new(MemoryLog::new()),
                 };
@@ -68,17 +67,28 @@ pub(super) struct Pass {
     pub changed: bool,
 }
 
-/// Ctrl-C stops running programs (their whole process group) instead of orphaning them.
-fn cancel_on_interrupt(progress: Arc<Progress>) -> CancellationToken {
-    let token = CancellationToken::new();
-    let cancel = token.clone();
+/// SIGINT, SIGTERM and SIGHUP stop running programs (their whole process groups, their
+/// containers) and start no new ones, instead of leaving them running without deployster.
+fn stop_on_signals(progress: Arc<Progress>) -> Result<Stop, CliError> {
+    let stop =
+        Stop::on_signals(Cancel::AtOnce).map_err(|e| CliError::Refused(format!("cannot watch for signals: {e}")))?;
+    let requested = stop.clone();
     tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            progress.note("interrupted: stopping running programs and starting no new ones");
-            cancel.cancel();
-        }
+        requested.requested.cancelled().await;
+        let signal = requested.signal().unwrap_or("a signal");
+        progress.note(&format!("interrupted by {signal}: stopping running programs and starting no new ones"));
     });
-    token
+    Ok(stop)
+}
+
+/// What the log says of a run stopped from outside.
+pub(super) fn interruption(stop: &Stop) -> Option<String> {
+    stop.now.is_cancelled().then(|| {
+        format!(
+            "interrupted by {}: running programs were stopped and no new ones started",
+            stop.signal().unwrap_or("a stop request")
+        )
+    })
 }
 
 /// The exit code of a plan that cannot be applied: 2 when every failure is the manifest's
@@ -122,7 +132,7 @@ pub(super) async fn pass(
     progress: &Arc<Progress>,
     state: &State,
     executor: Arc<dyn Executor>,
-    cancel: CancellationToken,
+    stop: &Stop,
 ) -> Result<Pass, CliError> {
     let manifest = Arc::new(load(args)?);
     let run_id = new_run_id();
@@ -143,13 +153,16 @@ pub(super) async fn pass(
     let observers = Arc::new(Observers(vec![progress.clone(), recorder.clone()]));
     let prepared = match Engine::new(manifest.clone(), executor, options)
         .with_observer(observers)
-        .with_cancellation(cancel)
+        .with_cancellation(stop.now.child_token())
         .prepare()
         .await
     {
         Ok(prepared) => prepared,
         Err(e) => {
-            recorder.abort(&e.to_string());
+            match interruption(stop) {
+                Some(why) => recorder.interrupted(&why),
+                None => recorder.abort(&e.to_string()),
+            }
             return Err(e.into());
         }
     };
@@ -178,7 +191,10 @@ pub(super) async fn pass(
         return Ok(pass);
     };
     if !plan.is_applicable() {
-        recorder.finish(false, Some("the plan has failures"));
+        match interruption(stop) {
+            Some(why) => recorder.interrupted(&why),
+            None => recorder.finish(false, Some("the plan has failures")),
+        }
         pass.exit = finish_without_applying("failed", pass.exit);
         progress.note("nothing was applied: the plan has failures");
         return Ok(pass);
@@ -212,7 +228,10 @@ pub(super) async fn pass(
         let c = report.counts();
         format!("{} failed, {} blocked, {} declined or cancelled", c.failed, c.blocked, c.declined)
     });
-    recorder.finish(report.succeeded(), message.as_deref());
+    match interruption(stop) {
+        Some(why) => recorder.interrupted(&why),
+        None => recorder.finish(report.succeeded(), message.as_deref()),
+    }
     match format {
         OutputFormat::Text => render::print_report(&report),
         OutputFormat::Json => {
@@ -236,14 +255,14 @@ fn warn_if_unrecorded(progress: &Progress, recorder: &Recorder) {
 pub(super) async fn plan(args: ManifestArgs) -> Result<Exit, CliError> {
     let progress = Progress::new(args.output);
     let state = State::open(&args, false, &progress)?;
-    let cancel = cancel_on_interrupt(progress.clone());
-    Ok(pass(&args, None, &progress, &state, executor(&args)?, cancel).await?.exit)
+    let stop = stop_on_signals(progress.clone())?;
+    Ok(pass(&args, None, &progress, &state, executor(&args)?, &stop).await?.exit)
 }
 
 pub(super) async fn apply(args: ApplyArgs) -> Result<Exit, CliError> {
     let confirm = if args.yes { ConfirmMode::No } else { args.confirm };
     let progress = Progress::new(args.manifest.output);
     let state = State::open(&args.manifest, true, &progress)?;
-    let cancel = cancel_on_interrupt(progress.clone());
-    Ok(pass(&args.manifest, Some(confirm), &progress, &state, executor(&args.manifest)?, cancel).await?.exit)
+    let stop = stop_on_signals(progress.clone())?;
+    Ok(pass(&args.manifest, Some(confirm), &progress, &state, executor(&args.manifest)?, &stop).await?.exit)
 }

@@ -22,7 +22,7 @@ pub(super) fn history(args: HistoryArgs) -> Result<Exit, CliError> {
         }
         return Ok(Exit::Ok);
     }
-    let log = SqliteLog::open_read_only(&dir)?;
+    let log = SqliteLog::open_for_reading(&dir)?;
     let resource = args.resource.as_deref();
     let applied = latest_applied(&log, resource)?;
     let failed = latest_failed(&log, resource)?;

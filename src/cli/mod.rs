@@ -49,7 +49,7 @@ pub enum Command {
     Plan(ManifestArgs),
     /// Plan, ask for confirmation, then run the actions that bring resources to VALID.
     Apply(ApplyArgs),
-    /// Apply again and again: correct drift every interval until stopped (SIGINT/SIGTERM).
+    /// Apply again and again: correct drift every interval until stopped (SIGINT/SIGTERM/SIGHUP).
     Reconcile(ReconcileArgs),
     /// What the deployment log says: latest applied, failed and in-progress revisions, and
     /// recent events.

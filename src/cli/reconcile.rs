@@ -1,47 +1,27 @@
 //! `deployster reconcile`: the continuous loop without Kubernetes. Each pass plans and applies
-//! what drifted, recorded in the deployment log; the first SIGINT/SIGTERM stops the loop after
+//! what drifted, recorded in the deployment log; the first SIGINT/SIGTERM/SIGHUP stops the loop after
 //! the running pass, a second one cancels the running actions cleanly.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-
-use tokio::signal::unix::{SignalKind, signal};
-use tokio::sync::Notify;
-use tokio_util::sync::CancellationToken;
 
 use super::apply::{Pass, State, pass};
 use super::confirm::ConfirmMode;
 use super::progress::Progress;
 use super::{CliError, Exit, ReconcileArgs, executor};
+use crate::stop::{Cancel, Stop};
 
-/// Stop requests: the first asks the loop to end after the current pass, the second cancels it.
-struct Stop {
-    requested: AtomicBool,
-    wake: Notify,
-    cancel: CancellationToken,
-}
-
-fn watch_signals(progress: Arc<Progress>) -> Result<Arc<Stop>, CliError> {
-    let stop =
-        Arc::new(Stop { requested: AtomicBool::new(false), wake: Notify::new(), cancel: CancellationToken::new() });
-    let signal_error = |e: std::io::Error| CliError::Refused(format!("cannot watch for signals: {e}"));
-    let mut interrupt = signal(SignalKind::interrupt()).map_err(signal_error)?;
-    let mut terminate = signal(SignalKind::terminate()).map_err(signal_error)?;
-    let handle = stop.clone();
+/// The first SIGINT/SIGTERM/SIGHUP ends the loop after the running pass; a second one cancels
+/// the pass's running actions.
+fn stop_on_signals(progress: Arc<Progress>) -> Result<Stop, CliError> {
+    let stop = Stop::on_signals(Cancel::OnSecondSignal)
+        .map_err(|e| CliError::Refused(format!("cannot watch for signals: {e}")))?;
+    let notes = stop.clone();
     tokio::spawn(async move {
-        loop {
-            tokio::select! {
-                _ = interrupt.recv() => {}
-                _ = terminate.recv() => {}
-            }
-            if handle.requested.swap(true, Ordering::SeqCst) {
-                progress.note("stopping now: cancelling the running actions");
-                handle.cancel.cancel();
-            } else {
-                progress.note("stopping after the running pass (signal again to cancel its actions)");
-                handle.wake.notify_one();
-            }
-        }
+        notes.requested.cancelled().await;
+        let signal = notes.signal().unwrap_or("a signal");
+        progress.note(&format!("{signal}: stopping after the running pass (signal again to cancel its actions)"));
+        notes.now.cancelled().await;
+        progress.note("stopping now: cancelling the running actions");
     });
     Ok(stop)
 }
@@ -64,12 +44,10 @@ pub(super) async fn reconcile(args: ReconcileArgs) -> Result<Exit, CliError> {
     let progress = Progress::new(args.manifest.output);
     let state = State::open(&args.manifest, true, &progress)?;
     let executor = executor(&args.manifest)?;
-    let stop = watch_signals(progress.clone())?;
+    let stop = stop_on_signals(progress.clone())?;
     let mut last = Exit::Ok;
     for n in 1.. {
-        let result =
-            pass(&args.manifest, Some(ConfirmMode::No), &progress, &state, executor.clone(), stop.cancel.child_token())
-                .await;
+        let result = pass(&args.manifest, Some(ConfirmMode::No), &progress, &state, executor.clone(), &stop).await;
         match result {
             Ok(p) => {
                 progress.say(&summary(n, &p));
@@ -81,12 +59,12 @@ pub(super) async fn reconcile(args: ReconcileArgs) -> Result<Exit, CliError> {
                 last = e.exit();
             }
         }
-        if stop.requested.load(Ordering::SeqCst) {
+        if stop.requested.is_cancelled() {
             break;
         }
         tokio::select! {
             _ = tokio::time::sleep(args.interval) => {}
-            _ = stop.wake.notified() => break,
+            _ = stop.requested.cancelled() => break,
         }
     }
     Ok(last)

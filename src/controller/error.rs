@@ -30,6 +30,8 @@ pub enum Error {
     Lease { lease: String, source: Box<kube::Error> },
     #[error("cannot serve metrics and health on --metrics-addr {addr}: {source}")]
     MetricsAddr { addr: SocketAddr, source: std::io::Error },
+    #[error("cannot watch for signals: {0}")]
+    Signals(std::io::Error),
 }
 
 impl Error {
@@ -44,6 +46,7 @@ impl Error {
             Error::LeaseNamespace(_) => "LeaseNamespaceMissing",
             Error::Lease { .. } => "LeaderElection",
             Error::MetricsAddr { .. } => "MetricsAddrUnavailable",
+            Error::Signals(_) => "Signals",
         }
     }
 

@@ -35,6 +35,7 @@ use tracing::Instrument;
 
 use crate::crd::Manifest;
 use crate::engine::executor::Executor;
+use crate::stop::{Cancel, Stop};
 pub use error::Error;
 use leader::{Leadership, LeaseConfig};
 use metrics::{ApiMeteringLayer, MeteredExecutor, Metrics, Timer};
@@ -209,7 +210,10 @@ pub async fn run(config: RunConfig, executor: Arc<dyn Executor>) -> Result<(), E
     let layer = ApiMeteringLayer { metrics: metrics.clone(), readiness: readiness.clone() };
     let client = connect_metered(kube_config, layer)?;
     check_access(&client, &config.namespaces).await.map_err(|e| e.unreachable_at(&url))?;
-    let shutdown = CancellationToken::new();
+    // The first SIGINT/SIGTERM/SIGHUP stops starting passes; running ones may finish for the
+    // grace period (or until a second signal), then their actions are cancelled.
+    let stop = Stop::on_signals(Cancel::After(config.shutdown_grace)).map_err(Error::Signals)?;
+    let shutdown = stop.now.clone();
     let (leadership, elector) = match &config.leader_election {
         Some(election) => {
             let lease = LeaseConfig {
@@ -234,7 +238,8 @@ pub async fn run(config: RunConfig, executor: Arc<dyn Executor>) -> Result<(), E
     ctx.metrics = metrics.clone();
     ctx.workers = Semaphore::new(usize::from(config.concurrency.max(1)));
     let ctx = Arc::new(ctx);
-    let stopping = shutdown_signal(shutdown, config.shutdown_grace);
+    let stopping = stop.requested.clone();
+    tokio::spawn(log_stop(stop));
 
     let watches: Vec<_> =
         scopes.iter().enumerate().map(|(i, scope)| watch(&client, scope, readiness.clone(), i)).collect();
@@ -318,29 +323,11 @@ fn ready_counts(stores: &[Store<DeserializeGuard<Manifest>>]) -> Vec<(&'static s
     counts.to_vec()
 }
 
-/// Cancelled on the first SIGTERM/SIGINT (running passes finish); `cancel` is cancelled after
-/// `grace`, or at once on a second signal, to stop running actions.
-fn shutdown_signal(cancel: CancellationToken, grace: Duration) -> CancellationToken {
-    use tokio::signal::unix::{SignalKind, signal};
-    let stopping = CancellationToken::new();
-    let first = stopping.clone();
-    tokio::spawn(async move {
-        let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
-            tracing::error!("cannot watch for signals");
-            return;
-        };
-        tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
-        tracing::info!(?grace, "shutting down: running passes may finish");
-        first.cancel();
-        tokio::select! {
-            _ = tokio::time::sleep(grace) => {}
-            _ = term.recv() => {}
-            _ = int.recv() => {}
-        }
-        tracing::warn!("cancelling the actions still running");
-        cancel.cancel();
-    });
-    stopping
+async fn log_stop(stop: Stop) {
+    stop.requested.cancelled().await;
+    tracing::info!(signal = stop.signal().unwrap_or_default(), "shutting down: running passes may finish");
+    stop.now.cancelled().await;
+    tracing::warn!("cancelling the actions still running");
 }
 
 async fn reconcile_guarded(object: Arc<DeserializeGuard<Manifest>>, ctx: Arc<Context>) -> Result<Action, Error> {

@@ -94,13 +94,17 @@ impl SqliteLog {
         Ok(Self { path, connection: Mutex::new(connection) })
     }
 
-    /// Opens the existing log in `dir` without writing anything there, for readers (`history`,
-    /// a `plan` in a directory it may not write): every query answers, appends fail.
-    pub fn open_read_only(dir: &Path) -> Result<Self, HistoryError> {
+    /// Opens the existing log in `dir` for reading (`history`; a `plan` that may not write):
+    /// as [`SqliteLog::open`] where the directory is writable — a crashed writer's WAL is
+    /// recovered, which takes writing — else read-only. Appends may fail; queries answer.
+    pub fn open_for_reading(dir: &Path) -> Result<Self, HistoryError> {
         let path = dir.join(DATABASE);
         let error = store_error(&path);
         if !path.exists() {
             return Err(error("there is no deployment log yet".into()));
+        }
+        if let Ok(log) = Self::open(dir) {
+            return Ok(log);
         }
         let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_URI | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let open = |query: &str| -> rusqlite::Result<Connection> {
@@ -110,9 +114,20 @@ impl SqliteLog {
             connection.query_row("SELECT count(*) FROM entries LIMIT 1", [], |_| Ok(()))?;
             Ok(connection)
         };
-        // Reading a WAL database writes its shared-memory index beside it; where that cannot
-        // be written, nobody can be writing the log either, and it can be read as immutable.
-        let connection = open("mode=ro").or_else(|_| open("immutable=1")).map_err(|e| error(e.to_string()))?;
+        // Reading a WAL database writes its shared-memory index beside it. Where that cannot
+        // be written, the log can still be read as immutable — but only when every entry is in
+        // the database file itself: immutable reads ignore the write-ahead log.
+        let wal_is_empty = std::fs::metadata(dir.join(format!("{DATABASE}-wal"))).map_or(true, |m| m.len() == 0);
+        let connection = match open("mode=ro") {
+            Ok(connection) => connection,
+            Err(_) if wal_is_empty => open("immutable=1").map_err(|e| error(e.to_string()))?,
+            Err(e) => {
+                return Err(error(format!(
+                    "{e}; the last run left entries in the write-ahead log, which only a reader that may write \
+                     beside the database can recover"
+                )));
+            }
+        };
         drop(error);
         Ok(Self { path, connection: Mutex::new(connection) })
     }
