@@ -15,4 +15,5 @@ pub mod controller;
 pub mod crd;
 pub mod engine;
 pub mod history;
+pub mod pass;
 pub mod stop;

@@ -6,6 +6,7 @@ use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 
 use deployster::cli::{self, Command};
+use deployster::engine::executor::process;
 
 /// Logs on stderr, filtered by `DEPLOYSTER_LOG` (default: warnings; the controller: info), as
 /// JSON for `deployster controller --log-format json`.
@@ -34,9 +35,16 @@ fn init_logging(cli: &cli::Cli) {
 }
 
 fn main() -> ExitCode {
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if argv.get(1).is_some_and(|a| a == process::EXEC_SUBCOMMAND) {
+        // A local program about to be run: as little as possible before it takes over.
+        return ExitCode::from(u8::try_from(process::exec_program(&argv[2..])).unwrap_or(1));
+    }
     let cli = cli::parse();
     if let Command::BuiltinType { name, args } = &cli.command {
-        // Built-in types are resource programs: no runtime, no logging set-up, just the protocol.
+        // Built-in types are resource programs: no runtime, no logging set-up, just the
+        // protocol — and, like every program deployster starts, they die with it.
+        process::die_with_parent();
         return ExitCode::from(u8::try_from(deployster::builtins::main(name, args)).unwrap_or(1));
     }
     init_logging(&cli);

@@ -62,3 +62,79 @@ fn sigint_sigterm_and_sighup_stop_a_run_and_its_programs() {
         assert!(ended["detail"]["message"].as_str().unwrap().contains(&format!("interrupted by {name}")), "{ended}");
     }
 }
+
+/// Whether process `pid` has ended (gone, or a zombie nobody reaped yet).
+fn ended(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map_or(true, |stat| stat.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
+}
+
+/// `<pid> <what> <ms>` lines of the fixture's lock log.
+fn lock_log(ws: &Workspace) -> Vec<(u32, String)> {
+    std::fs::read_to_string(ws.path("lock.log"))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            (f[0].parse().unwrap(), f[1].to_string())
+        })
+        .collect()
+}
+
+/// `kill -9` of deployster in the middle of an action, twenty times at random moments: the
+/// action's program dies with deployster within a second; what it started itself (here a
+/// child holding the action's lock) is stopped by the next run before it reads any state — so
+/// no action ever runs twice at once, and no killed action completes after its run died.
+#[test]
+fn after_kill_9_no_action_outlives_deployster_or_overlaps_the_next_run() {
+    let ws = Workspace::new();
+    ws.manifest(
+        "resources:\n  work: { type: ./fixture, config: { lock: $WS/lock, lock_in_child: true, action_sleep_ms: 1500, marker: $WS/done } }\n",
+    );
+    let mut killed_workers = Vec::new();
+    for round in 0..20 {
+        let _ = std::fs::remove_file(ws.path("done"));
+        let before = lock_log(&ws).len();
+        let mut apply = ws.spawn(&["apply", "-f", "manifest.yaml", "--yes"]);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let worker = loop {
+            let log = lock_log(&ws);
+            assert!(log.iter().all(|(_, w)| w != "overlap"), "round {round}: an action ran twice at once: {log:?}");
+            if let Some((pid, _)) = log[before..].iter().find(|(_, w)| w == "started") {
+                break *pid;
+            }
+            assert!(Instant::now() < deadline, "round {round}: the action never started");
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        std::thread::sleep(Duration::from_millis(fastrand::u64(0..1200)));
+        kill(Pid::from_raw(apply.id() as i32), Signal::SIGKILL).unwrap();
+        let killed = Instant::now();
+        apply.wait().unwrap();
+        let program = format!("{}/fixture", ws.root());
+        while processes_mentioning(&program).iter().any(|pid| !ended(*pid) && !is_worker(*pid)) {
+            assert!(
+                killed.elapsed() < Duration::from_secs(1),
+                "round {round}: the action's program outlived deployster"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if !lock_log(&ws).iter().any(|(pid, w)| *pid == worker && w == "finished") {
+            killed_workers.push(worker);
+        }
+    }
+    let last = ws.apply(&[]);
+    assert_eq!(last.code, 0, "{}", last.all());
+    assert!(last.stderr.contains("was interrupted before it recorded its end"), "{}", last.all());
+    let log = lock_log(&ws);
+    assert!(log.iter().all(|(_, w)| w != "overlap"), "an action ran twice at once: {log:?}");
+    assert!(!killed_workers.is_empty(), "some kills landed mid-action");
+    for pid in &killed_workers {
+        assert!(ended(*pid), "the killed run's worker {pid} was stopped");
+        assert!(!log.iter().any(|(p, w)| p == pid && w == "finished"), "a killed action completed later: {log:?}");
+    }
+}
+
+/// The fixture's `hold` worker (a grandchild of deployster), told apart by its arguments.
+fn is_worker(pid: u32) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.split(|b| *b == 0).any(|a| a == b"hold"))
+}

@@ -147,7 +147,7 @@ spec:
     )
 }
 
-/// Action runs seen by the lock: (pid, "started" | "overlap", ms).
+/// Action runs seen by the lock: (pid, "started" | "finished" | "overlap", ms).
 fn lock_log(dir: &Path) -> Vec<(u32, String, u128)> {
     let text = std::fs::read_to_string(dir.join("lock.log")).unwrap_or_default();
     text.lines()
@@ -156,6 +156,11 @@ fn lock_log(dir: &Path) -> Vec<(u32, String, u128)> {
             (f[0].parse().unwrap(), f[1].to_string(), f[2].parse().unwrap())
         })
         .collect()
+}
+
+/// How many actions started (took the lock).
+fn starts(dir: &Path) -> usize {
+    lock_log(dir).iter().filter(|(_, what, _)| what == "started").count()
 }
 
 /// The pid of an action running now under `controller`, if any.
@@ -220,7 +225,7 @@ fn of_two_replicas_one_reconciles_and_the_other_takes_over_after_a_sigkill() {
     });
 
     cluster.apply_yaml(&slow_manifest("slow", work.path(), 1500));
-    wait_for("two actions under the first replica", Duration::from_secs(60), || lock_log(work.path()).len() >= 2);
+    wait_for("two actions under the first replica", Duration::from_secs(60), || starts(work.path()) >= 2);
     assert!(!leads(&second));
     assert_eq!(second.metric(r#"deployster_executor_invocations_total{phase="action",result="failed"}"#), None);
     assert!(
@@ -239,11 +244,11 @@ fn of_two_replicas_one_reconciles_and_the_other_takes_over_after_a_sigkill() {
     let takeover = killed.elapsed();
     // The lease is 4 s; the standby needs one more attempt (4/7 s) and our polling to see it.
     assert!(takeover <= Duration::from_secs(6), "took over after {takeover:?}");
-    let before = lock_log(work.path()).len();
-    wait_for("actions under the second replica", Duration::from_secs(60), || lock_log(work.path()).len() >= before + 2);
+    let before = starts(work.path());
+    wait_for("actions under the second replica", Duration::from_secs(60), || starts(work.path()) >= before + 2);
 
     let log = lock_log(work.path());
-    assert!(log.iter().all(|(_, what, _)| what == "started"), "an action ran twice at once: {log:?}");
+    assert!(log.iter().all(|(_, what, _)| what != "overlap"), "an action ran twice at once: {log:?}");
     assert_runs_never_interleave(&cluster.history("slow"));
     let history = cluster.history("slow");
     assert!(
@@ -289,10 +294,10 @@ fn a_leader_that_loses_its_lease_mid_pass_cancels_its_actions() {
 
     // The intruder never renews: once its lease expires, a replica takes over and runs the
     // action again — never while the cancelled one ran.
-    let before = lock_log(work.path()).len();
-    wait_for("the action to run again", Duration::from_secs(60), || lock_log(work.path()).len() > before);
+    let before = starts(work.path());
+    wait_for("the action to run again", Duration::from_secs(60), || starts(work.path()) > before);
     let log = lock_log(work.path());
-    assert!(log.iter().all(|(_, what, _)| what == "started"), "an action ran twice at once: {log:?}");
+    assert!(log.iter().all(|(_, what, _)| what != "overlap"), "an action ran twice at once: {log:?}");
     assert!(leads(&first) || leads(&second));
     assert_runs_never_interleave(&cluster.history("long"));
 }

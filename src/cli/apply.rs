@@ -12,9 +12,10 @@ use crate::engine::executor::Executor;
 use crate::engine::manifest::parent_dir;
 use crate::engine::plan::{Plan, Planned};
 use crate::engine::run::{Engine, Observers, RunOptions, new_run_id};
-use crate::history::recorder::{Drift, Interrupted, Mode, Recorder, close_interrupted};
+use crate::history::recorder::{Drift, Mode, Recorder};
 use crate::history::store::{SqliteLog, StateLock};
 use crate::history::{History, MemoryLog, Unrecorded};
+use crate::pass::recover;
 use crate::stop::{Cancel, Stop};
 
 /// The state directory: `--state-dir`, else `.deployster` beside the (first) manifest.
@@ -104,21 +105,6 @@ fn plan_exit(plan: &Plan) -> Exit {
     if invalid_input { Exit::Invalid } else { Exit::Failed }
 }
 
-fn describe_interrupted(i: &Interrupted) -> String {
-    let mut text = format!(
-        "note: run {} (revision {}, started {}) was interrupted before it recorded its end",
-        i.run.id,
-        i.run.revision,
-        crate::history::format_time(i.run.at)
-    );
-    if !i.actions.is_empty() {
-        let intents: Vec<&str> = i.actions.iter().map(|a| a.target.as_str()).collect();
-        text.push_str(&format!("; it had started {} without recording a result", intents.join(", ")));
-    }
-    text.push_str(". States are read afresh: nothing is repeated blindly.");
-    text
-}
-
 fn say_drifts(progress: &Progress, drifts: &[Drift]) {
     for d in drifts {
         progress.say(&format!("Drift: {} was VALID at its last observation and is {} now.", d.resource, d.now));
@@ -138,8 +124,8 @@ pub(super) async fn pass(
     let run_id = new_run_id();
     let mode = if confirm.is_some() { Mode::Apply } else { Mode::Plan };
     if state.exclusive {
-        for interrupted in close_interrupted(state.log.as_ref(), &run_id)? {
-            progress.note(&describe_interrupted(&interrupted));
+        for recovered in recover(state.log.as_ref(), executor.as_ref(), &run_id).await? {
+            progress.note(&format!("note: {}", recovered.describe()));
         }
     }
     let names: Vec<String> = manifest.resources.iter().map(|r| r.name.clone()).collect();

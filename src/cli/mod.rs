@@ -308,6 +308,8 @@ pub enum CliError {
     SelfExe(std::io::Error),
     #[error(transparent)]
     History(#[from] crate::history::HistoryError),
+    #[error(transparent)]
+    Recovery(#[from] crate::pass::RecoveryError),
     #[cfg(feature = "kube")]
     #[error(transparent)]
     Controller(#[from] crate::controller::Error),
@@ -321,9 +323,11 @@ impl CliError {
             CliError::Prepare(e) if e.is_invalid_input() => Exit::Invalid,
             #[cfg(feature = "kube")]
             CliError::Controller(_) => Exit::Failed,
-            CliError::Prepare(_) | CliError::NotApplicable(_) | CliError::SelfExe(_) | CliError::History(_) => {
-                Exit::Failed
-            }
+            CliError::Prepare(_)
+            | CliError::NotApplicable(_)
+            | CliError::SelfExe(_)
+            | CliError::History(_)
+            | CliError::Recovery(_) => Exit::Failed,
         }
     }
 }

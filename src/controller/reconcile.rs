@@ -19,8 +19,9 @@ use crate::crd::{DeletionPolicy, Manifest, ManifestStatus};
 use crate::engine::plan::Outcome;
 use crate::engine::protocol::{Action, Status};
 use crate::engine::run::{Approver, Engine, RunOptions, new_run_id};
-use crate::history::recorder::{Mode, Recorder, close_interrupted};
+use crate::history::recorder::{Mode, Recorder};
 use crate::history::{History, MemoryLog};
+use crate::pass::{RecoveryError, recover};
 
 /// The field manager of every status write.
 pub const FIELD_MANAGER: &str = "deployster-controller";
@@ -139,15 +140,14 @@ async fn pass(
     // The reconcile's span (controller::run) has a slot for it: every log line of the pass says it.
     tracing::Span::current().record("run_id", run_id.as_str());
     let log = Arc::new(MemoryLog::from_entries(history_entries(old), Some(ctx.settings.history_limit)));
-    for interrupted in close_interrupted(log.as_ref(), &run_id).unwrap_or_default() {
-        let intents: Vec<&str> = interrupted.actions.iter().map(|a| a.target.as_str()).collect();
-        let note = format!(
-            "pass {} (revision {}) was interrupted{}; states are read afresh",
-            interrupted.run.id,
-            interrupted.run.revision,
-            if intents.is_empty() { String::new() } else { format!(" after starting {}", intents.join(", ")) }
-        );
-        publish(ctx, obj, EventType::Warning, "Interrupted", "Reconcile", &note).await;
+    let recovered = match recover(log.as_ref(), ctx.executor.as_ref(), &run_id).await {
+        Ok(recovered) => recovered,
+        Err(RecoveryError::Stop { run, source }) => return Err(Error::Recovery { run, source }),
+        // An in-memory log cannot fail.
+        Err(RecoveryError::Log(_)) => Vec::new(),
+    };
+    for recovered in recovered {
+        publish(ctx, obj, EventType::Warning, "Interrupted", "Reconcile", &recovered.describe()).await;
     }
     let names: Vec<String> = manifest.resources.iter().map(|r| r.name.clone()).collect();
     let history: Arc<dyn History> = log.clone();

@@ -21,6 +21,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use super::error::{Cause, Phase, ResourceError};
+use super::executor::process::RUN_ID_ENV;
 use super::executor::{Executor, Invocation, InvocationLabels, LineSink, Mount, Outcome as ExecOutcome, Stream};
 use super::init::{PrepareError, ResourceType, init_all};
 use super::plan::{Outcome, Plan, PlanEntry, Planned, Report, ReportEntry, pending};
@@ -182,7 +183,7 @@ impl Context {
             args: invocable.args.clone(),
             stdin,
             mounts: mounts.to_vec(),
-            env: Vec::new(),
+            env: vec![(RUN_ID_ENV.to_string(), self.options.run_id.clone())],
             workdir: Some(resource.workspace.clone()),
             timeout: self.options.timeout,
             labels: InvocationLabels {

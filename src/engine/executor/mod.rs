@@ -190,6 +190,13 @@ pub trait Executor: Send + Sync {
     }
 
     async fn invoke(&self, invocation: Invocation) -> Result<Outcome, ExecError>;
+
+    /// Stops whatever run `run_id` still has running here — called for a run that was
+    /// interrupted (killed, crashed) before its next run reads any state, so that no action
+    /// ever runs twice at once — and waits until it is gone. How many it stopped.
+    async fn stop_run(&self, _run_id: &str) -> Result<usize, ExecError> {
+        Ok(0)
+    }
 }
 
 /// Default bound on each captured stream.
@@ -224,6 +231,14 @@ impl Executor for Dispatch {
             (Some(TypeRef::Image(image)), None) => Err(no_image_executor(image)),
             (Some(_), None) => unreachable!("partitioned on images"),
         }
+    }
+
+    async fn stop_run(&self, run_id: &str) -> Result<usize, ExecError> {
+        let mut stopped = self.local.stop_run(run_id).await?;
+        if let Some(images) = &self.images {
+            stopped += images.stop_run(run_id).await?;
+        }
+        Ok(stopped)
     }
 
     async fn invoke(&self, invocation: Invocation) -> Result<Outcome, ExecError> {

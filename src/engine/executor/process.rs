@@ -7,6 +7,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -21,20 +22,78 @@ use crate::engine::typeref::TypeRef;
 
 /// The hidden sub-command of the deployster binary that runs a built-in type.
 pub const BUILTIN_SUBCOMMAND: &str = "__type";
+/// The hidden sub-command that runs a local program: it arranges for the program to die with
+/// the deployster that started it, then becomes the program (`exec`).
+pub const EXEC_SUBCOMMAND: &str = "__exec";
+/// The pid of the deployster that started a program, for [`die_with_parent`].
+pub const PARENT_ENV: &str = "DEPLOYSTER_PARENT_PID";
+/// The run an invocation belongs to, in every program's environment: how [`Executor::stop_run`]
+/// finds what an interrupted run left running, descendants included.
+pub const RUN_ID_ENV: &str = "DEPLOYSTER_RUN_ID";
+
+/// In a program started by deployster (built-in types, `__exec`): be killed when that
+/// deployster dies, however it dies — `kill -9` included — so that nothing it started runs on
+/// unsupervised. Exits at once if it is already gone.
+pub fn die_with_parent() {
+    let Some(parent) = std::env::var(PARENT_ENV).ok().and_then(|p| p.parse::<i32>().ok()) else { return };
+    // Set first, then check: a parent that died in between shows as a changed parent pid.
+    let armed = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).is_ok();
+    if !armed || nix::unistd::getppid().as_raw() != parent {
+        std::process::exit(125);
+    }
+}
+
+/// `deployster __exec PROGRAM [ARGS…]`: [`die_with_parent`], then run the program in this
+/// process (its pid, process group and parent stay the ones deployster knows). Returns only
+/// when the program cannot be run, with the exit code to use.
+pub fn exec_program(argv: &[std::ffi::OsString]) -> i32 {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    die_with_parent();
+    let c = |bytes: &[u8]| CString::new(bytes).unwrap_or_default();
+    let Some(program) = argv.first() else {
+        eprintln!("deployster {EXEC_SUBCOMMAND}: no program given");
+        return 2;
+    };
+    let args: Vec<CString> = argv.iter().map(|a| c(a.as_bytes())).collect();
+    let env: Vec<CString> = std::env::vars_os()
+        .filter(|(k, _)| k != PARENT_ENV)
+        .map(|(k, v)| c(&[k.as_bytes(), b"=", v.as_bytes()].concat()))
+        .collect();
+    let error = nix::unistd::execve(&c(program.as_bytes()), &args, &env).unwrap_err();
+    eprintln!("cannot run {}: {error}", program.to_string_lossy());
+    if error == nix::errno::Errno::ENOENT { 127 } else { 126 }
+}
 
 /// Runs local programs; `builtin_program` is the deployster executable that carries the
 /// built-in types.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ProcessExecutor {
     builtin_program: PathBuf,
     output_limit: usize,
     /// How long a program gets between SIGTERM and SIGKILL when stopped.
     kill_grace: Duration,
+    spawner: Arc<OnceLock<Spawner>>,
+    /// Local programs run through `deployster __exec` so that they die with deployster; the
+    /// executor's own unit tests, which have no deployster binary, run them directly.
+    exec_wrapper: bool,
 }
 
 impl ProcessExecutor {
     pub fn new(builtin_program: PathBuf) -> Self {
-        Self { builtin_program, output_limit: DEFAULT_OUTPUT_LIMIT, kill_grace: Duration::from_secs(5) }
+        Self {
+            builtin_program,
+            output_limit: DEFAULT_OUTPUT_LIMIT,
+            kill_grace: Duration::from_secs(5),
+            spawner: Arc::default(),
+            exec_wrapper: true,
+        }
+    }
+
+    #[cfg(test)]
+    fn without_exec_wrapper(mut self) -> Self {
+        self.exec_wrapper = false;
+        self
     }
 
     pub fn with_output_limit(mut self, limit: usize) -> Self {
@@ -66,7 +125,15 @@ impl ProcessExecutor {
                     Some(e) => path.parent().unwrap_or(Path::new("/")).join(e),
                     None => path.clone(),
                 };
-                Ok((program, invocation.args.clone()))
+                if !program.is_file() {
+                    return Err(ExecError::NotFound(program.display().to_string()));
+                }
+                if !self.exec_wrapper {
+                    return Ok((program, invocation.args.clone()));
+                }
+                let mut args = vec![EXEC_SUBCOMMAND.to_string(), program.display().to_string()];
+                args.extend(invocation.args.iter().cloned());
+                Ok((self.builtin_program.clone(), args))
             }
             TypeRef::Image(image) => {
                 Err(ExecError::Unavailable(format!("the process executor cannot run Docker image `{image}`")))
@@ -74,9 +141,10 @@ impl ProcessExecutor {
         }
     }
 
-    fn spawn(&self, invocation: &Invocation) -> Result<Child, ExecError> {
+    async fn spawn(&self, invocation: &Invocation) -> Result<Child, ExecError> {
         let (program, args) = self.command_line(invocation)?;
         let mut command = Command::new(&program);
+        command.env(PARENT_ENV, std::process::id().to_string());
         command
             .args(&args)
             .stdin(Stdio::piped())
@@ -94,7 +162,7 @@ impl ProcessExecutor {
             command.env(plug_env_name(&mount.name), &mount.host_path);
         }
         command.envs(invocation.env.iter().map(|(k, v)| (k, v)));
-        command.spawn().map_err(|source| match source.kind() {
+        self.spawner.get_or_init(Spawner::start).spawn(command).await.map_err(|source| match source.kind() {
             std::io::ErrorKind::NotFound => ExecError::NotFound(program.display().to_string()),
             _ => ExecError::Spawn { program: program.display().to_string(), source },
         })
@@ -115,6 +183,58 @@ impl ProcessExecutor {
     }
 }
 
+/// Starts programs from one thread that lives as long as the executor. A program's parent-death
+/// signal fires when the *thread* that started it ends, not only the process, and the async
+/// runtime's threads may come and go.
+struct Spawner {
+    requests: std::sync::mpsc::Sender<(Command, tokio::sync::oneshot::Sender<std::io::Result<Child>>)>,
+}
+
+impl Spawner {
+    /// Must be called inside the runtime: the thread registers children with it.
+    fn start() -> Spawner {
+        let (requests, incoming) =
+            std::sync::mpsc::channel::<(Command, tokio::sync::oneshot::Sender<std::io::Result<Child>>)>();
+        let runtime = tokio::runtime::Handle::current();
+        std::thread::Builder::new()
+            .name("deployster-spawner".into())
+            .spawn(move || {
+                let _inside = runtime.enter();
+                for (mut command, reply) in incoming {
+                    let _ = reply.send(command.spawn());
+                }
+            })
+            .expect("start the spawner thread");
+        Spawner { requests }
+    }
+
+    async fn spawn(&self, command: Command) -> std::io::Result<Child> {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let gone = || std::io::Error::other("the spawner thread is gone");
+        self.requests.send((command, reply)).map_err(|_| gone())?;
+        answer.await.map_err(|_| gone())?
+    }
+}
+
+/// The processes whose environment says they belong to run `run_id`: (pid, process group).
+fn processes_of_run(run_id: &str) -> Vec<(i32, i32)> {
+    let marker = format!("{RUN_ID_ENV}={run_id}");
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| env.split(|b| *b == 0).any(|var| var == marker.as_bytes()))
+        })
+        .filter_map(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            let group = stat.rsplit(')').next()?.split_whitespace().nth(2)?.parse().ok()?;
+            Some((pid, group))
+        })
+        .collect()
+}
+
 /// `DEPLOYSTER_PLUG_<NAME>`: the variable a local program finds a plug's path in.
 pub fn plug_env_name(plug: &str) -> String {
     format!("DEPLOYSTER_PLUG_{}", plug.to_ascii_uppercase())
@@ -122,9 +242,29 @@ pub fn plug_env_name(plug: &str) -> String {
 
 #[async_trait]
 impl Executor for ProcessExecutor {
+    /// Kills every process of the run — its programs' whole process groups, and whatever they
+    /// started that kept the run's environment — and waits until they are gone.
+    async fn stop_run(&self, run_id: &str) -> Result<usize, ExecError> {
+        let found = processes_of_run(run_id);
+        for &(pid, group) in &found {
+            let _ = killpg(Pid::from_raw(group), Signal::SIGKILL);
+            let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !processes_of_run(run_id).is_empty() {
+            if Instant::now() > deadline {
+                return Err(ExecError::Unavailable(format!(
+                    "programs of the interrupted run {run_id} are still running after SIGKILL"
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(found.len())
+    }
+
     async fn invoke(&self, invocation: Invocation) -> Result<Outcome, ExecError> {
         let started = Instant::now();
-        let mut child = self.spawn(&invocation)?;
+        let mut child = self.spawn(&invocation).await?;
         let stdin = child.stdin.take();
         let stdout = child.stdout.take();
         let stderr = child.stderr.take();
@@ -212,7 +352,9 @@ mod tests {
     }
 
     fn executor() -> ProcessExecutor {
-        ProcessExecutor::new("/nonexistent/deployster".into()).with_kill_grace(Duration::from_millis(200))
+        ProcessExecutor::new("/nonexistent/deployster".into())
+            .with_kill_grace(Duration::from_millis(200))
+            .without_exec_wrapper()
     }
 
     #[tokio::test]

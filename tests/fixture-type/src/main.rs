@@ -17,7 +17,9 @@
 //!     there succeeded (`connected`, or `connect_error`).
 //! * action (`act <name>`): prints to stdout and stderr; `action_exit` makes it fail;
 //!   `lock: <path>` holds an exclusive lock on that file while it runs and logs `<pid> started
-//!   <ms>` to `<path>.log` — or logs `<pid> overlap <ms>` and fails when another action holds it;
+//!   <ms>` and `<pid> finished <ms>` to `<path>.log` — or logs `<pid> overlap <ms>` and fails when
+//!   another action holds it; with `lock_in_child: true` a child process (`hold`) does the
+//!   locking and sleeping, as a program's worker would;
 //!   `stays_stale` makes `create` not create the marker; `write_file` makes it write that
 //!   path (and fail clearly if it cannot); `sleep_ms` applies too, `action_sleep_ms` only here.
 //! * `log`: appends `<name> <phase> <start_ms> <end_ms>` to that file; `record`: appends each
@@ -49,6 +51,15 @@ fn main() {
     let name = request["name"].as_str().unwrap_or("unnamed").to_string();
     let workspace = PathBuf::from(request["workspace"].as_str().unwrap_or("."));
     let config = request.get("config").cloned().unwrap_or(Value::Null);
+    if let [hold, path, ms] = args.as_slice()
+        && hold == "hold"
+    {
+        // A grandchild of deployster holding the action's lock (see `lock_in_child`).
+        let _held = hold_lock(path).unwrap_or_else(|code| std::process::exit(code));
+        std::thread::sleep(Duration::from_millis(ms.parse().unwrap_or(0)));
+        append(&format!("{path}.log"), &format!("{} finished {}", std::process::id(), now_ms()));
+        return;
+    }
     let phase = match args.as_slice() {
         [] => "init".to_string(),
         [state] if state == "state" => "state".to_string(),
@@ -98,14 +109,27 @@ fn run(phase: &str, name: &str, workspace: &std::path::Path, config: &Value, tag
         config["marker"].as_str().map(PathBuf::from).unwrap_or_else(|| workspace.join(format!("{name}.marker")));
     if let Some(action) = phase.strip_prefix("action:") {
         println!("{action}: working on {}", marker.display());
-        // Held until the process ends, however it ends: the kernel releases it.
-        let _held = match config["lock"].as_str().map(hold_lock) {
-            Some(Err(code)) => return code,
-            Some(Ok(file)) => Some(file),
-            None => None,
-        };
-        if let Some(ms) = config["action_sleep_ms"].as_u64() {
-            std::thread::sleep(Duration::from_millis(ms));
+        let sleep_ms = config["action_sleep_ms"].as_u64().unwrap_or(0);
+        match config["lock"].as_str() {
+            Some(lock) if config["lock_in_child"].as_bool() == Some(true) => {
+                // The work happens in a child of this program: a grandchild of deployster.
+                let exe = std::env::current_exe().expect("own path");
+                let status = std::process::Command::new(exe).args(["hold", lock, &sleep_ms.to_string()]).status();
+                match status.ok().and_then(|s| s.code()) {
+                    Some(0) => {}
+                    code => return code.unwrap_or(1),
+                }
+            }
+            Some(lock) => {
+                // Held until the process ends, however it ends: the kernel releases it.
+                let _held = match hold_lock(lock) {
+                    Err(code) => return code,
+                    Ok(file) => file,
+                };
+                std::thread::sleep(Duration::from_millis(sleep_ms));
+                append(&format!("{lock}.log"), &format!("{} finished {}", std::process::id(), now_ms()));
+            }
+            None => std::thread::sleep(Duration::from_millis(sleep_ms)),
         }
         eprintln!("{action}: a note on stderr");
         if let Some(code) = config["action_exit"].as_i64().filter(|c| *c != 0) {

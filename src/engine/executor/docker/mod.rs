@@ -375,6 +375,22 @@ impl Executor for DockerExecutor {
         self.client().await.map(|_| ())
     }
 
+    /// Removes (force) every container of run `run_id`. Without a reachable daemon there is
+    /// nothing this executor could have left running, or could stop.
+    async fn stop_run(&self, run_id: &str) -> Result<usize, ExecError> {
+        let Ok(docker) = self.client().await else { return Ok(0) };
+        let filters = HashMap::from([("label".to_string(), vec![format!("{LABEL_RUN_ID}={run_id}")])]);
+        let options = ListContainersOptionsBuilder::default().all(true).filters(&filters).build();
+        let containers = docker
+            .list_containers(Some(options))
+            .await
+            .map_err(|e| ExecError::Container { step: "list", message: describe(&e) })?;
+        for id in containers.iter().filter_map(|c| c.id.as_deref()) {
+            remove_container(docker, id).await;
+        }
+        Ok(containers.len())
+    }
+
     async fn invoke(&self, invocation: Invocation) -> Result<Outcome, ExecError> {
         let TypeRef::Image(image) = &invocation.program else {
             return Err(ExecError::Unavailable(format!("the Docker executor cannot run {}", invocation.program)));
