@@ -391,3 +391,31 @@ fn a_reader_that_goes_away_ends_output_not_the_run() {
     assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
     assert!(!String::from_utf8_lossy(&output.stderr).contains("panicked"));
 }
+
+/// A state directory that is full when an action is about to run: the action's intent cannot
+/// be written, so the action does not run, and the error names the log and the cause. The
+/// directory is a small tmpfs in a mount namespace of the test's own (`unshare`).
+#[test]
+fn a_full_state_directory_stops_the_pass_before_the_action() {
+    let ws = Workspace::new();
+    let state = ws.path("state");
+    std::fs::create_dir(&state).unwrap();
+    ws.manifest("resources:\n  work: { type: ./fixture, config: { fill_disk: $WS/state/filler, marker: $WS/done } }\n");
+    let script = r#"mount -t tmpfs -o size=1m tmpfs "$1" && shift && exec "$@""#;
+    let output = std::process::Command::new("unshare")
+        .args(["--map-root-user", "--mount", "sh", "-c", script, "sh", state.to_str().unwrap()])
+        .arg(support::deployster())
+        .args(["apply", "-f", "manifest.yaml", "--yes", "--state-dir", state.to_str().unwrap()])
+        .current_dir(ws.dir.path())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("unshare (util-linux) runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("unshare:") && !stderr.contains("mount:"), "could not set up the tmpfs: {stderr}");
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    let expected = format!("the deployment log at {}/log.sqlite", state.display());
+    assert!(stderr.contains("resource `work` failed in action create"), "{stderr}");
+    assert!(stderr.contains("its intent could not be recorded before it ran, so it did not run"), "{stderr}");
+    assert!(stderr.contains(&expected) && stderr.contains("full"), "names the log and the cause: {stderr}");
+    assert!(!ws.exists("done"), "the action did not run");
+}

@@ -65,11 +65,11 @@ impl Approver for Prompting {
         self.ask(format!("Apply {resource} ({status}; actions: {})?", names.join(", ")))
     }
 
-    async fn approve_action(&self, resource: &str, action: &Action) -> Result<bool, String> {
+    async fn approve_action(&self, resource: &str, action: &Action) -> bool {
         if self.mode != ConfirmMode::Action {
-            return Ok(true);
+            return true;
         }
         let description = if action.description.is_empty() { &action.name } else { &action.description };
-        Ok(self.ask(format!("Run {resource}/{}: {description}?", action.name)))
+        self.ask(format!("Run {resource}/{}: {description}?", action.name))
     }
 }

@@ -17,8 +17,7 @@ use super::inputs::{self, InputProblem};
 use super::status::{self, Observed, PassResult, bound, changed, cut, history_entries, next_status};
 use crate::crd::{DeletionPolicy, Manifest, ManifestStatus};
 use crate::engine::plan::Outcome;
-use crate::engine::protocol::{Action, Status};
-use crate::engine::run::{Approver, Engine, RunOptions, new_run_id};
+use crate::engine::run::{ApproveAll, Engine, IntentError, Observer, Observers, RunEvent, RunOptions, new_run_id};
 use crate::history::recorder::{Mode, Recorder};
 use crate::history::{History, MemoryLog};
 use crate::pass::{RecoveryError, recover};
@@ -158,7 +157,7 @@ async fn pass(
     let options =
         RunOptions { parallelism: ctx.settings.parallelism, timeout: ctx.settings.timeout, run_id, verbose: false };
     let engine = Engine::new(Arc::new(manifest), ctx.executor.clone(), options)
-        .with_observer(recorder.clone())
+        .with_observer(Arc::new(Observers(vec![recorder.clone(), Arc::new(StatusJournal::new(ctx, obj, old, &log))])))
         .with_cancellation(term.child_token());
     let observed = match engine.prepare().await {
         Err(e) if e.is_invalid_input() => Observed::Invalid { reason: e.reason(), message: e.to_string() },
@@ -166,8 +165,7 @@ async fn pass(
         Ok(prepared) => {
             let plan = prepared.plan().await;
             if plan.is_applicable() {
-                let gate = IntentGate { obj, ctx, old, recorder: &recorder, log: &log };
-                match prepared.apply(&plan, &gate).await {
+                match prepared.apply(&plan, &ApproveAll).await {
                     Ok(report) => Observed::Applied(report),
                     Err(e) => Observed::NotRun { reason: "NotApplicable", message: e.to_string() },
                 }
@@ -297,12 +295,15 @@ fn log_pass(pass: &PassResult) {
 
 /// Server-side apply of the whole status under one field manager, retried on conflicts.
 pub async fn write_status(ctx: &Context, obj: &Manifest, status: &ManifestStatus) -> Result<(), Error> {
+    write_status_to(&api(ctx, obj), &obj.name_any(), status).await
+}
+
+async fn write_status_to(api: &Api<Manifest>, name: &str, status: &ManifestStatus) -> Result<(), Error> {
     const ATTEMPTS: usize = 5;
     let patch = json!({"apiVersion": "deployster.io/v1alpha1", "kind": "Manifest", "status": status});
     let params = PatchParams::apply(FIELD_MANAGER).force();
-    let api = api(ctx, obj);
     for attempt in 1..=ATTEMPTS {
-        match api.patch_status(&obj.name_any(), &params, &Patch::Apply(&patch)).await {
+        match api.patch_status(name, &params, &Patch::Apply(&patch)).await {
             Ok(_) => return Ok(()),
             Err(kube::Error::Api(status)) if status.code == 409 && attempt < ATTEMPTS => {
                 tracing::debug!(attempt, "status write conflicted; retrying");
@@ -388,30 +389,32 @@ async fn delete_resources(obj: &Manifest, ctx: &Context, term: &CancellationToke
     }
 }
 
-/// Before each action: records its intent in the object's status, so that after a crash the
-/// next pass knows what may have been half done.
-struct IntentGate<'a> {
-    obj: &'a Manifest,
-    ctx: &'a Context,
-    old: &'a ManifestStatus,
-    recorder: &'a Recorder,
-    log: &'a MemoryLog,
+/// Before each action: writes the deployment log as it now stands — the action's intent last —
+/// to the object's status, so that after a crash the next pass knows what may have been half
+/// done. Observes after the recorder, which appends the intent to `log`.
+struct StatusJournal {
+    api: Api<Manifest>,
+    name: String,
+    old: ManifestStatus,
+    log: Arc<MemoryLog>,
+}
+
+impl StatusJournal {
+    fn new(ctx: &Context, obj: &Manifest, old: &ManifestStatus, log: &Arc<MemoryLog>) -> Self {
+        Self { api: api(ctx, obj), name: obj.name_any(), old: old.clone(), log: log.clone() }
+    }
 }
 
 #[async_trait]
-impl Approver for IntentGate<'_> {
-    async fn approve_resource(&self, _: &str, _: Status, _: &[Action]) -> bool {
-        true
-    }
+impl Observer for StatusJournal {
+    fn on_event(&self, _: &RunEvent) {}
 
-    async fn approve_action(&self, resource: &str, action: &Action) -> Result<bool, String> {
-        self.recorder.intent(resource, &action.name)?;
+    async fn on_intent(&self, _: &str, _: &str) -> Result<(), IntentError> {
         let mut status = self.old.clone();
         status.history = status::history_from(&self.log.entries());
         bound(&mut status);
-        write_status(self.ctx, self.obj, &status)
+        write_status_to(&self.api, &self.name, &status)
             .await
-            .map_err(|e| format!("could not record the action's intent: {e}"))?;
-        Ok(true)
+            .map_err(|e| IntentError(format!("the Manifest's status could not be written: {e}")))
     }
 }

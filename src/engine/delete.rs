@@ -162,6 +162,10 @@ impl Prepared {
         let stdin = serde_json::to_vec(&ActionRequest { state: request.clone(), stale_state: current })
             .expect("requests serialize");
         let phase = Phase::Action("delete".into());
+        if let Err(e) = self.ctx.record_intent(&self.ctx.manifest.resources[i].name, "delete").await {
+            let cause = Cause::Exec { reason: "IntentNotRecorded", message: e.to_string() };
+            return Removal::Failed(ResourceError::new(phase, cause));
+        }
         if let Err(e) = self.ctx.run_program(i, &phase, &delete_action, &self.types[i].mounts, stdin, true).await {
             return Removal::Failed(e);
         }

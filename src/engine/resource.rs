@@ -207,13 +207,12 @@ impl Context {
         let mut ran = Vec::new();
         for action in actions {
             let phase = Phase::Action(action.name.clone());
-            match approver.approve_action(name, action).await {
-                Ok(true) => {}
-                Ok(false) => return Err(Stop::Declined),
-                Err(message) => {
-                    let cause = Cause::Exec { reason: "IntentNotRecorded", message };
-                    return Err(Stop::Failed(ResourceError::new(phase, cause)));
-                }
+            if !approver.approve_action(name, action).await {
+                return Err(Stop::Declined);
+            }
+            if let Err(e) = self.record_intent(name, &action.name).await {
+                let cause = Cause::Exec { reason: "IntentNotRecorded", message: e.to_string() };
+                return Err(Stop::Failed(ResourceError::new(phase, cause)));
             }
             let started = Instant::now();
             let result = self.run_program(i, &phase, &action.invocable, &types[i].mounts, stdin.clone(), true).await;

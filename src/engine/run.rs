@@ -96,19 +96,41 @@ pub enum RunEvent {
     },
 }
 
+/// Why an action's intent could not be made durable. The action does not run: after a crash,
+/// nobody could tell it had started.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("its intent could not be recorded before it ran, so it did not run: {0}")]
+pub struct IntentError(pub String);
+
 /// Receives run events (progress display, deployment log, controller status).
+#[async_trait]
 pub trait Observer: Send + Sync {
     fn on_event(&self, event: &RunEvent);
+
+    /// `action` of `resource` is about to run: return once its intent is durable wherever this
+    /// observer keeps a record. An error stops the action (fail closed).
+    async fn on_intent(&self, _resource: &str, _action: &str) -> Result<(), IntentError> {
+        Ok(())
+    }
 }
 
 /// Sends every event to each observer in turn.
 pub struct Observers(pub Vec<Arc<dyn Observer>>);
 
+#[async_trait]
 impl Observer for Observers {
     fn on_event(&self, event: &RunEvent) {
         for observer in &self.0 {
             observer.on_event(event);
         }
+    }
+
+    /// In order, stopping at the first that cannot record the intent.
+    async fn on_intent(&self, resource: &str, action: &str) -> Result<(), IntentError> {
+        for observer in &self.0 {
+            observer.on_intent(resource, action).await?;
+        }
+        Ok(())
     }
 }
 
@@ -119,13 +141,11 @@ impl Observer for NoObserver {
     fn on_event(&self, _: &RunEvent) {}
 }
 
-/// Decides whether actions may run, per resource and per action — the last word before an
-/// action starts, so it may also record the intent to run it. `Err` means the action cannot
-/// run safely (its intent could not be recorded): the resource fails.
+/// Decides whether actions may run, per resource and per action.
 #[async_trait]
 pub trait Approver: Send + Sync {
     async fn approve_resource(&self, resource: &str, status: Status, actions: &[Action]) -> bool;
-    async fn approve_action(&self, resource: &str, action: &Action) -> Result<bool, String>;
+    async fn approve_action(&self, resource: &str, action: &Action) -> bool;
 }
 
 /// Approves everything (the plan was approved as a whole, or not at all).
@@ -136,8 +156,8 @@ impl Approver for ApproveAll {
     async fn approve_resource(&self, _: &str, _: Status, _: &[Action]) -> bool {
         true
     }
-    async fn approve_action(&self, _: &str, _: &Action) -> Result<bool, String> {
-        Ok(true)
+    async fn approve_action(&self, _: &str, _: &Action) -> bool {
+        true
     }
 }
 
@@ -154,6 +174,10 @@ pub(crate) struct Context {
 impl Context {
     pub(crate) fn emit(&self, event: RunEvent) {
         self.observer.on_event(&event);
+    }
+
+    pub(crate) async fn record_intent(&self, resource: &str, action: &str) -> Result<(), IntentError> {
+        self.observer.on_intent(resource, action).await
     }
 
     /// Runs one program for resource `i` and requires it to exit 0. `stream_all` sends every

@@ -107,8 +107,8 @@ impl Approver for Decline {
     async fn approve_resource(&self, resource: &str, _: Status, _: &[Action]) -> bool {
         resource != self.0
     }
-    async fn approve_action(&self, _: &str, _: &Action) -> Result<bool, String> {
-        Ok(true)
+    async fn approve_action(&self, _: &str, _: &Action) -> bool {
+        true
     }
 }
 

@@ -11,10 +11,9 @@ use std::sync::{Arc, Mutex};
 use serde_json::{Value, json};
 
 use super::{Entry, Event, History, HistoryError, in_progress, now_ms, target};
-use crate::engine::error::Phase;
 use crate::engine::plan::{Plan, Planned};
 use crate::engine::protocol::Status;
-use crate::engine::run::{Observer, RunEvent};
+use crate::engine::run::{IntentError, Observer, RunEvent};
 
 /// How much of a message an entry keeps.
 const DETAIL_MESSAGE_LIMIT: usize = 1024;
@@ -53,8 +52,6 @@ pub struct Recorder {
     drifts: Mutex<Vec<Drift>>,
     /// The first write failure; the run goes on, the caller reports it at the end.
     failure: Mutex<Option<String>>,
-    /// Intents already recorded through [`Recorder::intent`], not to be recorded twice.
-    intents: Mutex<std::collections::HashSet<String>>,
 }
 
 fn cut(message: &str) -> String {
@@ -93,7 +90,6 @@ impl Recorder {
             buffer: Mutex::default(),
             drifts: Mutex::default(),
             failure: Mutex::default(),
-            intents: Mutex::default(),
         })
     }
 
@@ -105,18 +101,23 @@ impl Recorder {
         self.buffer.lock().expect("buffer lock").push(entry);
     }
 
-    /// Writes everything buffered, then `entry`, in one transaction.
-    fn durable(&self, entry: Option<Entry>) {
+    /// Writes everything buffered, then `entry`, in one transaction. A failure is kept for the
+    /// end of the run (see [`Recorder::failure`]), and returned.
+    fn durable(&self, entry: Option<Entry>) -> Result<(), HistoryError> {
         let mut buffer = self.buffer.lock().expect("buffer lock");
         buffer.extend(entry);
         if buffer.is_empty() {
-            return;
+            return Ok(());
         }
         match self.log.append(&buffer) {
-            Ok(()) => buffer.clear(),
+            Ok(()) => {
+                buffer.clear();
+                Ok(())
+            }
             Err(e) => {
                 tracing::error!(error = %e, "could not write the deployment log");
                 self.failure.lock().expect("failure lock").get_or_insert(e.to_string());
+                Err(e)
             }
         }
     }
@@ -124,7 +125,7 @@ impl Recorder {
     /// Records the start: `run-started` or `plan-started`.
     pub fn start(&self) {
         let event = if self.mode == Mode::Plan { Event::PlanStarted } else { Event::RunStarted };
-        self.durable(Some(self.entry(target::MANIFEST.into(), event, json!({}))));
+        let _ = self.durable(Some(self.entry(target::MANIFEST.into(), event, json!({}))));
     }
 
     /// Records a plan's pending resources (they settle no other way) and, for a plan, its end.
@@ -140,7 +141,7 @@ impl Recorder {
             }
         }
         if self.mode == Mode::Plan {
-            self.durable(Some(self.entry(target::MANIFEST.into(), Event::PlanFinished, json!({}))));
+            let _ = self.durable(Some(self.entry(target::MANIFEST.into(), Event::PlanFinished, json!({}))));
         }
     }
 
@@ -170,22 +171,13 @@ impl Recorder {
 
     fn end(&self, event: Event, message: Option<&str>) {
         let detail = message.map_or_else(|| json!({}), |m| json!({"message": cut(m)}));
-        self.durable(Some(self.entry(target::MANIFEST.into(), event, detail)));
-    }
-
-    /// Records that `action` of `resource` is about to run, durably, before the engine starts it
-    /// (for callers that must persist the intent themselves first, like the controller).
-    pub fn intent(&self, resource: &str, action: &str) -> Result<(), String> {
-        let target = target::action(resource, action);
-        self.intents.lock().expect("intents lock").insert(target.clone());
-        self.durable(Some(self.entry(target, Event::ActionStarted, json!({}))));
-        self.failure().map_or(Ok(()), Err)
+        let _ = self.durable(Some(self.entry(target::MANIFEST.into(), event, detail)));
     }
 
     /// Everything the log holds is written; the entries this run added, for callers that keep
     /// their own copy.
     pub fn flush(&self) {
-        self.durable(None);
+        let _ = self.durable(None);
     }
 
     /// Resources that drifted during this run.
@@ -229,18 +221,19 @@ impl Recorder {
     }
 }
 
+#[async_trait::async_trait]
 impl Observer for Recorder {
+    /// The intent (`action-started`) is written, with everything buffered, in one durable
+    /// transaction before the action runs; if it cannot be, the action does not run.
+    async fn on_intent(&self, resource: &str, action: &str) -> Result<(), IntentError> {
+        let entry = self.entry(target::action(resource, action), Event::ActionStarted, json!({}));
+        self.durable(Some(entry)).map_err(|e| IntentError(e.to_string()))
+    }
+
     fn on_event(&self, event: &RunEvent) {
         match event {
             RunEvent::StateFound { resource, status, verify: false } => self.observed(resource, *status),
-            RunEvent::StateFound { verify: true, .. } | RunEvent::Output { .. } => {}
-            RunEvent::Invoking { resource, phase: Phase::Action(action) } => {
-                let target = target::action(resource, action);
-                if !self.intents.lock().expect("intents lock").remove(&target) {
-                    self.durable(Some(self.entry(target, Event::ActionStarted, json!({}))));
-                }
-            }
-            RunEvent::Invoking { .. } => {}
+            RunEvent::StateFound { verify: true, .. } | RunEvent::Output { .. } | RunEvent::Invoking { .. } => {}
             RunEvent::ActionFinished { resource, action, elapsed, error } => {
                 let (event, mut detail) = match error {
                     None => (Event::ActionFinishedSuccessfully, json!({})),
@@ -295,13 +288,54 @@ mod tests {
         log.entries().into_iter().map(|e| (e.target, e.event)).collect()
     }
 
-    #[test]
-    fn an_apply_is_recorded_with_its_intents_durable_before_the_action() {
+    /// A log whose appends fail once `full` is set (a full disk, a broken file).
+    struct Fails {
+        inner: MemoryLog,
+        full: std::sync::atomic::AtomicBool,
+    }
+
+    impl History for Fails {
+        fn append(&self, entries: &[Entry]) -> Result<(), HistoryError> {
+            if self.full.load(std::sync::atomic::Ordering::SeqCst) {
+                return Err(HistoryError::Store {
+                    path: "/state/log.sqlite".into(),
+                    message: "database or disk is full".into(),
+                });
+            }
+            self.inner.append(entries)
+        }
+        fn latest(&self, target: &str, events: &[Event]) -> Result<Option<Entry>, HistoryError> {
+            self.inner.latest(target, events)
+        }
+        fn open(&self, prefix: &str) -> Result<Vec<Entry>, HistoryError> {
+            self.inner.open(prefix)
+        }
+        fn recent(&self, prefix: &str, limit: usize) -> Result<Vec<Entry>, HistoryError> {
+            self.inner.recent(prefix, limit)
+        }
+    }
+
+    #[tokio::test]
+    async fn an_intent_that_cannot_be_written_is_an_error() {
+        let log = Arc::new(Fails { inner: MemoryLog::new(), full: Default::default() });
+        let recorder = Recorder::new(log.clone(), "r1", "REV", Mode::Apply, &["a".into()]).unwrap();
+        recorder.start();
+        log.full.store(true, std::sync::atomic::Ordering::SeqCst);
+        let err = recorder.on_intent("a", "create").await.unwrap_err();
+        assert!(err.to_string().contains("/state/log.sqlite: database or disk is full"), "{err}");
+        assert_eq!(
+            recorder.failure().as_deref(),
+            Some("the deployment log at /state/log.sqlite: database or disk is full")
+        );
+    }
+
+    #[tokio::test]
+    async fn an_apply_is_recorded_with_its_intents_durable_before_the_action() {
         let log = Arc::new(MemoryLog::new());
         let recorder = Recorder::new(log.clone(), "r1", "REV", Mode::Apply, &["a".into()]).unwrap();
         recorder.start();
         recorder.on_event(&RunEvent::StateFound { resource: "a".into(), status: Status::Missing, verify: false });
-        recorder.on_event(&RunEvent::Invoking { resource: "a".into(), phase: Phase::Action("create".into()) });
+        recorder.on_intent("a", "create").await.expect("the intent is recorded");
         assert_eq!(
             events(&log).last(),
             Some(&("resource/a/action/create".to_string(), Event::ActionStarted)),

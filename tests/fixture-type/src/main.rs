@@ -12,6 +12,7 @@
 //!     exists, MISSING with action `create` when it does not.
 //!   - `actions`: the actions to ask for when MISSING, instead of the default `create`;
 //!   - `spew_bytes`: print that many bytes on stdout first;
+//!   - `fill_disk: <path>`: first write zeros to that file until its file system is full;
 //!   - `probe`: VALID, with a state telling where the program runs: `netns` (its network
 //!     namespace), `hostname`, and with `probe.connect: "ip:port"` whether a TCP connection
 //!     there succeeded (`connected`, or `connect_error`).
@@ -148,6 +149,12 @@ fn run(phase: &str, name: &str, workspace: &std::path::Path, config: &Value, tag
         return 0;
     }
     eprintln!("state: checking {name}");
+    if let Some(path) = config["fill_disk"].as_str() {
+        // Fills the file system holding `path` (a test's tmpfs) until it refuses more.
+        let mut file = std::fs::File::create(path).expect("create the filler");
+        let chunk = vec![0u8; 64 * 1024];
+        while file.write_all(&chunk).and_then(|()| file.sync_data()).is_ok() {}
+    }
     if let Some(n) = config["spew_bytes"].as_u64() {
         let chunk = vec![b'x'; 64 * 1024];
         let mut out = std::io::stdout().lock();
