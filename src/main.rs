@@ -37,14 +37,14 @@ fn init_logging(cli: &cli::Cli) {
 fn main() -> ExitCode {
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
     if argv.get(1).is_some_and(|a| a == process::EXEC_SUBCOMMAND) {
-        // A local program about to be run: as little as possible before it takes over.
-        return ExitCode::from(u8::try_from(process::exec_program(&argv[2..])).unwrap_or(1));
+        // A local program's supervisor: as little as possible around it.
+        return ExitCode::from(u8::try_from(process::supervise(&argv[2..])).unwrap_or(1));
     }
     let cli = cli::parse();
     if let Command::BuiltinType { name, args } = &cli.command {
         // Built-in types are resource programs: no runtime, no logging set-up, just the
         // protocol — and, like every program deployster starts, they die with it.
-        process::die_with_parent();
+        process::die_with_parent(nix::sys::signal::Signal::SIGKILL);
         return ExitCode::from(u8::try_from(deployster::builtins::main(name, args)).unwrap_or(1));
     }
     init_logging(&cli);

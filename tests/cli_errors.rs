@@ -430,3 +430,19 @@ fn a_manifest_without_resources_is_invalid() {
         }
     }
 }
+
+/// A local program killed by a signal is reported as killed by that signal: its supervisor
+/// (`deployster __exec`) ends the same way, so deployster sees the program's own end.
+#[test]
+fn a_program_killed_by_a_signal_is_reported_so() {
+    use std::os::unix::fs::PermissionsExt;
+    let ws = Workspace::new();
+    let script = ws.write(
+        "crashy",
+        "#!/bin/sh\nif [ $# -eq 0 ]; then echo '{\"state_action\": {\"args\": [\"state\"]}}'; exit 0; fi\nkill -SEGV $$\n",
+    );
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    ws.manifest(&with_bystander("  crashy: { type: ./crashy }\n"));
+    let run = ws.plan(&[]);
+    assert_failed(&run, 1, &["resource `crashy`", "killed by signal 11"]);
+}

@@ -22,8 +22,8 @@ use crate::engine::typeref::TypeRef;
 
 /// The hidden sub-command of the deployster binary that runs a built-in type.
 pub const BUILTIN_SUBCOMMAND: &str = "__type";
-/// The hidden sub-command that runs a local program: it arranges for the program to die with
-/// the deployster that started it, then becomes the program (`exec`).
+/// The hidden sub-command that runs a local program under a supervisor that kills the program's
+/// whole process group when the deployster that started it dies (see [`supervise`]).
 pub const EXEC_SUBCOMMAND: &str = "__exec";
 /// The pid of the deployster that started a program, for [`die_with_parent`].
 pub const PARENT_ENV: &str = "DEPLOYSTER_PARENT_PID";
@@ -31,38 +31,102 @@ pub const PARENT_ENV: &str = "DEPLOYSTER_PARENT_PID";
 /// finds what an interrupted run left running, descendants included.
 pub const RUN_ID_ENV: &str = "DEPLOYSTER_RUN_ID";
 
-/// In a program started by deployster (built-in types, `__exec`): be killed when that
-/// deployster dies, however it dies — `kill -9` included — so that nothing it started runs on
-/// unsupervised. Exits at once if it is already gone.
-pub fn die_with_parent() {
+/// In a program started by deployster (built-in types, `__exec`): receive `signal` when that
+/// deployster dies, however it dies — `kill -9` included. Exits at once if it is already gone.
+pub fn die_with_parent(signal: Signal) {
     let Some(parent) = std::env::var(PARENT_ENV).ok().and_then(|p| p.parse::<i32>().ok()) else { return };
     // Set first, then check: a parent that died in between shows as a changed parent pid.
-    let armed = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).is_ok();
+    let armed = nix::sys::prctl::set_pdeathsig(signal).is_ok();
     if !armed || nix::unistd::getppid().as_raw() != parent {
         std::process::exit(125);
     }
 }
 
-/// `deployster __exec PROGRAM [ARGS…]`: [`die_with_parent`], then run the program in this
-/// process (its pid, process group and parent stay the ones deployster knows). Returns only
-/// when the program cannot be run, with the exit code to use.
-pub fn exec_program(argv: &[std::ffi::OsString]) -> i32 {
-    use std::ffi::CString;
-    use std::os::unix::ffi::OsStrExt;
-    die_with_parent();
-    let c = |bytes: &[u8]| CString::new(bytes).unwrap_or_default();
+/// `deployster __exec PROGRAM [ARGS…]`: runs a local program under a small supervisor, the
+/// leader of the program's process group. When the deployster that started it dies — even by
+/// `kill -9` — the supervisor kills the whole group at once: the program and everything it
+/// started. Otherwise it only waits, and ends as the program ended (its exit code, or the
+/// signal that killed it), so that deployster sees the program's own status. The signals the
+/// executor sends the group to stop it (SIGTERM, then SIGKILL) reach the program directly.
+pub fn supervise(argv: &[std::ffi::OsString]) -> i32 {
+    use nix::sys::signal::SigSet;
+    use nix::sys::signalfd::SignalFd;
+    use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
     let Some(program) = argv.first() else {
         eprintln!("deployster {EXEC_SUBCOMMAND}: no program given");
         return 2;
     };
-    let args: Vec<CString> = argv.iter().map(|a| c(a.as_bytes())).collect();
-    let env: Vec<CString> = std::env::vars_os()
+    // Blocked here and read from a signalfd: parent death (SIGUSR1), the child's end (SIGCHLD),
+    // and the stop signals meant for the program (sent to the group, they reach us too).
+    let mut watched = SigSet::empty();
+    for signal in [Signal::SIGUSR1, Signal::SIGCHLD, Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
+        watched.add(signal);
+    }
+    let Ok(signals) = watched.thread_block().and_then(|()| SignalFd::new(&watched)) else {
+        eprintln!("deployster {EXEC_SUBCOMMAND}: cannot watch for signals");
+        return 126;
+    };
+    die_with_parent(Signal::SIGUSR1);
+    let child = match spawn_unblocked(program, argv, &watched) {
+        Ok(child) => child,
+        Err(e) => {
+            eprintln!("cannot run {}: {e}", program.to_string_lossy());
+            return if e == nix::errno::Errno::ENOENT { 127 } else { 126 };
+        }
+    };
+    let parent = std::env::var(PARENT_ENV).ok().and_then(|p| p.parse::<i32>().ok());
+    loop {
+        let signal = signals.read_signal().ok().flatten().map(|info| info.ssi_signo as i32);
+        if signal == Some(Signal::SIGUSR1 as i32) && parent.is_some_and(|p| nix::unistd::getppid().as_raw() != p) {
+            // Deployster is gone: so is everything it started.
+            let _ = killpg(nix::unistd::getpgrp(), Signal::SIGKILL);
+        }
+        match waitpid(child, Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::Exited(_, code)) => return code,
+            Ok(WaitStatus::Signaled(_, signal, _)) => return end_by(signal),
+            Ok(_) => {}
+            Err(_) => return 126,
+        }
+    }
+}
+
+/// Starts the program in this process group, with no signal blocked and `watched` (and SIGPIPE)
+/// at their default dispositions — not as this supervisor has them — and without
+/// [`PARENT_ENV`].
+fn spawn_unblocked(
+    program: &std::ffi::OsStr,
+    argv: &[std::ffi::OsString],
+    watched: &nix::sys::signal::SigSet,
+) -> nix::Result<Pid> {
+    use nix::spawn::{PosixSpawnAttr, PosixSpawnFileActions, PosixSpawnFlags, posix_spawn};
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    let c = |bytes: &[u8]| CString::new(bytes).map_err(|_| nix::errno::Errno::EINVAL);
+    let args = argv.iter().map(|a| c(a.as_bytes())).collect::<nix::Result<Vec<_>>>()?;
+    let env = std::env::vars_os()
         .filter(|(k, _)| k != PARENT_ENV)
         .map(|(k, v)| c(&[k.as_bytes(), b"=", v.as_bytes()].concat()))
-        .collect();
-    let error = nix::unistd::execve(&c(program.as_bytes()), &args, &env).unwrap_err();
-    eprintln!("cannot run {}: {error}", program.to_string_lossy());
-    if error == nix::errno::Errno::ENOENT { 127 } else { 126 }
+        .collect::<nix::Result<Vec<_>>>()?;
+    let mut attr = PosixSpawnAttr::init()?;
+    attr.set_flags(PosixSpawnFlags::POSIX_SPAWN_SETSIGMASK | PosixSpawnFlags::POSIX_SPAWN_SETSIGDEF)?;
+    attr.set_sigmask(&nix::sys::signal::SigSet::empty())?;
+    // SIGPIPE too: the Rust runtime ignores it, and programs expect its default.
+    let mut defaults = *watched;
+    defaults.add(Signal::SIGPIPE);
+    attr.set_sigdefault(&defaults)?;
+    posix_spawn(c(program.as_bytes())?.as_c_str(), &PosixSpawnFileActions::init()?, &attr, &args, &env)
+}
+
+/// Ends this process by `signal`, as the program ended. We install no handlers, but the Rust
+/// runtime does for SIGSEGV and SIGBUS (stack overflows): it resets the default and returns,
+/// so a second raise ends the process.
+fn end_by(signal: Signal) -> i32 {
+    let mut only = nix::sys::signal::SigSet::empty();
+    only.add(signal);
+    let _ = only.thread_unblock();
+    let _ = nix::sys::signal::raise(signal);
+    let _ = nix::sys::signal::raise(signal);
+    128 + signal as i32
 }
 
 /// Runs local programs; `builtin_program` is the deployster executable that carries the
