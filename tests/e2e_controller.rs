@@ -163,12 +163,18 @@ fn starts(dir: &Path) -> usize {
     lock_log(dir).iter().filter(|(_, what, _)| what == "started").count()
 }
 
-/// The pid of an action running now under `controller`, if any.
+/// The parent of process `pid`.
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit(')').next()?.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The pid of an action running now under `controller` (its child, the program's supervisor,
+/// is the action's parent), if any.
 fn running_action(dir: &Path, controller: &ControllerProcess) -> Option<u32> {
     lock_log(dir).into_iter().rev().find_map(|(pid, what, _)| {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        let parent: u32 = stat.rsplit(')').next()?.split_whitespace().nth(1)?.parse().ok()?;
-        (what == "started" && parent == controller.child.id()).then_some(pid)
+        let under = parent_of(pid).and_then(parent_of) == Some(controller.child.id());
+        (what == "started" && under).then_some(pid)
     })
 }
 
