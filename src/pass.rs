@@ -1,11 +1,225 @@
-//! A recorded pass over a manifest, shared by every front end (the CLI's `plan`, `apply`,
-//! `reconcile`, and the controller).
+//! One recorded pass over a manifest, for every front end: the CLI's `plan`, `apply` and each
+//! pass of `reconcile`, and the controller's reconcile and deletion.
 //!
-//! So far: recovery, the first step of every pass that changes things.
+//! ```text
+//! recover   runs that change things: stop what interrupted runs left, record them interrupted
+//! started   the deployment log's Recorder is an observer like the others: it records from events
+//! prepare   init every resource
+//! plan      read every state it can; observers see the plan and the drift
+//! decide    failures, nothing to do, or the approver: apply, decline, refuse
+//! apply     (or delete) in dependency order; each action's intent durable first, or it does not run
+//! ended     succeeded, failed, declined — or interrupted, when the cancellation stopped the pass
+//! ```
+//!
+//! Front ends bring their observers (progress; the status journal), their approver (prompts;
+//! approve all) and their cancellation, and turn the [`Passed`] into output, status and exit
+//! codes. Nothing here prints; every way out of a pass records its end.
 
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::engine::PrepareError;
+use crate::engine::delete::DeleteReport;
 use crate::engine::executor::{ExecError, Executor};
-use crate::history::recorder::{Interrupted, close_interrupted};
+use crate::engine::plan::{Drift, Plan, Report};
+use crate::engine::run::{Approver, Decision, Ending, Engine, Observer, Observers, RunEvent, RunOptions};
+use crate::engine::validate::ValidatedManifest;
+use crate::history::recorder::{Interrupted, Mode as LogMode, Recorder, close_interrupted};
 use crate::history::{History, HistoryError, in_progress};
+
+/// What a pass does once it has planned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Nothing: it changes nothing (in the log, a plan is not a run).
+    Plan,
+    /// Applies the plan, once approved.
+    Apply,
+    /// Deletes the manifest's resources, dependents first.
+    Delete,
+}
+
+/// A pass to run: what, with what, watched by whom, approved by whom.
+pub struct Pass<'a> {
+    pub manifest: Arc<ValidatedManifest>,
+    pub executor: Arc<dyn Executor>,
+    pub log: Arc<dyn History>,
+    pub mode: Mode,
+    pub options: RunOptions,
+    /// Beside the deployment log's recorder: progress, a status journal.
+    pub observers: Vec<Arc<dyn Observer>>,
+    pub approver: &'a dyn Approver,
+    /// Cancelled to stop the pass: running programs are stopped, none are started.
+    pub cancel: CancellationToken,
+    /// Why the pass was cancelled, for the log (asked only when it was).
+    pub cancelled_because: &'a (dyn Fn() -> String + Sync),
+    /// Deal with interrupted runs first ([`recover`]): for passes that change things, which
+    /// hold their state exclusively.
+    pub recover: bool,
+}
+
+/// How a pass ended.
+#[derive(Debug)]
+pub enum Ended {
+    /// Init failed, or the executor cannot run these types: nothing was read.
+    NotPrepared(PrepareError),
+    /// [`Mode::Plan`]: planned; nothing ran.
+    Planned(Plan),
+    /// The plan has failed or blocked resources: nothing was applied.
+    NotApplicable(Plan),
+    /// Everything was VALID already.
+    Unchanged {
+        plan: Plan,
+        report: Report,
+    },
+    Declined {
+        plan: Plan,
+        why: String,
+    },
+    /// No decision could be had (say, no terminal to confirm on): nothing was applied.
+    Refused {
+        plan: Plan,
+        why: String,
+    },
+    Applied {
+        plan: Plan,
+        report: Report,
+    },
+    Deleted {
+        plan: Plan,
+        report: DeleteReport,
+    },
+}
+
+/// What a pass did.
+#[derive(Debug)]
+pub struct Passed {
+    pub run_id: String,
+    pub recovered: Vec<Recovered>,
+    /// Resources VALID at their last observation in the log and not now.
+    pub drifts: Vec<Drift>,
+    pub ended: Ended,
+    /// Set when the cancellation stopped the pass (recorded as interrupted), with why.
+    pub interrupted: Option<String>,
+    /// The first failure to write the deployment log, when the pass is not fully recorded.
+    pub unrecorded: Option<String>,
+}
+
+impl Passed {
+    /// Whether the pass left (or, planning, found) every resource VALID.
+    pub fn succeeded(&self) -> bool {
+        match &self.ended {
+            Ended::Planned(plan) => plan.is_applicable(),
+            Ended::Unchanged { report, .. } | Ended::Applied { report, .. } => report.succeeded(),
+            Ended::Deleted { report, .. } => report.succeeded(),
+            _ => false,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PassError {
+    #[error(transparent)]
+    Recovery(#[from] RecoveryError),
+    #[error(transparent)]
+    Log(#[from] HistoryError),
+}
+
+impl PassError {
+    pub fn reason(&self) -> &'static str {
+        match self {
+            PassError::Recovery(e) => e.reason(),
+            PassError::Log(e) => e.reason(),
+        }
+    }
+}
+
+impl Pass<'_> {
+    /// Runs the pass. An error means nothing was read or run: recovery failed, or the log
+    /// cannot be read for drift.
+    pub async fn run(self) -> Result<Passed, PassError> {
+        let run_id = self.options.run_id.clone();
+        let recovered = match self.recover {
+            true => recover(self.log.as_ref(), self.executor.as_ref(), &run_id).await?,
+            false => Vec::new(),
+        };
+        let names: Vec<String> = self.manifest.resources.iter().map(|r| r.name.clone()).collect();
+        let log_mode = if self.mode == Mode::Plan { LogMode::Plan } else { LogMode::Apply };
+        let recorder = Arc::new(Recorder::new(self.log.clone(), &run_id, &self.manifest.revision, log_mode, &names)?);
+        let mut observers: Vec<Arc<dyn Observer>> = vec![recorder.clone()];
+        observers.extend(self.observers.iter().cloned());
+        let observers = Arc::new(Observers(observers));
+        for r in &recovered {
+            observers.on_event(&RunEvent::Recovered { description: r.describe() });
+        }
+        observers.on_event(&RunEvent::Started);
+        let (ended, ending) = self.plan_and_decide(observers.clone(), &recorder).await;
+        let interrupted = self.cancel.is_cancelled().then(|| (self.cancelled_because)());
+        let ending = interrupted.clone().map_or(ending, Ending::Interrupted);
+        observers.on_event(&RunEvent::Ended(ending));
+        Ok(Passed { run_id, recovered, drifts: recorder.drifts(), ended, interrupted, unrecorded: recorder.failure() })
+    }
+
+    async fn plan_and_decide(&self, observers: Arc<Observers>, recorder: &Recorder) -> (Ended, Ending) {
+        let engine = Engine::new(self.manifest.clone(), self.executor.clone(), self.options.clone())
+            .with_observer(observers.clone())
+            .with_cancellation(self.cancel.clone());
+        let prepared = match engine.prepare().await {
+            Ok(prepared) => prepared,
+            Err(e) => {
+                let why = e.to_string();
+                return (Ended::NotPrepared(e), Ending::Failed(why));
+            }
+        };
+        let plan = prepared.plan().await;
+        observers.on_planned(&plan, &recorder.drifts());
+        match self.mode {
+            Mode::Plan => (Ended::Planned(plan), Ending::Planned),
+            Mode::Delete => match prepared.delete(&plan).await {
+                Ok(report) => {
+                    let ending = match report.problems().as_slice() {
+                        [] => Ending::Succeeded,
+                        problems => Ending::Failed(problems.join("; ")),
+                    };
+                    (Ended::Deleted { plan, report }, ending)
+                }
+                Err(e) => (Ended::NotApplicable(plan), Ending::Failed(e.to_string())),
+            },
+            Mode::Apply if !plan.is_applicable() => {
+                (Ended::NotApplicable(plan), Ending::Failed("the plan has failures".into()))
+            }
+            Mode::Apply => {
+                let decision =
+                    if plan.has_changes() { self.approver.approve_plan(&plan).await } else { Decision::Apply };
+                let report = match decision {
+                    Decision::Apply => prepared.apply(&plan, self.approver).await,
+                    Decision::Decline(why) => {
+                        return (Ended::Declined { plan, why: why.clone() }, Ending::Declined(why));
+                    }
+                    Decision::Refuse(why) => return (Ended::Refused { plan, why: why.clone() }, Ending::Declined(why)),
+                };
+                let report = match report {
+                    Ok(report) => report,
+                    Err(e) => return (Ended::NotApplicable(plan), Ending::Failed(e.to_string())),
+                };
+                let ending = if report.succeeded() {
+                    Ending::Succeeded
+                } else {
+                    let c = report.counts();
+                    Ending::Failed(format!(
+                        "{} failed, {} blocked, {} declined or cancelled",
+                        c.failed, c.blocked, c.declined
+                    ))
+                };
+                let ended = match plan.has_changes() {
+                    true => Ended::Applied { plan, report },
+                    false => Ended::Unchanged { plan, report },
+                };
+                (ended, ending)
+            }
+        }
+    }
+}
 
 /// A run that never recorded its end, found and dealt with by [`recover`].
 #[derive(Debug, Clone)]
@@ -78,3 +292,7 @@ pub async fn recover(
         })
         .collect())
 }
+
+#[cfg(test)]
+#[path = "pass_tests.rs"]
+mod tests;

@@ -4,18 +4,17 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use super::confirm::{self, ConfirmMode};
+use super::confirm::{ConfirmMode, Prompting};
 use super::progress::Progress;
 use super::render;
-use super::{ApplyArgs, CliError, Exit, ManifestArgs, OutputFormat, executor, interactive, load};
+use super::{ApplyArgs, CliError, Exit, ManifestArgs, OutputFormat, executor, load};
 use crate::engine::executor::Executor;
 use crate::engine::manifest::parent_dir;
-use crate::engine::plan::{Plan, Planned};
-use crate::engine::run::{Engine, Observers, RunOptions, new_run_id};
-use crate::history::recorder::{Drift, Mode, Recorder};
+use crate::engine::plan::{Drift, Plan, Planned, Report};
+use crate::engine::run::RunOptions;
 use crate::history::store::{SqliteLog, StateLock};
 use crate::history::{History, MemoryLog, Unrecorded};
-use crate::pass::recover;
+use crate::pass::{Ended, Mode, Pass, Passed};
 use crate::stop::{Cancel, Stop};
 
 /// The state directory: `--state-dir`, else `.deployster` beside the (first) manifest.
@@ -59,8 +58,8 @@ impl State {
     }
 }
 
-/// What a pass did.
-pub(super) struct Pass {
+/// What a pass did, for `reconcile`'s summary and the exit code.
+pub(super) struct Summary {
     pub exit: Exit,
     pub run_id: String,
     pub drifts: Vec<Drift>,
@@ -82,16 +81,6 @@ fn stop_on_signals(progress: Arc<Progress>) -> Result<Stop, CliError> {
     Ok(stop)
 }
 
-/// What the log says of a run stopped from outside.
-pub(super) fn interruption(stop: &Stop) -> Option<String> {
-    stop.now.is_cancelled().then(|| {
-        format!(
-            "interrupted by {}: running programs were stopped and no new ones started",
-            stop.signal().unwrap_or("a stop request")
-        )
-    })
-}
-
 /// The exit code of a plan that cannot be applied: 2 when every failure is the manifest's
 /// fault (a config that does not render or match its schema), 1 otherwise.
 fn plan_exit(plan: &Plan) -> Exit {
@@ -105,13 +94,7 @@ fn plan_exit(plan: &Plan) -> Exit {
     if invalid_input { Exit::Invalid } else { Exit::Failed }
 }
 
-fn say_drifts(progress: &Progress, drifts: &[Drift]) {
-    for d in drifts {
-        progress.say(&format!("Drift: {} was VALID at its last observation and is {} now.", d.resource, d.now));
-    }
-}
-
-/// One pass. `confirm: None` plans only.
+/// One pass: `confirm: None` plans only.
 pub(super) async fn pass(
     args: &ManifestArgs,
     confirm: Option<ConfirmMode>,
@@ -119,123 +102,92 @@ pub(super) async fn pass(
     state: &State,
     executor: Arc<dyn Executor>,
     stop: &Stop,
-) -> Result<Pass, CliError> {
+) -> Result<Summary, CliError> {
     let manifest = Arc::new(load(args)?);
-    let run_id = new_run_id();
-    let mode = if confirm.is_some() { Mode::Apply } else { Mode::Plan };
-    if state.exclusive {
-        for recovered in recover(state.log.as_ref(), executor.as_ref(), &run_id).await? {
-            progress.note(&format!("note: {}", recovered.describe()));
-        }
-    }
-    let names: Vec<String> = manifest.resources.iter().map(|r| r.name.clone()).collect();
-    let recorder = Arc::new(Recorder::new(state.log.clone(), &run_id, &manifest.revision, mode, &names)?);
-    recorder.start();
-    let mut options =
-        RunOptions { verbose: args.verbose, timeout: args.timeout, run_id: run_id.clone(), ..RunOptions::default() };
+    let mut options = RunOptions { verbose: args.verbose, timeout: args.timeout, ..RunOptions::default() };
     if let Some(n) = args.parallelism {
         options.parallelism = usize::from(n);
     }
-    let observers = Arc::new(Observers(vec![progress.clone(), recorder.clone()]));
-    let prepared = match Engine::new(manifest.clone(), executor, options)
-        .with_observer(observers)
-        .with_cancellation(stop.now.child_token())
-        .prepare()
-        .await
-    {
-        Ok(prepared) => prepared,
-        Err(e) => {
-            match interruption(stop) {
-                Some(why) => recorder.interrupted(&why),
-                None => recorder.abort(&e.to_string()),
-            }
-            return Err(e.into());
-        }
+    let approver = Prompting::new(confirm.unwrap_or(ConfirmMode::No), progress.clone());
+    let why = || {
+        let signal = stop.signal().unwrap_or("a stop request");
+        format!("interrupted by {signal}: running programs were stopped and no new ones started")
     };
-    let plan = prepared.plan().await;
+    let passed = Pass {
+        manifest: manifest.clone(),
+        executor,
+        log: state.log.clone(),
+        mode: if confirm.is_some() { Mode::Apply } else { Mode::Plan },
+        options,
+        observers: vec![progress.clone()],
+        approver: &approver,
+        cancel: stop.now.child_token(),
+        cancelled_because: &why,
+        recover: state.exclusive,
+    }
+    .run()
+    .await?;
     progress.clear();
-    recorder.planned(&plan);
-    let drifts = recorder.drifts();
-    let format = args.output;
-    let mut pass = Pass { exit: plan_exit(&plan), run_id, drifts: drifts.clone(), changed: false };
-    let finish_without_applying = |status: &str, exit: Exit| {
-        if format == OutputFormat::Json {
-            render::print_json(&render::document(&plan, None, status, &manifest.revision, &drifts));
-        }
-        if exit != Exit::Ok {
-            render::print_plan_failures(&plan);
-        }
-        warn_if_unrecorded(progress, &recorder);
-        exit
-    };
-    if format == OutputFormat::Text {
-        render::print_plan(&plan);
-        say_drifts(progress, &drifts);
-    }
-    let Some(confirm) = confirm else {
-        pass.exit = finish_without_applying("planned", pass.exit);
-        return Ok(pass);
-    };
-    if !plan.is_applicable() {
-        match interruption(stop) {
-            Some(why) => recorder.interrupted(&why),
-            None => recorder.finish(false, Some("the plan has failures")),
-        }
-        pass.exit = finish_without_applying("failed", pass.exit);
-        progress.note("nothing was applied: the plan has failures");
-        return Ok(pass);
-    }
-    if !plan.has_changes() {
-        recorder.finish(true, None);
-        progress.say(&format!("Nothing to do: all {} resources are VALID.", plan.entries.len()));
-        pass.exit = finish_without_applying("unchanged", Exit::Ok);
-        return Ok(pass);
-    }
-    if confirm != ConfirmMode::No && !interactive() {
-        recorder.declined("no terminal to confirm on");
-        return Err(CliError::Refused(format!(
-            "manifest {}: refusing to apply without confirmation: there is no terminal to ask on \
-             (--confirm {}); pass --yes (or --confirm no) to apply without asking",
-            plan.manifest,
-            confirm.name()
-        )));
-    }
-    if confirm == ConfirmMode::Once && !confirm::ask(progress, "Apply these changes?") {
-        recorder.declined("declined by the user");
-        progress.say("Apply cancelled; nothing was changed.");
-        pass.exit = finish_without_applying("declined", Exit::Failed);
-        return Ok(pass);
-    }
-    let approver = confirm::Prompting::new(confirm, progress.clone());
-    progress.start_executing(render::name_width(plan.entries.iter().map(|e| e.name.as_str())));
-    let report = prepared.apply(&plan, &approver).await?;
-    progress.clear();
-    let message = (!report.succeeded()).then(|| {
-        let c = report.counts();
-        format!("{} failed, {} blocked, {} declined or cancelled", c.failed, c.blocked, c.declined)
-    });
-    match interruption(stop) {
-        Some(why) => recorder.interrupted(&why),
-        None => recorder.finish(report.succeeded(), message.as_deref()),
-    }
-    match format {
-        OutputFormat::Text => render::print_report(&report),
-        OutputFormat::Json => {
-            let status = if report.succeeded() { "applied" } else { "failed" };
-            render::print_json(&render::document(&plan, Some(&report), status, &manifest.revision, &drifts));
-            render::print_report_failures(&report);
-        }
-    }
-    warn_if_unrecorded(progress, &recorder);
-    pass.changed = report.counts().applied > 0;
-    pass.exit = if report.succeeded() { Exit::Ok } else { Exit::Failed };
-    Ok(pass)
-}
-
-fn warn_if_unrecorded(progress: &Progress, recorder: &Recorder) {
-    if let Some(failure) = recorder.failure() {
+    let exit = show(args.output, progress, &manifest.revision, &passed)?;
+    if let Some(failure) = &passed.unrecorded {
         progress.note(&format!("warning: this run is not fully recorded in the deployment log: {failure}"));
     }
+    let changed = matches!(&passed.ended, Ended::Applied { report, .. } if report.counts().applied > 0);
+    Ok(Summary { exit, run_id: passed.run_id, drifts: passed.drifts, changed })
+}
+
+/// Shows how the pass ended (the plan itself was shown as it was made), and its exit code.
+fn show(format: OutputFormat, progress: &Progress, revision: &str, passed: &Passed) -> Result<Exit, CliError> {
+    let json = |plan: &Plan, report: Option<&Report>, status: &str| {
+        if format == OutputFormat::Json {
+            render::print_json(&render::document(plan, report, status, revision, &passed.drifts));
+        }
+    };
+    Ok(match &passed.ended {
+        Ended::NotPrepared(e) => return Err(CliError::Prepare(e.clone())),
+        Ended::Refused { why, .. } => return Err(CliError::Refused(why.clone())),
+        Ended::Planned(plan) => {
+            json(plan, None, "planned");
+            if !plan.is_applicable() {
+                render::print_plan_failures(plan);
+            }
+            plan_exit(plan)
+        }
+        Ended::NotApplicable(plan) => {
+            json(plan, None, "failed");
+            render::print_plan_failures(plan);
+            progress.note("nothing was applied: the plan has failures");
+            plan_exit(plan)
+        }
+        Ended::Unchanged { plan, .. } => {
+            progress.say(&format!("Nothing to do: all {} resources are VALID.", plan.entries.len()));
+            json(plan, None, "unchanged");
+            Exit::Ok
+        }
+        Ended::Declined { plan, .. } => {
+            progress.say("Apply cancelled; nothing was changed.");
+            json(plan, None, "declined");
+            Exit::Failed
+        }
+        Ended::Applied { plan, report } => {
+            match format {
+                OutputFormat::Text => render::print_report(report),
+                OutputFormat::Json => {
+                    json(plan, Some(report), if report.succeeded() { "applied" } else { "failed" });
+                    render::print_report_failures(report);
+                }
+            }
+            if report.succeeded() { Exit::Ok } else { Exit::Failed }
+        }
+        // The CLI has no deleting pass.
+        Ended::Deleted { .. } => {
+            if passed.succeeded() {
+                Exit::Ok
+            } else {
+                Exit::Failed
+            }
+        }
+    })
 }
 
 pub(super) async fn plan(args: ManifestArgs) -> Result<Exit, CliError> {

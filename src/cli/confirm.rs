@@ -5,9 +5,12 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use clap::ValueEnum;
 
+use super::interactive;
 use super::progress::Progress;
+use super::render::name_width;
+use crate::engine::plan::Plan;
 use crate::engine::protocol::{Action, Status};
-use crate::engine::run::Approver;
+use crate::engine::run::{Approver, Decision};
 
 /// When `apply` asks for confirmation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -57,6 +60,24 @@ impl Prompting {
 
 #[async_trait]
 impl Approver for Prompting {
+    /// Refuses without a terminal to ask on (unless asked not to ask), asks once in `Once`, and
+    /// from then on shows each resource as it settles.
+    async fn approve_plan(&self, plan: &Plan) -> Decision {
+        if self.mode != ConfirmMode::No && !interactive() {
+            return Decision::Refuse(format!(
+                "manifest {}: refusing to apply without confirmation: there is no terminal to ask on \
+                 (--confirm {}); pass --yes (or --confirm no) to apply without asking",
+                plan.manifest,
+                self.mode.name()
+            ));
+        }
+        if self.mode == ConfirmMode::Once && !self.ask("Apply these changes?".into()) {
+            return Decision::Decline("declined by the user".into());
+        }
+        self.progress.start_executing(name_width(plan.entries.iter().map(|e| e.name.as_str())));
+        Decision::Apply
+    }
+
     async fn approve_resource(&self, resource: &str, status: Status, actions: &[Action]) -> bool {
         if self.mode != ConfirmMode::Resource {
             return true;

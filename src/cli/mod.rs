@@ -309,7 +309,7 @@ pub enum CliError {
     #[error(transparent)]
     History(#[from] crate::history::HistoryError),
     #[error(transparent)]
-    Recovery(#[from] crate::pass::RecoveryError),
+    Pass(#[from] crate::pass::PassError),
     #[cfg(feature = "kube")]
     #[error(transparent)]
     Controller(#[from] crate::controller::Error),
@@ -327,7 +327,7 @@ impl CliError {
             | CliError::NotApplicable(_)
             | CliError::SelfExe(_)
             | CliError::History(_)
-            | CliError::Recovery(_) => Exit::Failed,
+            | CliError::Pass(_) => Exit::Failed,
         }
     }
 }

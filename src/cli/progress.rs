@@ -10,8 +10,9 @@ use std::time::Duration;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use super::OutputFormat;
-use super::render::{elapsed, settled_line};
+use super::render::{elapsed, print_plan, settled_line};
 use crate::engine::error::Phase;
+use crate::engine::plan::{Drift, Plan};
 use crate::engine::run::{Observer, RunEvent};
 
 pub(super) struct Progress {
@@ -98,8 +99,21 @@ impl Progress {
 }
 
 impl Observer for Progress {
+    /// The plan as soon as it is made (text; JSON prints one document at the end), then the
+    /// drift it found.
+    fn on_planned(&self, plan: &Plan, drifts: &[Drift]) {
+        self.clear();
+        if self.format == OutputFormat::Text {
+            print_plan(plan);
+            for d in drifts {
+                self.say(&format!("Drift: {} was VALID at its last observation and is {} now.", d.resource, d.now));
+            }
+        }
+    }
+
     fn on_event(&self, event: &RunEvent) {
         match event {
+            RunEvent::Recovered { description } => self.note(&format!("note: {description}")),
             RunEvent::Invoking { resource, phase } => self.busy(resource, format!("{resource}: {phase}")),
             RunEvent::Output { resource, phase, line, .. } => {
                 let source = match phase {
@@ -120,7 +134,7 @@ impl Observer for Progress {
                     self.say(&settled_line(label, resource, width, detail, Some(&elapsed(*took))));
                 }
             }
-            RunEvent::StateFound { .. } | RunEvent::ActionFinished { .. } => {}
+            RunEvent::StateFound { .. } | RunEvent::ActionFinished { .. } | RunEvent::Started | RunEvent::Ended(_) => {}
         }
     }
 }

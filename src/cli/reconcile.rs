@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::apply::{Pass, State, pass};
+use super::apply::{State, Summary, pass};
 use super::confirm::ConfirmMode;
 use super::progress::Progress;
 use super::{CliError, Exit, ReconcileArgs, executor};
@@ -26,7 +26,7 @@ fn stop_on_signals(progress: Arc<Progress>) -> Result<Stop, CliError> {
     Ok(stop)
 }
 
-fn summary(n: u64, pass: &Pass) -> String {
+fn summary(n: u64, pass: &Summary) -> String {
     let drift: Vec<&str> = pass.drifts.iter().map(|d| d.resource.as_str()).collect();
     let outcome = match (pass.exit, pass.changed) {
         (Exit::Ok, true) => "applied changes",

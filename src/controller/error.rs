@@ -32,8 +32,8 @@ pub enum Error {
     MetricsAddr { addr: SocketAddr, source: std::io::Error },
     #[error("cannot watch for signals: {0}")]
     Signals(std::io::Error),
-    #[error("cannot stop what the interrupted pass {run} left running: {source}; nothing was started")]
-    Recovery { run: String, source: crate::engine::executor::ExecError },
+    #[error(transparent)]
+    Pass(#[from] crate::pass::PassError),
 }
 
 impl Error {
@@ -49,7 +49,7 @@ impl Error {
             Error::Lease { .. } => "LeaderElection",
             Error::MetricsAddr { .. } => "MetricsAddrUnavailable",
             Error::Signals(_) => "Signals",
-            Error::Recovery { .. } => "RecoveryFailed",
+            Error::Pass(e) => e.reason(),
         }
     }
 

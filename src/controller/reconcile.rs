@@ -17,10 +17,9 @@ use super::inputs::{self, InputProblem};
 use super::status::{self, Observed, PassResult, bound, changed, cut, history_entries, next_status};
 use crate::crd::{DeletionPolicy, Manifest, ManifestStatus};
 use crate::engine::plan::Outcome;
-use crate::engine::run::{ApproveAll, Engine, IntentError, Observer, Observers, RunEvent, RunOptions, new_run_id};
-use crate::history::recorder::{Mode, Recorder};
-use crate::history::{History, MemoryLog};
-use crate::pass::{RecoveryError, recover};
+use crate::engine::run::{ApproveAll, IntentError, Observer, RunEvent, RunOptions, new_run_id};
+use crate::history::MemoryLog;
+use crate::pass::{Ended, Mode, Pass};
 
 /// The field manager of every status write.
 pub const FIELD_MANAGER: &str = "deployster-controller";
@@ -139,48 +138,44 @@ async fn pass(
     // The reconcile's span (controller::run) has a slot for it: every log line of the pass says it.
     tracing::Span::current().record("run_id", run_id.as_str());
     let log = Arc::new(MemoryLog::from_entries(history_entries(old), Some(ctx.settings.history_limit)));
-    let recovered = match recover(log.as_ref(), ctx.executor.as_ref(), &run_id).await {
-        Ok(recovered) => recovered,
-        Err(RecoveryError::Stop { run, source }) => return Err(Error::Recovery { run, source }),
-        // An in-memory log cannot fail.
-        Err(RecoveryError::Log(_)) => Vec::new(),
-    };
-    for recovered in recovered {
+    let why = || interruption(ctx);
+    let passed = Pass {
+        manifest: Arc::new(manifest),
+        executor: ctx.executor.clone(),
+        log: log.clone(),
+        mode: Mode::Apply,
+        options: RunOptions {
+            parallelism: ctx.settings.parallelism,
+            timeout: ctx.settings.timeout,
+            run_id,
+            verbose: false,
+        },
+        observers: vec![Arc::new(StatusJournal::new(ctx, obj, old, &log))],
+        approver: &ApproveAll,
+        cancel: term.child_token(),
+        cancelled_because: &why,
+        recover: true,
+    }
+    .run()
+    .await?;
+    for recovered in &passed.recovered {
         publish(ctx, obj, EventType::Warning, "Interrupted", "Reconcile", &recovered.describe()).await;
     }
-    let names: Vec<String> = manifest.resources.iter().map(|r| r.name.clone()).collect();
-    let history: Arc<dyn History> = log.clone();
-    let recorder = Arc::new(
-        Recorder::new(history, &run_id, &revision, Mode::Apply, &names).expect("an in-memory log cannot fail"),
-    );
-    recorder.start();
-    let options =
-        RunOptions { parallelism: ctx.settings.parallelism, timeout: ctx.settings.timeout, run_id, verbose: false };
-    let engine = Engine::new(Arc::new(manifest), ctx.executor.clone(), options)
-        .with_observer(Arc::new(Observers(vec![recorder.clone(), Arc::new(StatusJournal::new(ctx, obj, old, &log))])))
-        .with_cancellation(term.child_token());
-    let observed = match engine.prepare().await {
-        Err(e) if e.is_invalid_input() => Observed::Invalid { reason: e.reason(), message: e.to_string() },
-        Err(e) => Observed::NotRun { reason: e.reason(), message: e.to_string() },
-        Ok(prepared) => {
-            let plan = prepared.plan().await;
-            if plan.is_applicable() {
-                match prepared.apply(&plan, &ApproveAll).await {
-                    Ok(report) => Observed::Applied(report),
-                    Err(e) => Observed::NotRun { reason: "NotApplicable", message: e.to_string() },
-                }
-            } else {
-                Observed::Unapplied(plan)
-            }
+    let observed = match passed.ended {
+        Ended::NotPrepared(e) if e.is_invalid_input() => {
+            Observed::Invalid { reason: e.reason(), message: e.to_string() }
         }
+        Ended::NotPrepared(e) => Observed::NotRun { reason: e.reason(), message: e.to_string() },
+        Ended::Unchanged { report, .. } | Ended::Applied { report, .. } => Observed::Applied(report),
+        Ended::NotApplicable(plan)
+        | Ended::Planned(plan)
+        | Ended::Declined { plan, .. }
+        | Ended::Refused { plan, .. }
+        | Ended::Deleted { plan, .. } => Observed::Unapplied(plan),
     };
     let succeeded = matches!(&observed, Observed::Applied(r) if r.succeeded());
-    let interrupted = term.is_cancelled().then(|| interruption(ctx));
-    match &interrupted {
-        Some(why) => recorder.interrupted(why),
-        None => recorder.finish(succeeded, (!succeeded).then_some("the pass did not leave every resource VALID")),
-    }
-    let drifts = recorder.drifts();
+    let interrupted = passed.interrupted;
+    let drifts = passed.drifts;
     let no_op = succeeded
         && drifts.is_empty()
         && matches!(&observed, Observed::Applied(r) if r.counts().applied == 0)
@@ -374,18 +369,34 @@ async fn delete_resources(obj: &Manifest, ctx: &Context, term: &CancellationToke
     };
     let manifest = inputs::engine_manifest(obj, &inputs)?;
     inputs::check_programs(&manifest, ctx.settings.allow_local_programs)?;
-    let options =
-        RunOptions { parallelism: ctx.settings.parallelism, timeout: ctx.settings.timeout, ..RunOptions::default() };
-    let prepared = Engine::new(Arc::new(manifest), ctx.executor.clone(), options)
-        .with_cancellation(term.child_token())
-        .prepare()
-        .await
-        .map_err(|e| e.to_string())?;
-    let plan = prepared.plan().await;
-    let report = prepared.delete(&plan).await.map_err(|e| e.to_string())?;
-    match report.problems().as_slice() {
-        [] => Ok(()),
-        problems => Err(format!("could not delete: {}", problems.join("; "))),
+    let old = obj.status.clone().unwrap_or_default();
+    let why = || interruption(ctx);
+    let passed = Pass {
+        manifest: Arc::new(manifest),
+        executor: ctx.executor.clone(),
+        log: Arc::new(MemoryLog::from_entries(history_entries(&old), Some(ctx.settings.history_limit))),
+        mode: Mode::Delete,
+        options: RunOptions {
+            parallelism: ctx.settings.parallelism,
+            timeout: ctx.settings.timeout,
+            ..RunOptions::default()
+        },
+        observers: Vec::new(),
+        approver: &ApproveAll,
+        cancel: term.child_token(),
+        cancelled_because: &why,
+        recover: true,
+    }
+    .run()
+    .await
+    .map_err(|e| e.to_string())?;
+    match passed.ended {
+        Ended::Deleted { report, .. } => match report.problems().as_slice() {
+            [] => Ok(()),
+            problems => Err(format!("could not delete: {}", problems.join("; "))),
+        },
+        Ended::NotPrepared(e) => Err(e.to_string()),
+        _ => Err("the delete pass did not run".into()),
     }
 }
 

@@ -13,6 +13,13 @@ use super::expr;
 use super::protocol::{Action, Status};
 use super::validate::ValidatedManifest;
 
+/// A resource that was VALID at its previous observation (in the deployment log) and is not now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Drift {
+    pub resource: String,
+    pub now: Status,
+}
+
 /// A dependency a pending resource waits on, and how it stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Waiting {

@@ -24,7 +24,7 @@ use super::error::{Cause, Phase, ResourceError};
 use super::executor::process::RUN_ID_ENV;
 use super::executor::{Executor, Invocation, InvocationLabels, LineSink, Mount, Outcome as ExecOutcome, Stream};
 use super::init::{PrepareError, ResourceType, init_all};
-use super::plan::{Outcome, Plan, PlanEntry, Planned, Report, ReportEntry, pending};
+use super::plan::{Drift, Outcome, Plan, PlanEntry, Planned, Report, ReportEntry, pending};
 use super::protocol::{Action, Invocable, StateResponse, Status};
 use super::resource::{Known, Stop};
 use super::typeref::TypeRef;
@@ -94,6 +94,29 @@ pub enum RunEvent {
         elapsed: Duration,
         message: Option<String>,
     },
+    /// A run that never recorded its end was found and dealt with (see `pass::recover`).
+    Recovered {
+        description: String,
+    },
+    /// The pass began.
+    Started,
+    /// The pass ended.
+    Ended(Ending),
+}
+
+/// How a pass ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ending {
+    /// A plan (which changes nothing) is complete.
+    Planned,
+    /// Every resource is VALID.
+    Succeeded,
+    /// Something failed, and why.
+    Failed(String),
+    /// The plan was not approved: nothing changed.
+    Declined(String),
+    /// Stopped from outside (a signal, shutdown, a lost lease), and why.
+    Interrupted(String),
 }
 
 /// Why an action's intent could not be made durable. The action does not run: after a crash,
@@ -112,6 +135,9 @@ pub trait Observer: Send + Sync {
     async fn on_intent(&self, _resource: &str, _action: &str) -> Result<(), IntentError> {
         Ok(())
     }
+
+    /// The plan is complete (before anything is applied), with the drift found against the log.
+    fn on_planned(&self, _plan: &Plan, _drifts: &[Drift]) {}
 }
 
 /// Sends every event to each observer in turn.
@@ -132,6 +158,12 @@ impl Observer for Observers {
         }
         Ok(())
     }
+
+    fn on_planned(&self, plan: &Plan, drifts: &[Drift]) {
+        for observer in &self.0 {
+            observer.on_planned(plan, drifts);
+        }
+    }
 }
 
 /// Ignores every event.
@@ -141,9 +173,23 @@ impl Observer for NoObserver {
     fn on_event(&self, _: &RunEvent) {}
 }
 
-/// Decides whether actions may run, per resource and per action.
+/// Whether an approved plan is applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    Apply,
+    /// Not applied: the user said no.
+    Decline(String),
+    /// Not applied: no decision could be had (no terminal to ask on), a usage error.
+    Refuse(String),
+}
+
+/// Decides whether a plan is applied, then whether each resource's and each action's run.
 #[async_trait]
 pub trait Approver: Send + Sync {
+    /// A plan with something to apply; called once, before anything runs.
+    async fn approve_plan(&self, _plan: &Plan) -> Decision {
+        Decision::Apply
+    }
     async fn approve_resource(&self, resource: &str, status: Status, actions: &[Action]) -> bool;
     async fn approve_action(&self, resource: &str, action: &Action) -> bool;
 }

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use super::{Entry, Event, History, HistoryError, in_progress, now_ms, target};
 use crate::engine::plan::{Plan, Planned};
 use crate::engine::protocol::Status;
-use crate::engine::run::{IntentError, Observer, RunEvent};
+use crate::engine::run::{Ending, IntentError, Observer, RunEvent};
 
 /// How much of a message an entry keeps.
 const DETAIL_MESSAGE_LIMIT: usize = 1024;
@@ -25,12 +25,7 @@ pub enum Mode {
     Apply,
 }
 
-/// A resource that was VALID at its previous observation and is not now.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Drift {
-    pub resource: String,
-    pub now: Status,
-}
+pub use crate::engine::plan::Drift;
 
 /// A run that never recorded its end, found when a new run started.
 #[derive(Debug, Clone, PartialEq)]
@@ -122,62 +117,23 @@ impl Recorder {
         }
     }
 
-    /// Records the start: `run-started` or `plan-started`.
-    pub fn start(&self) {
+    /// `run-started` or `plan-started`, durably.
+    fn start(&self) {
         let event = if self.mode == Mode::Plan { Event::PlanStarted } else { Event::RunStarted };
         let _ = self.durable(Some(self.entry(target::MANIFEST.into(), event, json!({}))));
     }
 
-    /// Records a plan's pending resources (they settle no other way) and, for a plan, its end.
-    pub fn planned(&self, plan: &Plan) {
-        for e in &plan.entries {
-            if let Planned::Pending { waiting_on, .. } = &e.planned {
-                let waiting: Vec<&str> = waiting_on.iter().map(|w| w.resource.as_str()).collect();
-                self.buffer(self.entry(
-                    target::resource(&e.name),
-                    Event::ResourcePending,
-                    json!({"waiting_on": waiting}),
-                ));
-            }
-        }
-        if self.mode == Mode::Plan {
-            let _ = self.durable(Some(self.entry(target::MANIFEST.into(), Event::PlanFinished, json!({}))));
-        }
-    }
-
-    /// Records the end of an apply: `run-finished-successfully` or `run-failed`.
-    pub fn finish(&self, succeeded: bool, message: Option<&str>) {
-        let event = if succeeded { Event::RunFinishedSuccessfully } else { Event::RunFailed };
-        self.end(event, message);
-    }
-
-    /// Records that the run stopped before it could plan (init failed, the executor is
-    /// unreachable): `run-failed`, or a plan's end.
-    pub fn abort(&self, message: &str) {
-        let event = if self.mode == Mode::Plan { Event::PlanFinished } else { Event::RunFailed };
-        self.end(event, Some(message));
-    }
-
-    /// Records that the run was stopped from outside before it could finish (shutdown, lost
-    /// leadership): `run-interrupted`, with why.
-    pub fn interrupted(&self, message: &str) {
-        self.end(Event::RunInterrupted, Some(message));
-    }
-
-    /// Records that the plan was declined (or could not be confirmed): nothing changed.
-    pub fn declined(&self, message: &str) {
-        self.end(Event::RunDeclined, Some(message));
-    }
-
-    fn end(&self, event: Event, message: Option<&str>) {
+    /// The run's end, durably: a plan's always ends as `plan-finished`.
+    fn end(&self, ending: &Ending) {
+        let (event, message) = match ending {
+            _ if self.mode == Mode::Plan => (Event::PlanFinished, None),
+            Ending::Planned | Ending::Succeeded => (Event::RunFinishedSuccessfully, None),
+            Ending::Failed(why) => (Event::RunFailed, Some(why)),
+            Ending::Declined(why) => (Event::RunDeclined, Some(why)),
+            Ending::Interrupted(why) => (Event::RunInterrupted, Some(why)),
+        };
         let detail = message.map_or_else(|| json!({}), |m| json!({"message": cut(m)}));
         let _ = self.durable(Some(self.entry(target::MANIFEST.into(), event, detail)));
-    }
-
-    /// Everything the log holds is written; the entries this run added, for callers that keep
-    /// their own copy.
-    pub fn flush(&self) {
-        let _ = self.durable(None);
     }
 
     /// Resources that drifted during this run.
@@ -230,10 +186,26 @@ impl Observer for Recorder {
         self.durable(Some(entry)).map_err(|e| IntentError(e.to_string()))
     }
 
+    /// Pending resources settle no other way: recorded with what they wait on.
+    fn on_planned(&self, plan: &Plan, _: &[Drift]) {
+        for e in &plan.entries {
+            if let Planned::Pending { waiting_on, .. } = &e.planned {
+                let waiting: Vec<&str> = waiting_on.iter().map(|w| w.resource.as_str()).collect();
+                let detail = json!({"waiting_on": waiting});
+                self.buffer(self.entry(target::resource(&e.name), Event::ResourcePending, detail));
+            }
+        }
+    }
+
     fn on_event(&self, event: &RunEvent) {
         match event {
+            RunEvent::Started => self.start(),
+            RunEvent::Ended(ending) => self.end(ending),
             RunEvent::StateFound { resource, status, verify: false } => self.observed(resource, *status),
-            RunEvent::StateFound { verify: true, .. } | RunEvent::Output { .. } | RunEvent::Invoking { .. } => {}
+            RunEvent::StateFound { verify: true, .. }
+            | RunEvent::Output { .. }
+            | RunEvent::Invoking { .. }
+            | RunEvent::Recovered { .. } => {}
             RunEvent::ActionFinished { resource, action, elapsed, error } => {
                 let (event, mut detail) = match error {
                     None => (Event::ActionFinishedSuccessfully, json!({})),
@@ -319,7 +291,7 @@ mod tests {
     async fn an_intent_that_cannot_be_written_is_an_error() {
         let log = Arc::new(Fails { inner: MemoryLog::new(), full: Default::default() });
         let recorder = Recorder::new(log.clone(), "r1", "REV", Mode::Apply, &["a".into()]).unwrap();
-        recorder.start();
+        recorder.on_event(&RunEvent::Started);
         log.full.store(true, std::sync::atomic::Ordering::SeqCst);
         let err = recorder.on_intent("a", "create").await.unwrap_err();
         assert!(err.to_string().contains("/state/log.sqlite: database or disk is full"), "{err}");
@@ -333,7 +305,7 @@ mod tests {
     async fn an_apply_is_recorded_with_its_intents_durable_before_the_action() {
         let log = Arc::new(MemoryLog::new());
         let recorder = Recorder::new(log.clone(), "r1", "REV", Mode::Apply, &["a".into()]).unwrap();
-        recorder.start();
+        recorder.on_event(&RunEvent::Started);
         recorder.on_event(&RunEvent::StateFound { resource: "a".into(), status: Status::Missing, verify: false });
         recorder.on_intent("a", "create").await.expect("the intent is recorded");
         assert_eq!(
@@ -356,7 +328,7 @@ mod tests {
             message: Some("create".into()),
         });
         assert_eq!(log.entries().len(), 3, "observations wait for the next durable point");
-        recorder.finish(true, None);
+        recorder.on_event(&RunEvent::Ended(Ending::Succeeded));
         let expected = [
             ("manifest", Event::RunStarted),
             ("resource/a", Event::ResourceMissing),
@@ -388,7 +360,7 @@ mod tests {
         }
         let drifted: Vec<String> = recorder.drifts().into_iter().map(|d| d.resource).collect();
         assert_eq!(drifted, ["was_valid", "was_applied"]);
-        recorder.finish(false, Some("x"));
+        recorder.on_event(&RunEvent::Ended(Ending::Failed("x".into())));
         let drift_entries = log.entries().into_iter().filter(|e| e.event == Event::DriftDetected).count();
         assert_eq!(drift_entries, 2);
     }

@@ -76,10 +76,18 @@ pub fn supervise(argv: &[std::ffi::OsString]) -> i32 {
     };
     let parent = std::env::var(PARENT_ENV).ok().and_then(|p| p.parse::<i32>().ok());
     loop {
-        let signal = signals.read_signal().ok().flatten().map(|info| info.ssi_signo as i32);
-        if signal == Some(Signal::SIGUSR1 as i32) && parent.is_some_and(|p| nix::unistd::getppid().as_raw() != p) {
-            // Deployster is gone: so is everything it started.
-            let _ = killpg(nix::unistd::getpgrp(), Signal::SIGKILL);
+        let signal = signals.read_signal().ok().flatten().and_then(|info| Signal::try_from(info.ssi_signo as i32).ok());
+        match signal {
+            Some(Signal::SIGUSR1) if parent.is_some_and(|p| nix::unistd::getppid().as_raw() != p) => {
+                // Deployster is gone: so is everything it started.
+                let _ = killpg(nix::unistd::getpgrp(), Signal::SIGKILL);
+            }
+            // A stop meant for the program: it may have come before the program existed (it
+            // was sent to the group while we started). Sent twice is harmless; lost is not.
+            Some(stop @ (Signal::SIGTERM | Signal::SIGINT | Signal::SIGHUP)) => {
+                let _ = nix::sys::signal::kill(child, stop);
+            }
+            _ => {}
         }
         match waitpid(child, Some(WaitPidFlag::WNOHANG)) {
             Ok(WaitStatus::Exited(_, code)) => return code,
