@@ -21,14 +21,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
-use kube::api::{ListParams, Patch, PatchParams};
+use kube::api::ListParams;
 use kube::core::DeserializeGuard;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::events::{EventType, Recorder as EventRecorder, Reporter};
 use kube::runtime::reflector::Store;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
-use serde_json::json;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -375,17 +374,18 @@ async fn malformed(ctx: &Context, invalid: &kube::core::error_boundary::InvalidO
     };
     let message = format!("the Manifest does not match its schema: {}", invalid.error);
     tracing::warn!(%namespace, %name, error = %invalid.error, "malformed Manifest");
-    let now = crate::history::format_time((ctx.clock)());
-    let condition = |type_: &str, status: &str| {
-        json!({"type": type_, "status": status, "reason": "MalformedObject", "message": status::cut(&message),
-               "lastTransitionTime": now, "observedGeneration": invalid.metadata.generation})
+    // What it had is unreadable too: the status is built as for a first pass.
+    let result = status::PassResult {
+        generation: invalid.metadata.generation,
+        revision: String::new(),
+        observed: status::Observed::Invalid { reason: "MalformedObject", message: message.clone() },
+        drifts: Vec::new(),
+        history: Vec::new(),
+        now_ms: (ctx.clock)(),
     };
-    let patch = json!({"apiVersion": "deployster.io/v1alpha1", "kind": "Manifest", "status": {
-        "observedGeneration": invalid.metadata.generation,
-        "conditions": [condition("Ready", "False"), condition("Stalled", "True"), condition("Reconciling", "False")]}});
+    let new = status::next_status(&crate::crd::ManifestStatus::default(), &result);
     let api: Api<Manifest> = Api::namespaced(ctx.client.clone(), &namespace);
-    let params = PatchParams::apply(reconcile::FIELD_MANAGER).force();
-    if let Err(e) = api.patch_status(&name, &params, &Patch::Apply(&patch)).await {
+    if let Err(e) = reconcile::write_status_to(&api, &name, &new).await {
         tracing::warn!(error = %e, "could not record a malformed Manifest's status");
     }
     let reference = k8s_openapi::api::core::v1::ObjectReference {
@@ -396,16 +396,7 @@ async fn malformed(ctx: &Context, invalid: &kube::core::error_boundary::InvalidO
         uid: invalid.metadata.uid.clone(),
         ..Default::default()
     };
-    let event = kube::runtime::events::Event {
-        type_: EventType::Warning,
-        reason: "MalformedObject".into(),
-        note: Some(status::cut(&message)),
-        action: "Validate".into(),
-        secondary: None,
-    };
-    if let Err(e) = ctx.events.publish(&event, &reference).await {
-        tracing::warn!(error = %e, "could not publish an event");
-    }
+    reconcile::publish_to(ctx, &reference, EventType::Warning, "MalformedObject", "Validate", &message).await;
 }
 
 fn error_policy(object: Arc<DeserializeGuard<Manifest>>, error: &Error, ctx: Arc<Context>) -> Action {
@@ -413,4 +404,48 @@ fn error_policy(object: Arc<DeserializeGuard<Manifest>>, error: &Error, ctx: Arc
     ctx.metrics.reconciled("error");
     tracing::warn!(object = %name, reason = error.reason(), error = %error, "reconcile failed; retrying");
     Action::requeue(Duration::from_secs(30))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::events::v1::Event as KubeEvent;
+
+    /// An object the controller cannot read is Stalled with the reason — by the same status
+    /// function as every pass — and gets a Warning event.
+    #[tokio::test]
+    async fn a_malformed_object_is_stalled_with_the_reason_and_an_event() {
+        let spec: crate::crd::ManifestSpec = serde_norway::from_str("resources: {}").unwrap();
+        let mut stored = Manifest::new("broken", spec);
+        stored.metadata.namespace = Some("default".into());
+        let client = kube_fake_client::ClientBuilder::new()
+            .with_resource::<Manifest>()
+            .with_status_subresource::<Manifest>()
+            .with_object(stored)
+            .build()
+            .await
+            .unwrap();
+        let executor = Arc::new(crate::engine::executor::fake::FakeExecutor::new(|_| Default::default()));
+        let mut ctx = Context::new(client.clone(), executor, Settings::default());
+        ctx.clock = Box::new(|| 1_700_000_000_000);
+        let metadata = kube::api::ObjectMeta {
+            name: Some("broken".into()),
+            namespace: Some("default".into()),
+            generation: Some(3),
+            ..Default::default()
+        };
+        let invalid =
+            kube::core::error_boundary::InvalidObject { error: "spec.interval: expected a string".into(), metadata };
+        malformed(&ctx, &invalid).await;
+
+        let api: Api<Manifest> = Api::namespaced(client.clone(), "default");
+        let status = api.get("broken").await.unwrap().status.expect("a status was written");
+        let condition = |t: &str| status.conditions.iter().find(|c| c.type_ == t).cloned().unwrap();
+        assert_eq!((condition("Stalled").status.as_str(), condition("Ready").status.as_str()), ("True", "False"));
+        assert_eq!(condition("Ready").reason, "MalformedObject");
+        assert!(condition("Ready").message.contains("spec.interval: expected a string"), "{status:?}");
+        assert_eq!(status.observed_generation, Some(3));
+        let events = Api::<KubeEvent>::namespaced(client, "default").list(&Default::default()).await.unwrap();
+        assert!(events.items.iter().any(|e| e.reason.as_deref() == Some("MalformedObject")));
+    }
 }

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::events::{Event as KubeEvent, EventType};
 use kube::{Api, Resource, ResourceExt};
@@ -293,9 +294,9 @@ pub async fn write_status(ctx: &Context, obj: &Manifest, status: &ManifestStatus
     write_status_to(&api(ctx, obj), &obj.name_any(), status).await
 }
 
-async fn write_status_to(api: &Api<Manifest>, name: &str, status: &ManifestStatus) -> Result<(), Error> {
+pub(super) async fn write_status_to(api: &Api<Manifest>, name: &str, status: &ManifestStatus) -> Result<(), Error> {
     const ATTEMPTS: usize = 5;
-    let patch = json!({"apiVersion": "deployster.io/v1alpha1", "kind": "Manifest", "status": status});
+    let patch = json!({"apiVersion": Manifest::api_version(&()), "kind": Manifest::kind(&()), "status": status});
     let params = PatchParams::apply(FIELD_MANAGER).force();
     for attempt in 1..=ATTEMPTS {
         match api.patch_status(name, &params, &Patch::Apply(&patch)).await {
@@ -313,6 +314,18 @@ async fn write_status_to(api: &Api<Manifest>, name: &str, status: &ManifestStatu
 
 /// Publishes an event on `obj`; a failure to publish is logged, never fatal.
 pub async fn publish(ctx: &Context, obj: &Manifest, type_: EventType, reason: &str, action: &str, note: &str) {
+    publish_to(ctx, &obj.object_ref(&()), type_, reason, action, note).await;
+}
+
+/// Publishes an event on the object `reference` names (its note cut to 1 KiB).
+pub(super) async fn publish_to(
+    ctx: &Context,
+    reference: &ObjectReference,
+    type_: EventType,
+    reason: &str,
+    action: &str,
+    note: &str,
+) {
     let event = KubeEvent {
         type_,
         reason: reason.to_string(),
@@ -320,7 +333,7 @@ pub async fn publish(ctx: &Context, obj: &Manifest, type_: EventType, reason: &s
         action: action.to_string(),
         secondary: None,
     };
-    if let Err(e) = ctx.events.publish(&event, &obj.object_ref(&())).await {
+    if let Err(e) = ctx.events.publish(&event, reference).await {
         tracing::warn!(error = %e, reason, "could not publish an event");
     }
 }
