@@ -16,10 +16,11 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use deployster::engine::context::RunOptions;
 use deployster::engine::executor::docker::{ContainerNetwork, DockerExecutor, PullPolicy};
 use deployster::engine::executor::{Executor, Invocation, InvocationLabels};
 use deployster::engine::load_validated;
-use deployster::engine::run::{Engine, RunOptions};
+use deployster::engine::run::Engine;
 use deployster::engine::typeref::{ImageRef, TypeRef};
 use docker_support::FIXTURE_IMAGE;
 

@@ -15,10 +15,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use deployster::engine::context::RunOptions;
+use deployster::engine::events::ApproveAll;
 use deployster::engine::executor::process::ProcessExecutor;
 use deployster::engine::executor::{ExecError, Executor, Invocation, Outcome};
 use deployster::engine::load_validated;
-use deployster::engine::run::{ApproveAll, Engine, RunOptions};
+use deployster::engine::run::Engine;
 use deployster::engine::typeref::TypeRef;
 
 const RUNS: usize = 5;

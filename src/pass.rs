@@ -20,10 +20,13 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use crate::engine::PrepareError;
+use crate::engine::context::RunOptions;
 use crate::engine::delete::DeleteReport;
+use crate::engine::delete::delete;
+use crate::engine::events::{Approver, Decision, Ending, Observer, Observers, RunEvent};
 use crate::engine::executor::{ExecError, Executor};
 use crate::engine::plan::{Drift, Plan, Report};
-use crate::engine::run::{Approver, Decision, Ending, Engine, Observer, Observers, RunEvent, RunOptions};
+use crate::engine::run::Engine;
 use crate::engine::validate::ValidatedManifest;
 use crate::history::recorder::{Interrupted, Mode as LogMode, Recorder, close_interrupted};
 use crate::history::{History, HistoryError, in_progress};
@@ -175,7 +178,7 @@ impl Pass<'_> {
         observers.on_planned(&plan, &recorder.drifts());
         match self.mode {
             Mode::Plan => (Ended::Planned(plan), Ending::Planned),
-            Mode::Delete => match prepared.delete(&plan).await {
+            Mode::Delete => match delete(&prepared, &plan).await {
                 Ok(report) => {
                     let ending = match report.problems().as_slice() {
                         [] => Ending::Succeeded,

@@ -9,10 +9,10 @@ use async_trait::async_trait;
 use serde_json::json;
 
 use super::*;
+use crate::engine::events::ApproveAll;
 use crate::engine::executor::fake::{FakeCall, FakeExecutor, FakeReply};
 use crate::engine::manifest::{LoadedManifest, parse_document};
 use crate::engine::protocol::{Action, Status};
-use crate::engine::run::ApproveAll;
 use crate::engine::validate::validate;
 use crate::history::{Entry, Event, MemoryLog};
 

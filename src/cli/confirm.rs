@@ -8,9 +8,9 @@ use clap::ValueEnum;
 use super::interactive;
 use super::progress::Progress;
 use super::render::name_width;
+use crate::engine::events::{Approver, Decision};
 use crate::engine::plan::Plan;
 use crate::engine::protocol::{Action, Status};
-use crate::engine::run::{Approver, Decision};
 
 /// When `apply` asks for confirmation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -12,8 +12,8 @@ use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use super::OutputFormat;
 use super::render::{elapsed, print_plan, settled_line};
 use crate::engine::error::Phase;
+use crate::engine::events::{Observer, RunEvent};
 use crate::engine::plan::{Drift, Plan};
-use crate::engine::run::{Observer, RunEvent};
 
 pub(super) struct Progress {
     format: OutputFormat,

@@ -17,8 +17,9 @@ use super::error::Error;
 use super::inputs::{self, InputProblem};
 use super::status::{self, Observed, PassResult, bound, changed, cut, history_entries, next_status};
 use crate::crd::{DeletionPolicy, Manifest, ManifestStatus};
+use crate::engine::context::{RunOptions, new_run_id};
+use crate::engine::events::{ApproveAll, IntentError, Observer, RunEvent};
 use crate::engine::plan::Outcome;
-use crate::engine::run::{ApproveAll, IntentError, Observer, RunEvent, RunOptions, new_run_id};
 use crate::history::MemoryLog;
 use crate::pass::{Ended, Mode, Pass};
 

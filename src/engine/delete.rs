@@ -10,11 +10,13 @@ use std::sync::Arc;
 
 use serde_json::json;
 
+use super::config::Known;
 use super::error::{Cause, Phase, ResourceError};
+use super::events::RunEvent;
 use super::plan::{Plan, Planned};
 use super::protocol::{ActionRequest, StateResponse, Status};
-use super::resource::Known;
-use super::run::{NotApplicable, Prepared, RunEvent};
+use super::resource::{read_state, state_request};
+use super::run::{NotApplicable, Prepared};
 
 /// What became of one resource.
 #[derive(Debug, Clone, PartialEq)]
@@ -72,107 +74,105 @@ impl DeleteReport {
     }
 }
 
-impl Prepared {
-    /// Deletes the resources of `plan` (made by this `Prepared`) in reverse dependency order.
-    pub async fn delete(&self, plan: &Plan) -> Result<DeleteReport, NotApplicable> {
-        let manifest = &self.ctx.manifest;
-        if plan.entries.len() != manifest.resources.len()
-            || plan.entries.iter().zip(&manifest.resources).any(|(e, r)| e.name != r.name)
-        {
-            return Err(NotApplicable {
-                manifest: manifest.name.clone(),
-                message: "the plan was made for a different manifest".into(),
-            });
-        }
-        let known: Vec<Option<Arc<Known>>> = plan
-            .entries
-            .iter()
-            .map(|e| match (&e.planned, &e.config) {
-                (Planned::Valid { state }, Some(config)) => {
-                    Some(Arc::new(Known { config: config.clone(), state: state.clone() }))
-                }
-                _ => None,
-            })
-            .collect();
-        // Resource → why it must stay (a dependent that was not deleted).
-        let mut needed: HashMap<usize, String> = HashMap::new();
-        let mut removals: Vec<Option<Removal>> = vec![None; plan.entries.len()];
-        for &i in manifest.graph.topological().iter().rev() {
-            let removal = match needed.get(&i) {
-                Some(reason) => Removal::Kept { reason: reason.clone() },
-                None => self.remove(i, &plan.entries[i].planned, plan.entries[i].config.clone(), &known).await,
-            };
-            if !matches!(removal, Removal::Deleted | Removal::Absent) {
-                let reason = match needed.get(&i) {
-                    Some(reason) => reason.clone(),
-                    None => format!("{} depends on it and was not deleted", manifest.resources[i].name),
-                };
-                for &d in manifest.graph.dependencies(i) {
-                    needed.entry(d).or_insert_with(|| reason.clone());
-                }
-            }
-            self.ctx.emit(RunEvent::Settled {
-                resource: manifest.resources[i].name.clone(),
-                label: removal.label(),
-                elapsed: std::time::Duration::ZERO,
-                message: match &removal {
-                    Removal::Kept { reason } => Some(reason.clone()),
-                    Removal::Failed(e) => Some(e.to_string()),
-                    _ => None,
-                },
-            });
-            removals[i] = Some(removal);
-        }
-        let entries = manifest
-            .resources
-            .iter()
-            .zip(removals)
-            .map(|(r, removal)| RemovalEntry {
-                name: r.name.clone(),
-                type_name: r.type_name.clone(),
-                removal: removal.expect("every resource is visited"),
-            })
-            .collect();
-        Ok(DeleteReport { manifest: manifest.name.clone(), entries })
+/// Deletes the resources of `plan` (made by `prepared`) in reverse dependency order.
+pub async fn delete(prepared: &Prepared, plan: &Plan) -> Result<DeleteReport, NotApplicable> {
+    let manifest = &prepared.ctx.manifest;
+    if plan.entries.len() != manifest.resources.len()
+        || plan.entries.iter().zip(&manifest.resources).any(|(e, r)| e.name != r.name)
+    {
+        return Err(NotApplicable {
+            manifest: manifest.name.clone(),
+            message: "the plan was made for a different manifest".into(),
+        });
     }
+    let known: Vec<Option<Arc<Known>>> = plan
+        .entries
+        .iter()
+        .map(|e| match (&e.planned, &e.config) {
+            (Planned::Valid { state }, Some(config)) => {
+                Some(Arc::new(Known { config: config.clone(), state: state.clone() }))
+            }
+            _ => None,
+        })
+        .collect();
+    // Resource → why it must stay (a dependent that was not deleted).
+    let mut needed: HashMap<usize, String> = HashMap::new();
+    let mut removals: Vec<Option<Removal>> = vec![None; plan.entries.len()];
+    for &i in manifest.graph.topological().iter().rev() {
+        let removal = match needed.get(&i) {
+            Some(reason) => Removal::Kept { reason: reason.clone() },
+            None => remove(prepared, i, &plan.entries[i].planned, plan.entries[i].config.clone(), &known).await,
+        };
+        if !matches!(removal, Removal::Deleted | Removal::Absent) {
+            let reason = match needed.get(&i) {
+                Some(reason) => reason.clone(),
+                None => format!("{} depends on it and was not deleted", manifest.resources[i].name),
+            };
+            for &d in manifest.graph.dependencies(i) {
+                needed.entry(d).or_insert_with(|| reason.clone());
+            }
+        }
+        prepared.ctx.emit(RunEvent::Settled {
+            resource: manifest.resources[i].name.clone(),
+            label: removal.label(),
+            elapsed: std::time::Duration::ZERO,
+            message: match &removal {
+                Removal::Kept { reason } => Some(reason.clone()),
+                Removal::Failed(e) => Some(e.to_string()),
+                _ => None,
+            },
+        });
+        removals[i] = Some(removal);
+    }
+    let entries = manifest
+        .resources
+        .iter()
+        .zip(removals)
+        .map(|(r, removal)| RemovalEntry {
+            name: r.name.clone(),
+            type_name: r.type_name.clone(),
+            removal: removal.expect("every resource is visited"),
+        })
+        .collect();
+    Ok(DeleteReport { manifest: manifest.name.clone(), entries })
+}
 
-    async fn remove(
-        &self,
-        i: usize,
-        planned: &Planned,
-        config: Option<serde_json::Value>,
-        known: &[Option<Arc<Known>>],
-    ) -> Removal {
-        let kept = |reason: &str| Removal::Kept { reason: reason.to_string() };
-        let current = match planned {
-            Planned::NeedsActions { status: Status::Missing, .. } => return Removal::Absent,
-            Planned::Valid { state } => state.clone(),
-            Planned::NeedsActions { stale_state, .. } => stale_state.clone().unwrap_or_else(|| json!({})),
-            Planned::Pending { .. } => return kept("its inputs are unknown: a dependency is not VALID"),
-            Planned::Failed(_) | Planned::Blocked { .. } => return kept("its state could not be read"),
-        };
-        if self.ctx.manifest.resources[i].readonly {
-            return kept("readonly: observed, never deleted");
-        }
-        let Some(delete_action) = self.types[i].init.delete_action.clone() else {
-            return kept("its type declares no delete_action");
-        };
-        let config = config.unwrap_or_else(|| json!({}));
-        let request = self.ctx.state_request(i, config, known, &self.types);
-        let stdin = serde_json::to_vec(&ActionRequest { state: request.clone(), stale_state: current })
-            .expect("requests serialize");
-        let phase = Phase::Action("delete".into());
-        if let Err(e) = self.ctx.record_intent(&self.ctx.manifest.resources[i].name, "delete").await {
-            let cause = Cause::Exec { reason: "IntentNotRecorded", message: e.to_string() };
-            return Removal::Failed(ResourceError::new(phase, cause));
-        }
-        if let Err(e) = self.ctx.run_program(i, &phase, &delete_action, &self.types[i].mounts, stdin, true).await {
-            return Removal::Failed(e);
-        }
-        match self.ctx.read_state(i, &Phase::Verify, &request, &self.types).await {
-            Ok(StateResponse::NeedsActions { status: Status::Missing, .. }) => Removal::Deleted,
-            Ok(other) => Removal::Failed(ResourceError::new(Phase::Verify, Cause::StillPresent(other.status()))),
-            Err(e) => Removal::Failed(e),
-        }
+async fn remove(
+    prepared: &Prepared,
+    i: usize,
+    planned: &Planned,
+    config: Option<serde_json::Value>,
+    known: &[Option<Arc<Known>>],
+) -> Removal {
+    let kept = |reason: &str| Removal::Kept { reason: reason.to_string() };
+    let current = match planned {
+        Planned::NeedsActions { status: Status::Missing, .. } => return Removal::Absent,
+        Planned::Valid { state } => state.clone(),
+        Planned::NeedsActions { stale_state, .. } => stale_state.clone().unwrap_or_else(|| json!({})),
+        Planned::Pending { .. } => return kept("its inputs are unknown: a dependency is not VALID"),
+        Planned::Failed(_) | Planned::Blocked { .. } => return kept("its state could not be read"),
+    };
+    if prepared.ctx.manifest.resources[i].readonly {
+        return kept("readonly: observed, never deleted");
+    }
+    let Some(delete_action) = prepared.types[i].init.delete_action.clone() else {
+        return kept("its type declares no delete_action");
+    };
+    let config = config.unwrap_or_else(|| json!({}));
+    let request = state_request(&prepared.ctx, i, config, known, &prepared.types);
+    let stdin = serde_json::to_vec(&ActionRequest { state: request.clone(), stale_state: current })
+        .expect("requests serialize");
+    let phase = Phase::Action("delete".into());
+    if let Err(e) = prepared.ctx.record_intent(&prepared.ctx.manifest.resources[i].name, "delete").await {
+        let cause = Cause::Exec { reason: "IntentNotRecorded", message: e.to_string() };
+        return Removal::Failed(ResourceError::new(phase, cause));
+    }
+    if let Err(e) = prepared.ctx.run_program(i, &phase, &delete_action, &prepared.types[i].mounts, stdin, true).await {
+        return Removal::Failed(e);
+    }
+    match read_state(&prepared.ctx, i, &Phase::Verify, &request, &prepared.types).await {
+        Ok(StateResponse::NeedsActions { status: Status::Missing, .. }) => Removal::Deleted,
+        Ok(other) => Removal::Failed(ResourceError::new(Phase::Verify, Cause::StillPresent(other.status()))),
+        Err(e) => Removal::Failed(e),
     }
 }

@@ -8,12 +8,12 @@ use futures::future::join_all;
 use indexmap::IndexMap;
 use serde_json::Value;
 
+use super::config::{render_context, schema_violations};
+use super::context::Context;
 use super::error::{Cause, Phase, ResourceError};
 use super::executor::Mount;
 use super::expr;
 use super::protocol::{self, InitRequest, InitResponse, Invocable};
-use super::resource::{render_context, schema_violations};
-use super::run::Context;
 use super::typeref::{TypeRef, type_satisfies};
 use super::validate::Resource;
 

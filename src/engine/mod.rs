@@ -3,8 +3,11 @@
 //! Nothing here knows about Kubernetes or the command line; the CLI and the controller are thin
 //! shells around [`run::Engine`].
 
+pub(crate) mod config;
+pub mod context;
 pub mod delete;
 pub mod error;
+pub mod events;
 pub mod executor;
 pub mod expr;
 pub mod graph;

@@ -14,277 +14,21 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
 use futures::stream::{FuturesUnordered, StreamExt};
 use serde_json::Value;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
+use super::config::Known;
+use super::context::{Context, RunOptions};
 use super::error::{Cause, Phase, ResourceError};
-use super::executor::process::RUN_ID_ENV;
-use super::executor::{Executor, Invocation, InvocationLabels, LineSink, Mount, Outcome as ExecOutcome, Stream};
+use super::events::{Approver, NoObserver, Observer, RunEvent};
+use super::executor::Executor;
 use super::init::{PrepareError, ResourceType, init_all};
-use super::plan::{Drift, Outcome, Plan, PlanEntry, Planned, Report, ReportEntry, pending};
-use super::protocol::{Action, Invocable, StateResponse, Status};
-use super::resource::{Known, Stop};
-use super::typeref::TypeRef;
+use super::plan::{Outcome, Plan, PlanEntry, Planned, Report, ReportEntry, pending};
+use super::protocol::{Action, StateResponse, Status};
+use super::resource::{self, Stop};
 use super::validate::ValidatedManifest;
-
-/// How a run behaves.
-#[derive(Debug, Clone)]
-pub struct RunOptions {
-    /// At most this many programs run at once.
-    pub parallelism: usize,
-    /// Sets `verbose` in requests and streams programs' stderr for init and state.
-    pub verbose: bool,
-    /// Each invocation is stopped after this long.
-    pub timeout: Duration,
-    /// Identifies the run in labels and logs.
-    pub run_id: String,
-}
-
-impl Default for RunOptions {
-    fn default() -> Self {
-        Self {
-            parallelism: std::thread::available_parallelism().map_or(4, |n| n.get()),
-            verbose: false,
-            timeout: Duration::from_secs(15 * 60),
-            run_id: new_run_id(),
-        }
-    }
-}
-
-/// A fresh deployment id: a UUIDv7, so ids sort by time.
-pub fn new_run_id() -> String {
-    uuid::Uuid::now_v7().to_string()
-}
-
-/// Something that happened during a run, as it happens.
-#[derive(Debug, Clone, PartialEq)]
-pub enum RunEvent {
-    /// A program is about to run for a resource.
-    Invoking {
-        resource: String,
-        phase: Phase,
-    },
-    /// A line a program printed (actions always; init and state only when verbose).
-    Output {
-        resource: String,
-        phase: Phase,
-        stream: Stream,
-        line: String,
-    },
-    /// A state action answered; `verify` when it ran after the actions.
-    StateFound {
-        resource: String,
-        status: Status,
-        verify: bool,
-    },
-    ActionFinished {
-        resource: String,
-        action: String,
-        elapsed: Duration,
-        error: Option<String>,
-    },
-    /// A resource reached its final state for this plan or apply. `label` is what the plan or
-    /// report shows (VALID, STALE, APPLIED, FAILED…).
-    Settled {
-        resource: String,
-        label: &'static str,
-        elapsed: Duration,
-        message: Option<String>,
-    },
-    /// A run that never recorded its end was found and dealt with (see `pass::recover`).
-    Recovered {
-        description: String,
-    },
-    /// The pass began.
-    Started,
-    /// The pass ended.
-    Ended(Ending),
-}
-
-/// How a pass ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Ending {
-    /// A plan (which changes nothing) is complete.
-    Planned,
-    /// Every resource is VALID.
-    Succeeded,
-    /// Something failed, and why.
-    Failed(String),
-    /// The plan was not approved: nothing changed.
-    Declined(String),
-    /// Stopped from outside (a signal, shutdown, a lost lease), and why.
-    Interrupted(String),
-}
-
-/// Why an action's intent could not be made durable. The action does not run: after a crash,
-/// nobody could tell it had started.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("its intent could not be recorded before it ran, so it did not run: {0}")]
-pub struct IntentError(pub String);
-
-/// Receives run events (progress display, deployment log, controller status).
-#[async_trait]
-pub trait Observer: Send + Sync {
-    fn on_event(&self, event: &RunEvent);
-
-    /// `action` of `resource` is about to run: return once its intent is durable wherever this
-    /// observer keeps a record. An error stops the action (fail closed).
-    async fn on_intent(&self, _resource: &str, _action: &str) -> Result<(), IntentError> {
-        Ok(())
-    }
-
-    /// The plan is complete (before anything is applied), with the drift found against the log.
-    fn on_planned(&self, _plan: &Plan, _drifts: &[Drift]) {}
-}
-
-/// Sends every event to each observer in turn.
-pub struct Observers(pub Vec<Arc<dyn Observer>>);
-
-#[async_trait]
-impl Observer for Observers {
-    fn on_event(&self, event: &RunEvent) {
-        for observer in &self.0 {
-            observer.on_event(event);
-        }
-    }
-
-    /// In order, stopping at the first that cannot record the intent.
-    async fn on_intent(&self, resource: &str, action: &str) -> Result<(), IntentError> {
-        for observer in &self.0 {
-            observer.on_intent(resource, action).await?;
-        }
-        Ok(())
-    }
-
-    fn on_planned(&self, plan: &Plan, drifts: &[Drift]) {
-        for observer in &self.0 {
-            observer.on_planned(plan, drifts);
-        }
-    }
-}
-
-/// Ignores every event.
-pub struct NoObserver;
-
-impl Observer for NoObserver {
-    fn on_event(&self, _: &RunEvent) {}
-}
-
-/// Whether an approved plan is applied.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decision {
-    Apply,
-    /// Not applied: the user said no.
-    Decline(String),
-    /// Not applied: no decision could be had (no terminal to ask on), a usage error.
-    Refuse(String),
-}
-
-/// Decides whether a plan is applied, then whether each resource's and each action's run.
-#[async_trait]
-pub trait Approver: Send + Sync {
-    /// A plan with something to apply; called once, before anything runs.
-    async fn approve_plan(&self, _plan: &Plan) -> Decision {
-        Decision::Apply
-    }
-    async fn approve_resource(&self, resource: &str, status: Status, actions: &[Action]) -> bool;
-    async fn approve_action(&self, resource: &str, action: &Action) -> bool;
-}
-
-/// Approves everything (the plan was approved as a whole, or not at all).
-pub struct ApproveAll;
-
-#[async_trait]
-impl Approver for ApproveAll {
-    async fn approve_resource(&self, _: &str, _: Status, _: &[Action]) -> bool {
-        true
-    }
-    async fn approve_action(&self, _: &str, _: &Action) -> bool {
-        true
-    }
-}
-
-/// What every step of a run shares. Read-only once built.
-pub(crate) struct Context {
-    pub manifest: Arc<ValidatedManifest>,
-    pub options: RunOptions,
-    pub(crate) executor: Arc<dyn Executor>,
-    observer: Arc<dyn Observer>,
-    permits: Semaphore,
-    cancel: CancellationToken,
-}
-
-impl Context {
-    pub(crate) fn emit(&self, event: RunEvent) {
-        self.observer.on_event(&event);
-    }
-
-    pub(crate) async fn record_intent(&self, resource: &str, action: &str) -> Result<(), IntentError> {
-        self.observer.on_intent(resource, action).await
-    }
-
-    /// Runs one program for resource `i` and requires it to exit 0. `stream_all` sends every
-    /// output line to the observer (actions); otherwise only stderr, and only when verbose.
-    pub(crate) async fn run_program(
-        &self,
-        i: usize,
-        phase: &Phase,
-        invocable: &Invocable,
-        mounts: &[Mount],
-        stdin: Vec<u8>,
-        stream_all: bool,
-    ) -> Result<ExecOutcome, ResourceError> {
-        let resource = &self.manifest.resources[i];
-        let program = match &invocable.image {
-            Some(image) => TypeRef::parse(image, &resource.workspace).map_err(|problem| {
-                ResourceError::new(
-                    phase.clone(),
-                    Cause::Protocol { problem: format!("image: {problem}"), output: String::new() },
-                )
-            })?,
-            None => resource.type_ref.clone(),
-        };
-        let invocation = Invocation {
-            program,
-            entrypoint: invocable.entrypoint.clone(),
-            args: invocable.args.clone(),
-            stdin,
-            mounts: mounts.to_vec(),
-            env: vec![(RUN_ID_ENV.to_string(), self.options.run_id.clone())],
-            workdir: Some(resource.workspace.clone()),
-            timeout: self.options.timeout,
-            labels: InvocationLabels {
-                manifest: self.manifest.name.clone(),
-                resource: resource.name.clone(),
-                phase: phase.label(),
-                run_id: self.options.run_id.clone(),
-            },
-            sink: self.sink(&resource.name, phase, stream_all),
-            cancel: self.cancel.child_token(),
-        };
-        let _permit = self.permits.acquire().await.expect("the semaphore is never closed");
-        self.emit(RunEvent::Invoking { resource: resource.name.clone(), phase: phase.clone() });
-        let outcome = self.executor.invoke(invocation).await.map_err(|e| ResourceError::exec(phase.clone(), &e))?;
-        if outcome.exit.success() { Ok(outcome) } else { Err(ResourceError::exit(phase.clone(), &outcome)) }
-    }
-
-    fn sink(&self, resource: &str, phase: &Phase, stream_all: bool) -> Option<LineSink> {
-        if !stream_all && !self.options.verbose {
-            return None;
-        }
-        let observer = self.observer.clone();
-        let (resource, phase) = (resource.to_string(), phase.clone());
-        Some(Arc::new(move |stream, line: &str| {
-            if stream_all || stream == Stream::Stderr {
-                let (resource, phase, line) = (resource.clone(), phase.clone(), line.to_string());
-                observer.on_event(&RunEvent::Output { resource, phase, stream, line });
-            }
-        }))
-    }
-}
 
 /// A run that has not started: build it, then [`Engine::prepare`].
 pub struct Engine {
@@ -538,7 +282,7 @@ impl Prepared {
     ) -> Settled {
         let planned = match planned {
             Some(p) => p,
-            None => match self.ctx.resolve(i, known, &self.types).await {
+            None => match resource::resolve(&self.ctx, i, known, &self.types).await {
                 Err(e) => return Settled::Failed(e),
                 Ok(r) => match r.response {
                     StateResponse::Valid { state } => {
@@ -559,10 +303,18 @@ impl Prepared {
         }
         let Some(approver) = approver else { return Settled::NeedsActions(planned) };
         let PlannedActions { config, status, stale_state, actions } = planned;
-        match self
-            .ctx
-            .apply_actions(i, config.clone(), status, stale_state, &actions, known, &self.types, approver)
-            .await
+        match resource::apply_actions(
+            &self.ctx,
+            i,
+            config.clone(),
+            status,
+            stale_state,
+            &actions,
+            known,
+            &self.types,
+            approver,
+        )
+        .await
         {
             Ok((state, ran)) => Settled::Valid { known: Arc::new(Known { config, state }), applied: Some(ran) },
             Err(Stop::Failed(e)) => Settled::Failed(e),

@@ -6,9 +6,15 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::json;
 
+use async_trait::async_trait;
+
 use super::*;
+use crate::engine::delete::delete;
+use crate::engine::events::{ApproveAll, Approver, RunEvent};
+use crate::engine::executor::Stream;
 use crate::engine::executor::fake::{FakeCall, FakeExecutor, FakeReply};
 use crate::engine::manifest::{LoadedManifest, parse_document};
+use crate::engine::protocol::Action;
 use crate::engine::validate::validate;
 
 fn manifest(yaml: &str) -> Arc<ValidatedManifest> {
@@ -212,7 +218,7 @@ async fn delete_runs_in_reverse_dependency_order() {
     let fake = deletable(&[]);
     let prepared = prepared(CHAIN, &fake).await;
     let plan = prepared.plan().await;
-    let report = prepared.delete(&plan).await.unwrap();
+    let report = delete(&prepared, &plan).await.unwrap();
     assert!(report.succeeded(), "{report:?}");
     assert!(report.entries.iter().all(|e| e.removal == Removal::Deleted), "{report:?}");
     let deletes: Vec<String> =
@@ -229,7 +235,7 @@ async fn a_failed_delete_keeps_what_it_depends_on() {
     let fake = deletable(&["c"]);
     let prepared = prepared(CHAIN, &fake).await;
     let plan = prepared.plan().await;
-    let report = prepared.delete(&plan).await.unwrap();
+    let report = delete(&prepared, &plan).await.unwrap();
     let removal = |name: &str| report.entries.iter().find(|e| e.name == name).unwrap().removal.clone();
     assert!(matches!(removal("c"), Removal::Failed(_)));
     assert_eq!(removal("b"), Removal::Kept { reason: "c depends on it and was not deleted".into() });

@@ -11,9 +11,9 @@ use std::sync::{Arc, Mutex};
 use serde_json::{Value, json};
 
 use super::{Entry, Event, History, HistoryError, in_progress, now_ms, target};
+use crate::engine::events::{Ending, IntentError, Observer, RunEvent};
 use crate::engine::plan::{Plan, Planned};
 use crate::engine::protocol::Status;
-use crate::engine::run::{Ending, IntentError, Observer, RunEvent};
 
 /// How much of a message an entry keeps.
 const DETAIL_MESSAGE_LIMIT: usize = 1024;

@@ -1,0 +1,106 @@
+//! A resource's config against what is known so far: the expression context its templates
+//! render in (variables, dependencies' state), and its check against the type's schema.
+
+use std::sync::Arc;
+
+use serde_json::{Map, Value, json};
+
+use super::expr::{self, PathSegment, ValuePath};
+use super::validate::ValidatedManifest;
+use super::vars;
+
+/// A resource known to be VALID: its rendered config and its state.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Known {
+    pub config: Value,
+    pub state: Value,
+}
+
+/// What has been learnt so far, indexed like the manifest's resources.
+pub(crate) type Knowledge = [Option<Arc<Known>>];
+
+/// The expression context for resource `i`: variables (top level and under `vars`), each
+/// dependency alias, and `resources.<name>` for every resource it depends on. Unknown states
+/// are `null` (only used when the config reads no dependency).
+pub(crate) fn render_context(manifest: &ValidatedManifest, i: usize, known: &Knowledge) -> Value {
+    let resource = &manifest.resources[i];
+    let view = |j: usize| {
+        let dep = &manifest.resources[j];
+        let state = known.get(j).and_then(|k| k.as_ref()).map_or(Value::Null, |k| k.state.clone());
+        json!({"name": dep.name, "type": dep.type_name, "state": state})
+    };
+    let Value::Object(mut ctx) = vars::context(&manifest.vars) else { unreachable!("context is a map") };
+    for (alias, &j) in &resource.aliases {
+        ctx.insert(alias.clone(), view(j));
+    }
+    let resources: Map<String, Value> = resource
+        .aliases
+        .values()
+        .chain(&resource.implicit)
+        .map(|&j| (manifest.resources[j].name.clone(), view(j)))
+        .collect();
+    ctx.insert("resources".to_string(), Value::Object(resources));
+    Value::Object(ctx)
+}
+
+/// Every schema violation, located by config path, with values masked (they may come from
+/// variables).
+pub(crate) fn schema_violations(schema: &jsonschema::Validator, config: &Value, prefix: &str) -> Vec<String> {
+    schema
+        .iter_errors(config)
+        .map(|e| {
+            let path = pointer_to_path(config, e.instance_path().as_str());
+            format!("{}: {}", expr::full_path(prefix, &path), e.masked())
+        })
+        .collect()
+}
+
+/// A JSON pointer (`/a/0/b`) as a path, telling array indices from keys by the value's shape.
+fn pointer_to_path(value: &Value, pointer: &str) -> ValuePath {
+    let mut path = Vec::new();
+    let mut cur = Some(value);
+    for raw in pointer.split('/').skip(1) {
+        let token = raw.replace("~1", "/").replace("~0", "~");
+        match (cur, token.parse::<usize>()) {
+            (Some(Value::Array(items)), Ok(n)) => {
+                cur = items.get(n);
+                path.push(PathSegment::Index(n));
+            }
+            (c, _) => {
+                cur = c.and_then(|v| v.get(&token));
+                path.push(PathSegment::Key(token));
+            }
+        }
+    }
+    ValuePath(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pointers_become_user_paths() {
+        let v = json!({"a": [{"b": 1}], "0": {"x/y": 2}});
+        assert_eq!(pointer_to_path(&v, "/a/0/b").to_string(), "a[0].b");
+        assert_eq!(pointer_to_path(&v, "/0/x~1y").to_string(), "0.x/y");
+        assert_eq!(pointer_to_path(&v, "").to_string(), "");
+    }
+
+    #[test]
+    fn schema_violations_are_all_reported_masked() {
+        let schema = jsonschema::draft4::new(&json!({
+            "type": "object",
+            "properties": {"port": {"type": "integer"}, "hosts": {"type": "array", "items": {"type": "string"}}},
+            "required": ["name"]
+        }))
+        .unwrap();
+        let config = json!({"port": "s3cret", "hosts": ["a", 5]});
+        let v = schema_violations(&schema, &config, "resources.r.config");
+        assert_eq!(v.len(), 3, "{v:?}");
+        assert!(v.iter().any(|m| m.starts_with("resources.r.config.port: ") && m.contains("integer")), "{v:?}");
+        assert!(v.iter().any(|m| m.starts_with("resources.r.config.hosts[1]: ")), "{v:?}");
+        assert!(v.iter().any(|m| m.starts_with("resources.r.config: ") && m.contains("name")), "{v:?}");
+        assert!(!v.iter().any(|m| m.contains("s3cret")), "{v:?}");
+    }
+}

@@ -1,0 +1,124 @@
+//! What every step of one run shares: the manifest, the options, the executor behind a
+//! semaphore, the observers and the cancellation — and running one program for a resource.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+use super::error::{Cause, Phase, ResourceError};
+use super::events::{IntentError, Observer, RunEvent};
+use super::executor::process::RUN_ID_ENV;
+use super::executor::{Executor, Invocation, InvocationLabels, LineSink, Mount, Outcome as ExecOutcome, Stream};
+use super::protocol::Invocable;
+use super::typeref::TypeRef;
+use super::validate::ValidatedManifest;
+
+/// How a run behaves.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// At most this many programs run at once.
+    pub parallelism: usize,
+    /// Sets `verbose` in requests and streams programs' stderr for init and state.
+    pub verbose: bool,
+    /// Each invocation is stopped after this long.
+    pub timeout: Duration,
+    /// Identifies the run in labels and logs.
+    pub run_id: String,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        Self {
+            parallelism: std::thread::available_parallelism().map_or(4, |n| n.get()),
+            verbose: false,
+            timeout: Duration::from_secs(15 * 60),
+            run_id: new_run_id(),
+        }
+    }
+}
+
+/// A fresh deployment id: a UUIDv7, so ids sort by time.
+pub fn new_run_id() -> String {
+    uuid::Uuid::now_v7().to_string()
+}
+
+/// What every step of a run shares. Read-only once built.
+pub(crate) struct Context {
+    pub manifest: Arc<ValidatedManifest>,
+    pub options: RunOptions,
+    pub(crate) executor: Arc<dyn Executor>,
+    pub(crate) observer: Arc<dyn Observer>,
+    pub(crate) permits: Semaphore,
+    pub(crate) cancel: CancellationToken,
+}
+
+impl Context {
+    pub(crate) fn emit(&self, event: RunEvent) {
+        self.observer.on_event(&event);
+    }
+
+    pub(crate) async fn record_intent(&self, resource: &str, action: &str) -> Result<(), IntentError> {
+        self.observer.on_intent(resource, action).await
+    }
+
+    /// Runs one program for resource `i` and requires it to exit 0. `stream_all` sends every
+    /// output line to the observer (actions); otherwise only stderr, and only when verbose.
+    pub(crate) async fn run_program(
+        &self,
+        i: usize,
+        phase: &Phase,
+        invocable: &Invocable,
+        mounts: &[Mount],
+        stdin: Vec<u8>,
+        stream_all: bool,
+    ) -> Result<ExecOutcome, ResourceError> {
+        let resource = &self.manifest.resources[i];
+        let program = match &invocable.image {
+            Some(image) => TypeRef::parse(image, &resource.workspace).map_err(|problem| {
+                ResourceError::new(
+                    phase.clone(),
+                    Cause::Protocol { problem: format!("image: {problem}"), output: String::new() },
+                )
+            })?,
+            None => resource.type_ref.clone(),
+        };
+        let invocation = Invocation {
+            program,
+            entrypoint: invocable.entrypoint.clone(),
+            args: invocable.args.clone(),
+            stdin,
+            mounts: mounts.to_vec(),
+            env: vec![(RUN_ID_ENV.to_string(), self.options.run_id.clone())],
+            workdir: Some(resource.workspace.clone()),
+            timeout: self.options.timeout,
+            labels: InvocationLabels {
+                manifest: self.manifest.name.clone(),
+                resource: resource.name.clone(),
+                phase: phase.label(),
+                run_id: self.options.run_id.clone(),
+            },
+            sink: self.sink(&resource.name, phase, stream_all),
+            cancel: self.cancel.child_token(),
+        };
+        let _permit = self.permits.acquire().await.expect("the semaphore is never closed");
+        self.emit(RunEvent::Invoking { resource: resource.name.clone(), phase: phase.clone() });
+        let outcome = self.executor.invoke(invocation).await.map_err(|e| ResourceError::exec(phase.clone(), &e))?;
+        if outcome.exit.success() { Ok(outcome) } else { Err(ResourceError::exit(phase.clone(), &outcome)) }
+    }
+
+    fn sink(&self, resource: &str, phase: &Phase, stream_all: bool) -> Option<LineSink> {
+        if !stream_all && !self.options.verbose {
+            return None;
+        }
+        let observer = self.observer.clone();
+        let (resource, phase) = (resource.to_string(), phase.clone());
+        Some(Arc::new(move |stream, line: &str| {
+            if stream_all || stream == Stream::Stderr {
+                let (resource, phase, line) = (resource.clone(), phase.clone(), line.to_string());
+                observer.on_event(&RunEvent::Output { resource, phase, stream, line });
+            }
+        }))
+    }
+}
