@@ -91,7 +91,7 @@ async fn a_plan_runs_no_action_and_is_recorded_as_a_plan() {
     let (fake, log) = (world(Duration::ZERO), Arc::new(MemoryLog::new()));
     let passed = pass(TWO, &fake, &log, Mode::Plan, &ApproveAll, CancellationToken::new()).run().await.unwrap();
     let Ended::Planned(plan) = &passed.ended else { panic!("{:?}", passed.ended) };
-    assert_eq!(plan.entries.iter().map(|e| e.planned.label()).collect::<Vec<_>>(), ["MISSING", "PENDING"]);
+    assert_eq!(plan.entries.iter().map(|e| e.standing.label()).collect::<Vec<_>>(), ["MISSING", "PENDING"]);
     assert!(actions_run(&fake).is_empty());
     assert_eq!(runs(&log).iter().map(|(_, e)| *e).collect::<Vec<_>>(), [Event::PlanStarted, Event::PlanFinished]);
     let pending = log.entries().into_iter().find(|e| e.event == Event::ResourcePending).expect("b is pending");

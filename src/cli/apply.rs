@@ -11,7 +11,7 @@ use super::{ApplyArgs, CliError, Exit, ManifestArgs, OutputFormat, executor, loa
 use crate::engine::context::RunOptions;
 use crate::engine::executor::Executor;
 use crate::engine::manifest::parent_dir;
-use crate::engine::plan::{Drift, Plan, Planned, Report};
+use crate::engine::plan::{Drift, Plan, Report, Standing};
 use crate::history::store::{SqliteLog, StateLock};
 use crate::history::{History, MemoryLog, Unrecorded};
 use crate::pass::{Ended, Mode, Pass, Passed};
@@ -87,8 +87,8 @@ fn plan_exit(plan: &Plan) -> Exit {
     if plan.is_applicable() {
         return Exit::Ok;
     }
-    let invalid_input = plan.entries.iter().all(|e| match &e.planned {
-        Planned::Failed(error) => error.is_invalid_input(),
+    let invalid_input = plan.entries.iter().all(|e| match &e.standing {
+        Standing::Failed(error) => error.is_invalid_input(),
         _ => true,
     });
     if invalid_input { Exit::Invalid } else { Exit::Failed }
@@ -149,13 +149,13 @@ fn show(format: OutputFormat, progress: &Progress, revision: &str, passed: &Pass
         Ended::Planned(plan) => {
             json(plan, None, "planned");
             if !plan.is_applicable() {
-                render::print_plan_failures(plan);
+                render::print_failures(&plan.manifest, &plan.entries);
             }
             plan_exit(plan)
         }
         Ended::NotApplicable(plan) => {
             json(plan, None, "failed");
-            render::print_plan_failures(plan);
+            render::print_failures(&plan.manifest, &plan.entries);
             progress.note("nothing was applied: the plan has failures");
             plan_exit(plan)
         }
@@ -174,7 +174,7 @@ fn show(format: OutputFormat, progress: &Progress, revision: &str, passed: &Pass
                 OutputFormat::Text => render::print_report(report),
                 OutputFormat::Json => {
                     json(plan, Some(report), if report.succeeded() { "applied" } else { "failed" });
-                    render::print_report_failures(report);
+                    render::print_failures(report.manifest(), report.entries());
                 }
             }
             if report.succeeded() { Exit::Ok } else { Exit::Failed }

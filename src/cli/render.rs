@@ -5,7 +5,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::engine::error::ResourceError;
-use crate::engine::plan::{Outcome, Plan, Planned, Report};
+use crate::engine::plan::{Plan, Report, ResourceEntry, Standing};
 use crate::history::recorder::Drift;
 
 /// A duration as people read it, to the millisecond.
@@ -39,26 +39,26 @@ pub(super) fn print_plan(plan: &Plan) {
     outln!("Plan for {} (run {}):", plan.manifest, plan.run_id);
     let width = name_width(plan.entries.iter().map(|e| e.name.as_str()));
     for e in &plan.entries {
-        let ran = matches!(e.planned, Planned::Valid { .. } | Planned::NeedsActions { .. } | Planned::Failed(_));
+        let ran = matches!(e.standing, Standing::Valid { .. } | Standing::NeedsActions { .. } | Standing::Failed(_));
         let took = ran.then(|| elapsed(e.elapsed));
-        outln!("{}", settled_line(e.planned.label(), &e.name, width, &e.type_name, took.as_deref()));
-        match &e.planned {
-            Planned::Valid { .. } => {}
-            Planned::NeedsActions { actions, .. } => {
+        outln!("{}", settled_line(e.standing.label(), &e.name, width, &e.type_name, took.as_deref()));
+        match &e.standing {
+            Standing::NeedsActions { actions, .. } => {
                 for a in actions {
                     let what = if a.description.is_empty() { String::new() } else { format!(": {}", a.description) };
                     outln!("              → {}{what}", a.name);
                 }
             }
-            Planned::Pending { waiting_on, unknown_inputs } => {
+            Standing::Pending { waiting_on, unknown_inputs } => {
                 let deps: Vec<String> = waiting_on.iter().map(|w| format!("{} ({})", w.resource, w.status)).collect();
                 outln!("              waits on {}", deps.join(", "));
                 for input in unknown_inputs {
                     outln!("              unknown until then: {} = {}", input.path, input.expression);
                 }
             }
-            Planned::Failed(error) => outln!("{}", indent(&error.to_string(), "              ")),
-            Planned::Blocked { by } => outln!("              blocked by {by}"),
+            Standing::Failed(error) => outln!("{}", indent(&error.to_string(), "              ")),
+            Standing::Blocked { by } => outln!("              blocked by {by}"),
+            _ => {}
         }
     }
     let c = plan.counts();
@@ -80,31 +80,16 @@ pub(super) fn print_report(report: &Report) {
         c.blocked,
         if c.declined > 0 { format!(", {} declined or cancelled", c.declined) } else { String::new() }
     );
-    print_report_failures(report);
+    print_failures(report.manifest(), report.entries());
 }
 
-/// Every failure of a report, in full, on stderr.
-pub(super) fn print_report_failures(report: &Report) {
-    let failed = report.entries().iter().filter_map(|e| match &e.outcome {
-        Outcome::Failed(error) => Some((e.name.as_str(), error)),
-        _ => None,
-    });
-    print_failures(report.manifest(), failed);
-}
-
-/// Every failure of a plan, in full, on stderr.
-pub(super) fn print_plan_failures(plan: &Plan) {
-    let failed = plan.entries.iter().filter_map(|e| match &e.planned {
-        Planned::Failed(error) => Some((e.name.as_str(), error)),
-        _ => None,
-    });
-    print_failures(&plan.manifest, failed);
-}
-
-fn print_failures<'a>(manifest: &str, failed: impl Iterator<Item = (&'a str, &'a ResourceError)>) {
-    for (name, error) in failed {
-        errln!("error: manifest {manifest}: resource `{name}` failed in {}:", error.phase);
-        errln!("{}", indent(&error.to_string(), "  "));
+/// Every failure among `entries` (of a plan or a report), in full, on stderr.
+pub(super) fn print_failures(manifest: &str, entries: &[ResourceEntry]) {
+    for e in entries {
+        if let Standing::Failed(error) = &e.standing {
+            errln!("error: manifest {manifest}: resource `{}` failed in {}:", e.name, error.phase);
+            errln!("{}", indent(&error.to_string(), "  "));
+        }
     }
 }
 
@@ -112,43 +97,29 @@ fn error_json(error: &ResourceError) -> Value {
     json!({"phase": error.phase.to_string(), "reason": error.reason(), "message": error.to_string()})
 }
 
-fn plan_entry_json(plan: &Plan) -> Vec<Value> {
-    plan.entries
+fn entries_json(entries: &[ResourceEntry]) -> Vec<Value> {
+    entries
         .iter()
         .map(|e| {
-            let mut v = json!({"name": e.name, "type": e.type_name, "status": e.planned.label(), "elapsed_ms": e.elapsed.as_millis()});
-            match &e.planned {
-                Planned::Valid { state } => v["state"] = state.clone(),
-                Planned::NeedsActions { stale_state, actions, .. } => {
+            let mut v = json!({"name": e.name, "type": e.type_name, "status": e.standing.label(), "elapsed_ms": e.elapsed.as_millis()});
+            match &e.standing {
+                Standing::Valid { state, applied } => {
+                    v["state"] = state.clone();
+                    if let Some(actions) = applied {
+                        v["actions"] = json!(actions);
+                    }
+                }
+                Standing::NeedsActions { stale_state, actions, .. } => {
                     v["actions"] = json!(actions.iter().map(|a| json!({"name": a.name, "description": a.description})).collect::<Vec<_>>());
                     v["stale_state"] = stale_state.clone().unwrap_or(Value::Null);
                 }
-                Planned::Pending { waiting_on, unknown_inputs } => {
+                Standing::Pending { waiting_on, unknown_inputs } => {
                     v["waiting_on"] = json!(waiting_on.iter().map(|w| json!({"resource": w.resource, "status": w.status})).collect::<Vec<_>>());
                     v["unknown_inputs"] = json!(unknown_inputs.iter().map(|u| json!({"path": u.path, "expression": u.expression})).collect::<Vec<_>>());
                 }
-                Planned::Failed(error) => v["error"] = error_json(error),
-                Planned::Blocked { by } => v["blocked_by"] = json!(by),
-            }
-            v
-        })
-        .collect()
-}
-
-fn report_entry_json(report: &Report) -> Vec<Value> {
-    report
-        .entries()
-        .iter()
-        .map(|e| {
-            let mut v = json!({"name": e.name, "type": e.type_name, "status": e.outcome.label(), "elapsed_ms": e.elapsed.as_millis()});
-            if let Some(state) = e.outcome.state() {
-                v["state"] = state.clone();
-            }
-            match &e.outcome {
-                Outcome::Applied { actions, .. } => v["actions"] = json!(actions),
-                Outcome::Failed(error) => v["error"] = error_json(error),
-                Outcome::Blocked { by } => v["blocked_by"] = json!(by),
-                _ => {}
+                Standing::Failed(error) => v["error"] = error_json(error),
+                Standing::Blocked { by } => v["blocked_by"] = json!(by),
+                Standing::Declined | Standing::Cancelled => {}
             }
             v
         })
@@ -164,10 +135,10 @@ pub(super) fn document(plan: &Plan, report: Option<&Report>, status: &str, revis
         "revision": revision,
         "status": status,
         "drift": drift,
-        "plan": plan_entry_json(plan),
+        "plan": entries_json(&plan.entries),
     });
     if let Some(report) = report {
-        doc["result"] = json!(report_entry_json(report));
+        doc["result"] = json!(entries_json(report.entries()));
     }
     doc
 }

@@ -19,7 +19,7 @@ use super::status::{self, Observed, PassResult, bound, changed, cut, history_ent
 use crate::crd::{DeletionPolicy, Manifest, ManifestStatus};
 use crate::engine::context::{RunOptions, new_run_id};
 use crate::engine::events::{ApproveAll, IntentError, Observer, RunEvent};
-use crate::engine::plan::Outcome;
+use crate::engine::plan::Standing;
 use crate::history::MemoryLog;
 use crate::pass::{Ended, Mode, Pass};
 
@@ -232,8 +232,8 @@ fn pass_events(
     let applied: Vec<String> = report
         .entries()
         .iter()
-        .filter_map(|e| match &e.outcome {
-            Outcome::Applied { actions, .. } if !drifts.iter().any(|d| d.resource == e.name) => {
+        .filter_map(|e| match &e.standing {
+            Standing::Valid { applied: Some(actions), .. } if !drifts.iter().any(|d| d.resource == e.name) => {
                 Some(format!("{} ({})", e.name, actions.join(", ")))
             }
             _ => None,
@@ -243,7 +243,7 @@ fn pass_events(
         events.push((EventType::Normal, "Applied", format!("applied {}", applied.join(", "))));
     }
     for e in report.entries() {
-        if let Outcome::Failed(error) = &e.outcome {
+        if let Standing::Failed(error) = &e.standing {
             events.push((EventType::Warning, error.reason(), format!("{}: {error}", e.name)));
         }
     }

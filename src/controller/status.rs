@@ -7,7 +7,7 @@
 use serde_json::{Value, json};
 
 use crate::crd::{Condition, HistoryEntry, ManifestStatus, ResourceStatus};
-use crate::engine::plan::{Outcome, Plan, Planned, Report};
+use crate::engine::plan::{Plan, Report, ResourceEntry, Standing};
 use crate::history::recorder::Drift;
 use crate::history::{Entry, Event, format_time};
 
@@ -104,76 +104,55 @@ pub fn next_status(old: &ManifestStatus, pass: &PassResult) -> ManifestStatus {
     status
 }
 
-/// Resource statuses as the pass observed them (`None`: the pass observed none).
-fn observed_resources(observed: &Observed) -> Option<Vec<ResourceStatus>> {
-    let resource = |name: &str, type_: &str, status: &str| ResourceStatus {
-        name: name.into(),
-        type_: type_.into(),
-        status: status.into(),
-        ..ResourceStatus::default()
-    };
+/// What the pass observed of each resource, from its report or, when nothing was applied, its
+/// plan (`None`: the pass observed none).
+fn observed_entries(observed: &Observed) -> Option<&[ResourceEntry]> {
     match observed {
-        Observed::Applied(report) => Some(
-            report
-                .entries()
-                .iter()
-                .map(|e| {
-                    let mut r = resource(&e.name, &e.type_name, outcome_status(&e.outcome));
-                    r.state = e.outcome.state().map(cap_state);
-                    match &e.outcome {
-                        Outcome::Applied { actions, .. } => {
-                            r.message = Some(format!("applied: {}", actions.join(", ")))
-                        }
-                        Outcome::Failed(error) => r.message = Some(cut(&error.to_string())),
-                        Outcome::Blocked { by } => {
-                            r.message = Some(format!("blocked: {by} failed"));
-                            r.blocked_by = Some(by.clone());
-                        }
-                        Outcome::Declined => r.message = Some("declined".into()),
-                        Outcome::Cancelled => r.message = Some("cancelled before it could start".into()),
-                        Outcome::Unchanged { .. } => {}
-                    }
-                    r
-                })
-                .collect(),
-        ),
-        Observed::Unapplied(plan) => Some(
-            plan.entries
-                .iter()
-                .map(|e| {
-                    let mut r = resource(&e.name, &e.type_name, e.planned.label());
-                    match &e.planned {
-                        Planned::Valid { state } => r.state = Some(cap_state(state)),
-                        Planned::NeedsActions { actions, .. } => {
-                            let names: Vec<&str> = actions.iter().map(|a| a.name.as_str()).collect();
-                            r.message =
-                                Some(format!("needs: {} (not applied: the plan has failures)", names.join(", ")));
-                        }
-                        Planned::Pending { waiting_on, .. } => {
-                            let deps: Vec<&str> = waiting_on.iter().map(|w| w.resource.as_str()).collect();
-                            r.message = Some(format!("waiting on {}", deps.join(", ")));
-                        }
-                        Planned::Failed(error) => r.message = Some(cut(&error.to_string())),
-                        Planned::Blocked { by } => {
-                            r.message = Some(format!("blocked: {by} failed"));
-                            r.blocked_by = Some(by.clone());
-                        }
-                    }
-                    r
-                })
-                .collect(),
-        ),
+        Observed::Applied(report) => Some(report.entries()),
+        Observed::Unapplied(plan) => Some(&plan.entries),
         Observed::Invalid { .. } | Observed::NotRun { .. } | Observed::Suspended => None,
     }
 }
 
-fn outcome_status(outcome: &Outcome) -> &'static str {
-    match outcome {
-        Outcome::Unchanged { .. } | Outcome::Applied { .. } => "VALID",
-        Outcome::Failed(_) => "FAILED",
-        Outcome::Blocked { .. } => "BLOCKED",
-        Outcome::Declined | Outcome::Cancelled => "PENDING",
-    }
+/// Resource statuses as the pass observed them (`None`: the pass observed none).
+fn observed_resources(observed: &Observed) -> Option<Vec<ResourceStatus>> {
+    Some(observed_entries(observed)?.iter().map(resource_status).collect())
+}
+
+fn resource_status(e: &ResourceEntry) -> ResourceStatus {
+    let status = match &e.standing {
+        Standing::Valid { .. } => "VALID",
+        // Never started: it stands as it was, waiting for the next pass.
+        Standing::Declined | Standing::Cancelled => "PENDING",
+        other => other.label(),
+    };
+    let mut r = ResourceStatus {
+        name: e.name.as_str().into(),
+        type_: e.type_name.as_str().into(),
+        status: status.into(),
+        state: e.standing.state().map(cap_state),
+        ..ResourceStatus::default()
+    };
+    r.message = match &e.standing {
+        Standing::Valid { applied: Some(actions), .. } => Some(format!("applied: {}", actions.join(", "))),
+        Standing::Valid { applied: None, .. } => None,
+        Standing::NeedsActions { actions, .. } => {
+            let names: Vec<&str> = actions.iter().map(|a| a.name.as_str()).collect();
+            Some(format!("needs: {} (not applied: the plan has failures)", names.join(", ")))
+        }
+        Standing::Pending { waiting_on, .. } => {
+            let deps: Vec<&str> = waiting_on.iter().map(|w| w.resource.as_str()).collect();
+            Some(format!("waiting on {}", deps.join(", ")))
+        }
+        Standing::Failed(error) => Some(cut(&error.to_string())),
+        Standing::Blocked { by } => {
+            r.blocked_by = Some(by.as_str().into());
+            Some(format!("blocked: {by} failed"))
+        }
+        Standing::Declined => Some("declined".into()),
+        Standing::Cancelled => Some("cancelled before it could start".into()),
+    };
+    r
 }
 
 /// Keeps each resource's `lastTransitionTime` unless its status changed, and counts drift
@@ -345,19 +324,17 @@ fn success(status: &ManifestStatus, pass: &PassResult) -> (String, String) {
 /// ones merely waiting on them.
 fn failure(status: &ManifestStatus, pass: &PassResult) -> (&'static str, String) {
     let roots: Vec<&ResourceStatus> = status.resources.iter().filter(|r| r.status == "FAILED").collect();
-    let reason = match &pass.observed {
-        Observed::Applied(report) => report
-            .entries()
-            .iter()
-            .find_map(|e| if let Outcome::Failed(error) = &e.outcome { Some(error.reason()) } else { None })
-            .unwrap_or("NotApplied"),
-        Observed::Unapplied(plan) => plan
-            .entries
-            .iter()
-            .find_map(|e| if let Planned::Failed(error) = &e.planned { Some(error.reason()) } else { None })
-            .unwrap_or("PlanFailed"),
-        _ => "Failed",
-    };
+    let reason = observed_entries(&pass.observed)
+        .and_then(|entries| {
+            entries
+                .iter()
+                .find_map(|e| if let Standing::Failed(error) = &e.standing { Some(error.reason()) } else { None })
+        })
+        .unwrap_or(match &pass.observed {
+            Observed::Applied(_) => "NotApplied",
+            Observed::Unapplied(_) => "PlanFailed",
+            _ => "Failed",
+        });
     let mut parts: Vec<String> = roots
         .iter()
         .map(|r| format!("waiting on {}: {}", r.name, first_line(r.message.as_deref().unwrap_or("failed"))))

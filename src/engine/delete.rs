@@ -13,7 +13,7 @@ use serde_json::json;
 use super::config::Known;
 use super::error::{Cause, Phase, ResourceError};
 use super::events::RunEvent;
-use super::plan::{Plan, Planned};
+use super::plan::{Plan, Standing};
 use super::protocol::{ActionRequest, StateResponse, Status};
 use super::resource::{read_state, state_request};
 use super::run::{NotApplicable, Prepared};
@@ -88,8 +88,8 @@ pub async fn delete(prepared: &Prepared, plan: &Plan) -> Result<DeleteReport, No
     let known: Vec<Option<Arc<Known>>> = plan
         .entries
         .iter()
-        .map(|e| match (&e.planned, &e.config) {
-            (Planned::Valid { state }, Some(config)) => {
+        .map(|e| match (&e.standing, &e.config) {
+            (Standing::Valid { state, .. }, Some(config)) => {
                 Some(Arc::new(Known { config: config.clone(), state: state.clone() }))
             }
             _ => None,
@@ -101,7 +101,7 @@ pub async fn delete(prepared: &Prepared, plan: &Plan) -> Result<DeleteReport, No
     for &i in manifest.graph.topological().iter().rev() {
         let removal = match needed.get(&i) {
             Some(reason) => Removal::Kept { reason: reason.clone() },
-            None => remove(prepared, i, &plan.entries[i].planned, plan.entries[i].config.clone(), &known).await,
+            None => remove(prepared, i, &plan.entries[i].standing, plan.entries[i].config.clone(), &known).await,
         };
         if !matches!(removal, Removal::Deleted | Removal::Absent) {
             let reason = match needed.get(&i) {
@@ -140,17 +140,17 @@ pub async fn delete(prepared: &Prepared, plan: &Plan) -> Result<DeleteReport, No
 async fn remove(
     prepared: &Prepared,
     i: usize,
-    planned: &Planned,
+    standing: &Standing,
     config: Option<serde_json::Value>,
     known: &[Option<Arc<Known>>],
 ) -> Removal {
     let kept = |reason: &str| Removal::Kept { reason: reason.to_string() };
-    let current = match planned {
-        Planned::NeedsActions { status: Status::Missing, .. } => return Removal::Absent,
-        Planned::Valid { state } => state.clone(),
-        Planned::NeedsActions { stale_state, .. } => stale_state.clone().unwrap_or_else(|| json!({})),
-        Planned::Pending { .. } => return kept("its inputs are unknown: a dependency is not VALID"),
-        Planned::Failed(_) | Planned::Blocked { .. } => return kept("its state could not be read"),
+    let current = match standing {
+        Standing::NeedsActions { status: Status::Missing, .. } => return Removal::Absent,
+        Standing::Valid { state, .. } => state.clone(),
+        Standing::NeedsActions { stale_state, .. } => stale_state.clone().unwrap_or_else(|| json!({})),
+        Standing::Pending { .. } => return kept("its inputs are unknown: a dependency is not VALID"),
+        _ => return kept("its state could not be read"),
     };
     if prepared.ctx.manifest.resources[i].readonly {
         return kept("readonly: observed, never deleted");

@@ -1,8 +1,8 @@
 //! What a plan found and what an apply did.
 //!
 //! [`Plan`] is produced by [`crate::engine::run::Prepared::plan`] without running any action;
-//! [`Report`] only by [`crate::engine::run::Prepared::apply`], from executed results — its
-//! fields are private so that nothing else can fabricate one.
+//! [`Report`] only by [`crate::engine::run::Prepared::apply`], from executed results. Both hold
+//! [`ResourceEntry`]s: one [`Standing`] per resource, whatever the stage.
 
 use std::time::Duration;
 
@@ -37,49 +37,86 @@ pub struct UnknownInput {
     pub expression: String,
 }
 
-/// What the plan found for one resource.
+/// Where one resource stands: what a plan found, what an apply did — one shape for both, and
+/// for the coordinator in between.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Planned {
+pub enum Standing {
+    /// VALID, with its state; `applied` names the actions this run ran to make it so.
     Valid {
         state: Value,
+        applied: Option<Vec<String>>,
     },
+    /// STALE or MISSING, and the actions that would make it VALID (a plan's finding).
     NeedsActions {
         status: Status,
         stale_state: Option<Value>,
         actions: Vec<Action>,
     },
-    /// A dependency is not VALID yet, so this resource cannot be resolved before apply.
+    /// Not read: a dependency is not VALID yet (and, during a run, not reached yet).
     Pending {
         waiting_on: Vec<Waiting>,
         unknown_inputs: Vec<UnknownInput>,
     },
     Failed(ResourceError),
-    /// A dependency (`by`, the root cause) failed.
+    /// A dependency (`by`, the root cause) failed or was declined.
     Blocked {
         by: String,
     },
+    /// The user declined its actions.
+    Declined,
+    /// The run was cancelled before the resource could start.
+    Cancelled,
 }
 
-impl Planned {
-    /// The word shown for this entry.
+impl Standing {
+    /// Not looked at yet.
+    pub(crate) fn unread() -> Standing {
+        Standing::Pending { waiting_on: Vec::new(), unknown_inputs: Vec::new() }
+    }
+
+    /// The word shown for this resource.
     pub fn label(&self) -> &'static str {
         match self {
-            Planned::Valid { .. } => "VALID",
-            Planned::NeedsActions { status: Status::Missing, .. } => "MISSING",
-            Planned::NeedsActions { .. } => "STALE",
-            Planned::Pending { .. } => "PENDING",
-            Planned::Failed(_) => "FAILED",
-            Planned::Blocked { .. } => "BLOCKED",
+            Standing::Valid { applied: None, .. } => "VALID",
+            Standing::Valid { applied: Some(_), .. } => "APPLIED",
+            Standing::NeedsActions { status: Status::Missing, .. } => "MISSING",
+            Standing::NeedsActions { .. } => "STALE",
+            Standing::Pending { .. } => "PENDING",
+            Standing::Failed(_) => "FAILED",
+            Standing::Blocked { .. } => "BLOCKED",
+            Standing::Declined => "DECLINED",
+            Standing::Cancelled => "CANCELLED",
+        }
+    }
+
+    /// The state of a VALID resource.
+    pub fn state(&self) -> Option<&Value> {
+        match self {
+            Standing::Valid { state, .. } => Some(state),
+            _ => None,
+        }
+    }
+
+    /// A line of detail for progress and the log.
+    pub fn message(&self) -> Option<String> {
+        match self {
+            Standing::Failed(e) => Some(e.to_string()),
+            Standing::Blocked { by } => Some(format!("blocked by {by}")),
+            Standing::NeedsActions { actions, .. } => {
+                Some(actions.iter().map(|a| a.name.as_str()).collect::<Vec<_>>().join(", "))
+            }
+            Standing::Valid { applied: Some(actions), .. } => Some(actions.join(", ")),
+            _ => None,
         }
     }
 }
 
-/// One resource in a plan.
+/// One resource in a plan or a report.
 #[derive(Debug, Clone)]
-pub struct PlanEntry {
+pub struct ResourceEntry {
     pub name: String,
     pub type_name: String,
-    pub planned: Planned,
+    pub standing: Standing,
     pub elapsed: Duration,
     /// The rendered config the state action saw; kept for apply, never shown (it may hold
     /// values of variables, which carry credentials).
@@ -91,10 +128,10 @@ pub struct PlanEntry {
 pub struct Plan {
     pub manifest: String,
     pub run_id: String,
-    pub entries: Vec<PlanEntry>,
+    pub entries: Vec<ResourceEntry>,
 }
 
-/// How many entries of a plan or report are in each state.
+/// How many entries of a plan or report stand each way.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counts {
     pub valid: usize,
@@ -103,22 +140,29 @@ pub struct Counts {
     pub applied: usize,
     pub failed: usize,
     pub blocked: usize,
+    /// Declined or cancelled.
     pub declined: usize,
+}
+
+fn counts(entries: &[ResourceEntry]) -> Counts {
+    let mut c = Counts::default();
+    for e in entries {
+        match e.standing {
+            Standing::Valid { applied: None, .. } => c.valid += 1,
+            Standing::Valid { applied: Some(_), .. } => c.applied += 1,
+            Standing::NeedsActions { .. } => c.to_apply += 1,
+            Standing::Pending { .. } => c.pending += 1,
+            Standing::Failed(_) => c.failed += 1,
+            Standing::Blocked { .. } => c.blocked += 1,
+            Standing::Declined | Standing::Cancelled => c.declined += 1,
+        }
+    }
+    c
 }
 
 impl Plan {
     pub fn counts(&self) -> Counts {
-        let mut c = Counts::default();
-        for e in &self.entries {
-            match e.planned {
-                Planned::Valid { .. } => c.valid += 1,
-                Planned::NeedsActions { .. } => c.to_apply += 1,
-                Planned::Pending { .. } => c.pending += 1,
-                Planned::Failed(_) => c.failed += 1,
-                Planned::Blocked { .. } => c.blocked += 1,
-            }
-        }
-        c
+        counts(&self.entries)
     }
 
     /// Whether applying would do anything.
@@ -134,68 +178,18 @@ impl Plan {
     }
 }
 
-/// What apply did to one resource.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Outcome {
-    /// Already VALID; nothing ran.
-    Unchanged {
-        state: Value,
-    },
-    /// Actions ran and the resource is now VALID.
-    Applied {
-        state: Value,
-        actions: Vec<String>,
-    },
-    Failed(ResourceError),
-    /// Never ran because `by` (the root cause) failed or was declined.
-    Blocked {
-        by: String,
-    },
-    /// The user declined its actions.
-    Declined,
-    /// The run was cancelled before the resource could start.
-    Cancelled,
-}
-
-impl Outcome {
-    pub fn label(&self) -> &'static str {
-        match self {
-            Outcome::Unchanged { .. } => "VALID",
-            Outcome::Applied { .. } => "APPLIED",
-            Outcome::Failed(_) => "FAILED",
-            Outcome::Blocked { .. } => "BLOCKED",
-            Outcome::Declined => "DECLINED",
-            Outcome::Cancelled => "CANCELLED",
-        }
-    }
-
-    pub fn state(&self) -> Option<&Value> {
-        match self {
-            Outcome::Unchanged { state } | Outcome::Applied { state, .. } => Some(state),
-            _ => None,
-        }
-    }
-}
-
-/// One resource in a report.
-#[derive(Debug, Clone)]
-pub struct ReportEntry {
-    pub name: String,
-    pub type_name: String,
-    pub outcome: Outcome,
-    pub elapsed: Duration,
-}
-
-/// The result of applying a plan. Built only by the engine from executed results.
+/// The result of applying a plan. Built only by the engine from executed results: its fields
+/// are private, so that nothing else can fabricate one (the controller's status is built from
+/// reports only).
 #[derive(Debug, Clone)]
 pub struct Report {
     manifest: String,
     run_id: String,
-    entries: Vec<ReportEntry>,
+    entries: Vec<ResourceEntry>,
 }
 
 impl Report {
-    pub(crate) fn new(manifest: String, run_id: String, entries: Vec<ReportEntry>) -> Self {
+    pub(crate) fn new(manifest: String, run_id: String, entries: Vec<ResourceEntry>) -> Self {
         Self { manifest, run_id, entries }
     }
 
@@ -207,34 +201,23 @@ impl Report {
         &self.run_id
     }
 
-    pub fn entries(&self) -> &[ReportEntry] {
+    pub fn entries(&self) -> &[ResourceEntry] {
         &self.entries
     }
 
     pub fn counts(&self) -> Counts {
-        let mut c = Counts::default();
-        for e in &self.entries {
-            match e.outcome {
-                Outcome::Unchanged { .. } => c.valid += 1,
-                Outcome::Applied { .. } => c.applied += 1,
-                Outcome::Failed(_) => c.failed += 1,
-                Outcome::Blocked { .. } => c.blocked += 1,
-                Outcome::Declined | Outcome::Cancelled => c.declined += 1,
-            }
-        }
-        c
+        counts(&self.entries)
     }
 
     /// Whether every resource ended VALID.
     pub fn succeeded(&self) -> bool {
-        let c = self.counts();
-        c.failed + c.blocked + c.declined == 0
+        self.entries.iter().all(|e| matches!(e.standing, Standing::Valid { .. }))
     }
 }
 
 /// Why resource `i` could not be resolved during the plan: the dependencies that are not VALID
 /// (with their labels from `labels`) and the config values that read them.
-pub(crate) fn pending(manifest: &ValidatedManifest, i: usize, labels: &[&str]) -> Planned {
+pub(crate) fn pending(manifest: &ValidatedManifest, i: usize, labels: &[&str]) -> Standing {
     let resource = &manifest.resources[i];
     let not_valid: Vec<usize> =
         manifest.graph.dependencies(i).iter().copied().filter(|&d| labels[d] != "VALID").collect();
@@ -258,5 +241,5 @@ pub(crate) fn pending(manifest: &ValidatedManifest, i: usize, labels: &[&str]) -
         .filter(|site| site.references.iter().any(|r| reads_unknown(r)))
         .map(|site| UnknownInput { path: expr::full_path("config", &site.path), expression: site.source.clone() })
         .collect();
-    Planned::Pending { waiting_on, unknown_inputs }
+    Standing::Pending { waiting_on, unknown_inputs }
 }

@@ -25,8 +25,8 @@ use super::error::{Cause, Phase, ResourceError};
 use super::events::{Approver, NoObserver, Observer, RunEvent};
 use super::executor::Executor;
 use super::init::{PrepareError, ResourceType, init_all};
-use super::plan::{Outcome, Plan, PlanEntry, Planned, Report, ReportEntry, pending};
-use super::protocol::{Action, StateResponse, Status};
+use super::plan::{Plan, Report, ResourceEntry, Standing, pending};
+use super::protocol::StateResponse;
 use super::resource::{self, Stop};
 use super::validate::ValidatedManifest;
 
@@ -84,90 +84,30 @@ pub struct Prepared {
     pub(crate) types: Vec<ResourceType>,
 }
 
-/// What the coordinator knows about one resource.
+/// Where the coordinator is with one resource; what the resource is, is its [`ResourceEntry`].
+#[derive(Clone, Copy)]
 enum Slot {
     Waiting,
     Running(Instant),
-    Done(Settled, Duration),
+    Done,
 }
 
-enum Settled {
-    Valid {
-        known: Arc<Known>,
-        applied: Option<Vec<String>>,
-    },
-    /// Plan only: the resource needs these actions.
-    NeedsActions(PlannedActions),
-    Failed(ResourceError),
-    Declined,
-    Blocked {
-        by: String,
-    },
-}
-
-impl Settled {
-    fn label(&self) -> &'static str {
-        match self {
-            Settled::Valid { applied: None, .. } => "VALID",
-            Settled::Valid { applied: Some(_), .. } => "APPLIED",
-            Settled::NeedsActions(p) if p.status == Status::Missing => "MISSING",
-            Settled::NeedsActions(_) => "STALE",
-            Settled::Failed(_) => "FAILED",
-            Settled::Declined => "DECLINED",
-            Settled::Blocked { .. } => "BLOCKED",
-        }
-    }
-
-    fn message(&self) -> Option<String> {
-        match self {
-            Settled::Failed(e) => Some(e.to_string()),
-            Settled::Blocked { by } => Some(format!("blocked by {by}")),
-            Settled::NeedsActions(p) => Some(p.actions.iter().map(|a| a.name.as_str()).collect::<Vec<_>>().join(", ")),
-            Settled::Valid { applied: Some(actions), .. } => Some(actions.join(", ")),
-            Settled::Valid { applied: None, .. } | Settled::Declined => None,
-        }
-    }
-}
-
-#[derive(Clone)]
-struct PlannedActions {
-    config: Value,
-    status: Status,
-    stale_state: Option<Value>,
-    actions: Vec<Action>,
-}
-
-type Task<'a> = Pin<Box<dyn Future<Output = (usize, Settled)> + Send + 'a>>;
+type Task<'a> = Pin<Box<dyn Future<Output = (usize, Standing, Option<Value>)> + Send + 'a>>;
 
 impl Prepared {
     /// Reads the state of every resource it can without running any action. Resources waiting
     /// on a dependency that is not VALID are pending, with the inputs they cannot know yet.
     pub async fn plan(&self) -> Plan {
-        let n = self.ctx.manifest.resources.len();
-        let slots = self.drive((0..n).map(|_| Slot::Waiting).collect(), vec![None; n], None).await;
-        let labels: Vec<&'static str> =
-            slots.iter().map(|s| if let Slot::Done(settled, _) = s { settled.label() } else { "PENDING" }).collect();
-        let entries = slots.into_iter().enumerate().map(|(i, slot)| self.plan_entry(i, slot, &labels)).collect();
-        Plan { manifest: self.ctx.manifest.name.clone(), run_id: self.ctx.options.run_id.clone(), entries }
-    }
-
-    fn plan_entry(&self, i: usize, slot: Slot, labels: &[&'static str]) -> PlanEntry {
-        let resource = &self.ctx.manifest.resources[i];
-        let (planned, config, elapsed) = match slot {
-            Slot::Done(Settled::Valid { known, .. }, d) => {
-                (Planned::Valid { state: known.state.clone() }, Some(known.config.clone()), d)
+        let manifest = &self.ctx.manifest;
+        let unread = manifest.resources.iter().map(|r| entry(r, Standing::unread(), None)).collect();
+        let mut entries = self.drive(unread, None).await;
+        let labels: Vec<&'static str> = entries.iter().map(|e| e.standing.label()).collect();
+        for (i, e) in entries.iter_mut().enumerate() {
+            if matches!(e.standing, Standing::Pending { .. }) {
+                e.standing = pending(manifest, i, &labels);
             }
-            Slot::Done(Settled::NeedsActions(p), d) => (
-                Planned::NeedsActions { status: p.status, stale_state: p.stale_state, actions: p.actions },
-                Some(p.config),
-                d,
-            ),
-            Slot::Done(Settled::Failed(e), d) => (Planned::Failed(e), None, d),
-            Slot::Done(Settled::Blocked { by }, d) => (Planned::Blocked { by }, None, d),
-            Slot::Done(Settled::Declined, d) => unreachable!("plan never asks for approval ({d:?})"),
-            Slot::Waiting | Slot::Running(_) => (pending(&self.ctx.manifest, i, labels), None, Duration::ZERO),
-        };
-        PlanEntry { name: resource.name.clone(), type_name: resource.type_name.clone(), planned, elapsed, config }
+        }
+        Plan { manifest: manifest.name.clone(), run_id: self.ctx.options.run_id.clone(), entries }
     }
 
     /// Applies a plan made by this `Prepared`: runs the actions of STALE/MISSING resources and
@@ -185,90 +125,68 @@ impl Prepared {
             let c = plan.counts();
             return Err(refuse(format!("the plan has {} failed and {} blocked resources", c.failed, c.blocked)));
         }
-        let mut slots = Vec::with_capacity(plan.entries.len());
-        let mut planned = Vec::with_capacity(plan.entries.len());
-        for entry in &plan.entries {
-            let (slot, p) = match (&entry.planned, &entry.config) {
-                (Planned::Valid { state }, Some(config)) => {
-                    let known = Arc::new(Known { config: config.clone(), state: state.clone() });
-                    (Slot::Done(Settled::Valid { known, applied: None }, entry.elapsed), None)
-                }
-                (Planned::NeedsActions { status, stale_state, actions }, Some(config)) => {
-                    let p = PlannedActions {
-                        config: config.clone(),
-                        status: *status,
-                        stale_state: stale_state.clone(),
-                        actions: actions.clone(),
-                    };
-                    (Slot::Waiting, Some(p))
-                }
-                _ => (Slot::Waiting, None),
-            };
-            slots.push(slot);
-            planned.push(p);
+        let mut entries = self.drive(plan.entries.clone(), Some(approver)).await;
+        for e in &mut entries {
+            // Only when the run was cancelled before the resource could start.
+            if !matches!(
+                e.standing,
+                Standing::Valid { .. } | Standing::Failed(_) | Standing::Blocked { .. } | Standing::Declined
+            ) {
+                e.standing = Standing::Cancelled;
+            }
         }
-        let slots = self.drive(slots, planned, Some(approver)).await;
-        let entries = slots.into_iter().zip(&manifest.resources).map(|(slot, r)| report_entry(r, slot)).collect();
         Ok(Report::new(manifest.name.clone(), self.ctx.options.run_id.clone(), entries))
     }
 
     /// The coordinator loop. With an approver it applies; without, it only reads state.
-    async fn drive(
-        &self,
-        mut slots: Vec<Slot>,
-        planned: Vec<Option<PlannedActions>>,
-        approver: Option<&dyn Approver>,
-    ) -> Vec<Slot> {
+    async fn drive(&self, mut entries: Vec<ResourceEntry>, approver: Option<&dyn Approver>) -> Vec<ResourceEntry> {
         let graph = &self.ctx.manifest.graph;
-        let mut known: Vec<Option<Arc<Known>>> = slots
-            .iter()
-            .map(|s| match s {
-                Slot::Done(Settled::Valid { known, .. }, _) => Some(known.clone()),
-                _ => None,
-            })
-            .collect();
+        let mut known: Vec<Option<Arc<Known>>> = entries.iter().map(known_of).collect();
+        let mut slots: Vec<Slot> = known.iter().map(|k| if k.is_some() { Slot::Done } else { Slot::Waiting }).collect();
         let mut running: FuturesUnordered<Task<'_>> = FuturesUnordered::new();
         for &i in graph.topological() {
-            if is_ready(&slots[i], &known, graph.dependencies(i)) {
-                running.push(self.start(i, &mut slots, &known, &planned, approver));
+            if is_ready(slots[i], &known, graph.dependencies(i)) {
+                slots[i] = Slot::Running(Instant::now());
+                running.push(self.start(i, &entries[i], &known, approver));
             }
         }
-        while let Some((i, settled)) = running.next().await {
-            let Slot::Running(started) = slots[i] else { unreachable!("only running resources settle") };
-            let elapsed = started.elapsed();
-            self.emit_settled(i, &settled, elapsed);
-            match &settled {
-                Settled::Valid { known: k, .. } => {
-                    known[i] = Some(k.clone());
-                    slots[i] = Slot::Done(settled, elapsed);
+        while let Some((i, standing, config)) = running.next().await {
+            let elapsed = match slots[i] {
+                Slot::Running(started) => started.elapsed(),
+                _ => Duration::ZERO,
+            };
+            slots[i] = Slot::Done;
+            entries[i] = ResourceEntry { standing, config, elapsed, ..entries[i].clone() };
+            self.emit_settled(&entries[i]);
+            match &entries[i].standing {
+                Standing::Valid { .. } => {
+                    known[i] = known_of(&entries[i]);
                     for &d in graph.dependents(i) {
-                        if !self.ctx.cancel.is_cancelled() && is_ready(&slots[d], &known, graph.dependencies(d)) {
-                            running.push(self.start(d, &mut slots, &known, &planned, approver));
+                        if !self.ctx.cancel.is_cancelled() && is_ready(slots[d], &known, graph.dependencies(d)) {
+                            slots[d] = Slot::Running(Instant::now());
+                            running.push(self.start(d, &entries[d], &known, approver));
                         }
                     }
                 }
-                Settled::Failed(_) | Settled::Declined => {
-                    slots[i] = Slot::Done(settled, elapsed);
-                    self.block_dependents(i, &mut slots);
-                }
-                _ => slots[i] = Slot::Done(settled, elapsed),
+                Standing::Failed(_) | Standing::Declined => self.block_dependents(i, &mut slots, &mut entries),
+                _ => {}
             }
         }
-        slots
+        entries
     }
 
     fn start<'a>(
         &'a self,
         i: usize,
-        slots: &mut [Slot],
+        entry: &ResourceEntry,
         known: &[Option<Arc<Known>>],
-        planned: &[Option<PlannedActions>],
         approver: Option<&'a dyn Approver>,
     ) -> Task<'a> {
-        slots[i] = Slot::Running(Instant::now());
-        let known = known.to_vec();
-        let planned = planned[i].clone();
-        Box::pin(async move { (i, self.work(i, &known, planned, approver).await) })
+        let (known, entry) = (known.to_vec(), entry.clone());
+        Box::pin(async move {
+            let (standing, config) = self.work(i, &known, entry, approver).await;
+            (i, standing, config)
+        })
     }
 
     /// Everything done for one resource in one task: resolve (unless the plan already did),
@@ -277,33 +195,36 @@ impl Prepared {
         &self,
         i: usize,
         known: &[Option<Arc<Known>>],
-        planned: Option<PlannedActions>,
+        entry: ResourceEntry,
         approver: Option<&dyn Approver>,
-    ) -> Settled {
-        let planned = match planned {
-            Some(p) => p,
-            None => match resource::resolve(&self.ctx, i, known, &self.types).await {
-                Err(e) => return Settled::Failed(e),
+    ) -> (Standing, Option<Value>) {
+        let (config, status, stale_state, actions) = match (entry.standing, entry.config) {
+            (Standing::NeedsActions { status, stale_state, actions }, Some(config)) => {
+                (config, status, stale_state, actions)
+            }
+            _ => match resource::resolve(&self.ctx, i, known, &self.types).await {
+                Err(e) => return (Standing::Failed(e), None),
                 Ok(r) => match r.response {
                     StateResponse::Valid { state } => {
-                        return Settled::Valid { known: Arc::new(Known { config: r.config, state }), applied: None };
+                        return (Standing::Valid { state, applied: None }, Some(r.config));
                     }
                     StateResponse::NeedsActions { status, stale_state, actions } => {
-                        PlannedActions { config: r.config, status, stale_state, actions }
+                        (r.config, status, stale_state, actions)
                     }
                 },
             },
         };
         if self.ctx.manifest.resources[i].readonly {
-            let actions = planned.actions.iter().map(|a| a.name.clone()).collect();
-            return Settled::Failed(ResourceError::new(
-                Phase::State,
-                Cause::Readonly { status: planned.status, actions },
-            ));
+            let names = actions.iter().map(|a| a.name.clone()).collect();
+            return (
+                Standing::Failed(ResourceError::new(Phase::State, Cause::Readonly { status, actions: names })),
+                Some(config),
+            );
         }
-        let Some(approver) = approver else { return Settled::NeedsActions(planned) };
-        let PlannedActions { config, status, stale_state, actions } = planned;
-        match resource::apply_actions(
+        let Some(approver) = approver else {
+            return (Standing::NeedsActions { status, stale_state, actions }, Some(config));
+        };
+        let applied = resource::apply_actions(
             &self.ctx,
             i,
             config.clone(),
@@ -314,57 +235,61 @@ impl Prepared {
             &self.types,
             approver,
         )
-        .await
-        {
-            Ok((state, ran)) => Settled::Valid { known: Arc::new(Known { config, state }), applied: Some(ran) },
-            Err(Stop::Failed(e)) => Settled::Failed(e),
-            Err(Stop::Declined) => Settled::Declined,
-        }
+        .await;
+        let standing = match applied {
+            Ok((state, ran)) => Standing::Valid { state, applied: Some(ran) },
+            Err(Stop::Failed(e)) => Standing::Failed(e),
+            Err(Stop::Declined) => Standing::Declined,
+        };
+        (standing, Some(config))
     }
 
     /// Marks everything waiting downstream of `root` as blocked by it.
-    fn block_dependents(&self, root: usize, slots: &mut [Slot]) {
+    fn block_dependents(&self, root: usize, slots: &mut [Slot], entries: &mut [ResourceEntry]) {
         let name = &self.ctx.manifest.resources[root].name;
         for d in self.ctx.manifest.graph.transitive_dependents(root) {
             if matches!(slots[d], Slot::Waiting) {
-                let settled = Settled::Blocked { by: name.clone() };
-                self.emit_settled(d, &settled, Duration::ZERO);
-                slots[d] = Slot::Done(settled, Duration::ZERO);
+                slots[d] = Slot::Done;
+                entries[d].standing = Standing::Blocked { by: name.clone() };
+                entries[d].elapsed = Duration::ZERO;
+                self.emit_settled(&entries[d]);
             }
         }
     }
 
-    fn emit_settled(&self, i: usize, settled: &Settled, elapsed: Duration) {
+    fn emit_settled(&self, entry: &ResourceEntry) {
         self.ctx.emit(RunEvent::Settled {
-            resource: self.ctx.manifest.resources[i].name.clone(),
-            label: settled.label(),
-            elapsed,
-            message: settled.message(),
+            resource: entry.name.clone(),
+            label: entry.standing.label(),
+            elapsed: entry.elapsed,
+            message: entry.standing.message(),
         });
     }
 }
 
-/// A resource starts once, when it is waiting and every dependency is VALID.
-fn is_ready(slot: &Slot, known: &[Option<Arc<Known>>], dependencies: &[usize]) -> bool {
-    matches!(slot, Slot::Waiting) && dependencies.iter().all(|&d| known[d].is_some())
+fn entry(resource: &super::validate::Resource, standing: Standing, config: Option<Value>) -> ResourceEntry {
+    ResourceEntry {
+        name: resource.name.clone(),
+        type_name: resource.type_name.clone(),
+        standing,
+        elapsed: Duration::ZERO,
+        config,
+    }
 }
 
-fn report_entry(resource: &super::validate::Resource, slot: Slot) -> ReportEntry {
-    let (outcome, elapsed) = match slot {
-        Slot::Done(Settled::Valid { known, applied: None }, d) => {
-            (Outcome::Unchanged { state: known.state.clone() }, d)
+/// What a VALID entry tells its dependents.
+fn known_of(entry: &ResourceEntry) -> Option<Arc<Known>> {
+    match (&entry.standing, &entry.config) {
+        (Standing::Valid { state, .. }, Some(config)) => {
+            Some(Arc::new(Known { config: config.clone(), state: state.clone() }))
         }
-        Slot::Done(Settled::Valid { known, applied: Some(actions) }, d) => {
-            (Outcome::Applied { state: known.state.clone(), actions }, d)
-        }
-        Slot::Done(Settled::Failed(e), d) => (Outcome::Failed(e), d),
-        Slot::Done(Settled::Declined, d) => (Outcome::Declined, d),
-        Slot::Done(Settled::Blocked { by }, d) => (Outcome::Blocked { by }, d),
-        Slot::Done(Settled::NeedsActions(_), _) => unreachable!("apply never leaves actions unrun"),
-        // Only when the run was cancelled before the resource could start.
-        Slot::Waiting | Slot::Running(_) => (Outcome::Cancelled, Duration::ZERO),
-    };
-    ReportEntry { name: resource.name.clone(), type_name: resource.type_name.clone(), outcome, elapsed }
+        _ => None,
+    }
+}
+
+/// A resource starts once, when it is waiting and every dependency is VALID.
+fn is_ready(slot: Slot, known: &[Option<Arc<Known>>], dependencies: &[usize]) -> bool {
+    matches!(slot, Slot::Waiting) && dependencies.iter().all(|&d| known[d].is_some())
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ use crate::engine::events::{ApproveAll, Approver, RunEvent};
 use crate::engine::executor::Stream;
 use crate::engine::executor::fake::{FakeCall, FakeExecutor, FakeReply};
 use crate::engine::manifest::{LoadedManifest, parse_document};
-use crate::engine::protocol::Action;
+use crate::engine::protocol::{Action, Status};
 use crate::engine::validate::validate;
 
 fn manifest(yaml: &str) -> Arc<ValidatedManifest> {
@@ -63,11 +63,11 @@ fn phases(fake: &FakeExecutor, resource: &str) -> Vec<String> {
 async fn plan_reads_what_it_can_and_runs_no_action() {
     let (fake, _) = world(&[]);
     let plan = prepared(CHAIN, &fake).await.plan().await;
-    let labels: Vec<&str> = plan.entries.iter().map(|e| e.planned.label()).collect();
+    let labels: Vec<&str> = plan.entries.iter().map(|e| e.standing.label()).collect();
     assert_eq!(labels, ["MISSING", "PENDING", "PENDING", "MISSING"]);
     assert!(fake.calls().iter().all(|c| !c.phase.starts_with("action")));
     assert_eq!(phases(&fake, "b"), ["init"], "b waits on a, so its state is not read");
-    let Planned::Pending { waiting_on, unknown_inputs } = &plan.entries[2].planned else { panic!() };
+    let Standing::Pending { waiting_on, unknown_inputs } = &plan.entries[2].standing else { panic!() };
     assert_eq!(waiting_on[0].resource, "b");
     assert_eq!(waiting_on[0].status, "PENDING");
     assert_eq!(unknown_inputs[0].path, "config.from");
@@ -88,7 +88,7 @@ async fn apply_renders_each_resource_with_its_dependencies_fresh_state() {
     let c_state = fake.calls().into_iter().find(|c| c.resource == "c" && c.phase == "state").unwrap();
     assert_eq!(c_state.request["config"], json!({"from": "b-id"}));
     assert_eq!(c_state.request["dependencies"], json!({}), "implicit dependencies order, but are not aliases");
-    let Outcome::Applied { state, actions } = &report.entries()[2].outcome else { panic!() };
+    let Standing::Valid { state, applied: Some(actions) } = &report.entries()[2].standing else { panic!() };
     assert_eq!((state, actions.as_slice()), (&json!({"id": "c-id"}), ["create".to_string()].as_slice()));
 }
 
@@ -98,11 +98,11 @@ async fn a_failure_blocks_everything_downstream_with_the_root_cause() {
     let prepared = prepared(CHAIN, &fake).await;
     let plan = prepared.plan().await;
     let report = prepared.apply(&plan, &ApproveAll).await.unwrap();
-    let outcomes: Vec<&Outcome> = report.entries().iter().map(|e| &e.outcome).collect();
-    assert!(matches!(outcomes[0], Outcome::Failed(e) if e.reason() == "ActionFailed"));
-    assert_eq!(outcomes[1], &Outcome::Blocked { by: "a".into() });
-    assert_eq!(outcomes[2], &Outcome::Blocked { by: "a".into() }, "the root, not the next waiting one");
-    assert!(matches!(outcomes[3], Outcome::Applied { .. }), "independent branches carry on");
+    let outcomes: Vec<&Standing> = report.entries().iter().map(|e| &e.standing).collect();
+    assert!(matches!(outcomes[0], Standing::Failed(e) if e.reason() == "ActionFailed"));
+    assert_eq!(outcomes[1], &Standing::Blocked { by: "a".into() });
+    assert_eq!(outcomes[2], &Standing::Blocked { by: "a".into() }, "the root, not the next waiting one");
+    assert!(matches!(outcomes[3], Standing::Valid { applied: Some(_), .. }), "independent branches carry on");
     assert_eq!(phases(&fake, "c"), ["init"]);
 }
 
@@ -124,8 +124,8 @@ async fn declining_a_resource_runs_none_of_its_actions_and_blocks_its_dependents
     let prepared = prepared(CHAIN, &fake).await;
     let plan = prepared.plan().await;
     let report = prepared.apply(&plan, &Decline("a")).await.unwrap();
-    assert_eq!(report.entries()[0].outcome, Outcome::Declined);
-    assert_eq!(report.entries()[1].outcome, Outcome::Blocked { by: "a".into() });
+    assert_eq!(report.entries()[0].standing, Standing::Declined);
+    assert_eq!(report.entries()[1].standing, Standing::Blocked { by: "a".into() });
     assert_eq!(phases(&fake, "a"), ["init", "state"]);
     assert!(!report.succeeded());
 }
@@ -175,7 +175,7 @@ async fn observers_see_actions_output_and_every_settlement() {
         .unwrap();
     let plan = prepared.plan().await;
     let report = prepared.apply(&plan, &ApproveAll).await.unwrap();
-    let Outcome::Failed(error) = &report.entries()[0].outcome else { panic!("{report:?}") };
+    let Standing::Failed(error) = &report.entries()[0].standing else { panic!("{report:?}") };
     assert_eq!(error.to_string(), "still STALE after applying its actions");
     let action = fake.calls().into_iter().find(|c| c.phase == "action:fix").unwrap();
     assert_eq!(action.request["staleState"], json!({"v": 1}));

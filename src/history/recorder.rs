@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use super::{Entry, Event, History, HistoryError, in_progress, now_ms, target};
 use crate::engine::events::{Ending, IntentError, Observer, RunEvent};
-use crate::engine::plan::{Plan, Planned};
+use crate::engine::plan::{Plan, Standing};
 use crate::engine::protocol::Status;
 
 /// How much of a message an entry keeps.
@@ -189,7 +189,7 @@ impl Observer for Recorder {
     /// Pending resources settle no other way: recorded with what they wait on.
     fn on_planned(&self, plan: &Plan, _: &[Drift]) {
         for e in &plan.entries {
-            if let Planned::Pending { waiting_on, .. } = &e.planned {
+            if let Standing::Pending { waiting_on, .. } = &e.standing {
                 let waiting: Vec<&str> = waiting_on.iter().map(|w| w.resource.as_str()).collect();
                 let detail = json!({"waiting_on": waiting});
                 self.buffer(self.entry(target::resource(&e.name), Event::ResourcePending, detail));

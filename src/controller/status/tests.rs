@@ -5,20 +5,21 @@ use serde_json::json;
 use super::*;
 use crate::engine::error::{Cause, Phase, ResourceError};
 use crate::engine::executor::Exit;
-use crate::engine::plan::ReportEntry;
+use crate::engine::plan::ResourceEntry;
 use crate::engine::protocol::Status;
 use crate::history::target;
 
 const T0: i64 = 1_700_000_000_000;
 
-fn report(outcomes: Vec<(&str, Outcome)>) -> Report {
+fn report(outcomes: Vec<(&str, Standing)>) -> Report {
     let entries = outcomes
         .into_iter()
-        .map(|(name, outcome)| ReportEntry {
+        .map(|(name, standing)| ResourceEntry {
             name: name.into(),
             type_name: "builtin/file".into(),
-            outcome,
+            standing,
             elapsed: Duration::ZERO,
+            config: None,
         })
         .collect();
     Report::new("ns/m".into(), "run".into(), entries)
@@ -28,12 +29,12 @@ fn pass(observed: Observed, now_ms: i64) -> PassResult {
     PassResult { generation: Some(3), revision: "rev1".into(), observed, drifts: vec![], history: vec![], now_ms }
 }
 
-fn applied(name: &str) -> (&str, Outcome) {
-    (name, Outcome::Applied { state: json!({"path": format!("/{name}")}), actions: vec!["create".into()] })
+fn applied(name: &str) -> (&str, Standing) {
+    (name, Standing::Valid { state: json!({"path": format!("/{name}")}), applied: Some(vec!["create".into()]) })
 }
 
-fn unchanged(name: &str) -> (&str, Outcome) {
-    (name, Outcome::Unchanged { state: json!({"path": format!("/{name}")}) })
+fn unchanged(name: &str) -> (&str, Standing) {
+    (name, Standing::Valid { state: json!({"path": format!("/{name}")}), applied: None })
 }
 
 fn condition<'a>(status: &'a ManifestStatus, type_: &str) -> &'a Condition {
@@ -90,9 +91,9 @@ fn a_pass_that_finds_everything_as_it_was_changes_nothing() {
 #[test]
 fn a_failure_names_the_root_cause_and_counts_for_the_backoff() {
     let outcomes = vec![
-        ("data_dir", Outcome::Failed(action_failed())),
-        ("app", Outcome::Blocked { by: "data_dir".into() }),
-        ("child", Outcome::Blocked { by: "data_dir".into() }),
+        ("data_dir", Standing::Failed(action_failed())),
+        ("app", Standing::Blocked { by: "data_dir".into() }),
+        ("child", Standing::Blocked { by: "data_dir".into() }),
         unchanged("other"),
     ];
     let ok = next_status(&ManifestStatus::default(), &pass(Observed::Applied(report(vec![applied("data_dir")])), T0));
@@ -162,7 +163,7 @@ fn huge_states_are_capped() {
     let big = json!({"blob": "x".repeat(10_000)});
     let status = next_status(
         &ManifestStatus::default(),
-        &pass(Observed::Applied(report(vec![("a", Outcome::Unchanged { state: big })])), T0),
+        &pass(Observed::Applied(report(vec![("a", Standing::Valid { state: big, applied: None })])), T0),
     );
     assert_eq!(status.resources[0].state, Some(json!({"truncated": true, "bytes": 10_011})));
 }
@@ -177,11 +178,11 @@ fn the_status_stays_bounded_whatever_happens() {
         at: T0,
         detail: json!({"message": "m".repeat(900)}),
     };
-    let resources: Vec<(String, Outcome)> = (0..400)
+    let resources: Vec<(String, Standing)> = (0..400)
         .map(|i| {
             (
                 format!("resource_{i}"),
-                Outcome::Failed(ResourceError::new(Phase::State, Cause::Render("e".repeat(2000)))),
+                Standing::Failed(ResourceError::new(Phase::State, Cause::Render("e".repeat(2000)))),
             )
         })
         .collect();

@@ -225,11 +225,11 @@ impl Executor for Dispatch {
         let (images, local): (Vec<TypeRef>, Vec<TypeRef>) =
             programs.iter().cloned().partition(|p| matches!(p, TypeRef::Image(_)));
         self.local.preflight(&local).await?;
-        match (images.first(), &self.images) {
+        let first_image = images.iter().find_map(|p| if let TypeRef::Image(image) = p { Some(image) } else { None });
+        match (first_image, &self.images) {
             (None, _) => Ok(()),
             (Some(_), Some(executor)) => executor.preflight(&images).await,
-            (Some(TypeRef::Image(image)), None) => Err(no_image_executor(image)),
-            (Some(_), None) => unreachable!("partitioned on images"),
+            (Some(image), None) => Err(no_image_executor(image)),
         }
     }
 
