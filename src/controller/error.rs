@@ -11,8 +11,8 @@ pub enum Error {
     Kube(#[from] kube::Error),
     #[error("cannot reach the Kubernetes API server at {url}: {source}")]
     Unreachable { url: String, source: Box<kube::Error> },
-    #[error("cannot write plug files: {0}")]
-    PlugFiles(std::io::Error),
+    #[error(transparent)]
+    Input(#[from] super::inputs::InputError),
     #[error("the status write kept conflicting after {0} attempts")]
     StatusConflict(usize),
     #[error(
@@ -41,7 +41,7 @@ impl Error {
         match self {
             Error::Kube(_) => "KubernetesApi",
             Error::Unreachable { .. } => "ApiServerUnreachable",
-            Error::PlugFiles(_) => "PlugFiles",
+            Error::Input(e) => e.reason(),
             Error::StatusConflict(_) => "StatusConflict",
             Error::CrdMissing => "CrdMissing",
             Error::Forbidden { .. } => "Forbidden",

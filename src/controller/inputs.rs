@@ -11,20 +11,70 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::{Api, Client, ResourceExt};
 use sha2::{Digest, Sha256};
 
-use super::error::Error;
 use crate::crd::{KeyRef, Manifest};
 use crate::engine::manifest::{LoadedManifest, ManifestSpec as EngineSpec, PlugSpec};
 use crate::engine::typeref::TypeRef;
-use crate::engine::validate::{ValidatedManifest, validate};
+use crate::engine::validate::{Invalid, ValidatedManifest, validate};
 
-/// Why the inputs could not be had.
-#[derive(Debug)]
-pub enum InputProblem {
-    /// The spec is wrong: fixed only by changing it.
-    Invalid(String),
-    /// A referenced object or key is missing: it may appear later.
-    Unavailable(String),
-    Io(Error),
+/// Why a Manifest's inputs could not be had.
+#[derive(Debug, thiserror::Error)]
+pub enum InputError {
+    #[error("spec.{field} `{text}` is not a duration such as 30s or 5m")]
+    Interval { field: &'static str, text: String },
+    #[error("plug `{plug}`: give exactly one of `secret` or `configMap`")]
+    PlugSource { plug: String },
+    #[error("{kind} `{name}` not found in namespace `{namespace}`")]
+    Missing { kind: &'static str, name: String, namespace: String },
+    #[error("plug `{plug}`: {kind} `{name}` has no key `{key}`")]
+    MissingKey { plug: String, kind: &'static str, name: String, key: String },
+    #[error("{}", .0.problems.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    Manifest(Invalid),
+    #[error(
+        "local program types are refused (the controller runs without --allow-local-programs): {}; use \
+         builtin/<name> or a Docker image",
+        .0.join(", ")
+    )]
+    LocalPrograms(Vec<String>),
+    #[error("cannot write plug files: {0}")]
+    Files(std::io::Error),
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+}
+
+impl InputError {
+    pub fn reason(&self) -> &'static str {
+        match self {
+            InputError::Interval { .. } | InputError::PlugSource { .. } | InputError::Manifest(_) => "InvalidManifest",
+            InputError::LocalPrograms(_) => "LocalProgramRefused",
+            InputError::Missing { .. } | InputError::MissingKey { .. } => "PlugUnavailable",
+            InputError::Files(_) => "PlugFiles",
+            InputError::Kube(_) => "KubernetesApi",
+        }
+    }
+
+    /// Only a change of the spec fixes it: not retried.
+    pub fn is_invalid(&self) -> bool {
+        matches!(self.reason(), "InvalidManifest" | "LocalProgramRefused")
+    }
+
+    /// A referenced Secret, ConfigMap or key is missing: it may appear later.
+    pub fn is_unavailable(&self) -> bool {
+        self.reason() == "PlugUnavailable"
+    }
+}
+
+/// The object as a validated engine manifest with its plugs materialized: what a pass (or a
+/// deletion) runs on.
+pub async fn prepare(
+    client: &Client,
+    obj: &Manifest,
+    root: &Path,
+    allow_local: bool,
+) -> Result<(ValidatedManifest, Inputs), InputError> {
+    let inputs = materialize(client, obj, root).await?;
+    let manifest = engine_manifest(obj, &inputs)?;
+    check_programs(&manifest, allow_local)?;
+    Ok((manifest, inputs))
 }
 
 /// The materialized inputs of one pass.
@@ -44,31 +94,26 @@ pub fn object_dir(root: &Path, obj: &Manifest) -> PathBuf {
 }
 
 /// Fetches and writes every plug of `obj` (files 0600, directories 0700).
-pub async fn materialize(client: &Client, obj: &Manifest, root: &Path) -> Result<Inputs, InputProblem> {
+pub async fn materialize(client: &Client, obj: &Manifest, root: &Path) -> Result<Inputs, InputError> {
     let namespace = obj.namespace().unwrap_or_default();
     let workspace = object_dir(root, obj);
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(&workspace)
-        .map_err(|e| InputProblem::Io(Error::PlugFiles(e)))?;
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&workspace).map_err(InputError::Files)?;
     let mut plug_paths = IndexMap::new();
     let mut digest = Sha256::new();
     for (name, plug) in &obj.spec.plugs {
         let (kind, reference, files) = match (&plug.secret, &plug.config_map) {
             (Some(r), None) => ("secret", r, secret_files(client, &namespace, r).await?),
             (None, Some(r)) => ("configMap", r, config_map_files(client, &namespace, r).await?),
-            _ => {
-                return Err(InputProblem::Invalid(format!(
-                    "plug `{name}`: give exactly one of `secret` or `configMap`"
-                )));
-            }
+            _ => return Err(InputError::PlugSource { plug: name.clone() }),
         };
-        let files = select_key(files, reference).map_err(|missing| {
-            InputProblem::Unavailable(format!("plug `{name}`: {kind} `{}` has no key `{missing}`", reference.name))
+        let files = select_key(files, reference).map_err(|key| InputError::MissingKey {
+            plug: name.clone(),
+            kind,
+            name: reference.name.clone(),
+            key,
         })?;
         let path = workspace.join("plugs").join(name);
-        write_plug(&path, &files, reference.key.is_some()).map_err(|e| InputProblem::Io(Error::PlugFiles(e)))?;
+        write_plug(&path, &files, reference.key.is_some()).map_err(InputError::Files)?;
         for (key, bytes) in &files {
             digest.update(name.as_bytes());
             digest.update(key.as_bytes());
@@ -79,14 +124,9 @@ pub async fn materialize(client: &Client, obj: &Manifest, root: &Path) -> Result
     Ok(Inputs { plug_paths, digest: hex::encode(&digest.finalize()[..6]), workspace })
 }
 
-async fn secret_files(client: &Client, namespace: &str, r: &KeyRef) -> Result<BTreeMap<String, Vec<u8>>, InputProblem> {
-    let secret = Api::<Secret>::namespaced(client.clone(), namespace)
-        .get_opt(&r.name)
-        .await
-        .map_err(|e| InputProblem::Io(e.into()))?;
-    let secret = secret.ok_or_else(|| {
-        InputProblem::Unavailable(format!("secret `{}` not found in namespace `{namespace}`", r.name))
-    })?;
+async fn secret_files(client: &Client, namespace: &str, r: &KeyRef) -> Result<BTreeMap<String, Vec<u8>>, InputError> {
+    let secret = Api::<Secret>::namespaced(client.clone(), namespace).get_opt(&r.name).await?;
+    let secret = secret.ok_or_else(|| missing("secret", r, namespace))?;
     let mut files: BTreeMap<String, Vec<u8>> =
         secret.data.unwrap_or_default().into_iter().map(|(k, v)| (k, v.0)).collect();
     files.extend(secret.string_data.unwrap_or_default().into_iter().map(|(k, v)| (k, v.into_bytes())));
@@ -97,18 +137,17 @@ async fn config_map_files(
     client: &Client,
     namespace: &str,
     r: &KeyRef,
-) -> Result<BTreeMap<String, Vec<u8>>, InputProblem> {
-    let map = Api::<ConfigMap>::namespaced(client.clone(), namespace)
-        .get_opt(&r.name)
-        .await
-        .map_err(|e| InputProblem::Io(e.into()))?;
-    let map = map.ok_or_else(|| {
-        InputProblem::Unavailable(format!("configMap `{}` not found in namespace `{namespace}`", r.name))
-    })?;
+) -> Result<BTreeMap<String, Vec<u8>>, InputError> {
+    let map = Api::<ConfigMap>::namespaced(client.clone(), namespace).get_opt(&r.name).await?;
+    let map = map.ok_or_else(|| missing("configMap", r, namespace))?;
     let mut files: BTreeMap<String, Vec<u8>> =
         map.data.unwrap_or_default().into_iter().map(|(k, v)| (k, v.into_bytes())).collect();
     files.extend(map.binary_data.unwrap_or_default().into_iter().map(|(k, v)| (k, v.0)));
     Ok(files)
+}
+
+fn missing(kind: &'static str, r: &KeyRef, namespace: &str) -> InputError {
+    InputError::Missing { kind, name: r.name.clone(), namespace: namespace.to_string() }
 }
 
 /// Only the referenced key, when the reference names one.
@@ -143,7 +182,7 @@ fn write_plug(path: &Path, files: &BTreeMap<String, Vec<u8>>, single: bool) -> s
 }
 
 /// The object as a validated engine manifest, named `namespace/name`.
-pub fn engine_manifest(obj: &Manifest, inputs: &Inputs) -> Result<ValidatedManifest, String> {
+pub fn engine_manifest(obj: &Manifest, inputs: &Inputs) -> Result<ValidatedManifest, InputError> {
     let spec = &obj.spec;
     let plugs = spec
         .plugs
@@ -162,17 +201,14 @@ pub fn engine_manifest(obj: &Manifest, inputs: &Inputs) -> Result<ValidatedManif
     let engine_spec = EngineSpec { plugs, vars: spec.vars.clone(), resources: spec.resources.clone() };
     let loaded = LoadedManifest::from_spec(inputs.workspace.join("manifest"), engine_spec);
     let vars = spec.vars.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-    let mut manifest = validate(&loaded, vars).map_err(|invalid| {
-        let problems: Vec<String> = invalid.problems.iter().map(ToString::to_string).collect();
-        problems.join("; ")
-    })?;
+    let mut manifest = validate(&loaded, vars).map_err(InputError::Manifest)?;
     manifest.name = format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any());
     Ok(manifest)
 }
 
 /// Resource types that are local programs run code of the Manifest author's choosing inside the
 /// controller: refused unless the controller was started with `--allow-local-programs`.
-pub fn check_programs(manifest: &ValidatedManifest, allow_local: bool) -> Result<(), String> {
+pub fn check_programs(manifest: &ValidatedManifest, allow_local: bool) -> Result<(), InputError> {
     let local: Vec<String> = manifest
         .resources
         .iter()
@@ -182,19 +218,16 @@ pub fn check_programs(manifest: &ValidatedManifest, allow_local: bool) -> Result
     if local.is_empty() || allow_local {
         return Ok(());
     }
-    Err(format!(
-        "local program types are refused (the controller runs without --allow-local-programs): {}; use builtin/<name> or a Docker image",
-        local.join(", ")
-    ))
+    Err(InputError::LocalPrograms(local))
 }
 
 /// `interval` and `retryInterval`.
-pub fn intervals(obj: &Manifest) -> Result<(Duration, Duration), String> {
-    let parse = |field: &str, text: &str| {
+pub fn intervals(obj: &Manifest) -> Result<(Duration, Duration), InputError> {
+    let parse = |field: &'static str, text: &str| {
         humantime::parse_duration(text)
             .ok()
             .filter(|d| !d.is_zero())
-            .ok_or_else(|| format!("spec.{field} `{text}` is not a duration such as 30s or 5m"))
+            .ok_or_else(|| InputError::Interval { field, text: text.to_string() })
     };
     Ok((parse("interval", &obj.spec.interval)?, parse("retryInterval", &obj.spec.retry_interval)?))
 }

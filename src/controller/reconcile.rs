@@ -14,14 +14,15 @@ use tokio_util::sync::CancellationToken;
 
 use super::Context;
 use super::error::Error;
-use super::inputs::{self, InputProblem};
+use super::inputs::{self, InputError};
 use super::status::{self, Observed, PassResult, bound, changed, cut, history_entries, next_status};
 use crate::crd::{DeletionPolicy, Manifest, ManifestStatus};
+use crate::engine::PrepareError;
 use crate::engine::context::{RunOptions, new_run_id};
 use crate::engine::events::{ApproveAll, IntentError, Observer, RunEvent};
 use crate::engine::plan::Standing;
 use crate::history::MemoryLog;
-use crate::pass::{Ended, Mode, Pass};
+use crate::pass::{Ended, Mode, Pass, PassError};
 
 /// The field manager of every status write.
 pub const FIELD_MANAGER: &str = "deployster-controller";
@@ -62,35 +63,23 @@ pub async fn reconcile(obj: &Manifest, ctx: &Context) -> Result<Next, Error> {
     }
     let (interval, retry) = match inputs::intervals(obj) {
         Ok(intervals) => intervals,
-        Err(message) => return invalid(obj, ctx, &old, "InvalidManifest", message).await,
+        Err(e) => return invalid(obj, ctx, &old, e).await,
     };
-    let inputs = match inputs::materialize(&ctx.client, obj, &ctx.settings.plug_root).await {
-        Ok(inputs) => inputs,
-        Err(InputProblem::Invalid(message)) => return invalid(obj, ctx, &old, "InvalidManifest", message).await,
-        Err(InputProblem::Unavailable(message)) => {
-            publish(ctx, obj, EventType::Warning, "PlugUnavailable", "Fetch", &message).await;
-            let observed = Observed::NotRun { reason: "PlugUnavailable", message };
-            let new = finish(
-                obj,
-                ctx,
-                &old,
-                observed,
-                old.revision.clone().unwrap_or_default(),
-                vec![],
-                history_entries(&old),
-            )
-            .await?;
-            return Ok(Next::Requeue(backoff(retry, new.consecutive_failures, interval)));
-        }
-        Err(InputProblem::Io(e)) => return Err(e),
-    };
-    let manifest = match inputs::engine_manifest(obj, &inputs) {
-        Ok(manifest) => manifest,
-        Err(message) => return invalid(obj, ctx, &old, "InvalidManifest", message).await,
-    };
-    if let Err(message) = inputs::check_programs(&manifest, ctx.settings.allow_local_programs) {
-        return invalid(obj, ctx, &old, "LocalProgramRefused", message).await;
-    }
+    let settings = &ctx.settings;
+    let (manifest, inputs) =
+        match inputs::prepare(&ctx.client, obj, &settings.plug_root, settings.allow_local_programs).await {
+            Ok(prepared) => prepared,
+            Err(e) if e.is_invalid() => return invalid(obj, ctx, &old, e).await,
+            Err(e) if e.is_unavailable() => {
+                let (reason, message) = (e.reason(), e.to_string());
+                publish(ctx, obj, EventType::Warning, reason, "Fetch", &message).await;
+                let revision = old.revision.clone().unwrap_or_default();
+                let observed = Observed::NotRun { reason, message };
+                let new = finish(obj, ctx, &old, observed, revision, vec![], history_entries(&old)).await?;
+                return Ok(Next::Requeue(backoff(retry, new.consecutive_failures, interval)));
+            }
+            Err(e) => return Err(e.into()),
+        };
     let revision = inputs::revision(obj, &inputs);
     let new = pass(obj, ctx, &old, manifest, revision, &term).await?;
     Ok(match new.conditions.iter().find(|c| c.type_ == "Stalled") {
@@ -111,13 +100,9 @@ pub fn jitter(d: Duration) -> Duration {
     d.mul_f64(0.9 + fastrand::f64() * 0.2)
 }
 
-async fn invalid(
-    obj: &Manifest,
-    ctx: &Context,
-    old: &ManifestStatus,
-    reason: &'static str,
-    message: String,
-) -> Result<Next, Error> {
+/// A spec only a change can fix: Stalled, with why, and not retried.
+async fn invalid(obj: &Manifest, ctx: &Context, old: &ManifestStatus, error: InputError) -> Result<Next, Error> {
+    let (reason, message) = (error.reason(), error.to_string());
     let revision = old.revision.clone().unwrap_or_default();
     let observed = Observed::Invalid { reason, message: message.clone() };
     let new = finish(obj, ctx, old, observed, revision, vec![], history_entries(old)).await?;
@@ -359,6 +344,7 @@ async fn cleanup(obj: &Manifest, ctx: &Context, term: &CancellationToken) -> Res
     if obj.spec.deletion_policy == DeletionPolicy::Delete {
         let retry = inputs::intervals(obj).map_or(Duration::from_secs(30), |(_, retry)| retry);
         if let Err(problem) = delete_resources(obj, ctx, term).await {
+            let problem = problem.to_string();
             publish(ctx, obj, EventType::Warning, "DeleteFailed", "Delete", &problem).await;
             let old = obj.status.clone().unwrap_or_default();
             let observed = Observed::NotRun { reason: "DeleteFailed", message: problem };
@@ -375,14 +361,22 @@ async fn cleanup(obj: &Manifest, ctx: &Context, term: &CancellationToken) -> Res
     Ok(Next::AwaitChange)
 }
 
-async fn delete_resources(obj: &Manifest, ctx: &Context, term: &CancellationToken) -> Result<(), String> {
-    let inputs = match inputs::materialize(&ctx.client, obj, &ctx.settings.plug_root).await {
-        Ok(inputs) => inputs,
-        Err(InputProblem::Invalid(m) | InputProblem::Unavailable(m)) => return Err(m),
-        Err(InputProblem::Io(e)) => return Err(e.to_string()),
-    };
-    let manifest = inputs::engine_manifest(obj, &inputs)?;
-    inputs::check_programs(&manifest, ctx.settings.allow_local_programs)?;
+/// Why a deletion could not be completed.
+#[derive(Debug, thiserror::Error)]
+enum DeleteError {
+    #[error(transparent)]
+    Input(#[from] InputError),
+    #[error(transparent)]
+    Pass(#[from] PassError),
+    #[error(transparent)]
+    NotPrepared(#[from] PrepareError),
+    #[error("could not delete: {}", .0.join("; "))]
+    Problems(Vec<String>),
+}
+
+async fn delete_resources(obj: &Manifest, ctx: &Context, term: &CancellationToken) -> Result<(), DeleteError> {
+    let settings = &ctx.settings;
+    let (manifest, _) = inputs::prepare(&ctx.client, obj, &settings.plug_root, settings.allow_local_programs).await?;
     let old = obj.status.clone().unwrap_or_default();
     let why = || interruption(ctx);
     let passed = Pass {
@@ -402,15 +396,13 @@ async fn delete_resources(obj: &Manifest, ctx: &Context, term: &CancellationToke
         recover: true,
     }
     .run()
-    .await
-    .map_err(|e| e.to_string())?;
+    .await?;
     match passed.ended {
-        Ended::Deleted { report, .. } => match report.problems().as_slice() {
-            [] => Ok(()),
-            problems => Err(format!("could not delete: {}", problems.join("; "))),
-        },
-        Ended::NotPrepared(e) => Err(e.to_string()),
-        _ => Err("the delete pass did not run".into()),
+        Ended::Deleted { report, .. } if report.succeeded() => Ok(()),
+        Ended::Deleted { report, .. } => Err(DeleteError::Problems(report.problems())),
+        Ended::NotPrepared(e) => Err(e.into()),
+        // A delete pass ends deleted or not prepared; anything else left everything in place.
+        _ => Err(DeleteError::Problems(vec!["the delete pass ended without deleting anything".into()])),
     }
 }
 
