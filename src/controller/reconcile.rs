@@ -58,7 +58,7 @@ pub async fn reconcile(obj: &Manifest, ctx: &Context) -> Result<Next, Error> {
     };
     let old = obj.status.clone().unwrap_or_default();
     if obj.spec.suspend {
-        finish(obj, ctx, &old, Observed::Suspended, String::new(), vec![], history_entries(&old)).await?;
+        finish_unrun(obj, ctx, &old, Observed::Suspended).await?;
         return Ok(Next::AwaitChange);
     }
     let (interval, retry) = match inputs::intervals(obj) {
@@ -73,9 +73,8 @@ pub async fn reconcile(obj: &Manifest, ctx: &Context) -> Result<Next, Error> {
             Err(e) if e.is_unavailable() => {
                 let (reason, message) = (e.reason(), e.to_string());
                 publish(ctx, obj, EventType::Warning, reason, "Fetch", &message).await;
-                let revision = old.revision.clone().unwrap_or_default();
                 let observed = Observed::NotRun { reason, message };
-                let new = finish(obj, ctx, &old, observed, revision, vec![], history_entries(&old)).await?;
+                let new = finish_unrun(obj, ctx, &old, observed).await?;
                 return Ok(Next::Requeue(backoff(retry, new.consecutive_failures, interval)));
             }
             Err(e) => return Err(e.into()),
@@ -103,9 +102,8 @@ pub fn jitter(d: Duration) -> Duration {
 /// A spec only a change can fix: Stalled, with why, and not retried.
 async fn invalid(obj: &Manifest, ctx: &Context, old: &ManifestStatus, error: InputError) -> Result<Next, Error> {
     let (reason, message) = (error.reason(), error.to_string());
-    let revision = old.revision.clone().unwrap_or_default();
     let observed = Observed::Invalid { reason, message: message.clone() };
-    let new = finish(obj, ctx, old, observed, revision, vec![], history_entries(old)).await?;
+    let new = finish_unrun(obj, ctx, old, observed).await?;
     if status::changed(old, &new) {
         publish(ctx, obj, EventType::Warning, reason, "Validate", &message).await;
     }
@@ -174,7 +172,9 @@ async fn pass(
         tracing::warn!(reason = %why, "pass interrupted");
         events.push((EventType::Warning, "Interrupted", why));
     }
-    let new = finish(obj, ctx, old, observed, revision, drifts, history).await?;
+    let result =
+        PassResult { generation: obj.meta().generation, revision, observed, drifts, history, now_ms: (ctx.clock)() };
+    let new = finish(obj, ctx, old, result).await?;
     for (type_, reason, note) in events {
         publish(ctx, obj, type_, reason, "Reconcile", &note).await;
     }
@@ -240,13 +240,8 @@ async fn finish(
     obj: &Manifest,
     ctx: &Context,
     old: &ManifestStatus,
-    observed: Observed,
-    revision: String,
-    drifts: Vec<crate::history::recorder::Drift>,
-    history: Vec<crate::history::Entry>,
+    result: PassResult,
 ) -> Result<ManifestStatus, Error> {
-    let result =
-        PassResult { generation: obj.meta().generation, revision, observed, drifts, history, now_ms: (ctx.clock)() };
     ctx.metrics.observe_pass(&result);
     log_pass(&result);
     let new = next_status(old, &result);
@@ -254,6 +249,25 @@ async fn finish(
         write_status(ctx, obj, &new).await?;
     }
     Ok(new)
+}
+
+/// Records a pass that ran nothing (suspended, invalid, an input missing, a failed deletion):
+/// the revision and the history stay as they were.
+async fn finish_unrun(
+    obj: &Manifest,
+    ctx: &Context,
+    old: &ManifestStatus,
+    observed: Observed,
+) -> Result<ManifestStatus, Error> {
+    let result = PassResult {
+        generation: obj.meta().generation,
+        revision: old.revision.clone().unwrap_or_default(),
+        observed,
+        drifts: Vec::new(),
+        history: history_entries(old),
+        now_ms: (ctx.clock)(),
+    };
+    finish(obj, ctx, old, result).await
 }
 
 /// One line per pass: at info when it changed, failed or was refused, at debug when it found
@@ -348,8 +362,7 @@ async fn cleanup(obj: &Manifest, ctx: &Context, term: &CancellationToken) -> Res
             publish(ctx, obj, EventType::Warning, "DeleteFailed", "Delete", &problem).await;
             let old = obj.status.clone().unwrap_or_default();
             let observed = Observed::NotRun { reason: "DeleteFailed", message: problem };
-            let revision = old.revision.clone().unwrap_or_default();
-            let new = finish(obj, ctx, &old, observed, revision, vec![], history_entries(&old)).await?;
+            let new = finish_unrun(obj, ctx, &old, observed).await?;
             return Ok(Next::Requeue(backoff(retry, new.consecutive_failures, Duration::from_secs(300))));
         }
         publish(ctx, obj, EventType::Normal, "ResourcesDeleted", "Delete", "every resource that could be deleted was")
