@@ -23,24 +23,14 @@ use crate::engine::PrepareError;
 use crate::engine::context::RunOptions;
 use crate::engine::delete::DeleteReport;
 use crate::engine::delete::delete;
+pub use crate::engine::events::Mode;
 use crate::engine::events::{Approver, Decision, Ending, Observer, Observers, RunEvent};
 use crate::engine::executor::{ExecError, Executor};
 use crate::engine::plan::{Drift, Plan, Report};
 use crate::engine::run::Engine;
 use crate::engine::validate::ValidatedManifest;
-use crate::history::recorder::{Interrupted, Mode as LogMode, Recorder, close_interrupted};
+use crate::history::recorder::{Interrupted, Recorder, close_interrupted};
 use crate::history::{History, HistoryError, in_progress};
-
-/// What a pass does once it has planned.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    /// Nothing: it changes nothing (in the log, a plan is not a run).
-    Plan,
-    /// Applies the plan, once approved.
-    Apply,
-    /// Deletes the manifest's resources, dependents first.
-    Delete,
-}
 
 /// A pass to run: what, with what, watched by whom, approved by whom.
 pub struct Pass<'a> {
@@ -70,11 +60,6 @@ pub enum Ended {
     Planned(Plan),
     /// The plan has failed or blocked resources: nothing was applied.
     NotApplicable(Plan),
-    /// Everything was VALID already.
-    Unchanged {
-        plan: Plan,
-        report: Report,
-    },
     Declined {
         plan: Plan,
         why: String,
@@ -84,6 +69,7 @@ pub enum Ended {
         plan: Plan,
         why: String,
     },
+    /// Applied, or nothing to apply when the plan has no changes (everything was VALID).
     Applied {
         plan: Plan,
         report: Report,
@@ -113,7 +99,7 @@ impl Passed {
     pub fn succeeded(&self) -> bool {
         match &self.ended {
             Ended::Planned(plan) => plan.is_applicable(),
-            Ended::Unchanged { report, .. } | Ended::Applied { report, .. } => report.succeeded(),
+            Ended::Applied { report, .. } => report.succeeded(),
             Ended::Deleted { report, .. } => report.succeeded(),
             _ => false,
         }
@@ -147,8 +133,7 @@ impl Pass<'_> {
             false => Vec::new(),
         };
         let names: Vec<String> = self.manifest.resources.iter().map(|r| r.name.clone()).collect();
-        let log_mode = if self.mode == Mode::Plan { LogMode::Plan } else { LogMode::Apply };
-        let recorder = Arc::new(Recorder::new(self.log.clone(), &run_id, &self.manifest.revision, log_mode, &names)?);
+        let recorder = Arc::new(Recorder::new(self.log.clone(), &run_id, &self.manifest.revision, self.mode, &names)?);
         let mut observers: Vec<Arc<dyn Observer>> = vec![recorder.clone()];
         observers.extend(self.observers.iter().cloned());
         let observers = Arc::new(Observers(observers));
@@ -214,11 +199,7 @@ impl Pass<'_> {
                         c.failed, c.blocked, c.declined
                     ))
                 };
-                let ended = match plan.has_changes() {
-                    true => Ended::Applied { plan, report },
-                    false => Ended::Unchanged { plan, report },
-                };
-                (ended, ending)
+                (Ended::Applied { plan, report }, ending)
             }
         }
     }

@@ -68,15 +68,21 @@ pub(super) struct Summary {
 }
 
 /// SIGINT, SIGTERM and SIGHUP stop running programs (their whole process groups, their
-/// containers) and start no new ones, instead of leaving them running without deployster.
-fn stop_on_signals(progress: Arc<Progress>) -> Result<Stop, CliError> {
-    let stop =
-        Stop::on_signals(Cancel::AtOnce).map_err(|e| CliError::Refused(format!("cannot watch for signals: {e}")))?;
-    let requested = stop.clone();
+/// containers) and start no new ones, instead of leaving them running without deployster: at
+/// once, or (`reconcile`) on a second signal, the running pass finishing after the first.
+pub(super) fn stop_on_signals(progress: Arc<Progress>, cancel: Cancel) -> Result<Stop, CliError> {
+    let stop = Stop::on_signals(cancel).map_err(|e| CliError::Refused(format!("cannot watch for signals: {e}")))?;
+    let notes = stop.clone();
     tokio::spawn(async move {
-        requested.requested.cancelled().await;
-        let signal = requested.signal().unwrap_or("a signal");
-        progress.note(&format!("interrupted by {signal}: stopping running programs and starting no new ones"));
+        notes.requested.cancelled().await;
+        let signal = notes.signal().unwrap_or("a signal");
+        if cancel == Cancel::AtOnce {
+            return progress
+                .note(&format!("interrupted by {signal}: stopping running programs and starting no new ones"));
+        }
+        progress.note(&format!("{signal}: stopping after the running pass (signal again to cancel its actions)"));
+        notes.now.cancelled().await;
+        progress.note("stopping now: cancelling the running actions");
     });
     Ok(stop)
 }
@@ -159,7 +165,7 @@ fn show(format: OutputFormat, progress: &Progress, revision: &str, passed: &Pass
             progress.note("nothing was applied: the plan has failures");
             plan_exit(plan)
         }
-        Ended::Unchanged { plan, .. } => {
+        Ended::Applied { plan, .. } if !plan.has_changes() => {
             progress.say(&format!("Nothing to do: all {} resources are VALID.", plan.entries.len()));
             json(plan, None, "unchanged");
             Exit::Ok
@@ -177,23 +183,17 @@ fn show(format: OutputFormat, progress: &Progress, revision: &str, passed: &Pass
                     render::print_failures(report.manifest(), report.entries());
                 }
             }
-            if report.succeeded() { Exit::Ok } else { Exit::Failed }
+            Exit::of(report.succeeded())
         }
         // The CLI has no deleting pass.
-        Ended::Deleted { .. } => {
-            if passed.succeeded() {
-                Exit::Ok
-            } else {
-                Exit::Failed
-            }
-        }
+        Ended::Deleted { report, .. } => Exit::of(report.succeeded()),
     })
 }
 
 pub(super) async fn plan(args: ManifestArgs) -> Result<Exit, CliError> {
     let progress = Progress::new(args.output);
     let state = State::open(&args, false, &progress)?;
-    let stop = stop_on_signals(progress.clone())?;
+    let stop = stop_on_signals(progress.clone(), Cancel::AtOnce)?;
     Ok(pass(&args, None, &progress, &state, executor(&args)?, &stop).await?.exit)
 }
 
@@ -201,6 +201,6 @@ pub(super) async fn apply(args: ApplyArgs) -> Result<Exit, CliError> {
     let confirm = if args.yes { ConfirmMode::No } else { args.confirm };
     let progress = Progress::new(args.manifest.output);
     let state = State::open(&args.manifest, true, &progress)?;
-    let stop = stop_on_signals(progress.clone())?;
+    let stop = stop_on_signals(progress.clone(), Cancel::AtOnce)?;
     Ok(pass(&args.manifest, Some(confirm), &progress, &state, executor(&args.manifest)?, &stop).await?.exit)
 }

@@ -291,6 +291,11 @@ impl Exit {
             Exit::Invalid => 2,
         }
     }
+
+    /// `Ok` when `succeeded`, else `Failed`.
+    pub fn of(succeeded: bool) -> Exit {
+        if succeeded { Exit::Ok } else { Exit::Failed }
+    }
 }
 
 /// Errors that end a command before it could report per resource.
@@ -348,7 +353,7 @@ pub async fn run(cli: Cli) -> Result<Exit, CliError> {
         Command::Controller(args) => controller(args).await,
         Command::BuiltinType { name, args } => {
             let code = crate::builtins::main(&name, &args);
-            Ok(if code == 0 { Exit::Ok } else { Exit::Failed })
+            Ok(Exit::of(code == 0))
         }
     }
 }

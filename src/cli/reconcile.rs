@@ -2,29 +2,11 @@
 //! what drifted, recorded in the deployment log; the first SIGINT/SIGTERM/SIGHUP stops the loop after
 //! the running pass, a second one cancels the running actions cleanly.
 
-use std::sync::Arc;
-
-use super::apply::{State, Summary, pass};
+use super::apply::{State, Summary, pass, stop_on_signals};
 use super::confirm::ConfirmMode;
 use super::progress::Progress;
 use super::{CliError, Exit, ReconcileArgs, executor};
-use crate::stop::{Cancel, Stop};
-
-/// The first SIGINT/SIGTERM/SIGHUP ends the loop after the running pass; a second one cancels
-/// the pass's running actions.
-fn stop_on_signals(progress: Arc<Progress>) -> Result<Stop, CliError> {
-    let stop = Stop::on_signals(Cancel::OnSecondSignal)
-        .map_err(|e| CliError::Refused(format!("cannot watch for signals: {e}")))?;
-    let notes = stop.clone();
-    tokio::spawn(async move {
-        notes.requested.cancelled().await;
-        let signal = notes.signal().unwrap_or("a signal");
-        progress.note(&format!("{signal}: stopping after the running pass (signal again to cancel its actions)"));
-        notes.now.cancelled().await;
-        progress.note("stopping now: cancelling the running actions");
-    });
-    Ok(stop)
-}
+use crate::stop::Cancel;
 
 fn summary(n: u64, pass: &Summary) -> String {
     let drift: Vec<&str> = pass.drifts.iter().map(|d| d.resource.as_str()).collect();
@@ -44,7 +26,7 @@ pub(super) async fn reconcile(args: ReconcileArgs) -> Result<Exit, CliError> {
     let progress = Progress::new(args.manifest.output);
     let state = State::open(&args.manifest, true, &progress)?;
     let executor = executor(&args.manifest)?;
-    let stop = stop_on_signals(progress.clone())?;
+    let stop = stop_on_signals(progress.clone(), Cancel::OnSecondSignal)?;
     let mut last = Exit::Ok;
     for n in 1.. {
         let result = pass(&args.manifest, Some(ConfirmMode::No), &progress, &state, executor.clone(), &stop).await;

@@ -21,8 +21,9 @@ use crate::engine::PrepareError;
 use crate::engine::context::{RunOptions, new_run_id};
 use crate::engine::events::{ApproveAll, IntentError, Observer, RunEvent};
 use crate::engine::plan::Standing;
+use crate::engine::validate::ValidatedManifest;
 use crate::history::MemoryLog;
-use crate::pass::{Ended, Mode, Pass, PassError};
+use crate::pass::{Ended, Mode, Pass, PassError, Passed};
 
 /// The field manager of every status write.
 pub const FIELD_MANAGER: &str = "deployster-controller";
@@ -115,34 +116,16 @@ async fn pass(
     obj: &Manifest,
     ctx: &Context,
     old: &ManifestStatus,
-    manifest: crate::engine::validate::ValidatedManifest,
+    manifest: ValidatedManifest,
     revision: String,
     term: &CancellationToken,
 ) -> Result<ManifestStatus, Error> {
     let run_id = new_run_id();
     // The reconcile's span (controller::run) has a slot for it: every log line of the pass says it.
     tracing::Span::current().record("run_id", run_id.as_str());
-    let log = Arc::new(MemoryLog::from_entries(history_entries(old), Some(ctx.settings.history_limit)));
-    let why = || interruption(ctx);
-    let passed = Pass {
-        manifest: Arc::new(manifest),
-        executor: ctx.executor.clone(),
-        log: log.clone(),
-        mode: Mode::Apply,
-        options: RunOptions {
-            parallelism: ctx.settings.parallelism,
-            timeout: ctx.settings.timeout,
-            run_id,
-            verbose: false,
-        },
-        observers: vec![Arc::new(StatusJournal::new(ctx, obj, old, &log))],
-        approver: &ApproveAll,
-        cancel: term.child_token(),
-        cancelled_because: &why,
-        recover: true,
-    }
-    .run()
-    .await?;
+    let log = memory_log(ctx, old);
+    let journal: Arc<dyn Observer> = Arc::new(StatusJournal::new(ctx, obj, old, &log));
+    let passed = run_pass(ctx, manifest, Mode::Apply, run_id, log.clone(), vec![journal], term).await?;
     for recovered in &passed.recovered {
         publish(ctx, obj, EventType::Warning, "Interrupted", "Reconcile", &recovered.describe()).await;
     }
@@ -151,7 +134,7 @@ async fn pass(
             Observed::Invalid { reason: e.reason(), message: e.to_string() }
         }
         Ended::NotPrepared(e) => Observed::NotRun { reason: e.reason(), message: e.to_string() },
-        Ended::Unchanged { report, .. } | Ended::Applied { report, .. } => Observed::Applied(report),
+        Ended::Applied { report, .. } => Observed::Applied(report),
         Ended::NotApplicable(plan)
         | Ended::Planned(plan)
         | Ended::Declined { plan, .. }
@@ -184,6 +167,39 @@ async fn pass(
         publish(ctx, obj, EventType::Warning, "Thrashing", "Reconcile", &thrashing.message).await;
     }
     Ok(new)
+}
+
+/// The object's history as a deployment log for one pass.
+fn memory_log(ctx: &Context, old: &ManifestStatus) -> Arc<MemoryLog> {
+    Arc::new(MemoryLog::from_entries(history_entries(old), Some(ctx.settings.history_limit)))
+}
+
+/// A pass that changes things, approved as a whole, stopped when `term` ends.
+async fn run_pass(
+    ctx: &Context,
+    manifest: ValidatedManifest,
+    mode: Mode,
+    run_id: String,
+    log: Arc<MemoryLog>,
+    observers: Vec<Arc<dyn Observer>>,
+    term: &CancellationToken,
+) -> Result<Passed, PassError> {
+    let settings = &ctx.settings;
+    let options = RunOptions { parallelism: settings.parallelism, timeout: settings.timeout, run_id, verbose: false };
+    let why = || interruption(ctx);
+    let pass = Pass {
+        manifest: Arc::new(manifest),
+        executor: ctx.executor.clone(),
+        log,
+        mode,
+        options,
+        observers,
+        approver: &ApproveAll,
+        cancel: term.child_token(),
+        cancelled_because: &why,
+        recover: true,
+    };
+    pass.run().await
 }
 
 /// Why a pass's term ended under it.
@@ -390,26 +406,8 @@ enum DeleteError {
 async fn delete_resources(obj: &Manifest, ctx: &Context, term: &CancellationToken) -> Result<(), DeleteError> {
     let settings = &ctx.settings;
     let (manifest, _) = inputs::prepare(&ctx.client, obj, &settings.plug_root, settings.allow_local_programs).await?;
-    let old = obj.status.clone().unwrap_or_default();
-    let why = || interruption(ctx);
-    let passed = Pass {
-        manifest: Arc::new(manifest),
-        executor: ctx.executor.clone(),
-        log: Arc::new(MemoryLog::from_entries(history_entries(&old), Some(ctx.settings.history_limit))),
-        mode: Mode::Delete,
-        options: RunOptions {
-            parallelism: ctx.settings.parallelism,
-            timeout: ctx.settings.timeout,
-            ..RunOptions::default()
-        },
-        observers: Vec::new(),
-        approver: &ApproveAll,
-        cancel: term.child_token(),
-        cancelled_because: &why,
-        recover: true,
-    }
-    .run()
-    .await?;
+    let log = memory_log(ctx, &obj.status.clone().unwrap_or_default());
+    let passed = run_pass(ctx, manifest, Mode::Delete, new_run_id(), log, Vec::new(), term).await?;
     match passed.ended {
         Ended::Deleted { report, .. } if report.succeeded() => Ok(()),
         Ended::Deleted { report, .. } => Err(DeleteError::Problems(report.problems())),

@@ -59,8 +59,11 @@ impl Context {
         self.observer.on_event(&event);
     }
 
-    pub(crate) async fn record_intent(&self, resource: &str, action: &str) -> Result<(), IntentError> {
-        self.observer.on_intent(resource, action).await
+    /// Makes the intent to run `action` for resource `i` durable, or fails the action.
+    pub(crate) async fn record_intent(&self, i: usize, action: &str) -> Result<(), ResourceError> {
+        let result = self.observer.on_intent(&self.manifest.resources[i].name, action).await;
+        let cause = |e: IntentError| Cause::Exec { reason: "IntentNotRecorded", message: e.to_string() };
+        result.map_err(|e| ResourceError::new(Phase::Action(action.into()), cause(e)))
     }
 
     /// Runs one program for resource `i` and requires it to exit 0. `stream_all` sends every

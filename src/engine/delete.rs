@@ -16,7 +16,7 @@ use super::events::RunEvent;
 use super::plan::{Plan, Standing};
 use super::protocol::{ActionRequest, StateResponse, Status};
 use super::resource::{read_state, state_request};
-use super::run::{NotApplicable, Prepared};
+use super::run::{NotApplicable, Prepared, known_of};
 
 /// What became of one resource.
 #[derive(Debug, Clone, PartialEq)]
@@ -76,25 +76,9 @@ impl DeleteReport {
 
 /// Deletes the resources of `plan` (made by `prepared`) in reverse dependency order.
 pub async fn delete(prepared: &Prepared, plan: &Plan) -> Result<DeleteReport, NotApplicable> {
+    prepared.check_made_here(plan)?;
     let manifest = &prepared.ctx.manifest;
-    if plan.entries.len() != manifest.resources.len()
-        || plan.entries.iter().zip(&manifest.resources).any(|(e, r)| e.name != r.name)
-    {
-        return Err(NotApplicable {
-            manifest: manifest.name.clone(),
-            message: "the plan was made for a different manifest".into(),
-        });
-    }
-    let known: Vec<Option<Arc<Known>>> = plan
-        .entries
-        .iter()
-        .map(|e| match (&e.standing, &e.config) {
-            (Standing::Valid { state, .. }, Some(config)) => {
-                Some(Arc::new(Known { config: config.clone(), state: state.clone() }))
-            }
-            _ => None,
-        })
-        .collect();
+    let known: Vec<Option<Arc<Known>>> = plan.entries.iter().map(known_of).collect();
     // Resource → why it must stay (a dependent that was not deleted).
     let mut needed: HashMap<usize, String> = HashMap::new();
     let mut removals: Vec<Option<Removal>> = vec![None; plan.entries.len()];
@@ -163,9 +147,8 @@ async fn remove(
     let stdin = serde_json::to_vec(&ActionRequest { state: request.clone(), stale_state: current })
         .expect("requests serialize");
     let phase = Phase::Action("delete".into());
-    if let Err(e) = prepared.ctx.record_intent(&prepared.ctx.manifest.resources[i].name, "delete").await {
-        let cause = Cause::Exec { reason: "IntentNotRecorded", message: e.to_string() };
-        return Removal::Failed(ResourceError::new(phase, cause));
+    if let Err(e) = prepared.ctx.record_intent(i, "delete").await {
+        return Removal::Failed(e);
     }
     if let Err(e) = prepared.ctx.run_program(i, &phase, &delete_action, &prepared.types[i].mounts, stdin, true).await {
         return Removal::Failed(e);

@@ -57,6 +57,17 @@ pub enum RunEvent {
     Ended(Ending),
 }
 
+/// What a pass does once it has planned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Nothing: it changes nothing (in the log, a plan is not a run).
+    Plan,
+    /// Applies the plan, once approved.
+    Apply,
+    /// Deletes the manifest's resources, dependents first.
+    Delete,
+}
+
 /// How a pass ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Ending {

@@ -143,10 +143,7 @@ pub(crate) async fn apply_actions(
         if !approver.approve_action(name, action).await {
             return Err(Stop::Declined);
         }
-        if let Err(e) = ctx.record_intent(name, &action.name).await {
-            let cause = Cause::Exec { reason: "IntentNotRecorded", message: e.to_string() };
-            return Err(Stop::Failed(ResourceError::new(phase, cause)));
-        }
+        ctx.record_intent(i, &action.name).await?;
         let started = Instant::now();
         let result = ctx.run_program(i, &phase, &action.invocable, &types[i].mounts, stdin.clone(), true).await;
         ctx.emit(RunEvent::ActionFinished {

@@ -115,15 +115,11 @@ impl Prepared {
     /// dependents; independent branches carry on.
     pub async fn apply(&self, plan: &Plan, approver: &dyn Approver) -> Result<Report, NotApplicable> {
         let manifest = &self.ctx.manifest;
-        let refuse = |message: String| NotApplicable { manifest: manifest.name.clone(), message };
-        if plan.entries.len() != manifest.resources.len()
-            || plan.entries.iter().zip(&manifest.resources).any(|(e, r)| e.name != r.name)
-        {
-            return Err(refuse("the plan was made for a different manifest".into()));
-        }
+        self.check_made_here(plan)?;
         if !plan.is_applicable() {
             let c = plan.counts();
-            return Err(refuse(format!("the plan has {} failed and {} blocked resources", c.failed, c.blocked)));
+            let message = format!("the plan has {} failed and {} blocked resources", c.failed, c.blocked);
+            return Err(NotApplicable { manifest: manifest.name.clone(), message });
         }
         let mut entries = self.drive(plan.entries.clone(), Some(approver)).await;
         for e in &mut entries {
@@ -136,6 +132,16 @@ impl Prepared {
             }
         }
         Ok(Report::new(manifest.name.clone(), self.ctx.options.run_id.clone(), entries))
+    }
+
+    /// Refuses a plan made for another manifest.
+    pub(crate) fn check_made_here(&self, plan: &Plan) -> Result<(), NotApplicable> {
+        let resources = &self.ctx.manifest.resources;
+        if plan.entries.len() == resources.len() && plan.entries.iter().zip(resources).all(|(e, r)| e.name == r.name) {
+            return Ok(());
+        }
+        let message = "the plan was made for a different manifest".into();
+        Err(NotApplicable { manifest: self.ctx.manifest.name.clone(), message })
     }
 
     /// The coordinator loop. With an approver it applies; without, it only reads state.
@@ -278,7 +284,7 @@ fn entry(resource: &super::validate::Resource, standing: Standing, config: Optio
 }
 
 /// What a VALID entry tells its dependents.
-fn known_of(entry: &ResourceEntry) -> Option<Arc<Known>> {
+pub(crate) fn known_of(entry: &ResourceEntry) -> Option<Arc<Known>> {
     match (&entry.standing, &entry.config) {
         (Standing::Valid { state, .. }, Some(config)) => {
             Some(Arc::new(Known { config: config.clone(), state: state.clone() }))

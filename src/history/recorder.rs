@@ -11,19 +11,12 @@ use std::sync::{Arc, Mutex};
 use serde_json::{Value, json};
 
 use super::{Entry, Event, History, HistoryError, in_progress, now_ms, target};
-use crate::engine::events::{Ending, IntentError, Observer, RunEvent};
+use crate::engine::events::{Ending, IntentError, Mode, Observer, RunEvent};
 use crate::engine::plan::{Plan, Standing};
 use crate::engine::protocol::Status;
 
 /// How much of a message an entry keeps.
 const DETAIL_MESSAGE_LIMIT: usize = 1024;
-
-/// Whether the run changes things (and is a run in the log's sense) or only plans.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    Plan,
-    Apply,
-}
 
 pub use crate::engine::plan::Drift;
 
