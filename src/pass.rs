@@ -26,7 +26,7 @@ use crate::engine::delete::delete;
 pub use crate::engine::events::Mode;
 use crate::engine::events::{Approver, Decision, Ending, Observer, Observers, RunEvent};
 use crate::engine::executor::{ExecError, Executor};
-use crate::engine::plan::{Drift, Plan, Report};
+use crate::engine::plan::{Change, Drift, Plan, Report};
 use crate::engine::run::Engine;
 use crate::engine::validate::ValidatedManifest;
 use crate::history::recorder::{Interrupted, Recorder, close_interrupted};
@@ -85,8 +85,10 @@ pub enum Ended {
 pub struct Passed {
     pub run_id: String,
     pub recovered: Vec<Recovered>,
-    /// Resources VALID at their last observation in the log and not now.
+    /// Resources VALID at their last observation in the log and not now, with the same inputs.
     pub drifts: Vec<Drift>,
+    /// Resources not VALID now whose inputs changed since they were last VALID.
+    pub changes: Vec<Change>,
     pub ended: Ended,
     /// Set when the cancellation stopped the pass (recorded as interrupted), with why.
     pub interrupted: Option<String>,
@@ -145,7 +147,15 @@ impl Pass<'_> {
         let interrupted = self.cancel.is_cancelled().then(|| (self.cancelled_because)());
         let ending = interrupted.clone().map_or(ending, Ending::Interrupted);
         observers.on_event(&RunEvent::Ended(ending));
-        Ok(Passed { run_id, recovered, drifts: recorder.drifts(), ended, interrupted, unrecorded: recorder.failure() })
+        Ok(Passed {
+            run_id,
+            recovered,
+            drifts: recorder.drifts(),
+            changes: recorder.changes(),
+            ended,
+            interrupted,
+            unrecorded: recorder.failure(),
+        })
     }
 
     async fn plan_and_decide(&self, observers: Arc<Observers>, recorder: &Recorder) -> (Ended, Ending) {
@@ -160,7 +170,7 @@ impl Pass<'_> {
             }
         };
         let plan = prepared.plan().await;
-        observers.on_planned(&plan, &recorder.drifts());
+        observers.on_planned(&plan, &recorder.drifts(), &recorder.changes());
         match self.mode {
             Mode::Plan => (Ended::Planned(plan), Ending::Planned),
             Mode::Delete => match delete(&prepared, &plan).await {

@@ -105,6 +105,75 @@ fn runs_append_what_they_did_with_their_revision() {
     assert_eq!(ws.read("out/greeting.txt"), "bonjour\n");
 }
 
+const SECRET_FILE: &str = r#"
+vars: { greeting: hello, token: s3cr3t-t0ken }
+sensitive: [token]
+resources:
+  file: { type: builtin/file, config: { path: out.txt, content: "{{ greeting }} {{ token }}\n" } }
+"#;
+
+/// Changing a variable is a change the user made, not drift: the plan says what changed (the
+/// sensitive value masked), the log records `change-detected`, and nothing reports drift. An
+/// edit made outside Deployster, with the same inputs, is drift.
+#[test]
+fn a_changed_variable_is_a_change_and_an_edit_from_outside_is_drift() {
+    let ws = Workspace::new();
+    ws.manifest(SECRET_FILE);
+    assert_eq!(ws.apply(&[]).code, 0);
+
+    let plan = ws.run(&["plan", "-f", "manifest.yaml", "--var", "greeting=bonjour"]);
+    assert_eq!(plan.code, 0, "{}", plan.all());
+    assert!(!plan.stdout.contains("Drift"), "a variable change is not drift:\n{}", plan.all());
+    assert!(
+        plan.stdout.contains(
+            "Changed since file was last VALID (STALE now):\n    config.content: \"hello ***\\n\" → \"bonjour ***\\n\""
+        ),
+        "the plan shows what changed, the sensitive value masked:\n{}",
+        plan.all()
+    );
+    assert!(!plan.all().contains("s3cr3t"), "{}", plan.all());
+
+    let (run, doc) = apply_json(&ws, &["--var", "greeting=bonjour"]);
+    assert_eq!(run.code, 0, "{}", run.all());
+    assert_eq!(doc["drift"], serde_json::json!([]), "{}", run.all());
+    assert_eq!(doc["changes"][0]["resource"], "file");
+    assert_eq!(doc["changes"][0]["differences"][0]["path"], "config.content");
+    // Logged once, by the plan that first saw it (plans are recorded too).
+    let events: Vec<String> = history(&ws, &[])["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["target"] == "resource/file")
+        .map(|e| e["event"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(events.iter().filter(|e| *e == "change-detected").count(), 1, "{events:?}");
+    assert!(!events.iter().any(|e| e == "drift-detected"), "{events:?}");
+
+    // Only the sensitive value changes: a change, shown masked.
+    let (_, doc) = apply_json(&ws, &["--var", "greeting=bonjour", "--var", "token=n3w-t0ken"]);
+    assert_eq!(doc["changes"][0]["differences"], serde_json::json!([{"path": "config", "was": "***", "now": "***"}]));
+    assert_eq!(ws.read("out.txt"), "bonjour n3w-t0ken\n");
+
+    // The same inputs, edited outside: drift.
+    ws.write("out.txt", "tampered\n");
+    let (_, doc) = apply_json(&ws, &["--var", "greeting=bonjour", "--var", "token=n3w-t0ken"]);
+    assert_eq!(doc["drift"], serde_json::json!([{"resource": "file", "now": "STALE"}]));
+    assert_eq!(doc["changes"], serde_json::json!([]));
+    let log = ws.run(&["history", "--output", "json", "--limit", "1000"]);
+    for secret in ["s3cr3t-t0ken", "n3w-t0ken"] {
+        assert!(!log.stdout.contains(secret), "the log never keeps a sensitive value:\n{}", log.stdout);
+    }
+}
+
+#[test]
+fn a_sensitive_name_that_is_not_a_variable_is_refused() {
+    let ws = Workspace::new();
+    ws.manifest("sensitive: [nope]\nresources:\n  f: { type: builtin/file, config: { path: a, content: b } }\n");
+    let run = ws.run(&["plan", "-f", "manifest.yaml"]);
+    assert_eq!(run.code, 2, "{}", run.all());
+    assert!(run.stderr.contains("sensitive: `nope` is not a variable"), "{}", run.all());
+}
+
 #[test]
 fn a_failed_run_is_recorded_and_queried_as_the_latest_failure() {
     let ws = Workspace::new();

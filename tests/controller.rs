@@ -176,6 +176,25 @@ async fn create_then_ready_then_a_no_op_then_drift_corrected() {
         events(&client, "site").await
     );
     assert!(status(&obj).history.iter().any(|h| h.event == "drift-detected" && h.target == "resource/app_config"));
+
+    // Spec edits, one per pass: changes, not drift — no drift event, no thrashing streak.
+    let drift_events = |events: Vec<(String, String)>| events.iter().filter(|(r, _)| r == "DriftCorrected").count();
+    let drift_events_before = drift_events(events(&client, "site").await);
+    let mut obj = obj;
+    for env in ["staging", "test", "dev", "prod"] {
+        obj.spec.vars.insert("env".into(), serde_json::json!(env));
+        reconcile(&obj, &ctx).await.expect("reconcile");
+        assert_eq!(Counting::actions(&executor.take()), ["app_config/action:write"]);
+        let status = status(&get(&client, "site").await);
+        obj.status = Some(status.clone());
+        assert_eq!(std::fs::read_to_string(dir.path().join("data/app.json")).unwrap(), env);
+        let ready = status.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
+        assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("True", "Applied"), "{env}: {ready:?}");
+        assert!(status.resources.iter().all(|r| r.drift_streak == 0), "{env}: {:?}", status.resources);
+        let logged: Vec<&str> = status.history.iter().rev().take(8).map(|h| h.event.as_str()).collect();
+        assert!(logged.contains(&"change-detected") && !logged.contains(&"drift-detected"), "{env}: {logged:?}");
+    }
+    assert_eq!(drift_events(events(&client, "site").await), drift_events_before, "no drift event for a spec edit");
 }
 
 #[tokio::test]

@@ -146,7 +146,7 @@ pub(super) async fn pass(
 fn show(format: OutputFormat, progress: &Progress, revision: &str, passed: &Passed) -> Result<Exit, CliError> {
     let json = |plan: &Plan, report: Option<&Report>, status: &str| {
         if format == OutputFormat::Json {
-            render::print_json(&render::document(plan, report, status, revision, &passed.drifts));
+            render::print_json(&render::document(plan, report, status, revision, passed));
         }
     };
     Ok(match &passed.ended {

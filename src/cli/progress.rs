@@ -10,10 +10,10 @@ use std::time::Duration;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use super::OutputFormat;
-use super::render::{elapsed, print_plan, settled_line};
+use super::render::{self, elapsed, print_plan, settled_line};
 use crate::engine::error::Phase;
 use crate::engine::events::{Observer, RunEvent};
-use crate::engine::plan::{Drift, Plan};
+use crate::engine::plan::{Change, Drift, Plan};
 
 pub(super) struct Progress {
     format: OutputFormat,
@@ -101,12 +101,18 @@ impl Progress {
 impl Observer for Progress {
     /// The plan as soon as it is made (text; JSON prints one document at the end), then the
     /// drift it found.
-    fn on_planned(&self, plan: &Plan, drifts: &[Drift]) {
+    fn on_planned(&self, plan: &Plan, drifts: &[Drift], changes: &[Change]) {
         self.clear();
         if self.format == OutputFormat::Text {
             print_plan(plan);
             for d in drifts {
-                self.say(&format!("Drift: {} was VALID at its last observation and is {} now.", d.resource, d.now));
+                self.say(&format!(
+                    "Drift: {} was VALID at its last observation and is {} now, with the same inputs: something else changed it.",
+                    d.resource, d.now
+                ));
+            }
+            for c in changes {
+                self.say(&render::change_text(c));
             }
         }
     }

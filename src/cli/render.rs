@@ -5,8 +5,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::engine::error::ResourceError;
-use crate::engine::plan::{Plan, Report, ResourceEntry, Standing};
-use crate::history::recorder::Drift;
+use crate::engine::plan::{Change, Plan, Report, ResourceEntry, Standing};
+use crate::pass::Passed;
 
 /// A duration as people read it, to the millisecond.
 pub(super) fn elapsed(d: Duration) -> String {
@@ -126,15 +126,45 @@ fn entries_json(entries: &[ResourceEntry]) -> Vec<Value> {
         .collect()
 }
 
-/// The JSON document `--output json` prints: the plan, and the result when apply ran.
-pub(super) fn document(plan: &Plan, report: Option<&Report>, status: &str, revision: &str, drifts: &[Drift]) -> Value {
-    let drift: Vec<Value> = drifts.iter().map(|d| json!({"resource": d.resource, "now": d.now.to_string()})).collect();
+/// How many differences a change shows before "and N more".
+const SHOWN_DIFFERENCES: usize = 10;
+
+/// A value in a difference: JSON, cut to a line's worth.
+fn short_value(value: Option<&Value>) -> String {
+    value.map_or_else(|| "(absent)".to_string(), |v| crate::history::cut_to(&v.to_string(), 80))
+}
+
+/// Why a resource is STALE or MISSING when its inputs changed since it was last VALID: what
+/// changed, value by value (sensitive values masked).
+pub(super) fn change_text(change: &Change) -> String {
+    let mut text = format!("Changed since {} was last VALID ({} now):", change.resource, change.now);
+    for d in change.differences.iter().take(SHOWN_DIFFERENCES) {
+        text.push_str(&format!("\n    {}: {} → {}", d.path, short_value(d.was.as_ref()), short_value(d.now.as_ref())));
+    }
+    if change.differences.len() > SHOWN_DIFFERENCES {
+        text.push_str(&format!("\n    … and {} more", change.differences.len() - SHOWN_DIFFERENCES));
+    }
+    text
+}
+
+fn change_json(change: &Change) -> Value {
+    let differences: Vec<Value> =
+        change.differences.iter().map(|d| json!({"path": d.path, "was": d.was, "now": d.now})).collect();
+    json!({"resource": change.resource, "now": change.now.to_string(), "was_valid": change.was_valid, "differences": differences})
+}
+
+/// The JSON document `--output json` prints: the plan, what the log says of it (drift,
+/// changes), and the result when apply ran.
+pub(super) fn document(plan: &Plan, report: Option<&Report>, status: &str, revision: &str, passed: &Passed) -> Value {
+    let drift: Vec<Value> =
+        passed.drifts.iter().map(|d| json!({"resource": d.resource, "now": d.now.to_string()})).collect();
     let mut doc = json!({
         "manifest": plan.manifest,
         "run_id": plan.run_id,
         "revision": revision,
         "status": status,
         "drift": drift,
+        "changes": passed.changes.iter().map(change_json).collect::<Vec<_>>(),
         "plan": entries_json(&plan.entries),
     });
     if let Some(report) = report {

@@ -198,7 +198,12 @@ pub fn engine_manifest(obj: &Manifest, inputs: &Inputs) -> Result<ValidatedManif
             (name.clone(), plug)
         })
         .collect();
-    let engine_spec = EngineSpec { plugs, vars: spec.vars.clone(), resources: spec.resources.clone() };
+    let engine_spec = EngineSpec {
+        plugs,
+        vars: spec.vars.clone(),
+        resources: spec.resources.clone(),
+        sensitive: spec.sensitive.clone(),
+    };
     let loaded = LoadedManifest::from_spec(inputs.workspace.join("manifest"), engine_spec);
     let vars = spec.vars.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
     let mut manifest = validate(&loaded, vars).map_err(InputError::Manifest)?;

@@ -49,6 +49,10 @@ pub struct ManifestSpec {
     pub plugs: IndexMap<String, PlugRef>,
     /// The resources, exactly as in a manifest file.
     pub resources: IndexMap<String, ResourceSpec>,
+    /// Variables whose values are secret, as in a manifest's `sensitive`: masked as `***` in the
+    /// rendered configs the history keeps.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sensitive: Vec<String>,
     /// How often a Ready manifest is checked for drift (e.g. `5m`).
     #[serde(default = "default_interval")]
     pub interval: String,

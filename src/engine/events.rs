@@ -9,7 +9,7 @@ use async_trait::async_trait;
 
 use super::error::Phase;
 use super::executor::Stream;
-use super::plan::{Drift, Plan};
+use super::plan::{Change, Drift, Inputs, Plan};
 use super::protocol::{Action, Status};
 
 /// Something that happened during a run, as it happens.
@@ -32,6 +32,8 @@ pub enum RunEvent {
         resource: String,
         status: Status,
         verify: bool,
+        /// What the state was read for.
+        inputs: Inputs,
     },
     ActionFinished {
         resource: String,
@@ -100,8 +102,9 @@ pub trait Observer: Send + Sync {
         Ok(())
     }
 
-    /// The plan is complete (before anything is applied), with the drift found against the log.
-    fn on_planned(&self, _plan: &Plan, _drifts: &[Drift]) {}
+    /// The plan is complete (before anything is applied), with what the log says of it: the
+    /// drift, and the changes since each resource was last VALID.
+    fn on_planned(&self, _plan: &Plan, _drifts: &[Drift], _changes: &[Change]) {}
 }
 
 /// Sends every event to each observer in turn.
@@ -123,9 +126,9 @@ impl Observer for Observers {
         Ok(())
     }
 
-    fn on_planned(&self, plan: &Plan, drifts: &[Drift]) {
+    fn on_planned(&self, plan: &Plan, drifts: &[Drift], changes: &[Change]) {
         for observer in &self.0 {
-            observer.on_planned(plan, drifts);
+            observer.on_planned(plan, drifts, changes);
         }
     }
 }

@@ -26,6 +26,10 @@ pub struct ManifestSpec {
     /// The resources, in the order they were written.
     #[serde(default, deserialize_with = "unique_keys")]
     pub resources: IndexMap<String, ResourceSpec>,
+    /// Variables whose values are secret: masked as `***` wherever Deployster shows or keeps
+    /// a value (plan differences, the deployment log).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sensitive: Vec<String>,
 }
 
 /// A plug as declared in the manifest.
@@ -176,6 +180,11 @@ pub fn load(files: &[PathBuf]) -> Result<LoadedManifest, LoadError> {
             }
             var_origin.insert(name.clone(), index);
             merged.spec.vars.insert(name, value);
+        }
+        for name in spec.sensitive {
+            if !merged.spec.sensitive.contains(&name) {
+                merged.spec.sensitive.push(name);
+            }
         }
         for (name, resource) in spec.resources {
             if let Some(&other) = merged.resource_origin.get(&name) {

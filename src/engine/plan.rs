@@ -6,18 +6,97 @@
 
 use std::time::Duration;
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::error::ResourceError;
 use super::expr;
 use super::protocol::{Action, Status};
-use super::validate::ValidatedManifest;
+use super::validate::{ValidatedManifest, content_hash};
 
 /// A resource that was VALID at its previous observation (in the deployment log) and is not now.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Drift {
     pub resource: String,
     pub now: Status,
+}
+
+/// A resource STALE or MISSING now whose inputs differ from those it was last VALID with: the
+/// configuration changed (a change to apply), which is not drift.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Change {
+    pub resource: String,
+    pub now: Status,
+    /// Whether it was VALID at its last observation (otherwise it was already not).
+    pub was_valid: bool,
+    pub differences: Vec<Difference>,
+}
+
+/// What a resource's state was read for: its type and rendered config (sensitive values
+/// masked), and a digest of the unmasked inputs — the same digest, the same inputs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Inputs {
+    pub type_name: String,
+    pub config: Value,
+    pub digest: String,
+}
+
+impl Inputs {
+    pub fn new(manifest: &ValidatedManifest, i: usize, config: &Value) -> Inputs {
+        let type_name = manifest.resources[i].type_name.clone();
+        let digest = content_hash(&json!({"type": type_name, "config": config}));
+        Inputs { type_name, config: manifest.mask(config), digest }
+    }
+
+    /// As the deployment log keeps it.
+    pub fn to_json(&self) -> Value {
+        json!({"type": self.type_name, "config": self.config, "digest": self.digest})
+    }
+
+    pub fn from_json(value: &Value) -> Option<Inputs> {
+        Some(Inputs {
+            type_name: value.get("type")?.as_str()?.to_string(),
+            config: value.get("config")?.clone(),
+            digest: value.get("digest")?.as_str()?.to_string(),
+        })
+    }
+
+    /// Where `self` (before) and `now` differ: the type, and each config value by its path. A
+    /// change only in sensitive values shows as `config` changed, masked.
+    pub fn differences(&self, now: &Inputs) -> Vec<Difference> {
+        let mut found = Vec::new();
+        if self.type_name != now.type_name {
+            found.push(Difference {
+                path: "type".into(),
+                was: Some(json!(self.type_name)),
+                now: Some(json!(now.type_name)),
+            });
+        }
+        diff_values("config", Some(&self.config), Some(&now.config), &mut found);
+        if found.is_empty() && self.digest != now.digest {
+            found.push(Difference { path: "config".into(), was: Some(json!("***")), now: Some(json!("***")) });
+        }
+        found
+    }
+}
+
+/// One value that differs between two inputs; `None`: absent on that side.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Difference {
+    pub path: String,
+    pub was: Option<Value>,
+    pub now: Option<Value>,
+}
+
+fn diff_values(path: &str, was: Option<&Value>, now: Option<&Value>, found: &mut Vec<Difference>) {
+    match (was, now) {
+        (Some(Value::Object(a)), Some(Value::Object(b))) => {
+            for key in a.keys().chain(b.keys().filter(|k| !a.contains_key(*k))) {
+                diff_values(&format!("{path}.{key}"), a.get(key), b.get(key), found);
+            }
+        }
+        (a, b) if a != b => found.push(Difference { path: path.to_string(), was: a.cloned(), now: b.cloned() }),
+        _ => {}
+    }
 }
 
 /// A dependency a pending resource waits on, and how it stands.

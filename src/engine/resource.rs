@@ -12,6 +12,7 @@ use super::error::{Cause, Phase, ResourceError};
 use super::events::{Approver, RunEvent};
 use super::expr;
 use super::init::ResourceType;
+use super::plan::Inputs;
 use super::protocol::{self, Action, ActionRequest, DependencyView, InitRequest, StateRequest, StateResponse, Status};
 use super::validate::ValidatedManifest;
 
@@ -112,6 +113,7 @@ pub(crate) async fn read_state(
         resource: ctx.manifest.resources[i].name.clone(),
         status: response.status(),
         verify: *phase == Phase::Verify,
+        inputs: Inputs::new(&ctx.manifest, i, &request.config),
     });
     Ok(response)
 }

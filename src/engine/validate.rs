@@ -30,9 +30,28 @@ pub struct ValidatedManifest {
     /// In declaration order; indices are the graph's node numbers.
     pub resources: Vec<Resource>,
     pub graph: DependencyGraph,
+    /// The values of the variables declared `sensitive`, as text, longest first.
+    pub secrets: Vec<String>,
 }
 
 impl ValidatedManifest {
+    /// `value` with every sensitive value in its strings replaced by `***`.
+    pub fn mask(&self, value: &Value) -> Value {
+        match value {
+            _ if self.secrets.is_empty() => value.clone(),
+            Value::String(text) => Value::String(self.mask_text(text)),
+            Value::Number(_) | Value::Bool(_) if self.secrets.contains(&value.to_string()) => "***".into(),
+            Value::Array(items) => Value::Array(items.iter().map(|v| self.mask(v)).collect()),
+            Value::Object(map) => Value::Object(map.iter().map(|(k, v)| (k.clone(), self.mask(v))).collect()),
+            other => other.clone(),
+        }
+    }
+
+    /// `text` with every sensitive value replaced by `***`.
+    pub fn mask_text(&self, text: &str) -> String {
+        self.secrets.iter().fold(text.to_string(), |text, secret| text.replace(secret.as_str(), "***"))
+    }
+
     pub fn index_of(&self, name: &str) -> Option<usize> {
         self.resources.iter().position(|r| r.name == name)
     }
@@ -125,6 +144,25 @@ impl fmt::Display for Invalid {
     }
 }
 
+/// The text of every scalar inside `values` (strings, and numbers and booleans as written),
+/// longest first so that a secret containing another is masked whole.
+fn secrets<'a>(values: impl Iterator<Item = &'a Value>) -> Vec<String> {
+    fn collect(value: &Value, into: &mut Vec<String>) {
+        match value {
+            Value::String(s) if !s.is_empty() => into.push(s.clone()),
+            Value::Number(_) | Value::Bool(_) => into.push(value.to_string()),
+            Value::Array(items) => items.iter().for_each(|v| collect(v, into)),
+            Value::Object(map) => map.values().for_each(|v| collect(v, into)),
+            _ => {}
+        }
+    }
+    let mut found = Vec::new();
+    values.for_each(|v| collect(v, &mut found));
+    found.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    found.dedup();
+    found
+}
+
 /// The revision of a manifest: a [`content_hash`] of the spec and the variables.
 pub fn revision(spec: &super::manifest::ManifestSpec, vars: &Map<String, Value>) -> String {
     content_hash(&serde_json::json!({"spec": spec, "vars": vars}))
@@ -198,9 +236,15 @@ pub fn validate(loaded: &LoadedManifest, vars: Map<String, Value>) -> Result<Val
             resources.push(resource);
         }
     }
+    for name in &loaded.spec.sensitive {
+        if !vars.contains_key(name) {
+            checker.report(None, format!("sensitive: `{name}` is not a variable"));
+        }
+    }
     let graph = if checker.problems.is_empty() { build_graph(&resources, &mut checker) } else { None };
     match graph {
         Some(graph) if checker.problems.is_empty() => Ok(ValidatedManifest {
+            secrets: secrets(loaded.spec.sensitive.iter().filter_map(|name| vars.get(name))),
             name: loaded.display_name(),
             revision: revision(&loaded.spec, &vars),
             files: loaded.files.clone(),

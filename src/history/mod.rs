@@ -37,8 +37,12 @@ pub enum Event {
     ResourceValid,
     ResourceStale,
     ResourceMissing,
-    /// The resource was VALID at its previous observation and is STALE or MISSING now.
+    /// The resource was VALID at its previous observation and is STALE or MISSING now, with
+    /// the same inputs: something outside Deployster changed it.
     DriftDetected,
+    /// The resource was VALID at its previous observation and is STALE or MISSING now because
+    /// its inputs changed (config, variables, type, dependencies' state): a change, not drift.
+    ChangeDetected,
     /// About to run an action: the intent, recorded before the action starts.
     ActionStarted,
     ActionFinishedSuccessfully,
@@ -55,7 +59,7 @@ pub enum Event {
 }
 
 impl Event {
-    pub const ALL: [Event; 20] = [
+    pub const ALL: [Event; 21] = [
         Event::RunStarted,
         Event::RunFinishedSuccessfully,
         Event::RunFailed,
@@ -67,6 +71,7 @@ impl Event {
         Event::ResourceStale,
         Event::ResourceMissing,
         Event::DriftDetected,
+        Event::ChangeDetected,
         Event::ActionStarted,
         Event::ActionFinishedSuccessfully,
         Event::ActionFailed,
@@ -91,6 +96,7 @@ impl Event {
             Event::ResourceStale => "resource-stale",
             Event::ResourceMissing => "resource-missing",
             Event::DriftDetected => "drift-detected",
+            Event::ChangeDetected => "change-detected",
             Event::ActionStarted => "action-started",
             Event::ActionFinishedSuccessfully => "action-finished-successfully",
             Event::ActionFailed => "action-failed",

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use super::{Entry, Event, History, HistoryError, in_progress, now_ms, target};
 use crate::engine::events::{Ending, IntentError, Mode, Observer, RunEvent};
-use crate::engine::plan::{Plan, Standing};
+use crate::engine::plan::{Change, Difference, Inputs, Plan, Standing};
 use crate::engine::protocol::Status;
 
 /// How much of a message an entry keeps.
@@ -34,12 +34,23 @@ pub struct Recorder {
     run_id: String,
     revision: String,
     mode: Mode,
-    /// Resource → whether its newest observation in the log was VALID (or applied).
-    was_valid: HashMap<String, bool>,
+    /// What the log says of each resource before this run.
+    before: HashMap<String, Before>,
+    /// Resource → the inputs this run read its state for.
+    inputs: Mutex<HashMap<String, Inputs>>,
     buffer: Mutex<Vec<Entry>>,
     drifts: Mutex<Vec<Drift>>,
+    changes: Mutex<Vec<Change>>,
     /// The first write failure; the run goes on, the caller reports it at the end.
     failure: Mutex<Option<String>>,
+}
+
+/// A resource as the log knew it when the run began.
+struct Before {
+    /// Its newest observation was VALID (or applied).
+    valid: bool,
+    /// Its newest VALID (or applied) observation: with what inputs, at what revision.
+    last_valid: Option<(Option<Inputs>, String)>,
 }
 
 fn cut(message: &str) -> String {
@@ -48,7 +59,7 @@ fn cut(message: &str) -> String {
 
 impl Recorder {
     /// Prepares to record run `run_id` of `revision`, reading each resource's last observation
-    /// (for drift detection).
+    /// and the inputs it was last VALID with (to tell drift from change).
     pub fn new(
         log: Arc<dyn History>,
         run_id: &str,
@@ -63,20 +74,28 @@ impl Recorder {
             Event::ResourceMissing,
             Event::ResourceFailed,
         ];
-        let mut was_valid = HashMap::new();
+        let valid_events = [Event::ResourceValid, Event::ResourceApplied];
+        let mut before = HashMap::new();
         for name in resources {
             let last = log.latest(&target::resource(name), &observations)?;
-            let valid = last.is_some_and(|e| matches!(e.event, Event::ResourceValid | Event::ResourceApplied));
-            was_valid.insert(name.clone(), valid);
+            let valid = last.as_ref().is_some_and(|e| valid_events.contains(&e.event));
+            let last_valid = match last {
+                Some(entry) if valid => Some(entry),
+                _ => log.latest(&target::resource(name), &valid_events)?,
+            };
+            let last_valid = last_valid.map(|e| (e.detail.get("inputs").and_then(Inputs::from_json), e.revision));
+            before.insert(name.clone(), Before { valid, last_valid });
         }
         Ok(Self {
             log,
             run_id: run_id.to_string(),
             revision: revision.to_string(),
             mode,
-            was_valid,
+            before,
+            inputs: Mutex::default(),
             buffer: Mutex::default(),
             drifts: Mutex::default(),
+            changes: Mutex::default(),
             failure: Mutex::default(),
         })
     }
@@ -134,22 +153,52 @@ impl Recorder {
         self.drifts.lock().expect("drifts lock").clone()
     }
 
+    /// Resources whose inputs changed since they were last VALID, found during this run.
+    pub fn changes(&self) -> Vec<Change> {
+        self.changes.lock().expect("changes lock").clone()
+    }
+
     /// The first failure to write the log, if any.
     pub fn failure(&self) -> Option<String> {
         self.failure.lock().expect("failure lock").clone()
     }
 
-    fn observed(&self, resource: &str, status: Status) {
+    /// A state read before any action: recorded with its inputs. A resource VALID before and
+    /// not now drifted if its inputs are those it was VALID with (or, where the log kept no
+    /// inputs, if the revision is); otherwise its configuration changed.
+    fn observed(&self, resource: &str, status: Status, inputs: &Inputs) {
         let event = match status {
             Status::Valid => Event::ResourceValid,
             Status::Stale => Event::ResourceStale,
             Status::Missing => Event::ResourceMissing,
         };
-        self.buffer(self.entry(target::resource(resource), event, json!({})));
-        if status != Status::Valid && self.was_valid.get(resource).copied().unwrap_or(false) {
+        self.inputs.lock().expect("inputs lock").insert(resource.to_string(), inputs.clone());
+        self.buffer(self.entry(target::resource(resource), event, json!({"inputs": inputs.to_json()})));
+        let Some(before) = self.before.get(resource).filter(|_| status != Status::Valid) else { return };
+        let differences = match &before.last_valid {
+            Some((Some(was), _)) => was.differences(inputs),
+            Some((None, revision)) if *revision != self.revision => {
+                vec![Difference {
+                    path: "revision".into(),
+                    was: Some(json!(revision)),
+                    now: Some(json!(self.revision)),
+                }]
+            }
+            _ => Vec::new(),
+        };
+        let target = target::resource(resource);
+        if !differences.is_empty() {
+            if before.valid {
+                let changed: Vec<&str> = differences.iter().map(|d| d.path.as_str()).collect();
+                let detail = json!({"was": "VALID", "now": status.to_string(), "changed": changed});
+                self.buffer(self.entry(target, Event::ChangeDetected, detail));
+            }
+            let change = Change { resource: resource.to_string(), now: status, was_valid: before.valid, differences };
+            self.changes.lock().expect("changes lock").push(change);
+        } else if before.valid {
             self.drifts.lock().expect("drifts lock").push(Drift { resource: resource.to_string(), now: status });
             let detail = json!({"was": "VALID", "now": status.to_string()});
-            self.buffer(self.entry(target::resource(resource), Event::DriftDetected, detail));
+            self.buffer(self.entry(target, Event::DriftDetected, detail));
         }
     }
 
@@ -166,6 +215,10 @@ impl Recorder {
         if let Some(message) = message {
             detail["message"] = json!(cut(message));
         }
+        if let (Event::ResourceApplied, Some(inputs)) = (event, self.inputs.lock().expect("inputs lock").get(resource))
+        {
+            detail["inputs"] = inputs.to_json();
+        }
         self.buffer(self.entry(target::resource(resource), event, detail));
     }
 }
@@ -180,7 +233,7 @@ impl Observer for Recorder {
     }
 
     /// Pending resources settle no other way: recorded with what they wait on.
-    fn on_planned(&self, plan: &Plan, _: &[Drift]) {
+    fn on_planned(&self, plan: &Plan, _: &[Drift], _: &[Change]) {
         for e in &plan.entries {
             if let Standing::Pending { waiting_on, .. } = &e.standing {
                 let waiting: Vec<&str> = waiting_on.iter().map(|w| w.resource.as_str()).collect();
@@ -194,7 +247,9 @@ impl Observer for Recorder {
         match event {
             RunEvent::Started => self.start(),
             RunEvent::Ended(ending) => self.end(ending),
-            RunEvent::StateFound { resource, status, verify: false } => self.observed(resource, *status),
+            RunEvent::StateFound { resource, status, verify: false, inputs } => {
+                self.observed(resource, *status, inputs)
+            }
             RunEvent::StateFound { verify: true, .. }
             | RunEvent::Output { .. }
             | RunEvent::Invoking { .. }
@@ -299,7 +354,7 @@ mod tests {
         let log = Arc::new(MemoryLog::new());
         let recorder = Recorder::new(log.clone(), "r1", "REV", Mode::Apply, &["a".into()]).unwrap();
         recorder.on_event(&RunEvent::Started);
-        recorder.on_event(&RunEvent::StateFound { resource: "a".into(), status: Status::Missing, verify: false });
+        recorder.on_event(&found("a", Status::Missing, false, json!({"p": 1})));
         recorder.on_intent("a", "create").await.expect("the intent is recorded");
         assert_eq!(
             events(&log).last(),
@@ -313,7 +368,7 @@ mod tests {
             elapsed: Duration::from_millis(5),
             error: None,
         });
-        recorder.on_event(&RunEvent::StateFound { resource: "a".into(), status: Status::Valid, verify: true });
+        recorder.on_event(&found("a", Status::Valid, true, json!({"p": 1})));
         recorder.on_event(&RunEvent::Settled {
             resource: "a".into(),
             label: "APPLIED",
@@ -334,28 +389,108 @@ mod tests {
         assert_eq!(events(&log), expected);
         assert!(log.entries().iter().all(|e| e.id == "r1" && e.revision == "REV"));
         assert_eq!(log.entries()[3].detail["duration_ms"], 5);
+        let applied = &log.entries()[4];
+        assert_eq!(applied.detail["inputs"]["config"], json!({"p": 1}), "applied with the inputs it was read for");
+    }
+
+    fn inputs(config: Value) -> Inputs {
+        let digest = crate::engine::validate::content_hash(&json!({"type": "t", "config": config}));
+        Inputs { type_name: "t".into(), config, digest }
+    }
+
+    fn found(resource: &str, status: Status, verify: bool, config: Value) -> RunEvent {
+        RunEvent::StateFound { resource: resource.into(), status, verify, inputs: inputs(config) }
+    }
+
+    fn observed(resource: &str, event: Event, config: Value) -> Entry {
+        Entry {
+            detail: json!({"inputs": inputs(config).to_json()}),
+            ..entry("r0", &target::resource(resource), "A", event, 1)
+        }
     }
 
     #[test]
-    fn drift_is_a_resource_valid_at_its_last_observation_and_not_now() {
+    fn drift_is_a_resource_valid_at_its_last_observation_and_not_now_with_the_same_inputs() {
         let log = Arc::new(MemoryLog::new());
         log.append(&[
-            entry("r0", "resource/was_valid", "A", Event::ResourceValid, 1),
-            entry("r0", "resource/was_applied", "A", Event::ResourceApplied, 1),
-            entry("r0", "resource/was_stale", "A", Event::ResourceStale, 1),
+            observed("was_valid", Event::ResourceValid, json!({"p": 1})),
+            observed("was_applied", Event::ResourceApplied, json!({"p": 1})),
+            observed("was_stale", Event::ResourceStale, json!({"p": 1})),
         ])
         .unwrap();
         let names: Vec<String> =
             ["was_valid", "was_applied", "was_stale", "new"].iter().map(|s| s.to_string()).collect();
         let recorder = Recorder::new(log.clone(), "r1", "B", Mode::Plan, &names).unwrap();
         for name in &names {
-            recorder.on_event(&RunEvent::StateFound { resource: name.clone(), status: Status::Stale, verify: false });
+            recorder.on_event(&found(name, Status::Stale, false, json!({"p": 1})));
         }
         let drifted: Vec<String> = recorder.drifts().into_iter().map(|d| d.resource).collect();
         assert_eq!(drifted, ["was_valid", "was_applied"]);
+        assert!(recorder.changes().is_empty(), "{:?}", recorder.changes());
         recorder.on_event(&RunEvent::Ended(Ending::Failed("x".into())));
         let drift_entries = log.entries().into_iter().filter(|e| e.event == Event::DriftDetected).count();
         assert_eq!(drift_entries, 2);
+    }
+
+    #[test]
+    fn a_resource_stale_because_its_inputs_changed_is_a_change_not_drift() {
+        let log = Arc::new(MemoryLog::new());
+        log.append(&[
+            observed("edited", Event::ResourceApplied, json!({"path": "/a", "mode": 420})),
+            observed("failed_before", Event::ResourceValid, json!({"n": 1})),
+            entry("r1", "resource/failed_before", "A", Event::ResourceStale, 2),
+            // An older log: no inputs kept, so the revision tells.
+            entry("r0", "resource/legacy_same", "B", Event::ResourceValid, 1),
+            entry("r0", "resource/legacy_other", "A", Event::ResourceValid, 1),
+        ])
+        .unwrap();
+        let names: Vec<String> =
+            ["edited", "failed_before", "legacy_same", "legacy_other"].iter().map(|s| s.to_string()).collect();
+        let recorder = Recorder::new(log.clone(), "r2", "B", Mode::Apply, &names).unwrap();
+        recorder.on_event(&found("edited", Status::Stale, false, json!({"path": "/b", "mode": 420, "new": true})));
+        recorder.on_event(&found("failed_before", Status::Stale, false, json!({"n": 2})));
+        recorder.on_event(&found("legacy_same", Status::Stale, false, json!({})));
+        recorder.on_event(&found("legacy_other", Status::Missing, false, json!({})));
+        let drifted: Vec<String> = recorder.drifts().into_iter().map(|d| d.resource).collect();
+        assert_eq!(drifted, ["legacy_same"]);
+        let changes = recorder.changes();
+        let summary: Vec<(&str, bool, Vec<&str>)> = changes
+            .iter()
+            .map(|c| (c.resource.as_str(), c.was_valid, c.differences.iter().map(|d| d.path.as_str()).collect()))
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                ("edited", true, vec!["config.path", "config.new"]),
+                ("failed_before", false, vec!["config.n"]),
+                ("legacy_other", true, vec!["revision"]),
+            ]
+        );
+        assert_eq!(changes[0].differences[0].was, Some(json!("/a")));
+        assert_eq!(changes[0].differences[1].was, None);
+        recorder.on_event(&RunEvent::Ended(Ending::Succeeded));
+        let logged: Vec<(String, Event)> = events(&log)
+            .into_iter()
+            .filter(|(_, e)| matches!(e, Event::ChangeDetected | Event::DriftDetected))
+            .collect();
+        assert_eq!(
+            logged,
+            [
+                ("resource/edited".to_string(), Event::ChangeDetected),
+                ("resource/legacy_same".to_string(), Event::DriftDetected),
+                ("resource/legacy_other".to_string(), Event::ChangeDetected),
+            ],
+            "a resource that was not VALID before neither drifted nor changed from VALID"
+        );
+    }
+
+    #[test]
+    fn a_change_only_in_a_sensitive_value_shows_masked() {
+        let was = Inputs { digest: "111".into(), ..inputs(json!({"password": "***"})) };
+        let now = Inputs { digest: "222".into(), ..inputs(json!({"password": "***"})) };
+        let differences = was.differences(&now);
+        assert_eq!(differences.len(), 1);
+        assert_eq!((differences[0].path.as_str(), &differences[0].now), ("config", &Some(json!("***"))));
     }
 
     #[test]
