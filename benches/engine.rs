@@ -110,7 +110,10 @@ fn overhead(runtime: &tokio::runtime::Runtime, fixture: &Path) {
     let mut walls = Vec::new();
     let mut recorded = Vec::new();
     for _ in 0..RUNS {
-        let recording = Arc::new(Recording { inner: ProcessExecutor::new("/unused".into()), seen: Mutex::default() });
+        let recording = Arc::new(Recording {
+            inner: ProcessExecutor::new(env!("CARGO_BIN_EXE_deployster").into()),
+            seen: Mutex::default(),
+        });
         let started = Instant::now();
         runtime.block_on(async {
             let manifest = Arc::new(load_validated(std::slice::from_ref(&manifest_path), &[]).expect("valid manifest"));
@@ -152,7 +155,10 @@ fn parallelism(runtime: &tokio::runtime::Runtime, fixture: &Path) {
     for _ in 0..RUNS {
         let dir = workspace(fixture, &yaml);
         let manifest_path = dir.path().join("manifest.yaml");
-        let recording = Arc::new(Recording { inner: ProcessExecutor::new("/unused".into()), seen: Mutex::default() });
+        let recording = Arc::new(Recording {
+            inner: ProcessExecutor::new(env!("CARGO_BIN_EXE_deployster").into()),
+            seen: Mutex::default(),
+        });
         let started = Instant::now();
         runtime.block_on(async {
             let manifest = Arc::new(load_validated(&[manifest_path], &[]).expect("valid manifest"));

@@ -36,9 +36,9 @@ fn init_logging(cli: &cli::Cli) {
 
 fn main() -> ExitCode {
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    if argv.get(1).is_some_and(|a| a == process::EXEC_SUBCOMMAND) {
-        // A local program's supervisor: as little as possible around it.
-        return ExitCode::from(u8::try_from(process::supervise(&argv[2..])).unwrap_or(1));
+    if argv.get(1).is_some_and(|a| a == process::REAPER_SUBCOMMAND) {
+        // What kills deployster's programs when it dies: as little as possible around it.
+        return ExitCode::from(u8::try_from(process::reap(std::io::stdin().lock())).unwrap_or(1));
     }
     let cli = cli::parse();
     if let Command::BuiltinType { name, args } = &cli.command {

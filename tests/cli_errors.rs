@@ -431,8 +431,7 @@ fn a_manifest_without_resources_is_invalid() {
     }
 }
 
-/// A local program killed by a signal is reported as killed by that signal: its supervisor
-/// (`deployster __exec`) ends the same way, so deployster sees the program's own end.
+/// A local program killed by a signal is reported as killed by that signal.
 #[test]
 fn a_program_killed_by_a_signal_is_reported_so() {
     use std::os::unix::fs::PermissionsExt;

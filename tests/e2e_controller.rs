@@ -169,11 +169,10 @@ fn parent_of(pid: u32) -> Option<u32> {
     stat.rsplit(')').next()?.split_whitespace().nth(1)?.parse().ok()
 }
 
-/// The pid of an action running now under `controller` (its child, the program's supervisor,
-/// is the action's parent), if any.
+/// The pid of an action running now under `controller` (its child), if any.
 fn running_action(dir: &Path, controller: &ControllerProcess) -> Option<u32> {
     lock_log(dir).into_iter().rev().find_map(|(pid, what, _)| {
-        let under = parent_of(pid).and_then(parent_of) == Some(controller.child.id());
+        let under = parent_of(pid) == Some(controller.child.id());
         (what == "started" && under).then_some(pid)
     })
 }

@@ -22,16 +22,16 @@ use crate::engine::typeref::TypeRef;
 
 /// The hidden sub-command of the deployster binary that runs a built-in type.
 pub const BUILTIN_SUBCOMMAND: &str = "__type";
-/// The hidden sub-command that runs a local program under a supervisor that kills the program's
-/// whole process group when the deployster that started it dies (see [`supervise`]).
-pub const EXEC_SUBCOMMAND: &str = "__exec";
+/// The hidden sub-command of the deployster binary that kills what deployster started when it
+/// dies (see [`reap`]).
+pub const REAPER_SUBCOMMAND: &str = "__reaper";
 /// The pid of the deployster that started a program, for [`die_with_parent`].
 pub const PARENT_ENV: &str = "DEPLOYSTER_PARENT_PID";
 /// The run an invocation belongs to, in every program's environment: how [`Executor::stop_run`]
 /// finds what an interrupted run left running, descendants included.
 pub const RUN_ID_ENV: &str = "DEPLOYSTER_RUN_ID";
 
-/// In a program started by deployster (built-in types, `__exec`): receive `signal` when that
+/// In a program started by deployster (built-in types): receive `signal` when that
 /// deployster dies, however it dies — `kill -9` included. Exits at once if it is already gone.
 pub fn die_with_parent(signal: Signal) {
     let Some(parent) = std::env::var(PARENT_ENV).ok().and_then(|p| p.parse::<i32>().ok()) else { return };
@@ -42,99 +42,31 @@ pub fn die_with_parent(signal: Signal) {
     }
 }
 
-/// `deployster __exec PROGRAM [ARGS…]`: runs a local program under a small supervisor, the
-/// leader of the program's process group. When the deployster that started it dies — even by
-/// `kill -9` — the supervisor kills the whole group at once: the program and everything it
-/// started. Otherwise it only waits, and ends as the program ended (its exit code, or the
-/// signal that killed it), so that deployster sees the program's own status. The signals the
-/// executor sends the group to stop it (SIGTERM, then SIGKILL) reach the program directly.
-pub fn supervise(argv: &[std::ffi::OsString]) -> i32 {
-    use nix::sys::signal::SigSet;
-    use nix::sys::signalfd::SignalFd;
-    use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
-    let Some(program) = argv.first() else {
-        eprintln!("deployster {EXEC_SUBCOMMAND}: no program given");
-        return 2;
-    };
-    // Blocked here and read from a signalfd: parent death (SIGUSR1), the child's end (SIGCHLD),
-    // and the stop signals meant for the program (sent to the group, they reach us too).
-    let mut watched = SigSet::empty();
-    for signal in [Signal::SIGUSR1, Signal::SIGCHLD, Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
-        watched.add(signal);
+/// `deployster __reaper`: one per executor, reading from a pipe that only the deployster that
+/// started it holds. Each line registers (`+PGID`) or forgets (`-PGID`) a program's process
+/// group. At the end of input — deployster ended, however it ended, `kill -9` included — it
+/// kills every group still registered: the programs and everything they started. Stop signals
+/// meant for deployster's terminal or service do not stop it (its own process group, those
+/// signals blocked), so it outlives deployster just long enough to do that.
+pub fn reap(input: impl std::io::BufRead) -> i32 {
+    let mut held = nix::sys::signal::SigSet::empty();
+    for signal in [Signal::SIGHUP, Signal::SIGINT, Signal::SIGTERM, Signal::SIGPIPE] {
+        held.add(signal);
     }
-    let Ok(signals) = watched.thread_block().and_then(|()| SignalFd::new(&watched)) else {
-        eprintln!("deployster {EXEC_SUBCOMMAND}: cannot watch for signals");
-        return 126;
-    };
-    die_with_parent(Signal::SIGUSR1);
-    let child = match spawn_unblocked(program, argv, &watched) {
-        Ok(child) => child,
-        Err(e) => {
-            eprintln!("cannot run {}: {e}", program.to_string_lossy());
-            return if e == nix::errno::Errno::ENOENT { 127 } else { 126 };
-        }
-    };
-    let parent = std::env::var(PARENT_ENV).ok().and_then(|p| p.parse::<i32>().ok());
-    loop {
-        let signal = signals.read_signal().ok().flatten().and_then(|info| Signal::try_from(info.ssi_signo as i32).ok());
-        match signal {
-            Some(Signal::SIGUSR1) if parent.is_some_and(|p| nix::unistd::getppid().as_raw() != p) => {
-                // Deployster is gone: so is everything it started.
-                let _ = killpg(nix::unistd::getpgrp(), Signal::SIGKILL);
-            }
-            // A stop meant for the program: it may have come before the program existed (it
-            // was sent to the group while we started). Sent twice is harmless; lost is not.
-            Some(stop @ (Signal::SIGTERM | Signal::SIGINT | Signal::SIGHUP)) => {
-                let _ = nix::sys::signal::kill(child, stop);
-            }
-            _ => {}
-        }
-        match waitpid(child, Some(WaitPidFlag::WNOHANG)) {
-            Ok(WaitStatus::Exited(_, code)) => return code,
-            Ok(WaitStatus::Signaled(_, signal, _)) => return end_by(signal),
-            Ok(_) => {}
-            Err(_) => return 126,
-        }
+    let _ = held.thread_block();
+    let mut groups = std::collections::HashSet::new();
+    for line in input.lines() {
+        let Ok(line) = line else { break };
+        match (line.get(..1), line.get(1..).and_then(|n| n.parse::<i32>().ok())) {
+            (Some("+"), Some(group)) => groups.insert(group),
+            (Some("-"), Some(group)) => groups.remove(&group),
+            _ => false,
+        };
     }
-}
-
-/// Starts the program in this process group, with no signal blocked and `watched` (and SIGPIPE)
-/// at their default dispositions — not as this supervisor has them — and without
-/// [`PARENT_ENV`].
-fn spawn_unblocked(
-    program: &std::ffi::OsStr,
-    argv: &[std::ffi::OsString],
-    watched: &nix::sys::signal::SigSet,
-) -> nix::Result<Pid> {
-    use nix::spawn::{PosixSpawnAttr, PosixSpawnFileActions, PosixSpawnFlags, posix_spawn};
-    use std::ffi::CString;
-    use std::os::unix::ffi::OsStrExt;
-    let c = |bytes: &[u8]| CString::new(bytes).map_err(|_| nix::errno::Errno::EINVAL);
-    let args = argv.iter().map(|a| c(a.as_bytes())).collect::<nix::Result<Vec<_>>>()?;
-    let env = std::env::vars_os()
-        .filter(|(k, _)| k != PARENT_ENV)
-        .map(|(k, v)| c(&[k.as_bytes(), b"=", v.as_bytes()].concat()))
-        .collect::<nix::Result<Vec<_>>>()?;
-    let mut attr = PosixSpawnAttr::init()?;
-    attr.set_flags(PosixSpawnFlags::POSIX_SPAWN_SETSIGMASK | PosixSpawnFlags::POSIX_SPAWN_SETSIGDEF)?;
-    attr.set_sigmask(&nix::sys::signal::SigSet::empty())?;
-    // SIGPIPE too: the Rust runtime ignores it, and programs expect its default.
-    let mut defaults = *watched;
-    defaults.add(Signal::SIGPIPE);
-    attr.set_sigdefault(&defaults)?;
-    posix_spawn(c(program.as_bytes())?.as_c_str(), &PosixSpawnFileActions::init()?, &attr, &args, &env)
-}
-
-/// Ends this process by `signal`, as the program ended. We install no handlers, but the Rust
-/// runtime does for SIGSEGV and SIGBUS (stack overflows): it resets the default and returns,
-/// so a second raise ends the process.
-fn end_by(signal: Signal) -> i32 {
-    let mut only = nix::sys::signal::SigSet::empty();
-    only.add(signal);
-    let _ = only.thread_unblock();
-    let _ = nix::sys::signal::raise(signal);
-    let _ = nix::sys::signal::raise(signal);
-    128 + signal as i32
+    for group in groups {
+        let _ = killpg(Pid::from_raw(group), Signal::SIGKILL);
+    }
+    0
 }
 
 /// Runs local programs; `builtin_program` is the deployster executable that carries the
@@ -146,9 +78,9 @@ pub struct ProcessExecutor {
     /// How long a program gets between SIGTERM and SIGKILL when stopped.
     kill_grace: Duration,
     spawner: Arc<OnceLock<Spawner>>,
-    /// Local programs run through `deployster __exec` so that they die with deployster; the
-    /// executor's own unit tests, which have no deployster binary, run them directly.
-    exec_wrapper: bool,
+    /// Programs are registered with a `deployster __reaper` so that they die with deployster;
+    /// the executor's own unit tests, which have no deployster binary, go without.
+    reaper: bool,
 }
 
 impl ProcessExecutor {
@@ -158,13 +90,13 @@ impl ProcessExecutor {
             output_limit: DEFAULT_OUTPUT_LIMIT,
             kill_grace: Duration::from_secs(5),
             spawner: Arc::default(),
-            exec_wrapper: true,
+            reaper: true,
         }
     }
 
     #[cfg(test)]
-    fn without_exec_wrapper(mut self) -> Self {
-        self.exec_wrapper = false;
+    fn without_reaper(mut self) -> Self {
+        self.reaper = false;
         self
     }
 
@@ -200,12 +132,7 @@ impl ProcessExecutor {
                 if !program.is_file() {
                     return Err(ExecError::NotFound(program.display().to_string()));
                 }
-                if !self.exec_wrapper {
-                    return Ok((program, invocation.args.clone()));
-                }
-                let mut args = vec![EXEC_SUBCOMMAND.to_string(), program.display().to_string()];
-                args.extend(invocation.args.iter().cloned());
-                Ok((self.builtin_program.clone(), args))
+                Ok((program, invocation.args.clone()))
             }
             TypeRef::Image(image) => {
                 Err(ExecError::Unavailable(format!("the process executor cannot run Docker image `{image}`")))
@@ -234,7 +161,8 @@ impl ProcessExecutor {
             command.env(plug_env_name(&mount.name), &mount.host_path);
         }
         command.envs(invocation.env.iter().map(|(k, v)| (k, v)));
-        self.spawner.get_or_init(Spawner::start).spawn(command).await.map_err(|source| match source.kind() {
+        let reaper = self.reaper.then_some(self.builtin_program.as_path());
+        self.spawner.get_or_init(|| Spawner::start(reaper)).spawn(command).await.map_err(|source| match source.kind() {
             std::io::ErrorKind::NotFound => ExecError::NotFound(program.display().to_string()),
             _ => ExecError::Spawn { program: program.display().to_string(), source },
         })
@@ -255,25 +183,63 @@ impl ProcessExecutor {
     }
 }
 
-/// Starts programs from one thread that lives as long as the executor. A program's parent-death
-/// signal fires when the *thread* that started it ends, not only the process, and the async
-/// runtime's threads may come and go.
+/// Starts programs from one thread that lives as long as the executor, and registers each
+/// program's process group with the executor's reaper (see [`reap`]) before anything else can
+/// happen. The thread also matters for the built-in types' parent-death signal, which fires
+/// when the *thread* that started them ends; the async runtime's threads may come and go.
 struct Spawner {
-    requests: std::sync::mpsc::Sender<(Command, tokio::sync::oneshot::Sender<std::io::Result<Child>>)>,
+    requests: std::sync::mpsc::Sender<Request>,
+}
+
+enum Request {
+    Spawn(Box<Command>, tokio::sync::oneshot::Sender<std::io::Result<Child>>),
+    /// The program's leader ended: what is left of its group may outlive deployster.
+    Forget(u32),
 }
 
 impl Spawner {
-    /// Must be called inside the runtime: the thread registers children with it.
-    fn start() -> Spawner {
-        let (requests, incoming) =
-            std::sync::mpsc::channel::<(Command, tokio::sync::oneshot::Sender<std::io::Result<Child>>)>();
+    /// Must be called inside the runtime: the thread registers children with it. `reaper`:
+    /// the deployster binary to run `__reaper` from; without, programs are not registered.
+    fn start(reaper: Option<&Path>) -> Spawner {
+        let (requests, incoming) = std::sync::mpsc::channel::<Request>();
         let runtime = tokio::runtime::Handle::current();
+        let reaper = reaper.map(|program| {
+            use std::os::unix::process::CommandExt;
+            std::process::Command::new(program)
+                .arg(REAPER_SUBCOMMAND)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::null())
+                .stderr(Stdio::inherit())
+                .process_group(0)
+                .spawn()
+                .map_err(|e| format!("cannot start {} {REAPER_SUBCOMMAND}: {e}", program.display()))
+                .and_then(|mut child| child.stdin.take().ok_or_else(|| "the reaper has no input".to_string()))
+        });
         std::thread::Builder::new()
             .name("deployster-spawner".into())
             .spawn(move || {
+                use std::io::Write;
                 let _inside = runtime.enter();
-                for (mut command, reply) in incoming {
-                    let _ = reply.send(command.spawn());
+                let mut reaper = reaper;
+                for request in incoming {
+                    match (request, &mut reaper) {
+                        (Request::Spawn(_, reply), Some(Err(why))) => {
+                            let _ = reply.send(Err(std::io::Error::other(why.clone())));
+                        }
+                        (Request::Spawn(mut command, reply), reaper) => {
+                            let child = command.spawn();
+                            if let (Ok(child), Some(Ok(pipe))) = (&child, reaper)
+                                && let Some(pid) = child.id()
+                            {
+                                let _ = writeln!(pipe, "+{pid}");
+                            }
+                            let _ = reply.send(child);
+                        }
+                        (Request::Forget(pid), Some(Ok(pipe))) => {
+                            let _ = writeln!(pipe, "-{pid}");
+                        }
+                        (Request::Forget(_), _) => {}
+                    }
                 }
             })
             .expect("start the spawner thread");
@@ -283,8 +249,14 @@ impl Spawner {
     async fn spawn(&self, command: Command) -> std::io::Result<Child> {
         let (reply, answer) = tokio::sync::oneshot::channel();
         let gone = || std::io::Error::other("the spawner thread is gone");
-        self.requests.send((command, reply)).map_err(|_| gone())?;
+        self.requests.send(Request::Spawn(Box::new(command), reply)).map_err(|_| gone())?;
         answer.await.map_err(|_| gone())?
+    }
+
+    fn forget(&self, pid: Option<u32>) {
+        if let Some(pid) = pid {
+            let _ = self.requests.send(Request::Forget(pid));
+        }
     }
 }
 
@@ -337,6 +309,7 @@ impl Executor for ProcessExecutor {
     async fn invoke(&self, invocation: Invocation) -> Result<Outcome, ExecError> {
         let started = Instant::now();
         let mut child = self.spawn(&invocation).await?;
+        let pid = child.id();
         let stdin = child.stdin.take();
         let stdout = child.stdout.take();
         let stderr = child.stderr.take();
@@ -364,6 +337,12 @@ impl Executor for ProcessExecutor {
             _ = tokio::time::sleep(invocation.timeout) => Err(ExecError::TimedOut(invocation.timeout)),
             _ = invocation.cancel.cancelled() => Err(ExecError::Cancelled),
         };
+        if result.is_err() {
+            self.stop(&mut child).await;
+        }
+        if let Some(spawner) = self.spawner.get() {
+            spawner.forget(pid);
+        }
         match result {
             Ok((stdout, stderr, status)) => {
                 use std::os::unix::process::ExitStatusExt;
@@ -374,10 +353,7 @@ impl Executor for ProcessExecutor {
                 };
                 Ok(Outcome { exit, stdout, stderr, elapsed: started.elapsed() })
             }
-            Err(e) => {
-                self.stop(&mut child).await;
-                Err(e)
-            }
+            Err(e) => Err(e),
         }
     }
 }
@@ -426,7 +402,7 @@ mod tests {
     fn executor() -> ProcessExecutor {
         ProcessExecutor::new("/nonexistent/deployster".into())
             .with_kill_grace(Duration::from_millis(200))
-            .without_exec_wrapper()
+            .without_reaper()
     }
 
     #[tokio::test]
