@@ -28,6 +28,7 @@ use crate::engine::events::{Approver, Decision, Ending, Observer, Observers, Run
 use crate::engine::executor::{ExecError, Executor};
 use crate::engine::plan::{Change, Drift, Plan, Report};
 use crate::engine::run::Engine;
+use crate::engine::saved::SavedPlan;
 use crate::engine::validate::ValidatedManifest;
 use crate::history::recorder::{Interrupted, Recorder, close_interrupted};
 use crate::history::{History, HistoryError, in_progress};
@@ -49,6 +50,11 @@ pub struct Pass<'a> {
     /// Deal with interrupted runs first ([`recover`]): for passes that change things, which
     /// hold their state exclusively.
     pub recover: bool,
+    /// Apply only if the plan made now is this saved one ([`SavedPlan::differences`]).
+    pub expected: Option<SavedPlan>,
+    /// Once the plan is approved, read every state again and apply only if the plan still
+    /// holds: for approvers that may take long (a person at a prompt).
+    pub recheck: bool,
 }
 
 /// How a pass ended.
@@ -63,6 +69,12 @@ pub enum Ended {
     Declined {
         plan: Plan,
         why: String,
+    },
+    /// The plan made now is not the plan that was approved (saved, or shown at a prompt):
+    /// nothing was applied.
+    PlanChanged {
+        plan: Plan,
+        differences: Vec<String>,
     },
     /// No decision could be had (say, no terminal to confirm on): nothing was applied.
     Refused {
@@ -187,8 +199,26 @@ impl Pass<'_> {
                 (Ended::NotApplicable(plan), Ending::Failed("the plan has failures".into()))
             }
             Mode::Apply => {
+                if let Some(expected) = &self.expected {
+                    let differences = expected.differences(&plan, &self.manifest);
+                    if !differences.is_empty() {
+                        return changed(plan, differences);
+                    }
+                }
                 let decision =
                     if plan.has_changes() { self.approver.approve_plan(&plan).await } else { Decision::Apply };
+                let plan = match decision {
+                    Decision::Apply if self.recheck && plan.has_changes() => {
+                        let again = prepared.plan().await;
+                        let differences =
+                            SavedPlan::new(&plan, &self.manifest, &[]).differences(&again, &self.manifest);
+                        if !differences.is_empty() {
+                            return changed(again, differences);
+                        }
+                        again
+                    }
+                    _ => plan,
+                };
                 let report = match decision {
                     Decision::Apply => prepared.apply(&plan, self.approver).await,
                     Decision::Decline(why) => {
@@ -213,6 +243,11 @@ impl Pass<'_> {
             }
         }
     }
+}
+
+fn changed(plan: Plan, differences: Vec<String>) -> (Ended, Ending) {
+    let why = format!("the plan no longer holds, nothing was applied: {}", differences.join("; "));
+    (Ended::PlanChanged { plan, differences }, Ending::Failed(why))
 }
 
 /// A run that never recorded its end, found and dealt with by [`recover`].

@@ -26,7 +26,11 @@ fn manifest(yaml: &str) -> Arc<ValidatedManifest> {
 /// Resources MISSING until `create` ran; `delete` makes them MISSING again. `action_delay`
 /// slows every action down.
 fn world(action_delay: Duration) -> Arc<FakeExecutor> {
-    let created: Arc<Mutex<Vec<String>>> = Arc::default();
+    world_of(Arc::default(), action_delay)
+}
+
+/// [`world`], with the list of created resources shared: a test may change it behind the pass.
+fn world_of(created: Arc<Mutex<Vec<String>>>, action_delay: Duration) -> Arc<FakeExecutor> {
     Arc::new(FakeExecutor::new(move |call: &FakeCall| {
         let mut created = created.lock().unwrap();
         match call.phase.as_str() {
@@ -70,6 +74,8 @@ fn pass<'a>(
         cancel,
         cancelled_because: &|| "interrupted by SIGTERM".to_string(),
         recover: mode != Mode::Plan,
+        expected: None,
+        recheck: false,
     }
 }
 
@@ -228,4 +234,64 @@ async fn a_delete_pass_deletes_dependents_first_and_records_itself() {
         log.entries().into_iter().filter(|e| e.target.ends_with("/action/delete") && e.event == Event::ActionStarted);
     assert_eq!(intents.count(), 2, "each delete's intent is recorded before it runs");
     assert_eq!(runs(&log).last().unwrap().1, Event::RunFinishedSuccessfully);
+}
+
+#[tokio::test]
+async fn a_saved_plan_is_applied_only_while_what_it_knew_holds() {
+    let (fake, log) = (world(Duration::ZERO), Arc::new(MemoryLog::new()));
+    let planned = pass(TWO, &fake, &log, Mode::Plan, &ApproveAll, CancellationToken::new()).run().await.unwrap();
+    let Ended::Planned(plan) = &planned.ended else { panic!("{:?}", planned.ended) };
+    let saved = SavedPlan::new(plan, &manifest(TWO), &[]);
+    assert_eq!(saved.resources[1].status, "PENDING");
+
+    let mut apply = pass(TWO, &fake, &log, Mode::Apply, &ApproveAll, CancellationToken::new());
+    apply.expected = Some(saved.clone());
+    let passed = apply.run().await.unwrap();
+    assert!(matches!(&passed.ended, Ended::Applied { .. }) && passed.succeeded(), "{:?}", passed.ended);
+
+    // Applied since: `a` is VALID now, not MISSING as the plan knew it. Nothing runs.
+    let before = fake.calls().len();
+    let mut again = pass(TWO, &fake, &log, Mode::Apply, &ApproveAll, CancellationToken::new());
+    again.expected = Some(saved);
+    let passed = again.run().await.unwrap();
+    let Ended::PlanChanged { differences, .. } = &passed.ended else { panic!("{:?}", passed.ended) };
+    assert_eq!(differences, &["resource `a`: MISSING when planned, VALID now"]);
+    assert!(fake.calls()[before..].iter().all(|c| !c.phase.starts_with("action")));
+    assert_eq!(runs(&log).last().unwrap().1, Event::RunFailed);
+}
+
+/// Approves the plan after changing the world behind the pass's back, as an operator might
+/// while a prompt waits.
+struct MeddlesThenApproves(Arc<Mutex<Vec<String>>>);
+
+#[async_trait]
+impl Approver for MeddlesThenApproves {
+    async fn approve_plan(&self, _: &Plan) -> Decision {
+        self.0.lock().unwrap().push("a".into());
+        Decision::Apply
+    }
+    async fn approve_resource(&self, _: &str, _: Status, _: &[Action]) -> bool {
+        true
+    }
+    async fn approve_action(&self, _: &str, _: &Action) -> bool {
+        true
+    }
+}
+
+#[tokio::test]
+async fn with_recheck_a_state_changed_during_approval_stops_the_apply() {
+    let created: Arc<Mutex<Vec<String>>> = Arc::default();
+    let (fake, log) = (world_of(created.clone(), Duration::ZERO), Arc::new(MemoryLog::new()));
+    let approver = MeddlesThenApproves(created.clone());
+    let mut apply = pass(TWO, &fake, &log, Mode::Apply, &approver, CancellationToken::new());
+    apply.recheck = true;
+    let passed = apply.run().await.unwrap();
+    let Ended::PlanChanged { differences, .. } = &passed.ended else { panic!("{:?}", passed.ended) };
+    assert_eq!(differences, &["resource `a`: MISSING when planned, VALID now"]);
+    assert!(actions_run(&fake).is_empty(), "nothing ran: {:?}", actions_run(&fake));
+
+    // Without recheck, the same approver's plan is applied as it was shown.
+    created.lock().unwrap().clear();
+    let passed = pass(TWO, &fake, &log, Mode::Apply, &approver, CancellationToken::new()).run().await.unwrap();
+    assert!(matches!(&passed.ended, Ended::Applied { .. }), "{:?}", passed.ended);
 }

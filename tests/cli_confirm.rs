@@ -108,3 +108,20 @@ fn action_mode_asks_per_action() {
     assert!(out.contains("Run alpha/create: Create "), "{out}");
     assert!(ws.exists("alpha.marker") && !ws.exists("beta.marker"));
 }
+
+/// The prompt may wait an hour: after "yes", every state is read again, and if anything differs
+/// from the plan that was shown, nothing is applied.
+#[test]
+fn a_state_changed_while_the_prompt_waited_stops_the_apply() {
+    let ws = Workspace::new();
+    ws.manifest(TWO);
+    let (code, out) = on_terminal(&ws, &["apply", "-f", "manifest.yaml"], |_| {
+        std::fs::write(ws.path("alpha.marker"), "made by hand while the prompt waited").unwrap();
+        "y"
+    });
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("the plan no longer holds; nothing was applied"), "{out}");
+    assert!(out.contains("resource `alpha`: MISSING when planned, VALID now"), "{out}");
+    assert!(!ws.exists("beta.marker"), "nothing was applied:\n{out}");
+    assert_eq!(std::fs::read_to_string(ws.path("alpha.marker")).unwrap(), "made by hand while the prompt waited");
+}

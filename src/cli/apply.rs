@@ -7,11 +7,12 @@ use std::sync::Arc;
 use super::confirm::{ConfirmMode, Prompting};
 use super::progress::Progress;
 use super::render;
-use super::{ApplyArgs, CliError, Exit, ManifestArgs, OutputFormat, executor, load};
+use super::{ApplyArgs, CliError, Exit, ManifestArgs, OutputFormat, PlanArgs, executor, load};
 use crate::engine::context::RunOptions;
 use crate::engine::executor::Executor;
 use crate::engine::manifest::parent_dir;
 use crate::engine::plan::{Drift, Plan, Report, Standing};
+use crate::engine::saved::SavedPlan;
 use crate::history::store::{SqliteLog, StateLock};
 use crate::history::{History, MemoryLog, Unrecorded};
 use crate::pass::{Ended, Mode, Pass, Passed};
@@ -100,10 +101,20 @@ fn plan_exit(plan: &Plan) -> Exit {
     if invalid_input { Exit::Invalid } else { Exit::Failed }
 }
 
+/// What a pass does with saved plans.
+#[derive(Default)]
+pub(super) struct Saved {
+    /// `plan --out`: where to write the plan.
+    pub out: Option<PathBuf>,
+    /// `apply PLAN`: the plan to apply.
+    pub expected: Option<SavedPlan>,
+}
+
 /// One pass: `confirm: None` plans only.
 pub(super) async fn pass(
     args: &ManifestArgs,
     confirm: Option<ConfirmMode>,
+    saved: Saved,
     progress: &Arc<Progress>,
     state: &State,
     executor: Arc<dyn Executor>,
@@ -130,16 +141,43 @@ pub(super) async fn pass(
         cancel: stop.now.child_token(),
         cancelled_because: &why,
         recover: state.exclusive,
+        expected: saved.expected,
+        // A person took their time at the prompt: the states are read again before acting.
+        recheck: confirm.is_some_and(|c| c != ConfirmMode::No),
     }
     .run()
     .await?;
     progress.clear();
+    if let (Some(out), Ended::Planned(plan)) = (&saved.out, &passed.ended) {
+        save_plan(out, &SavedPlan::new(plan, &manifest, &args.var_sources), progress)?;
+    }
     let exit = show(args.output, progress, &manifest.revision, &passed)?;
     if let Some(failure) = &passed.unrecorded {
         progress.note(&format!("warning: this run is not fully recorded in the deployment log: {failure}"));
     }
     let changed = matches!(&passed.ended, Ended::Applied { report, .. } if report.counts().applied > 0);
     Ok(Summary { exit, run_id: passed.run_id, drifts: passed.drifts, changed })
+}
+
+/// Writes a plan file (whole or not at all). A plan that cannot be applied is not saved.
+fn save_plan(out: &std::path::Path, plan: &SavedPlan, progress: &Progress) -> Result<(), CliError> {
+    if plan.resources.iter().any(|r| matches!(r.status.as_str(), "FAILED" | "BLOCKED")) {
+        progress.note(&format!("the plan has failures: not saved to {}", out.display()));
+        return Ok(());
+    }
+    let refuse = |e: std::io::Error| CliError::Refused(format!("cannot save the plan to {}: {e}", out.display()));
+    let partial = parent_dir(out).join(format!(".deployster-plan-{}.tmp", std::process::id()));
+    let written = std::fs::write(&partial, plan.to_json()).and_then(|()| std::fs::rename(&partial, out));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&partial);
+        return Err(refuse(e));
+    }
+    progress.note(&format!(
+        "Plan saved to {}: review it, then apply exactly it with `deployster apply {}`.",
+        out.display(),
+        out.display()
+    ));
+    Ok(())
 }
 
 /// Shows how the pass ended (the plan itself was shown as it was made), and its exit code.
@@ -152,6 +190,14 @@ fn show(format: OutputFormat, progress: &Progress, revision: &str, passed: &Pass
     Ok(match &passed.ended {
         Ended::NotPrepared(e) => return Err(CliError::Prepare(e.clone())),
         Ended::Refused { why, .. } => return Err(CliError::Refused(why.clone())),
+        Ended::PlanChanged { plan, differences } => {
+            json(plan, None, "plan-changed");
+            errln!("error: manifest {}: the plan no longer holds; nothing was applied:", plan.manifest);
+            for d in differences {
+                errln!("  - {d}");
+            }
+            Exit::Failed
+        }
         Ended::Planned(plan) => {
             json(plan, None, "planned");
             if !plan.is_applicable() {
@@ -190,17 +236,37 @@ fn show(format: OutputFormat, progress: &Progress, revision: &str, passed: &Pass
     })
 }
 
-pub(super) async fn plan(args: ManifestArgs) -> Result<Exit, CliError> {
-    let progress = Progress::new(args.output);
-    let state = State::open(&args, false, &progress)?;
+pub(super) async fn plan(args: PlanArgs) -> Result<Exit, CliError> {
+    let manifest = &args.manifest;
+    let progress = Progress::new(manifest.output);
+    let state = State::open(manifest, false, &progress)?;
     let stop = stop_on_signals(progress.clone(), Cancel::AtOnce)?;
-    Ok(pass(&args, None, &progress, &state, executor(&args)?, &stop).await?.exit)
+    let saved = Saved { out: args.out.clone(), expected: None };
+    Ok(pass(manifest, None, saved, &progress, &state, executor(manifest)?, &stop).await?.exit)
 }
 
-pub(super) async fn apply(args: ApplyArgs) -> Result<Exit, CliError> {
-    let confirm = if args.yes { ConfirmMode::No } else { args.confirm };
-    let progress = Progress::new(args.manifest.output);
-    let state = State::open(&args.manifest, true, &progress)?;
+pub(super) async fn apply(mut args: ApplyArgs) -> Result<Exit, CliError> {
+    let mut confirm = if args.yes { ConfirmMode::No } else { args.confirm };
+    let expected = match &args.plan {
+        Some(path) => {
+            let shown = path.display().to_string();
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| CliError::Refused(format!("plan file {shown}: cannot read it: {e}")))?;
+            let saved = SavedPlan::parse(&text, &shown)?;
+            if !args.manifest.files_given {
+                args.manifest.files = saved.files.clone();
+            }
+            args.manifest.var_sources = saved.var_sources(&args.manifest.var_sources, &shown)?;
+            // The plan was reviewed when it was saved: applying it is the approval.
+            confirm = ConfirmMode::No;
+            Some(saved)
+        }
+        None => None,
+    };
+    let manifest = &args.manifest;
+    let progress = Progress::new(manifest.output);
+    let state = State::open(manifest, true, &progress)?;
     let stop = stop_on_signals(progress.clone(), Cancel::AtOnce)?;
-    Ok(pass(&args.manifest, Some(confirm), &progress, &state, executor(&args.manifest)?, &stop).await?.exit)
+    let saved = Saved { out: None, expected };
+    Ok(pass(manifest, Some(confirm), saved, &progress, &state, executor(manifest)?, &stop).await?.exit)
 }

@@ -46,7 +46,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Show what apply would do, without running any action.
-    Plan(ManifestArgs),
+    Plan(PlanArgs),
     /// Plan, ask for confirmation, then run the actions that bring resources to VALID.
     Apply(ApplyArgs),
     /// Apply again and again: correct drift every interval until stopped (SIGINT/SIGTERM/SIGHUP).
@@ -85,6 +85,9 @@ pub struct ManifestArgs {
     /// `--var` and `--var-file` in command-line order (filled after parsing).
     #[arg(skip)]
     pub var_sources: Vec<VarSource>,
+    /// Whether `-f` was given (filled after parsing).
+    #[arg(skip)]
+    pub files_given: bool,
     /// Send `verbose: true` to resource programs and show their stderr.
     #[arg(short, long)]
     pub verbose: bool,
@@ -133,7 +136,23 @@ pub enum PullArg {
 }
 
 #[derive(Debug, Args)]
+pub struct PlanArgs {
+    #[command(flatten)]
+    pub manifest: ManifestArgs,
+    /// Save the plan to this file, to review it and apply exactly it later with
+    /// `deployster apply FILE`. It holds digests, never config values, states or secrets.
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
 pub struct ApplyArgs {
+    /// A plan saved by `plan --out`: apply exactly it, without asking. Every state is read
+    /// again first; if anything differs from the plan (a status, a state, an action, the
+    /// manifest or its variables), nothing is applied. Its manifest files and variables are
+    /// used unless given; sensitive `--var`s must be given again.
+    #[arg(value_name = "PLAN")]
+    pub plan: Option<PathBuf>,
     #[command(flatten)]
     pub manifest: ManifestArgs,
     /// When to ask before running actions: once after the plan, per resource, per action, or never.
@@ -252,13 +271,14 @@ pub fn parse() -> Cli {
     let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     if let Some((_, sub)) = matches.subcommand() {
         let args = match &mut cli.command {
-            Command::Plan(args) => Some(args),
+            Command::Plan(plan) => Some(&mut plan.manifest),
             Command::Apply(apply) => Some(&mut apply.manifest),
             Command::Reconcile(reconcile) => Some(&mut reconcile.manifest),
             _ => None,
         };
         if let Some(args) = args {
             args.var_sources = ordered_var_sources(sub, args);
+            args.files_given = sub.value_source("files") == Some(clap::parser::ValueSource::CommandLine);
         }
     }
     cli
@@ -315,6 +335,8 @@ pub enum CliError {
     History(#[from] crate::history::HistoryError),
     #[error(transparent)]
     Pass(#[from] crate::pass::PassError),
+    #[error(transparent)]
+    SavedPlan(#[from] crate::engine::saved::SavedPlanError),
     #[cfg(feature = "kube")]
     #[error(transparent)]
     Controller(#[from] crate::controller::Error),
@@ -324,7 +346,10 @@ impl CliError {
     pub fn exit(&self) -> Exit {
         match self {
             // Another run holds the state directory: refused, as the README promises (2).
-            CliError::Input(_) | CliError::Refused(_) | CliError::History(HistoryError::Locked { .. }) => Exit::Invalid,
+            CliError::Input(_)
+            | CliError::Refused(_)
+            | CliError::SavedPlan(_)
+            | CliError::History(HistoryError::Locked { .. }) => Exit::Invalid,
             CliError::Prepare(e) if e.is_invalid_input() => Exit::Invalid,
             #[cfg(feature = "kube")]
             CliError::Controller(_) => Exit::Failed,

@@ -2,7 +2,7 @@
 //! what drifted, recorded in the deployment log; the first SIGINT/SIGTERM/SIGHUP stops the loop after
 //! the running pass, a second one cancels the running actions cleanly.
 
-use super::apply::{State, Summary, pass, stop_on_signals};
+use super::apply::{Saved, State, Summary, pass, stop_on_signals};
 use super::confirm::ConfirmMode;
 use super::progress::Progress;
 use super::{CliError, Exit, ReconcileArgs, executor};
@@ -29,7 +29,9 @@ pub(super) async fn reconcile(args: ReconcileArgs) -> Result<Exit, CliError> {
     let stop = stop_on_signals(progress.clone(), Cancel::OnSecondSignal)?;
     let mut last = Exit::Ok;
     for n in 1.. {
-        let result = pass(&args.manifest, Some(ConfirmMode::No), &progress, &state, executor.clone(), &stop).await;
+        let saved = Saved::default();
+        let result =
+            pass(&args.manifest, Some(ConfirmMode::No), saved, &progress, &state, executor.clone(), &stop).await;
         match result {
             Ok(p) => {
                 progress.say(&summary(n, &p));

@@ -139,6 +139,7 @@ async fn pass(
         | Ended::Planned(plan)
         | Ended::Declined { plan, .. }
         | Ended::Refused { plan, .. }
+        | Ended::PlanChanged { plan, .. }
         | Ended::Deleted { plan, .. } => Observed::Unapplied(plan),
     };
     let succeeded = matches!(&observed, Observed::Applied(r) if r.succeeded());
@@ -198,6 +199,8 @@ async fn run_pass(
         cancel: term.child_token(),
         cancelled_because: &why,
         recover: true,
+        expected: None,
+        recheck: false,
     };
     pass.run().await
 }

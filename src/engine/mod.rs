@@ -17,6 +17,7 @@ pub mod plan;
 pub mod protocol;
 pub(crate) mod resource;
 pub mod run;
+pub mod saved;
 pub mod typeref;
 pub mod validate;
 pub mod vars;

@@ -30,7 +30,9 @@ pub struct ValidatedManifest {
     /// In declaration order; indices are the graph's node numbers.
     pub resources: Vec<Resource>,
     pub graph: DependencyGraph,
-    /// The values of the variables declared `sensitive`, as text, longest first.
+    /// The variables declared `sensitive`.
+    pub sensitive: Vec<String>,
+    /// Their values, as text, longest first.
     pub secrets: Vec<String>,
 }
 
@@ -245,6 +247,7 @@ pub fn validate(loaded: &LoadedManifest, vars: Map<String, Value>) -> Result<Val
     match graph {
         Some(graph) if checker.problems.is_empty() => Ok(ValidatedManifest {
             secrets: secrets(loaded.spec.sensitive.iter().filter_map(|name| vars.get(name))),
+            sensitive: loaded.spec.sensitive.clone(),
             name: loaded.display_name(),
             revision: revision(&loaded.spec, &vars),
             files: loaded.files.clone(),

@@ -1,0 +1,242 @@
+//! A plan saved to a file (`deployster plan --out`) and the rule for applying one (seed 003):
+//! what was known when the plan was made must be what is found when it is applied — every
+//! resource's status, state and action list, and the manifest and its variables. Values that
+//! were unknown (pending resources) may become known.
+//!
+//! A saved plan holds digests, never values: no rendered config, no state, no plug content,
+//! and no value of a `sensitive` variable (its `--var` is kept by name only, to be given again).
+//! A checksum over the rest refuses a file edited by hand.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use super::plan::{Plan, ResourceEntry, Standing};
+use super::validate::{ValidatedManifest, content_hash};
+use super::vars::VarSource;
+
+/// The format this version writes and reads.
+pub const FORMAT: &str = "deployster-plan/1";
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SavedPlan {
+    pub format: String,
+    /// The manifest's name in messages (its first file).
+    pub manifest: String,
+    /// The manifest files, absolute.
+    pub files: Vec<PathBuf>,
+    /// `--var` and `--var-file` as given, in order.
+    pub vars: Vec<SavedVar>,
+    /// The manifest's revision (content and variables).
+    pub revision: String,
+    /// The run that made the plan.
+    pub run_id: String,
+    pub resources: Vec<SavedResource>,
+    /// Over everything above: a file edited by hand is refused.
+    #[serde(default)]
+    pub checksum: String,
+}
+
+/// One `--var` or `--var-file` the plan was made with.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SavedVar {
+    Var {
+        key: String,
+        value: String,
+    },
+    /// A `--var` of a sensitive variable: its value is not kept.
+    SensitiveVar {
+        key: String,
+    },
+    File {
+        path: PathBuf,
+    },
+}
+
+/// One resource as the plan found it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SavedResource {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub type_name: String,
+    /// VALID, STALE, MISSING, PENDING (or FAILED, BLOCKED: such a plan is not applicable).
+    pub status: String,
+    /// A digest of the state it reported (VALID) or of its stale state.
+    pub state_digest: Option<String>,
+    /// A digest of its type and rendered config.
+    pub inputs_digest: Option<String>,
+    pub actions: Vec<String>,
+    /// Config values unknown until a dependency is applied: `path = expression`.
+    pub unknown_inputs: Vec<String>,
+}
+
+/// Why a saved plan cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SavedPlanError {
+    #[error("plan file {path}: {message}")]
+    Unreadable { path: String, message: String },
+    #[error(
+        "plan file {path}: the plan was made with the sensitive variable `{key}` set on the command line, and its value is never kept: give `--var {key}=…` again"
+    )]
+    SensitiveVarMissing { path: String, key: String },
+}
+
+impl SavedPlanError {
+    pub fn reason(&self) -> &'static str {
+        match self {
+            SavedPlanError::Unreadable { .. } => "InvalidPlanFile",
+            SavedPlanError::SensitiveVarMissing { .. } => "MissingVariable",
+        }
+    }
+}
+
+fn saved_resource(manifest: &ValidatedManifest, i: usize, entry: &ResourceEntry) -> SavedResource {
+    let (state, actions, unknown_inputs) = match &entry.standing {
+        Standing::Valid { state, .. } => (Some(state.clone()), Vec::new(), Vec::new()),
+        Standing::NeedsActions { stale_state, actions, .. } => (
+            Some(stale_state.clone().unwrap_or_else(|| json!({}))),
+            actions.iter().map(|a| a.name.clone()).collect(),
+            Vec::new(),
+        ),
+        Standing::Pending { unknown_inputs, .. } => {
+            (None, Vec::new(), unknown_inputs.iter().map(|u| format!("{} = {}", u.path, u.expression)).collect())
+        }
+        _ => (None, Vec::new(), Vec::new()),
+    };
+    let type_name = manifest.resources[i].type_name.clone();
+    SavedResource {
+        name: entry.name.clone(),
+        inputs_digest: entry.config.as_ref().map(|c| content_hash(&json!({"type": type_name, "config": c}))),
+        type_name,
+        status: entry.standing.label().to_string(),
+        state_digest: state.as_ref().map(content_hash),
+        actions,
+        unknown_inputs,
+    }
+}
+
+impl SavedPlan {
+    /// The plan `plan` of `manifest`, made with the variables `sources`.
+    pub fn new(plan: &Plan, manifest: &ValidatedManifest, sources: &[VarSource]) -> SavedPlan {
+        let sensitive = |key: &str| manifest.sensitive.iter().any(|s| key.split('.').next() == Some(s.as_str()));
+        let vars = sources
+            .iter()
+            .map(|source| match source {
+                VarSource::Assignment { key, .. } if sensitive(key) => SavedVar::SensitiveVar { key: key.clone() },
+                VarSource::Assignment { key, value } => SavedVar::Var { key: key.clone(), value: value.clone() },
+                VarSource::File(path) => SavedVar::File { path: std::path::absolute(path).unwrap_or(path.clone()) },
+            })
+            .collect();
+        let resources = plan.entries.iter().enumerate().map(|(i, e)| saved_resource(manifest, i, e)).collect();
+        let mut saved = SavedPlan {
+            format: FORMAT.into(),
+            manifest: manifest.name.clone(),
+            files: manifest.files.iter().map(|f| std::path::absolute(f).unwrap_or(f.clone())).collect(),
+            vars,
+            revision: manifest.revision.clone(),
+            run_id: plan.run_id.clone(),
+            resources,
+            checksum: String::new(),
+        };
+        saved.checksum = saved.expected_checksum();
+        saved
+    }
+
+    fn expected_checksum(&self) -> String {
+        let mut value = serde_json::to_value(self).expect("plans serialize");
+        value["checksum"] = json!("");
+        content_hash(&value)
+    }
+
+    /// The file's text.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("plans serialize") + "\n"
+    }
+
+    /// Reads a plan file's text: JSON of this format, unedited.
+    pub fn parse(text: &str, path: &str) -> Result<SavedPlan, SavedPlanError> {
+        let err = |message: String| SavedPlanError::Unreadable { path: path.to_string(), message };
+        let value: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| err(format!("not a plan: not JSON ({e})")))?;
+        match value.get("format").and_then(|f| f.as_str()) {
+            Some(FORMAT) => {}
+            Some(other) => {
+                return Err(err(format!(
+                    "written in format `{other}`, and this deployster reads `{FORMAT}`: make the plan again"
+                )));
+            }
+            None => return Err(err("not a plan: it has no `format`".into())),
+        }
+        let saved: SavedPlan = serde_json::from_value(value).map_err(|e| err(format!("not a plan: {e}")))?;
+        if saved.checksum != saved.expected_checksum() {
+            return Err(err(
+                "it was changed after it was written (its checksum does not match): make the plan again".into()
+            ));
+        }
+        Ok(saved)
+    }
+
+    /// The variable sources to load the manifest with: the plan's, each sensitive one taken
+    /// from `given` (the command line's), then the rest of `given`.
+    pub fn var_sources(&self, given: &[VarSource], path: &str) -> Result<Vec<VarSource>, SavedPlanError> {
+        let mut sources = Vec::new();
+        for var in &self.vars {
+            match var {
+                SavedVar::Var { key, value } => {
+                    sources.push(VarSource::Assignment { key: key.clone(), value: value.clone() })
+                }
+                SavedVar::File { path } => sources.push(VarSource::File(path.clone())),
+                SavedVar::SensitiveVar { key } => {
+                    let found = given.iter().any(|g| matches!(g, VarSource::Assignment { key: k, .. } if k == key));
+                    if !found {
+                        return Err(SavedPlanError::SensitiveVarMissing { path: path.to_string(), key: key.clone() });
+                    }
+                }
+            }
+        }
+        sources.extend(given.iter().cloned());
+        Ok(sources)
+    }
+
+    /// How `now` (a plan of `manifest` made just now) differs from this one, one line per
+    /// difference; empty when it may be applied as this plan.
+    pub fn differences(&self, now: &Plan, manifest: &ValidatedManifest) -> Vec<String> {
+        let mut found = Vec::new();
+        if self.revision != manifest.revision {
+            found.push(format!(
+                "the manifest or its variables changed: revision {} when planned, {} now",
+                self.revision, manifest.revision
+            ));
+        }
+        let was: Vec<&str> = self.resources.iter().map(|r| r.name.as_str()).collect();
+        let is: Vec<&str> = now.entries.iter().map(|e| e.name.as_str()).collect();
+        if was != is {
+            found.push(format!("the resources differ: {} when planned, {} now", was.join(", "), is.join(", ")));
+            return found;
+        }
+        for (i, (saved, entry)) in self.resources.iter().zip(&now.entries).enumerate() {
+            // Unknown when planned: whatever is found now is new knowledge, not a contradiction.
+            if saved.status == "PENDING" {
+                continue;
+            }
+            let current = saved_resource(manifest, i, entry);
+            let name = &saved.name;
+            if current.status != saved.status {
+                found.push(format!("resource `{name}`: {} when planned, {} now", saved.status, current.status));
+            } else if current.state_digest != saved.state_digest {
+                found.push(format!("resource `{name}`: its state changed since the plan ({})", saved.status));
+            } else if current.inputs_digest != saved.inputs_digest {
+                found.push(format!("resource `{name}`: its rendered config changed since the plan"));
+            } else if current.actions != saved.actions {
+                found.push(format!(
+                    "resource `{name}`: the actions were [{}] when planned and are [{}] now",
+                    saved.actions.join(", "),
+                    current.actions.join(", ")
+                ));
+            }
+        }
+        found
+    }
+}
