@@ -96,6 +96,8 @@ pub enum Ended {
 #[derive(Debug)]
 pub struct Passed {
     pub run_id: String,
+    /// How the log names this revision: its number in a state directory's log.
+    pub revision: String,
     pub recovered: Vec<Recovered>,
     /// Resources VALID at their last observation in the log and not now, with the same inputs.
     pub drifts: Vec<Drift>,
@@ -147,7 +149,8 @@ impl Pass<'_> {
             false => Vec::new(),
         };
         let names: Vec<String> = self.manifest.resources.iter().map(|r| r.name.clone()).collect();
-        let recorder = Arc::new(Recorder::new(self.log.clone(), &run_id, &self.manifest.revision, self.mode, &names)?);
+        let revision = self.log.revision_of(&self.manifest.revision)?;
+        let recorder = Arc::new(Recorder::new(self.log.clone(), &run_id, &revision, self.mode, &names)?);
         let mut observers: Vec<Arc<dyn Observer>> = vec![recorder.clone()];
         observers.extend(self.observers.iter().cloned());
         let observers = Arc::new(Observers(observers));
@@ -161,6 +164,7 @@ impl Pass<'_> {
         observers.on_event(&RunEvent::Ended(ending));
         Ok(Passed {
             run_id,
+            revision,
             recovered,
             drifts: recorder.drifts(),
             changes: recorder.changes(),

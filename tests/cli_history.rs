@@ -56,7 +56,7 @@ fn runs_append_what_they_did_with_their_revision() {
     ws.manifest(TWO_FILES);
     let (first, doc) = apply_json(&ws, &[]);
     assert_eq!(first.code, 0, "{}", first.all());
-    let (run1, revision) = (doc["run_id"].as_str().unwrap().to_string(), doc["revision"].as_str().unwrap().to_string());
+    let (run1, revision) = (doc["run_id"].as_str().unwrap().to_string(), doc["revision"].clone());
     let log = history(&ws, &[]);
     assert_eq!(
         run_events(&log, &run1),
@@ -74,13 +74,13 @@ fn runs_append_what_they_did_with_their_revision() {
             ("manifest", "run-finished-successfully"),
         ])
     );
-    assert!(log["events"].as_array().unwrap().iter().all(|e| e["revision"] == revision.as_str()));
+    assert!(log["events"].as_array().unwrap().iter().all(|e| e["revision"] == revision));
     assert_eq!(log["latest_applied"]["id"], run1.as_str());
 
     // A no-op run: observed VALID, same revision.
     let (_, doc) = apply_json(&ws, &[]);
     let run2 = doc["run_id"].as_str().unwrap().to_string();
-    assert_eq!(doc["revision"], revision.as_str(), "same input, same revision");
+    assert_eq!(doc["revision"], revision, "same input, same revision");
     assert_eq!(
         run_events(&history(&ws, &[]), &run2),
         pairs(&[
@@ -101,7 +101,7 @@ fn runs_append_what_they_did_with_their_revision() {
 
     // A different input is a different revision.
     let (_, doc) = apply_json(&ws, &["--var", "greeting=bonjour"]);
-    assert_ne!(doc["revision"], revision.as_str());
+    assert_ne!(doc["revision"], revision);
     assert_eq!(ws.read("out/greeting.txt"), "bonjour\n");
 }
 
@@ -255,7 +255,7 @@ fn a_run_killed_mid_apply_is_reported_by_the_next_which_converges() {
     let log = history(&ws, &[]);
     assert_eq!(log["in_progress"].as_array().unwrap().len(), 1, "the killed run is in progress: {log}");
     let crashed = log["in_progress"][0]["id"].as_str().unwrap().to_string();
-    let revision = log["in_progress"][0]["revision"].as_str().unwrap().to_string();
+    let revision = log["in_progress"][0]["revision"].to_string();
     let slow = history(&ws, &["--resource", "slow"]);
     assert_eq!(slow["in_progress"][0]["target"], "resource/slow/action/create", "its intent has no result");
 
@@ -487,4 +487,56 @@ fn a_full_state_directory_stops_the_pass_before_the_action() {
     assert!(stderr.contains("its intent could not be recorded before it ran, so it did not run"), "{stderr}");
     assert!(stderr.contains(&expected) && stderr.contains("full"), "names the log and the cause: {stderr}");
     assert!(!ws.exists("done"), "the action did not run");
+}
+
+/// Revisions are numbered per state directory; `history` lists them, tells one, and compares
+/// two — sensitive values masked; a revision that does not exist is an error.
+#[test]
+fn revisions_are_numbered_listed_told_and_compared() {
+    let ws = Workspace::new();
+    ws.manifest(SECRET_FILE);
+    let (_, first) = apply_json(&ws, &[]);
+    assert_eq!(first["revision"], 1, "{first}");
+    let (_, again) = apply_json(&ws, &[]);
+    assert_eq!(again["revision"], 1, "the same content keeps its number");
+    let (_, second) = apply_json(&ws, &["--var", "greeting=bonjour"]);
+    assert_eq!(second["revision"], 2);
+    assert_eq!(ws.run(&["plan", "-f", "manifest.yaml", "--var", "greeting=hola"]).code, 0);
+    let (_, back) = apply_json(&ws, &[]);
+    assert_eq!((back["revision"].clone(), back["hash"].clone()), (serde_json::json!(4), first["hash"].clone()));
+
+    let list = ws.run(&["history", "--revisions", "--output", "json"]);
+    assert_eq!(list.code, 0, "{}", list.all());
+    let rows: Vec<(i64, String)> = list
+        .json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["revision"].as_i64().unwrap(), r["outcome"].as_str().unwrap().to_string()))
+        .collect();
+    let expected = [(4, "applied"), (3, "planned"), (2, "applied"), (1, "applied")];
+    assert_eq!(rows, expected.map(|(n, o)| (n, o.to_string())));
+    assert_eq!(list.json()[3]["hash"], first["hash"]);
+
+    let told = ws.run(&["history", "--revision", "2"]);
+    assert_eq!(told.code, 0, "{}", told.all());
+    assert!(told.stdout.starts_with("Revision 2 (hash "), "{}", told.stdout);
+    assert!(told.stdout.contains("): applied\n"), "{}", told.stdout);
+    assert!(told.stdout.contains("  file  resource-applied"), "{}", told.stdout);
+
+    let diff = ws.run(&["history", "--diff", "1", "2"]);
+    assert_eq!(diff.code, 0, "{}", diff.all());
+    assert_eq!(diff.stdout, "file:\n    config.content: \"hello ***\\n\" → \"bonjour ***\\n\"\n");
+    let same = ws.run(&["history", "--diff", "1", "4"]);
+    assert!(same.stdout.contains("no recorded config differs"), "{}", same.all());
+    let json = ws.run(&["history", "--diff", "2", "1", "--output", "json"]).json();
+    assert_eq!(json["resources"][0]["differences"][0]["now"], "hello ***\n");
+
+    for args in [&["--diff", "1", "9"][..], &["--revision", "0"][..]] {
+        let run = ws.run(&[&["history"], args].concat());
+        assert_eq!(run.code, 2, "{}", run.all());
+        assert!(run.stderr.contains("this log has revisions 1 to 4"), "{}", run.all());
+    }
+    let log = ws.run(&["history", "--limit", "1000", "--output", "json"]);
+    assert!(!log.stdout.contains("s3cr3t"), "{}", log.stdout);
 }

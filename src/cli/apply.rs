@@ -181,10 +181,10 @@ fn save_plan(out: &std::path::Path, plan: &SavedPlan, progress: &Progress) -> Re
 }
 
 /// Shows how the pass ended (the plan itself was shown as it was made), and its exit code.
-fn show(format: OutputFormat, progress: &Progress, revision: &str, passed: &Passed) -> Result<Exit, CliError> {
+fn show(format: OutputFormat, progress: &Progress, hash: &str, passed: &Passed) -> Result<Exit, CliError> {
     let json = |plan: &Plan, report: Option<&Report>, status: &str| {
         if format == OutputFormat::Json {
-            render::print_json(&render::document(plan, report, status, revision, passed));
+            render::print_json(&render::document(plan, report, status, hash, passed));
         }
     };
     Ok(match &passed.ended {

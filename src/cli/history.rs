@@ -5,13 +5,24 @@ use serde_json::{Value, json};
 use super::apply::state_dir;
 use super::render::print_json;
 use super::{CliError, Exit, HistoryArgs, OutputFormat};
+use crate::engine::plan::Inputs;
 use crate::history::store::{DATABASE, SqliteLog};
-use crate::history::{Entry, History, format_time, in_progress, latest_applied, latest_failed, target};
+use crate::history::{
+    Entry, Event, History, Revision, format_time, in_progress, latest_applied, latest_failed, outcome, target,
+};
 
 pub(super) fn history(args: HistoryArgs) -> Result<Exit, CliError> {
     let dir = state_dir(&args.files, args.state_dir.as_deref());
     let subject = args.resource.as_deref().map_or("the manifest".to_string(), |r| format!("resource `{r}`"));
     if !dir.join(DATABASE).exists() {
+        if let Some(number) = args.revision.or_else(|| args.diff.as_ref().and_then(|d| d.first().copied())) {
+            let none = format!("there is no revision {number}: no deployment log in {} yet", dir.display());
+            return Err(CliError::Refused(none));
+        }
+        if args.revisions && args.output == OutputFormat::Json {
+            print_json(&json!([]));
+            return Ok(Exit::Ok);
+        }
         match args.output {
             OutputFormat::Text => {
                 outln!("No deployment log in {} yet: nothing was planned or applied there.", dir.display())
@@ -23,6 +34,18 @@ pub(super) fn history(args: HistoryArgs) -> Result<Exit, CliError> {
         return Ok(Exit::Ok);
     }
     let log = SqliteLog::open_for_reading(&dir)?;
+    if args.revisions {
+        revisions(&log, args.output)?;
+        return Ok(Exit::Ok);
+    }
+    if let Some(number) = args.revision {
+        revision(&log, number, args.output)?;
+        return Ok(Exit::Ok);
+    }
+    if let Some([from, to]) = args.diff.as_deref() {
+        diff(&log, *from, *to, args.output)?;
+        return Ok(Exit::Ok);
+    }
     let resource = args.resource.as_deref();
     let applied = latest_applied(&log, resource)?;
     let failed = latest_failed(&log, resource)?;
@@ -83,9 +106,164 @@ fn entry_json(entry: &Entry) -> Value {
     json!({
         "id": entry.id,
         "target": entry.target,
-        "revision": entry.revision,
+        // A number; a content hash in entries from before revisions were numbered.
+        "revision": entry.revision.parse::<i64>().map_or_else(|_| json!(entry.revision), |n| json!(n)),
         "event": entry.event,
         "at": format_time(entry.at),
         "detail": entry.detail,
     })
+}
+
+/// The revision numbered `number`, or an error naming the ones there are.
+fn find_revision(revisions: &[Revision], number: i64) -> Result<&Revision, CliError> {
+    revisions.iter().find(|r| r.number == number).ok_or_else(|| {
+        let known = match (revisions.first(), revisions.last()) {
+            (Some(first), Some(last)) => format!("this log has revisions {} to {}", first.number, last.number),
+            _ => "this log has no revisions yet".to_string(),
+        };
+        CliError::Refused(format!("there is no revision {number}: {known}"))
+    })
+}
+
+/// `history --revisions`.
+pub(super) fn revisions(log: &SqliteLog, format: OutputFormat) -> Result<(), CliError> {
+    let mut rows = Vec::new();
+    for revision in log.revisions()?.into_iter().rev() {
+        let outcome = outcome(&log.entries_at(&revision)?);
+        rows.push((revision, outcome));
+    }
+    match format {
+        OutputFormat::Json => print_json(&json!(
+            rows.iter()
+                .map(|(r, outcome)| json!({
+                    "revision": r.number,
+                    "hash": r.hash,
+                    "first_seen": format_time(r.first_seen),
+                    "outcome": outcome,
+                }))
+                .collect::<Vec<_>>()
+        )),
+        OutputFormat::Text => {
+            outln!("REVISION  HASH          FIRST SEEN                OUTCOME");
+            for (r, outcome) in &rows {
+                outln!("{:<9} {:<13} {:<25} {outcome}", r.number, r.hash, format_time(r.first_seen));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Where each resource stood at the end of what happened at a revision: its newest entry.
+fn resource_entries(entries: &[Entry]) -> Vec<(&str, &Entry)> {
+    let mut newest: Vec<(&str, &Entry)> = Vec::new();
+    for e in entries {
+        let Some(name) = e.target.strip_prefix("resource/").filter(|rest| !rest.contains('/')) else { continue };
+        if matches!(e.event, Event::DriftDetected | Event::ChangeDetected) {
+            continue;
+        }
+        match newest.iter_mut().find(|(n, _)| *n == name) {
+            Some(slot) => slot.1 = e,
+            None => newest.push((name, e)),
+        }
+    }
+    newest
+}
+
+/// `history --revision N`.
+pub(super) fn revision(log: &SqliteLog, number: i64, format: OutputFormat) -> Result<(), CliError> {
+    let revisions = log.revisions()?;
+    let revision = find_revision(&revisions, number)?;
+    let entries = log.entries_at(revision)?;
+    let runs: Vec<&Entry> = entries.iter().filter(|e| e.target == target::MANIFEST).collect();
+    let resources = resource_entries(&entries);
+    let message = |e: &Entry| e.detail.get("message").and_then(Value::as_str).unwrap_or_default().to_string();
+    match format {
+        OutputFormat::Json => print_json(&json!({
+            "revision": revision.number,
+            "hash": revision.hash,
+            "first_seen": format_time(revision.first_seen),
+            "outcome": outcome(&entries),
+            "runs": runs.iter().map(|e| entry_json(e)).collect::<Vec<_>>(),
+            "resources": resources.iter().map(|(name, e)| json!({
+                "resource": name, "event": e.event, "at": format_time(e.at), "run": e.id, "message": message(e),
+            })).collect::<Vec<_>>(),
+        })),
+        OutputFormat::Text => {
+            outln!(
+                "Revision {} (hash {}, first seen {}): {}",
+                revision.number,
+                revision.hash,
+                format_time(revision.first_seen),
+                outcome(&entries)
+            );
+            for e in &runs {
+                outln!("  run {}  {}  {}", e.id, format_time(e.at), e.event.as_str());
+            }
+            let width = resources.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
+            for (name, e) in &resources {
+                let first_line = message(e).lines().next().unwrap_or_default().to_string();
+                outln!("{}", format!("  {name:<width$}  {:<20} {first_line}", e.event.as_str()).trim_end());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Each resource's inputs as last recorded at a revision.
+fn inputs_at(entries: &[Entry]) -> Vec<(String, Inputs)> {
+    let mut found: Vec<(String, Inputs)> = Vec::new();
+    for e in entries {
+        let Some(name) = e.target.strip_prefix("resource/").filter(|rest| !rest.contains('/')) else { continue };
+        let Some(inputs) = e.detail.get("inputs").and_then(Inputs::from_json) else { continue };
+        match found.iter_mut().find(|(n, _)| n == name) {
+            Some(slot) => slot.1 = inputs,
+            None => found.push((name.to_string(), inputs)),
+        }
+    }
+    found
+}
+
+/// `history --diff N M`.
+pub(super) fn diff(log: &SqliteLog, from: i64, to: i64, format: OutputFormat) -> Result<(), CliError> {
+    let revisions = log.revisions()?;
+    let (a, b) = (find_revision(&revisions, from)?, find_revision(&revisions, to)?);
+    let (was, now) = (inputs_at(&log.entries_at(a)?), inputs_at(&log.entries_at(b)?));
+    let mut names: Vec<&str> = was.iter().map(|(n, _)| n.as_str()).collect();
+    names.extend(now.iter().map(|(n, _)| n.as_str()).filter(|n| !was.iter().any(|(w, _)| w == n)));
+    let lookup = |side: &[(String, Inputs)], name: &str| side.iter().find(|(n, _)| n == name).map(|(_, i)| i.clone());
+    let mut changes = Vec::new();
+    for name in names {
+        let what = match (lookup(&was, name), lookup(&now, name)) {
+            (Some(w), Some(n)) => w.differences(&n).into_iter().map(|d| (d.path, d.was, d.now)).collect(),
+            (Some(_), None) => vec![("resource".to_string(), Some(json!("recorded")), None)],
+            (None, Some(_)) => vec![("resource".to_string(), None, Some(json!("recorded")))],
+            (None, None) => Vec::new(),
+        };
+        if !what.is_empty() {
+            changes.push((name, what));
+        }
+    }
+    match format {
+        OutputFormat::Json => print_json(&json!({
+            "from": from,
+            "to": to,
+            "resources": changes.iter().map(|(name, what)| json!({
+                "resource": name,
+                "differences": what.iter().map(|(path, w, n)| json!({"path": path, "was": w, "now": n})).collect::<Vec<_>>(),
+            })).collect::<Vec<_>>(),
+        })),
+        OutputFormat::Text => {
+            if changes.is_empty() {
+                outln!("Revisions {from} and {to}: no recorded config differs.");
+            }
+            for (name, what) in &changes {
+                outln!("{name}:");
+                for (path, w, n) in what {
+                    let show = |v: &Option<Value>| v.as_ref().map_or_else(|| "(absent)".to_string(), Value::to_string);
+                    outln!("    {path}: {} → {}", show(w), show(n));
+                }
+            }
+        }
+    }
+    Ok(())
 }

@@ -254,6 +254,15 @@ pub struct HistoryArgs {
     /// How many recent events to show.
     #[arg(long, value_name = "N", default_value_t = 20)]
     pub limit: usize,
+    /// List every revision: number, content hash, when first seen, outcome.
+    #[arg(long, conflicts_with_all = ["revision", "diff", "resource"])]
+    pub revisions: bool,
+    /// What happened at revision N, resource by resource.
+    #[arg(long, value_name = "N", conflicts_with_all = ["diff", "resource"])]
+    pub revision: Option<i64>,
+    /// How the rendered configs differ between revisions N and M (sensitive values masked).
+    #[arg(long, num_args = 2, value_names = ["N", "M"], conflicts_with = "resource")]
+    pub diff: Option<Vec<i64>>,
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     pub output: OutputFormat,
 }

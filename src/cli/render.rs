@@ -155,13 +155,16 @@ fn change_json(change: &Change) -> Value {
 
 /// The JSON document `--output json` prints: the plan, what the log says of it (drift,
 /// changes), and the result when apply ran.
-pub(super) fn document(plan: &Plan, report: Option<&Report>, status: &str, revision: &str, passed: &Passed) -> Value {
+/// `revision` is the revision's number in the log, `hash` its content hash.
+pub(super) fn document(plan: &Plan, report: Option<&Report>, status: &str, hash: &str, passed: &Passed) -> Value {
     let drift: Vec<Value> =
         passed.drifts.iter().map(|d| json!({"resource": d.resource, "now": d.now.to_string()})).collect();
     let mut doc = json!({
         "manifest": plan.manifest,
         "run_id": plan.run_id,
-        "revision": revision,
+        // The number; none where the log could not number it (a plan it may not write).
+        "revision": passed.revision.parse::<i64>().ok(),
+        "hash": hash,
         "status": status,
         "drift": drift,
         "changes": passed.changes.iter().map(change_json).collect::<Vec<_>>(),

@@ -237,8 +237,10 @@ pub fn intervals(obj: &Manifest) -> Result<(Duration, Duration), InputError> {
     Ok((parse("interval", &obj.spec.interval)?, parse("retryInterval", &obj.spec.retry_interval)?))
 }
 
-/// The revision of a pass: the spec and the plugs' content (not where this controller happens
-/// to write them).
+/// The revision of a pass: `<generation>-<hash>`, the object's generation (which a spec edit
+/// bumps) and a hash of the spec and the content of the Secrets and ConfigMaps it reads (not
+/// where this controller happens to write them), which a changed Secret changes.
 pub fn revision(obj: &Manifest, inputs: &Inputs) -> String {
-    crate::engine::validate::content_hash(&serde_json::json!({"spec": obj.spec, "plugs": inputs.digest}))
+    let hash = crate::engine::validate::content_hash(&serde_json::json!({"spec": obj.spec, "plugs": inputs.digest}));
+    format!("{}-{hash}", obj.metadata.generation.unwrap_or(0))
 }

@@ -81,6 +81,8 @@ pub async fn reconcile(obj: &Manifest, ctx: &Context) -> Result<Next, Error> {
             Err(e) => return Err(e.into()),
         };
     let revision = inputs::revision(obj, &inputs);
+    // The deployment log names the pass's revision as the status does.
+    let manifest = ValidatedManifest { revision: revision.clone(), ..manifest };
     let new = pass(obj, ctx, &old, manifest, revision, &term).await?;
     Ok(match new.conditions.iter().find(|c| c.type_ == "Stalled") {
         Some(c) if c.status == "True" => Next::AwaitChange,

@@ -124,7 +124,8 @@ pub enum DeletionPolicy {
 pub struct ManifestStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// A short hash of the spec and the materialized plugs.
+    /// `<generation>-<hash>`: the generation, and a short hash of the spec and the content of
+    /// the Secrets and ConfigMaps it reads.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revision: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

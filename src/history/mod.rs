@@ -184,8 +184,24 @@ impl HistoryError {
     }
 }
 
+/// A numbered revision of a manifest (its content and variables), per state directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Revision {
+    pub number: i64,
+    /// The content hash.
+    pub hash: String,
+    /// Milliseconds since the Unix epoch.
+    pub first_seen: i64,
+}
+
 /// A deployment log: appended to, and queried.
 pub trait History: Send + Sync {
+    /// What entries name the revision of this content (`hash`) by: a log that numbers
+    /// revisions gives the number, assigning the next one to new content; others the hash.
+    fn revision_of(&self, hash: &str) -> Result<String, HistoryError> {
+        Ok(hash.to_string())
+    }
+
     /// Appends entries atomically and durably, in order.
     fn append(&self, entries: &[Entry]) -> Result<(), HistoryError>;
 
@@ -219,6 +235,20 @@ impl History for Unrecorded {
 
     fn recent(&self, prefix: &str, limit: usize) -> Result<Vec<Entry>, HistoryError> {
         self.0.recent(prefix, limit)
+    }
+}
+
+/// How a revision went, from its entries (oldest first): the end of its newest run — or `in
+/// progress`, or `planned` when only plans saw it.
+pub fn outcome(entries: &[Entry]) -> &'static str {
+    let run = |e: &&Entry| e.target == target::MANIFEST && !matches!(e.event, Event::PlanStarted | Event::PlanFinished);
+    match entries.iter().rfind(run).map(|e| e.event) {
+        Some(Event::RunFinishedSuccessfully) => "applied",
+        Some(Event::RunFailed) => "failed",
+        Some(Event::RunDeclined) => "declined",
+        Some(Event::RunInterrupted) => "interrupted",
+        Some(_) => "in progress",
+        None => "planned",
     }
 }
 

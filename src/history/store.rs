@@ -22,12 +22,13 @@ use std::sync::Mutex;
 use nix::fcntl::{Flock, FlockArg};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 
-use super::{Entry, Event, History, HistoryError};
+use super::{Entry, Event, History, HistoryError, Revision};
 
 /// The database file inside the state directory.
 pub const DATABASE: &str = "log.sqlite";
 const LOCK: &str = "lock";
-const SCHEMA_VERSION: i64 = 1;
+/// 2: revisions are numbered (the `revisions` table).
+const SCHEMA_VERSION: i64 = 2;
 
 /// A deployment log in SQLite.
 pub struct SqliteLog {
@@ -66,6 +67,8 @@ fn schema() -> String {
             BEGIN INSERT OR REPLACE INTO open_entries (id, target, seq) VALUES (NEW.id, NEW.target, NEW.seq); END;
          CREATE TRIGGER IF NOT EXISTS entries_close AFTER INSERT ON entries WHEN NEW.event IN ({closers})
             BEGIN DELETE FROM open_entries WHERE id = NEW.id AND target = NEW.target; END;
+         CREATE TABLE IF NOT EXISTS revisions (
+            number INTEGER PRIMARY KEY, hash TEXT NOT NULL, first_seen INTEGER NOT NULL);
          PRAGMA user_version = {SCHEMA_VERSION};",
         openers = quoted(&openers),
         closers = quoted(&closers),
@@ -89,7 +92,19 @@ impl SqliteLog {
                 "written by a newer deployster (schema {version}, this one knows {SCHEMA_VERSION})"
             )));
         }
-        connection.execute_batch(&schema()).map_err(|e| error(e.to_string()))?;
+        // A log from before revisions were numbered: its content hashes, numbered in the order
+        // they first appear (their entries keep the hash; see `entries_at`). One transaction
+        // with the schema, so that the new version is never recorded without them.
+        let migration = match version {
+            1 => {
+                "INSERT INTO revisions (hash, first_seen)
+                    SELECT revision, min(at) FROM entries GROUP BY revision ORDER BY min(seq);"
+            }
+            _ => "",
+        };
+        connection
+            .execute_batch(&format!("BEGIN; {} {migration} COMMIT;", schema()))
+            .map_err(|e| error(e.to_string()))?;
         drop(error);
         Ok(Self { path, connection: Mutex::new(connection) })
     }
@@ -134,6 +149,27 @@ impl SqliteLog {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Every revision, oldest first.
+    pub fn revisions(&self) -> Result<Vec<Revision>, HistoryError> {
+        let connection = self.connection.lock().expect("log lock");
+        let mut statement = connection
+            .prepare_cached("SELECT number, hash, first_seen FROM revisions ORDER BY number")
+            .map_err(|e| self.error(e))?;
+        let rows = statement
+            .query_map([], |r| Ok(Revision { number: r.get(0)?, hash: r.get(1)?, first_seen: r.get(2)? }))
+            .map_err(|e| self.error(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.error(e))
+    }
+
+    /// Every entry recorded at `revision`, oldest first (a log from before revisions were
+    /// numbered recorded the hash instead).
+    pub fn entries_at(&self, revision: &Revision) -> Result<Vec<Entry>, HistoryError> {
+        self.query(
+            &format!("SELECT {COLUMNS} FROM entries WHERE revision IN (?1, ?2) ORDER BY seq"),
+            params![revision.number.to_string(), revision.hash],
+        )
     }
 
     /// How many entries the log holds.
@@ -198,6 +234,24 @@ fn prefix_bounds(prefix: &str) -> (String, String, String) {
 }
 
 impl History for SqliteLog {
+    /// The newest revision's number when it has this content; else the next number, recorded
+    /// now. Numbers therefore grow with time, and content that comes back gets a new one.
+    fn revision_of(&self, hash: &str) -> Result<String, HistoryError> {
+        let connection = self.connection.lock().expect("log lock");
+        // One statement: a `plan` beside an `apply` never numbers the same content twice.
+        connection
+            .execute(
+                "INSERT INTO revisions (hash, first_seen) SELECT ?1, ?2 WHERE NOT EXISTS
+                   (SELECT 1 FROM revisions WHERE hash = ?1 AND number = (SELECT max(number) FROM revisions))",
+                params![hash, super::now_ms()],
+            )
+            .map_err(|e| self.error(e))?;
+        let number: i64 = connection
+            .query_row("SELECT max(number) FROM revisions WHERE hash = ?1", params![hash], |r| r.get(0))
+            .map_err(|e| self.error(e))?;
+        Ok(number.to_string())
+    }
+
     fn append(&self, entries: &[Entry]) -> Result<(), HistoryError> {
         let mut connection = self.connection.lock().expect("log lock");
         let tx = connection.transaction().map_err(|e| self.error(e))?;
@@ -342,6 +396,37 @@ mod tests {
             let err = connection.execute(sql, []).unwrap_err().to_string();
             assert!(err.contains("append-only"), "{sql}: {err}");
         }
+    }
+
+    #[test]
+    fn revisions_are_numbered_in_order_and_content_that_returns_gets_a_new_number() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = SqliteLog::open(dir.path()).unwrap();
+        let numbers: Vec<String> = ["aaa", "aaa", "bbb", "aaa"].iter().map(|h| log.revision_of(h).unwrap()).collect();
+        assert_eq!(numbers, ["1", "1", "2", "3"]);
+        let listed: Vec<(i64, String)> = log.revisions().unwrap().into_iter().map(|r| (r.number, r.hash)).collect();
+        assert_eq!(listed, [(1, "aaa".into()), (2, "bbb".into()), (3, "aaa".into())]);
+        log.append(&[entry("r1", "manifest", "2", Event::RunStarted, 5)]).unwrap();
+        let second = &log.revisions().unwrap()[1];
+        assert_eq!(log.entries_at(second).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_log_from_before_numbered_revisions_gets_its_hashes_numbered() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = SqliteLog::open(dir.path()).unwrap();
+        log.append(&crafted()).unwrap();
+        drop(log);
+        let connection = Connection::open(dir.path().join(DATABASE)).unwrap();
+        connection.execute_batch("DROP TABLE revisions; PRAGMA user_version = 1;").unwrap();
+        drop(connection);
+        let log = SqliteLog::open(dir.path()).unwrap();
+        let hashes: Vec<String> = log.revisions().unwrap().into_iter().map(|r| r.hash).collect();
+        assert_eq!(hashes, ["A", "B", "C"], "in the order they first appear");
+        let first = &log.revisions().unwrap()[0];
+        assert!(log.entries_at(first).unwrap().iter().all(|e| e.revision == "A"));
+        assert_eq!(log.revision_of("C").unwrap(), "3", "the newest content keeps its number");
+        assert_eq!(log.revision_of("D").unwrap(), "4");
     }
 
     #[test]
