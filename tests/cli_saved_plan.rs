@@ -93,7 +93,7 @@ fn a_sensitive_var_is_not_kept_and_must_be_given_again() {
     assert_eq!(run.code, 2, "{}", run.all());
     assert!(
         run.stderr.contains("the sensitive variable `token` set on the command line")
-            && run.stderr.contains("--var token="),
+            && run.stderr.contains("--sensitive-var token="),
         "{}",
         run.all()
     );

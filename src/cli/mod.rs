@@ -79,6 +79,12 @@ pub struct ManifestArgs {
     /// `--var-file`, after the manifest's defaults and auto var files.
     #[arg(long = "var", value_name = "KEY=VALUE", value_parser = VarSource::parse_assignment)]
     vars: Vec<VarSource>,
+    /// Set a sensitive variable (`key=value`), as `--var` does: its value is masked as `***`
+    /// wherever it would be shown or kept, never rendered as a template, and not kept in a
+    /// saved plan.
+    // Parsed after clap, whose errors would show the value.
+    #[arg(long = "sensitive-var", value_name = "KEY=VALUE")]
+    sensitive_vars: Vec<String>,
     /// Load variables from a YAML or JSON file.
     #[arg(long = "var-file", value_name = "FILE")]
     var_files: Vec<PathBuf>,
@@ -296,6 +302,13 @@ pub fn parse() -> Cli {
 fn ordered_var_sources(matches: &ArgMatches, args: &ManifestArgs) -> Vec<VarSource> {
     let positions = |id: &str| matches.indices_of(id).map(|i| i.collect::<Vec<_>>()).unwrap_or_default();
     let mut sources: Vec<(usize, VarSource)> = positions("vars").into_iter().zip(args.vars.iter().cloned()).collect();
+    let sensitive = args.sensitive_vars.iter().map(|text| {
+        VarSource::parse_sensitive(text).unwrap_or_else(|why| {
+            let error = format!("--sensitive-var (value not shown) {why}");
+            Cli::command().error(clap::error::ErrorKind::InvalidValue, error).exit()
+        })
+    });
+    sources.extend(positions("sensitive_vars").into_iter().zip(sensitive));
     sources.extend(positions("var_files").into_iter().zip(args.var_files.iter().map(|f| VarSource::File(f.clone()))));
     sources.sort_by_key(|(position, _)| *position);
     sources.into_iter().map(|(_, source)| source).collect()

@@ -6,6 +6,7 @@ use serde_json::{Value, json};
 
 use crate::engine::error::ResourceError;
 use crate::engine::plan::{Change, Plan, Report, ResourceEntry, Standing};
+use crate::engine::validate::Mask;
 use crate::pass::Passed;
 
 /// A duration as people read it, to the millisecond.
@@ -97,21 +98,21 @@ fn error_json(error: &ResourceError) -> Value {
     json!({"phase": error.phase.to_string(), "reason": error.reason(), "message": error.to_string()})
 }
 
-fn entries_json(entries: &[ResourceEntry]) -> Vec<Value> {
+fn entries_json(entries: &[ResourceEntry], mask: &Mask) -> Vec<Value> {
     entries
         .iter()
         .map(|e| {
             let mut v = json!({"name": e.name, "type": e.type_name, "status": e.standing.label(), "elapsed_ms": e.elapsed.as_millis()});
             match &e.standing {
                 Standing::Valid { state, applied } => {
-                    v["state"] = state.clone();
+                    v["state"] = mask.value(state);
                     if let Some(actions) = applied {
                         v["actions"] = json!(actions);
                     }
                 }
                 Standing::NeedsActions { stale_state, actions, .. } => {
                     v["actions"] = json!(actions.iter().map(|a| json!({"name": a.name, "description": a.description})).collect::<Vec<_>>());
-                    v["stale_state"] = stale_state.clone().unwrap_or(Value::Null);
+                    v["stale_state"] = stale_state.as_ref().map_or(Value::Null, |s| mask.value(s));
                 }
                 Standing::Pending { waiting_on, unknown_inputs } => {
                     v["waiting_on"] = json!(waiting_on.iter().map(|w| json!({"resource": w.resource, "status": w.status})).collect::<Vec<_>>());
@@ -168,10 +169,10 @@ pub(super) fn document(plan: &Plan, report: Option<&Report>, status: &str, hash:
         "status": status,
         "drift": drift,
         "changes": passed.changes.iter().map(change_json).collect::<Vec<_>>(),
-        "plan": entries_json(&plan.entries),
+        "plan": entries_json(&plan.entries, &plan.mask),
     });
     if let Some(report) = report {
-        doc["result"] = json!(entries_json(report.entries()));
+        doc["result"] = json!(entries_json(report.entries(), report.mask()));
     }
     doc
 }

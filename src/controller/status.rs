@@ -4,6 +4,7 @@
 //! Status is built from what ran — states read, actions applied — never from intentions: a
 //! resource a plan found STALE is STALE until an apply made it VALID.
 
+use crate::engine::validate::Mask;
 use serde_json::{Value, json};
 
 use crate::crd::{Condition, HistoryEntry, ManifestStatus, ResourceStatus};
@@ -106,20 +107,21 @@ pub fn next_status(old: &ManifestStatus, pass: &PassResult) -> ManifestStatus {
 
 /// What the pass observed of each resource, from its report or, when nothing was applied, its
 /// plan (`None`: the pass observed none).
-fn observed_entries(observed: &Observed) -> Option<&[ResourceEntry]> {
+fn observed_entries(observed: &Observed) -> Option<(&[ResourceEntry], &Mask)> {
     match observed {
-        Observed::Applied(report) => Some(report.entries()),
-        Observed::Unapplied(plan) => Some(&plan.entries),
+        Observed::Applied(report) => Some((report.entries(), report.mask())),
+        Observed::Unapplied(plan) => Some((&plan.entries, &plan.mask)),
         Observed::Invalid { .. } | Observed::NotRun { .. } | Observed::Suspended => None,
     }
 }
 
 /// Resource statuses as the pass observed them (`None`: the pass observed none).
 fn observed_resources(observed: &Observed) -> Option<Vec<ResourceStatus>> {
-    Some(observed_entries(observed)?.iter().map(resource_status).collect())
+    let (entries, mask) = observed_entries(observed)?;
+    Some(entries.iter().map(|e| resource_status(e, mask)).collect())
 }
 
-fn resource_status(e: &ResourceEntry) -> ResourceStatus {
+fn resource_status(e: &ResourceEntry, mask: &Mask) -> ResourceStatus {
     let status = match &e.standing {
         Standing::Valid { .. } => "VALID",
         // Never started: it stands as it was, waiting for the next pass.
@@ -130,7 +132,7 @@ fn resource_status(e: &ResourceEntry) -> ResourceStatus {
         name: e.name.as_str().into(),
         type_: e.type_name.as_str().into(),
         status: status.into(),
-        state: e.standing.state().map(cap_state),
+        state: e.standing.state().map(|s| cap_state(&mask.value(s))),
         ..ResourceStatus::default()
     };
     r.message = match &e.standing {
@@ -325,7 +327,7 @@ fn success(status: &ManifestStatus, pass: &PassResult) -> (String, String) {
 fn failure(status: &ManifestStatus, pass: &PassResult) -> (&'static str, String) {
     let roots: Vec<&ResourceStatus> = status.resources.iter().filter(|r| r.status == "FAILED").collect();
     let reason = observed_entries(&pass.observed)
-        .and_then(|entries| {
+        .and_then(|(entries, _)| {
             entries
                 .iter()
                 .find_map(|e| if let Standing::Failed(error) = &e.standing { Some(error.reason()) } else { None })

@@ -107,19 +107,24 @@ impl Context {
         };
         let _permit = self.permits.acquire().await.expect("the semaphore is never closed");
         self.emit(RunEvent::Invoking { resource: resource.name.clone(), phase: phase.clone() });
-        let outcome = self.executor.invoke(invocation).await.map_err(|e| ResourceError::exec(phase.clone(), &e))?;
-        if outcome.exit.success() { Ok(outcome) } else { Err(ResourceError::exit(phase.clone(), &outcome)) }
+        let mask = &self.manifest.mask;
+        let outcome =
+            self.executor.invoke(invocation).await.map_err(|e| ResourceError::exec(phase.clone(), &e).masked(mask))?;
+        match outcome.exit.success() {
+            true => Ok(outcome),
+            false => Err(ResourceError::exit(phase.clone(), &outcome).masked(mask)),
+        }
     }
 
     fn sink(&self, resource: &str, phase: &Phase, stream_all: bool) -> Option<LineSink> {
         if !stream_all && !self.options.verbose {
             return None;
         }
-        let observer = self.observer.clone();
+        let (observer, mask) = (self.observer.clone(), self.manifest.mask.clone());
         let (resource, phase) = (resource.to_string(), phase.clone());
         Some(Arc::new(move |stream, line: &str| {
             if stream_all || stream == Stream::Stderr {
-                let (resource, phase, line) = (resource.clone(), phase.clone(), line.to_string());
+                let (resource, phase, line) = (resource.clone(), phase.clone(), mask.text(line));
                 observer.on_event(&RunEvent::Output { resource, phase, stream, line });
             }
         }))

@@ -1,5 +1,6 @@
 //! Why a resource failed, with the phase it failed in.
 
+use super::validate::Mask;
 use std::fmt;
 
 use super::executor::{ExecError, Exit, Outcome};
@@ -105,6 +106,20 @@ impl ResourceError {
             Cause::Readonly { .. } => "ReadonlyNotValid",
             Cause::Unsatisfied(_) => "RequirementsUnsatisfied",
         }
+    }
+
+    /// The same failure with the values of sensitive variables in the program's output (and
+    /// any other text from outside) masked.
+    pub fn masked(self, mask: &Mask) -> Self {
+        let cause = match self.cause {
+            Cause::Exec { reason, message } => Cause::Exec { reason, message: mask.text(&message) },
+            Cause::Exit { exit, output } => Cause::Exit { exit, output: mask.text(&output) },
+            Cause::Protocol { problem, output } => {
+                Cause::Protocol { problem: mask.text(&problem), output: mask.text(&output) }
+            }
+            other => other,
+        };
+        Self { cause, ..self }
     }
 
     /// Whether the failure is the manifest's fault (exit code 2) rather than a program's.

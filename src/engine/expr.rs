@@ -87,7 +87,14 @@ pub struct ExprError {
     /// Full path for messages, e.g. `resources.app_config.config.path`.
     pub path: String,
     pub message: String,
+    /// What went wrong, without the template's source (for templates that are values a user
+    /// may not want shown, such as var files').
+    pub reason: String,
 }
+
+/// How many steps one template may take to render: far beyond any real config, and reached in
+/// well under a second by a template that would otherwise run for minutes (nested loops).
+pub const TEMPLATE_FUEL: u64 = 2_000_000;
 
 /// The shared environment: strict undefined, no auto-escaping, trailing newlines kept (file
 /// contents end with one and must round-trip).
@@ -96,6 +103,7 @@ fn environment() -> &'static Environment<'static> {
     ENV.get_or_init(|| {
         let mut env = Environment::new();
         env.set_undefined_behavior(UndefinedBehavior::Strict);
+        env.set_fuel(Some(TEMPLATE_FUEL));
         env.set_syntax(
             minijinja::syntax::SyntaxConfig::builder()
                 .keep_trailing_newline(true)
@@ -156,6 +164,7 @@ fn compile_site(source: &str, path: &ValuePath, prefix: &str) -> Result<Template
     let error = |e: minijinja::Error| ExprError {
         path: full_path(prefix, path),
         message: format!("invalid expression `{source}`: {}", describe(&e)),
+        reason: format!("not a valid template: {}", describe(&e)),
     };
     let (kind, references) = match single_expression(source) {
         Some(expr) => {
@@ -188,6 +197,9 @@ pub fn full_path(prefix: &str, path: &ValuePath) -> String {
 
 /// A minijinja error as text, without source excerpts or variable values.
 fn describe(e: &minijinja::Error) -> String {
+    if e.kind() == minijinja::ErrorKind::OutOfFuel {
+        return format!("rendering took more than {TEMPLATE_FUEL} steps and was stopped (a loop too large?)");
+    }
     match e.detail() {
         Some(detail) => format!("{}: {detail}", e.kind()),
         None => e.kind().to_string(),
@@ -203,18 +215,21 @@ pub fn render(template: &ConfigTemplate, context: &Value, prefix: &str) -> Resul
     let ctx = minijinja::Value::from(minijinja::value::Serde(context));
     let mut out = template.value.clone();
     for site in &template.sites {
-        let error = |message: String| ExprError { path: full_path(prefix, &site.path), message };
+        let error =
+            |message: String, reason: String| ExprError { path: full_path(prefix, &site.path), message, reason };
         let rendered = match &site.kind {
             SiteKind::Expression(expr) => env
                 .compile_expression(expr)
                 .and_then(|e| e.eval(ctx.clone()))
                 .map_err(|e| describe(&e))
                 .and_then(|v| to_json(&v))
-                .map_err(|why| error(format!("cannot evaluate `{}`: {why}", site.source)))?,
-            SiteKind::Text => env
-                .render_str(&site.source, ctx.clone())
-                .map(Value::String)
-                .map_err(|e| error(format!("cannot render `{}`: {}", site.source, describe(&e))))?,
+                .map_err(|why| {
+                    error(format!("cannot evaluate `{}`: {why}", site.source), format!("cannot evaluate: {why}"))
+                })?,
+            SiteKind::Text => env.render_str(&site.source, ctx.clone()).map(Value::String).map_err(|e| {
+                let why = describe(&e);
+                error(format!("cannot render `{}`: {why}", site.source), format!("cannot render: {why}"))
+            })?,
         };
         if let Some(slot) = pointer_mut(&mut out, &site.path) {
             *slot = rendered;
@@ -245,6 +260,17 @@ mod tests {
     fn rendered(config: Value, ctx: Value) -> Result<Value, ExprError> {
         let t = compile(&config, "resources.r.config")?;
         render(&t, &ctx, "resources.r.config")
+    }
+
+    #[test]
+    fn rendering_is_bounded() {
+        let loops = "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}";
+        let err = rendered(json!({"content": loops}), json!({})).unwrap_err();
+        assert_eq!(err.path, "resources.r.config.content");
+        assert!(err.message.contains("more than 2000000 steps and was stopped"), "{err}");
+        // An ordinary loop is nowhere near the budget.
+        let ok = rendered(json!({"c": "{% for i in range(1000) %}{{ i }},{% endfor %}"}), json!({})).unwrap();
+        assert!(ok["c"].as_str().unwrap().ends_with("999,"));
     }
 
     #[test]

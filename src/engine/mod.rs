@@ -53,11 +53,15 @@ pub fn load_validated(
     files: &[PathBuf],
     sources: &[vars::VarSource],
 ) -> Result<validate::ValidatedManifest, InputError> {
-    let loaded = manifest::load(files)?;
+    let mut loaded = manifest::load(files)?;
+    for name in sources.iter().filter_map(vars::VarSource::sensitive_name) {
+        if !loaded.spec.sensitive.iter().any(|s| s == name) {
+            loaded.spec.sensitive.push(name.to_string());
+        }
+    }
     let dirs: Vec<PathBuf> = (0..loaded.files.len()).map(|i| loaded.dir_of(i)).collect();
-    let vars = vars::resolve(&loaded.spec.vars, &dirs, sources).map_err(|e| vars::VarsError {
-        origin: format!("manifest {}: {}", loaded.display_name(), e.origin),
-        message: e.message,
+    let vars = vars::resolve(&loaded.spec.vars, &dirs, sources, &loaded.spec.sensitive).map_err(|e| {
+        vars::VarsError { origin: format!("manifest {}: {}", loaded.display_name(), e.origin), message: e.message }
     })?;
     Ok(validate::validate(&loaded, vars)?)
 }

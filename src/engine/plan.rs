@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use super::error::ResourceError;
 use super::expr;
 use super::protocol::{Action, Status};
-use super::validate::{ValidatedManifest, content_hash};
+use super::validate::{Mask, ValidatedManifest, content_hash};
 
 /// A resource that was VALID at its previous observation (in the deployment log) and is not now.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,7 +44,7 @@ impl Inputs {
     pub fn new(manifest: &ValidatedManifest, i: usize, config: &Value) -> Inputs {
         let type_name = manifest.resources[i].type_name.clone();
         let digest = content_hash(&json!({"type": type_name, "config": config}));
-        Inputs { type_name, config: manifest.mask(config), digest }
+        Inputs { type_name, config: manifest.mask.value(config), digest }
     }
 
     /// As the deployment log keeps it.
@@ -208,6 +208,8 @@ pub struct Plan {
     pub manifest: String,
     pub run_id: String,
     pub entries: Vec<ResourceEntry>,
+    /// Hides sensitive values in what is shown of it (states).
+    pub mask: Mask,
 }
 
 /// How many entries of a plan or report stand each way.
@@ -265,11 +267,17 @@ pub struct Report {
     manifest: String,
     run_id: String,
     entries: Vec<ResourceEntry>,
+    mask: Mask,
 }
 
 impl Report {
-    pub(crate) fn new(manifest: String, run_id: String, entries: Vec<ResourceEntry>) -> Self {
-        Self { manifest, run_id, entries }
+    pub(crate) fn new(manifest: String, run_id: String, entries: Vec<ResourceEntry>, mask: Mask) -> Self {
+        Self { manifest, run_id, entries, mask }
+    }
+
+    /// Hides sensitive values in what is shown of it (states).
+    pub fn mask(&self) -> &Mask {
+        &self.mask
     }
 
     pub fn manifest(&self) -> &str {

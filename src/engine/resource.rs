@@ -108,7 +108,7 @@ pub(crate) async fn read_state(
     let action = &types[i].init.state_action;
     let outcome = ctx.run_program(i, phase, action, &types[i].mounts, stdin, false).await?;
     let response = protocol::parse_state(&outcome.stdout)
-        .map_err(|e| ResourceError::protocol(phase.clone(), e.problem, &outcome))?;
+        .map_err(|e| ResourceError::protocol(phase.clone(), e.problem, &outcome).masked(&ctx.manifest.mask))?;
     ctx.emit(RunEvent::StateFound {
         resource: ctx.manifest.resources[i].name.clone(),
         status: response.status(),

@@ -107,7 +107,12 @@ impl Prepared {
                 e.standing = pending(manifest, i, &labels);
             }
         }
-        Plan { manifest: manifest.name.clone(), run_id: self.ctx.options.run_id.clone(), entries }
+        Plan {
+            manifest: manifest.name.clone(),
+            run_id: self.ctx.options.run_id.clone(),
+            entries,
+            mask: manifest.mask.clone(),
+        }
     }
 
     /// Applies a plan made by this `Prepared`: runs the actions of STALE/MISSING resources and
@@ -131,7 +136,7 @@ impl Prepared {
                 e.standing = Standing::Cancelled;
             }
         }
-        Ok(Report::new(manifest.name.clone(), self.ctx.options.run_id.clone(), entries))
+        Ok(Report::new(manifest.name.clone(), self.ctx.options.run_id.clone(), entries, manifest.mask.clone()))
     }
 
     /// Refuses a plan made for another manifest.

@@ -78,7 +78,7 @@ pub enum SavedPlanError {
     #[error("plan file {path}: {message}")]
     Unreadable { path: String, message: String },
     #[error(
-        "plan file {path}: the plan was made with the sensitive variable `{key}` set on the command line, and its value is never kept: give `--var {key}=…` again"
+        "plan file {path}: the plan was made with the sensitive variable `{key}` set on the command line, and its value is never kept: give `--sensitive-var {key}=…` again"
     )]
     SensitiveVarMissing { path: String, key: String },
 }
@@ -124,6 +124,7 @@ impl SavedPlan {
         let vars = sources
             .iter()
             .map(|source| match source {
+                VarSource::Sensitive { key, .. } => SavedVar::SensitiveVar { key: key.clone() },
                 VarSource::Assignment { key, .. } if sensitive(key) => SavedVar::SensitiveVar { key: key.clone() },
                 VarSource::Assignment { key, value } => SavedVar::Var { key: key.clone(), value: value.clone() },
                 VarSource::File(path) => SavedVar::File { path: std::path::absolute(path).unwrap_or(path.clone()) },
@@ -189,7 +190,9 @@ impl SavedPlan {
                 }
                 SavedVar::File { path } => sources.push(VarSource::File(path.clone())),
                 SavedVar::SensitiveVar { key } => {
-                    let found = given.iter().any(|g| matches!(g, VarSource::Assignment { key: k, .. } if k == key));
+                    let found = given.iter().any(|g| {
+                        matches!(g, VarSource::Assignment { key: k, .. } | VarSource::Sensitive { key: k, .. } if k == key)
+                    });
                     if !found {
                         return Err(SavedPlanError::SensitiveVarMissing { path: path.to_string(), key: key.clone() });
                     }

@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use indexmap::IndexMap;
 use regex::Regex;
@@ -32,28 +32,53 @@ pub struct ValidatedManifest {
     pub graph: DependencyGraph,
     /// The variables declared `sensitive`.
     pub sensitive: Vec<String>,
-    /// Their values, as text, longest first.
-    pub secrets: Vec<String>,
+    /// Hides their values.
+    pub mask: Mask,
 }
 
-impl ValidatedManifest {
+/// Hides the values of sensitive variables: each, wherever it occurs in a text, becomes `***`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Mask(Arc<Vec<String>>);
+
+impl Mask {
+    /// Masks the text of every scalar inside `values` (strings; numbers and booleans as
+    /// written), longest first so that a secret containing another is masked whole.
+    pub fn of<'a>(values: impl Iterator<Item = &'a Value>) -> Mask {
+        fn collect(value: &Value, into: &mut Vec<String>) {
+            match value {
+                Value::String(s) if !s.is_empty() => into.push(s.clone()),
+                Value::Number(_) | Value::Bool(_) => into.push(value.to_string()),
+                Value::Array(items) => items.iter().for_each(|v| collect(v, into)),
+                Value::Object(map) => map.values().for_each(|v| collect(v, into)),
+                _ => {}
+            }
+        }
+        let mut found = Vec::new();
+        values.for_each(|v| collect(v, &mut found));
+        found.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        found.dedup();
+        Mask(Arc::new(found))
+    }
+
     /// `value` with every sensitive value in its strings replaced by `***`.
-    pub fn mask(&self, value: &Value) -> Value {
+    pub fn value(&self, value: &Value) -> Value {
         match value {
-            _ if self.secrets.is_empty() => value.clone(),
-            Value::String(text) => Value::String(self.mask_text(text)),
-            Value::Number(_) | Value::Bool(_) if self.secrets.contains(&value.to_string()) => "***".into(),
-            Value::Array(items) => Value::Array(items.iter().map(|v| self.mask(v)).collect()),
-            Value::Object(map) => Value::Object(map.iter().map(|(k, v)| (k.clone(), self.mask(v))).collect()),
+            _ if self.0.is_empty() => value.clone(),
+            Value::String(text) => Value::String(self.text(text)),
+            Value::Number(_) | Value::Bool(_) if self.0.contains(&value.to_string()) => "***".into(),
+            Value::Array(items) => Value::Array(items.iter().map(|v| self.value(v)).collect()),
+            Value::Object(map) => Value::Object(map.iter().map(|(k, v)| (k.clone(), self.value(v))).collect()),
             other => other.clone(),
         }
     }
 
     /// `text` with every sensitive value replaced by `***`.
-    pub fn mask_text(&self, text: &str) -> String {
-        self.secrets.iter().fold(text.to_string(), |text, secret| text.replace(secret.as_str(), "***"))
+    pub fn text(&self, text: &str) -> String {
+        self.0.iter().fold(text.to_string(), |text, secret| text.replace(secret.as_str(), "***"))
     }
+}
 
+impl ValidatedManifest {
     pub fn index_of(&self, name: &str) -> Option<usize> {
         self.resources.iter().position(|r| r.name == name)
     }
@@ -146,25 +171,6 @@ impl fmt::Display for Invalid {
     }
 }
 
-/// The text of every scalar inside `values` (strings, and numbers and booleans as written),
-/// longest first so that a secret containing another is masked whole.
-fn secrets<'a>(values: impl Iterator<Item = &'a Value>) -> Vec<String> {
-    fn collect(value: &Value, into: &mut Vec<String>) {
-        match value {
-            Value::String(s) if !s.is_empty() => into.push(s.clone()),
-            Value::Number(_) | Value::Bool(_) => into.push(value.to_string()),
-            Value::Array(items) => items.iter().for_each(|v| collect(v, into)),
-            Value::Object(map) => map.values().for_each(|v| collect(v, into)),
-            _ => {}
-        }
-    }
-    let mut found = Vec::new();
-    values.for_each(|v| collect(v, &mut found));
-    found.sort_by_key(|s| std::cmp::Reverse(s.len()));
-    found.dedup();
-    found
-}
-
 /// The revision of a manifest: a [`content_hash`] of the spec and the variables.
 pub fn revision(spec: &super::manifest::ManifestSpec, vars: &Map<String, Value>) -> String {
     content_hash(&serde_json::json!({"spec": spec, "vars": vars}))
@@ -246,7 +252,7 @@ pub fn validate(loaded: &LoadedManifest, vars: Map<String, Value>) -> Result<Val
     let graph = if checker.problems.is_empty() { build_graph(&resources, &mut checker) } else { None };
     match graph {
         Some(graph) if checker.problems.is_empty() => Ok(ValidatedManifest {
-            secrets: secrets(loaded.spec.sensitive.iter().filter_map(|name| vars.get(name))),
+            mask: Mask::of(loaded.spec.sensitive.iter().filter_map(|name| vars.get(name))),
             sensitive: loaded.spec.sensitive.clone(),
             name: loaded.display_name(),
             revision: revision(&loaded.spec, &vars),

@@ -15,6 +15,9 @@ use super::expr;
 pub enum VarSource {
     /// `--var key=value` (a dotted key sets a nested value).
     Assignment { key: String, value: String },
+    /// `--sensitive-var key=value`: an assignment whose variable (the key's first part) is
+    /// sensitive, as if listed under the manifest's `sensitive:`.
+    Sensitive { key: String, value: String },
     /// `--var-file path`.
     File(PathBuf),
 }
@@ -29,6 +32,22 @@ impl VarSource {
             return Err(format!("`{text}` has an empty variable name"));
         }
         Ok(VarSource::Assignment { key: key.to_string(), value: value.to_string() })
+    }
+
+    /// Parses `key=value` of a sensitive variable; errors never show the value.
+    pub fn parse_sensitive(text: &str) -> Result<VarSource, String> {
+        match Self::parse_assignment(text) {
+            Ok(VarSource::Assignment { key, value }) => Ok(VarSource::Sensitive { key, value }),
+            _ => Err("is not of the form key=value with a variable name".to_string()),
+        }
+    }
+
+    /// The variable a `--sensitive-var` makes sensitive.
+    pub fn sensitive_name(&self) -> Option<&str> {
+        match self {
+            VarSource::Sensitive { key, .. } => key.split('.').next(),
+            _ => None,
+        }
     }
 }
 
@@ -66,11 +85,13 @@ fn is_auto_var_file(name: &str) -> bool {
     stem == "vars" || stem.strip_prefix("vars.").is_some_and(|middle| !middle.is_empty())
 }
 
-/// Resolves the final variables.
+/// Resolves the final variables. The values of `sensitive` variables are taken as they are:
+/// never rendered as templates (a password with `{#` in it stays whole).
 pub fn resolve(
     defaults: &IndexMap<String, Value>,
     manifest_dirs: &[PathBuf],
     sources: &[VarSource],
+    sensitive: &[String],
 ) -> Result<Map<String, Value>, VarsError> {
     let mut vars: Map<String, Value> = defaults.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
     let mut seen_dirs: Vec<&PathBuf> = Vec::new();
@@ -80,25 +101,25 @@ pub fn resolve(
         }
         seen_dirs.push(dir);
         for file in auto_var_files(dir) {
-            merge_file(&mut vars, &file)?;
+            merge_file(&mut vars, &file, sensitive)?;
         }
     }
     for source in sources {
         match source {
-            VarSource::Assignment { key, value } => {
+            VarSource::Assignment { key, value } | VarSource::Sensitive { key, value } => {
                 let nested = key.rsplit('.').fold(Value::String(value.clone()), |acc, part| {
                     Value::Object(Map::from_iter([(part.to_string(), acc)]))
                 });
                 let Value::Object(layer) = nested else { unreachable!("fold always wraps in a map") };
                 deep_merge(&mut vars, layer);
             }
-            VarSource::File(path) => merge_file(&mut vars, path)?,
+            VarSource::File(path) => merge_file(&mut vars, path, sensitive)?,
         }
     }
     Ok(vars)
 }
 
-fn merge_file(vars: &mut Map<String, Value>, path: &Path) -> Result<(), VarsError> {
+fn merge_file(vars: &mut Map<String, Value>, path: &Path, sensitive: &[String]) -> Result<(), VarsError> {
     let origin = format!("var file {}", path.display());
     let err = |message: String| VarsError { origin: origin.clone(), message };
     let text = std::fs::read_to_string(path).map_err(|e| err(format!("cannot read: {e}")))?;
@@ -109,13 +130,19 @@ fn merge_file(vars: &mut Map<String, Value>, path: &Path) -> Result<(), VarsErro
     } else {
         serde_norway::from_str(&text).map_err(|e| err(e.to_string()))?
     };
-    let Value::Object(_) = &value else {
+    let Value::Object(mut layer) = value else {
         return Err(err("must be a mapping of variable names to values".to_string()));
     };
-    let template = expr::compile(&value, "").map_err(|e| err(e.to_string()))?;
-    let rendered = expr::render(&template, &context(vars), "").map_err(|e| err(e.to_string()))?;
-    let Value::Object(layer) = rendered else { unreachable!("rendering keeps the root's shape") };
+    let taken: Map<String, Value> =
+        sensitive.iter().filter_map(|name| layer.remove(name).map(|v| (name.clone(), v))).collect();
+    // A var file's values are values: a message names the variable, never shows its value.
+    let failed = |e: expr::ExprError| err(format!("{}: {}", e.path, e.reason));
+    for (name, value) in layer.iter_mut() {
+        let template = expr::compile(value, name).map_err(failed)?;
+        *value = expr::render(&template, &context(vars), name).map_err(failed)?;
+    }
     deep_merge(vars, layer);
+    deep_merge(vars, taken);
     Ok(())
 }
 
@@ -171,7 +198,8 @@ mod tests {
             VarSource::parse_assignment("env=cli").unwrap(),
             VarSource::parse_assignment("db.host=override").unwrap(),
         ];
-        let vars = resolve(&map(json!({"env": "default", "keep": 1})), &[dir.path().to_path_buf()], &sources).unwrap();
+        let vars =
+            resolve(&map(json!({"env": "default", "keep": 1})), &[dir.path().to_path_buf()], &sources, &[]).unwrap();
         assert_eq!(
             Value::Object(vars),
             json!({"env": "cli", "keep": 1, "db": {"host": "override", "port": 6543}, "url": "auto:5432", "label": "b"})
@@ -183,10 +211,32 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("v.yaml");
         std::fs::write(&file, "a:\n  b: '{{ nope }}'\n").unwrap();
-        let err = resolve(&map(json!({"token": "s3cret"})), &[], &[VarSource::File(file)]).unwrap_err();
+        let err = resolve(&map(json!({"token": "s3cret"})), &[], &[VarSource::File(file)], &[]).unwrap_err();
         assert!(err.origin.contains("v.yaml"), "{err}");
         assert!(err.message.starts_with("a.b:"), "{err}");
         assert!(!err.to_string().contains("s3cret"));
+    }
+
+    /// A value that is not a valid template is named, never shown; a sensitive one is never
+    /// rendered at all.
+    #[test]
+    fn var_file_values_are_never_shown_and_sensitive_ones_never_rendered() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("v.yaml");
+        std::fs::write(&file, "db: { password: 'Xy7{#SECRET' }\n").unwrap();
+        let err = resolve(&IndexMap::new(), &[], &[VarSource::File(file.clone())], &[]).unwrap_err();
+        assert!(err.message.starts_with("db.password: not a valid template"), "{err}");
+        assert!(!err.to_string().contains("Xy7") && !err.to_string().contains("SECRET"), "{err}");
+
+        std::fs::write(&file, "password: 'Xy7{#x#}tail'\ndb: { password: 'Xy7{#SECRET' }\nname: '{{ 1 + 1 }}'\n")
+            .unwrap();
+        let sensitive = ["password".to_string(), "db".to_string()];
+        let vars = resolve(&IndexMap::new(), &[], &[VarSource::File(file)], &sensitive).unwrap();
+        assert_eq!(
+            Value::Object(vars),
+            json!({"password": "Xy7{#x#}tail", "db": {"password": "Xy7{#SECRET"}, "name": 2}),
+            "sensitive values stay whole; others are still templates"
+        );
     }
 
     #[test]
@@ -194,7 +244,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("v.yaml");
         std::fs::write(&file, "- 1\n- 2\n").unwrap();
-        let err = resolve(&IndexMap::new(), &[], &[VarSource::File(file)]).unwrap_err();
+        let err = resolve(&IndexMap::new(), &[], &[VarSource::File(file)], &[]).unwrap_err();
         assert!(err.message.contains("mapping"), "{err}");
     }
 

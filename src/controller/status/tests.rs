@@ -22,7 +22,7 @@ fn report(outcomes: Vec<(&str, Standing)>) -> Report {
             config: None,
         })
         .collect();
-    Report::new("ns/m".into(), "run".into(), entries)
+    Report::new("ns/m".into(), "run".into(), entries, Default::default())
 }
 
 fn pass(observed: Observed, now_ms: i64) -> PassResult {
