@@ -538,3 +538,73 @@ async fn the_bundled_example_reconciles_to_ready() {
     assert_eq!(condition(&obj, "Ready").0, "True", "{:#?}", status(&obj));
     assert_eq!(std::fs::read_to_string(dir.path().join("demo/app.json")).unwrap(), "{\"env\": \"staging\"}\n");
 }
+
+/// `spec.approval: Manual`: a pass records its plan and applies nothing until the annotation
+/// names the plan's id; a plan that no longer holds is replaced, not applied; an approval
+/// holds for one plan only.
+#[tokio::test]
+async fn manual_approval_applies_only_the_approved_plan() {
+    use deployster::crd::{APPROVE_ANNOTATION, Approval};
+    let dir = tempfile::tempdir().unwrap();
+    let mut obj = object("gated", &builtins(dir.path()));
+    obj.spec.approval = Approval::Manual;
+    let client = client_with(vec![obj], |b| b).await;
+    let executor = Counting::new(false);
+    let ctx = context(client.clone(), executor.clone(), &dir.path().join("plugs"), false);
+    let approve = |obj: &mut Manifest, id: &str| {
+        obj.metadata.annotations.get_or_insert_default().insert(APPROVE_ANNOTATION.into(), id.into());
+    };
+
+    reconcile(&get(&client, "gated").await, &ctx).await.expect("reconcile");
+    assert!(Counting::actions(&executor.take()).is_empty(), "nothing is applied before approval");
+    let obj = get(&client, "gated").await;
+    let (ready, reason, message) = condition(&obj, "Ready");
+    assert_eq!((ready.as_str(), reason.as_str()), ("False", "AwaitingApproval"), "{message}");
+    let pending = status(&obj).pending_plan.expect("the plan is recorded");
+    assert!(message.contains(&pending.id), "{message}");
+    let changes: Vec<(&str, &str)> = pending.changes.iter().map(|c| (c.name.as_str(), c.status.as_str())).collect();
+    assert_eq!(changes, [("data_dir", "MISSING"), ("app_config", "PENDING")]);
+    assert!(events(&client, "gated").await.iter().any(|(r, n)| r == "AwaitingApproval" && n.contains(&pending.id)));
+
+    // Planned again, unchanged: the same plan, the same id, no status write.
+    let version = obj.resource_version();
+    reconcile(&obj, &ctx).await.expect("reconcile");
+    let obj = get(&client, "gated").await;
+    assert_eq!(obj.resource_version(), version, "no status churn while waiting");
+
+    // An approval of another id is ignored, and said so.
+    let mut wrong = obj.clone();
+    approve(&mut wrong, "0123456789ab");
+    reconcile(&wrong, &ctx).await.expect("reconcile");
+    assert!(Counting::actions(&executor.take()).is_empty());
+    assert!(events(&client, "gated").await.iter().any(|(r, n)| r == "ApprovalIgnored" && n.contains("0123456789ab")));
+
+    // Approved, but the world changed since the plan: not applied; a new plan awaits.
+    std::fs::create_dir_all(dir.path().join("data")).unwrap();
+    let mut stale = get(&client, "gated").await;
+    approve(&mut stale, &pending.id);
+    reconcile(&stale, &ctx).await.expect("reconcile");
+    assert!(Counting::actions(&executor.take()).is_empty(), "a plan that no longer holds is not applied");
+    let replaced = status(&get(&client, "gated").await).pending_plan.expect("a new plan");
+    assert_ne!(replaced.id, pending.id);
+    assert_eq!(replaced.changes.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), ["app_config"]);
+
+    // The new plan, approved: applied, and nothing is pending any more.
+    let mut approved = get(&client, "gated").await;
+    approve(&mut approved, &replaced.id);
+    reconcile(&approved, &ctx).await.expect("reconcile");
+    assert_eq!(Counting::actions(&executor.take()), ["app_config/action:write"]);
+    let obj = get(&client, "gated").await;
+    assert_eq!(condition(&obj, "Ready").0, "True", "{:?}", condition(&obj, "Ready"));
+    // (That the status write drops `pendingPlan` shows on a real API server — the e2e suite —
+    // not on this fake, whose server-side apply keeps fields a write no longer sends.)
+
+    // The same change again later (the file removed): the old approval does not carry over.
+    std::fs::remove_file(dir.path().join("data/app.json")).unwrap();
+    let mut again = obj.clone();
+    approve(&mut again, &replaced.id);
+    reconcile(&again, &ctx).await.expect("reconcile");
+    assert!(Counting::actions(&executor.take()).is_empty(), "an approval holds for one plan only");
+    let next = status(&get(&client, "gated").await).pending_plan.expect("a new plan");
+    assert_ne!(next.id, replaced.id);
+}

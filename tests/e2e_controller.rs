@@ -372,3 +372,59 @@ fn a_leader_stopped_with_sigterm_hands_over_at_once() {
     assert!(handover < Duration::from_secs(10), "took {handover:?}; the lease is 30 s");
     assert!(first.log_text().contains("released the leader lease"), "{}", first.log_text());
 }
+
+/// `spec.approval: Manual` end to end: the controller records its plan and waits
+/// (`kubectl get dm` says AwaitingApproval), `deployster approve` shows the plan and approves
+/// it, and the controller applies exactly it.
+#[test]
+fn a_manual_manifest_waits_for_deployster_approve() {
+    let Some(cluster) = Cluster::new("approval") else { return };
+    let work = tempfile::tempdir().unwrap();
+    let base = work.path().join("gated");
+    let _controller =
+        ControllerProcess::start(&cluster, work.path(), "controller", &["--namespace", &cluster.namespace]);
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let example = std::fs::read_to_string(root.join("examples/k8s/manifest.yaml"))
+        .unwrap()
+        .replace("/tmp/deployster-k8s-demo", base.to_str().unwrap())
+        .replace("interval: 1m", "interval: 3s")
+        .replace("deletionPolicy: Delete", "deletionPolicy: Delete\n  approval: Manual");
+    cluster.apply_yaml(&example);
+
+    wait_for("the plan to await approval", Duration::from_secs(60), || {
+        cluster.kubectl(&cluster.ns(&["get", "dm", "demo"])).1.contains("AwaitingApproval")
+    });
+    let pending = cluster.get(&["manifest", "demo"]).unwrap()["status"]["pendingPlan"].clone();
+    let id = pending["id"].as_str().expect("a pending plan id").to_string();
+    std::thread::sleep(Duration::from_secs(4));
+    assert!(!base.exists(), "nothing is applied before approval");
+    assert_eq!(cluster.get(&["manifest", "demo"]).unwrap()["status"]["pendingPlan"]["id"], id.as_str());
+
+    let approve = |extra: &[&str]| {
+        let output = Command::new(env!("CARGO_BIN_EXE_deployster"))
+            .args([&["approve", "demo", "-n", &cluster.namespace][..], extra].concat())
+            .env("KUBECONFIG", &cluster.kubeconfig)
+            .output()
+            .unwrap();
+        let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+        (output.status.code(), text)
+    };
+    let (code, text) = approve(&["--plan", "0123456789ab"]);
+    assert_eq!(code, Some(2), "{text}");
+    assert!(text.contains("plan 0123456789ab is not the one awaiting approval"), "{text}");
+    let (code, text) = approve(&[]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains(&format!("Plan {id} of {}/demo", cluster.namespace)), "{text}");
+    assert!(text.contains("MISSING   data_dir  create"), "{text}");
+
+    wait_for("the approved plan to be applied", Duration::from_secs(60), || {
+        cluster.condition("demo", "Ready") == "True"
+    });
+    assert!(base.join("app.json").exists());
+    let status = cluster.get(&["manifest", "demo"]).unwrap()["status"].clone();
+    assert!(status["pendingPlan"].is_null(), "{status:#}");
+    assert!(cluster.event_reasons("demo").iter().any(|r| r == "AwaitingApproval"));
+    let (code, text) = approve(&[]);
+    assert_eq!(code, Some(2), "{text}");
+    assert!(text.contains("has no plan awaiting approval"), "{text}");
+}

@@ -12,6 +12,8 @@ macro_rules! errln {
 }
 
 mod apply;
+#[cfg(feature = "kube")]
+mod approve;
 mod confirm;
 mod history;
 mod output;
@@ -60,6 +62,9 @@ pub enum Command {
     /// Run the Kubernetes controller: reconcile Manifest objects continuously.
     #[cfg(feature = "kube")]
     Controller(ControllerArgs),
+    /// Show a Manifest's plan awaiting approval (`spec.approval: Manual`) and approve it.
+    #[cfg(feature = "kube")]
+    Approve(ApproveArgs),
     /// Run a built-in resource type (used by the engine itself).
     #[command(name = BUILTIN_SUBCOMMAND, hide = true)]
     BuiltinType {
@@ -167,6 +172,19 @@ pub struct ApplyArgs {
     /// Do not ask (same as `--confirm no`).
     #[arg(short = 'y', long)]
     pub yes: bool,
+}
+
+#[cfg(feature = "kube")]
+#[derive(Debug, Args)]
+pub struct ApproveArgs {
+    /// The Manifest's name.
+    pub name: String,
+    /// Its namespace [default: the kubeconfig's].
+    #[arg(short, long)]
+    pub namespace: Option<String>,
+    /// Approve only if this is the plan awaiting approval (the id you reviewed).
+    #[arg(long, value_name = "ID")]
+    pub plan: Option<String>,
 }
 
 #[cfg(feature = "kube")]
@@ -398,6 +416,8 @@ pub async fn run(cli: Cli) -> Result<Exit, CliError> {
         }
         #[cfg(feature = "kube")]
         Command::Controller(args) => controller(args).await,
+        #[cfg(feature = "kube")]
+        Command::Approve(args) => approve::approve(args).await,
         Command::BuiltinType { name, args } => {
             let code = crate::builtins::main(&name, &args);
             Ok(Exit::of(code == 0))

@@ -6,6 +6,7 @@
 //! reconciled by [`reconcile::reconcile`], a pipeline whose middle is pure and whose status is a
 //! pure function ([`status::next_status`]) of what ran.
 
+pub mod approval;
 pub mod error;
 pub mod inputs;
 pub mod leader;
@@ -382,6 +383,7 @@ async fn malformed(ctx: &Context, invalid: &kube::core::error_boundary::InvalidO
         drifts: Vec::new(),
         history: Vec::new(),
         now_ms: (ctx.clock)(),
+        approved_plan: None,
     };
     let new = status::next_status(&crate::crd::ManifestStatus::default(), &result);
     let api: Api<Manifest> = Api::namespaced(ctx.client.clone(), &namespace);

@@ -13,13 +13,15 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::Context;
+use super::approval::ManualApproval;
 use super::error::Error;
 use super::inputs::{self, InputError};
 use super::status::{self, Observed, PassResult, bound, changed, cut, history_entries, next_status};
+use crate::crd::APPROVE_ANNOTATION;
 use crate::crd::{DeletionPolicy, Manifest, ManifestStatus};
 use crate::engine::PrepareError;
 use crate::engine::context::{RunOptions, new_run_id};
-use crate::engine::events::{ApproveAll, IntentError, Observer, RunEvent};
+use crate::engine::events::{ApproveAll, Approver, IntentError, Observer, RunEvent};
 use crate::engine::plan::Standing;
 use crate::engine::validate::ValidatedManifest;
 use crate::history::MemoryLog;
@@ -127,7 +129,10 @@ async fn pass(
     tracing::Span::current().record("run_id", run_id.as_str());
     let log = memory_log(ctx, old);
     let journal: Arc<dyn Observer> = Arc::new(StatusJournal::new(ctx, obj, old, &log));
-    let passed = run_pass(ctx, manifest, Mode::Apply, run_id, log.clone(), vec![journal], term).await?;
+    let manifest = Arc::new(manifest);
+    let manual = ManualApproval::of(obj, &manifest, (ctx.clock)());
+    let approver: &dyn Approver = manual.as_ref().map_or(&ApproveAll, |m| m as &dyn Approver);
+    let passed = run_pass(ctx, manifest, Mode::Apply, run_id, log.clone(), vec![journal], approver, term).await?;
     for recovered in &passed.recovered {
         publish(ctx, obj, EventType::Warning, "Interrupted", "Reconcile", &recovered.describe()).await;
     }
@@ -137,6 +142,10 @@ async fn pass(
         }
         Ended::NotPrepared(e) => Observed::NotRun { reason: e.reason(), message: e.to_string() },
         Ended::Applied { report, .. } => Observed::Applied(report),
+        Ended::Declined { plan, .. } if manual.as_ref().and_then(|m| m.asked()).is_some() => {
+            let pending = manual.as_ref().and_then(|m| m.asked()).expect("asked, just checked");
+            Observed::AwaitingApproval { plan, pending }
+        }
         Ended::NotApplicable(plan)
         | Ended::Planned(plan)
         | Ended::Declined { plan, .. }
@@ -147,19 +156,48 @@ async fn pass(
     let succeeded = matches!(&observed, Observed::Applied(r) if r.succeeded());
     let interrupted = passed.interrupted;
     let drifts = passed.drifts;
-    let no_op = succeeded
-        && drifts.is_empty()
-        && matches!(&observed, Observed::Applied(r) if r.counts().applied == 0)
+    let still_awaiting = matches!(&observed, Observed::AwaitingApproval { pending, .. }
+        if old.pending_plan.as_ref().is_some_and(|p| p.id == pending.id));
+    let no_op = (still_awaiting
+        || succeeded && drifts.is_empty() && matches!(&observed, Observed::Applied(r) if r.counts().applied == 0))
         && old.revision.as_deref() == Some(revision.as_str());
     // A pass that found everything as it was adds nothing worth keeping to the history.
     let history = if no_op { history_entries(old) } else { log.entries() };
     let mut events = pass_events(&observed, &drifts);
+    if let Observed::AwaitingApproval { pending, .. } = &observed
+        && !still_awaiting
+    {
+        let changes: Vec<String> =
+            pending.changes.iter().map(|c| format!("{} ({}: {})", c.name, c.status, c.actions.join(", "))).collect();
+        let note = format!(
+            "plan {} awaits approval ({APPROVE_ANNOTATION}={}): {}",
+            pending.id,
+            pending.id,
+            changes.join("; ")
+        );
+        events.push((EventType::Normal, "AwaitingApproval", note));
+    }
+    if let Some(why) = manual.as_ref().and_then(ManualApproval::ignored) {
+        events.push((EventType::Warning, "ApprovalIgnored", why));
+    }
     if let Some(why) = interrupted {
         tracing::warn!(reason = %why, "pass interrupted");
         events.push((EventType::Warning, "Interrupted", why));
     }
-    let result =
-        PassResult { generation: obj.meta().generation, revision, observed, drifts, history, now_ms: (ctx.clock)() };
+    // An approved plan was applied when the pass applied after asking the approval.
+    let approved_plan = match (&observed, &manual) {
+        (Observed::Applied(_), Some(manual)) => manual.asked().map(|p| p.id),
+        _ => None,
+    };
+    let result = PassResult {
+        generation: obj.meta().generation,
+        revision,
+        observed,
+        drifts,
+        history,
+        now_ms: (ctx.clock)(),
+        approved_plan,
+    };
     let new = finish(obj, ctx, old, result).await?;
     for (type_, reason, note) in events {
         publish(ctx, obj, type_, reason, "Reconcile", &note).await;
@@ -177,27 +215,29 @@ fn memory_log(ctx: &Context, old: &ManifestStatus) -> Arc<MemoryLog> {
     Arc::new(MemoryLog::from_entries(history_entries(old), Some(ctx.settings.history_limit)))
 }
 
-/// A pass that changes things, approved as a whole, stopped when `term` ends.
+/// A pass that changes things, approved as a whole by `approver`, stopped when `term` ends.
+#[allow(clippy::too_many_arguments)]
 async fn run_pass(
     ctx: &Context,
-    manifest: ValidatedManifest,
+    manifest: Arc<ValidatedManifest>,
     mode: Mode,
     run_id: String,
     log: Arc<MemoryLog>,
     observers: Vec<Arc<dyn Observer>>,
+    approver: &dyn Approver,
     term: &CancellationToken,
 ) -> Result<Passed, PassError> {
     let settings = &ctx.settings;
     let options = RunOptions { parallelism: settings.parallelism, timeout: settings.timeout, run_id, verbose: false };
     let why = || interruption(ctx);
     let pass = Pass {
-        manifest: Arc::new(manifest),
+        manifest,
         executor: ctx.executor.clone(),
         log,
         mode,
         options,
         observers,
-        approver: &ApproveAll,
+        approver,
         cancel: term.child_token(),
         cancelled_because: &why,
         recover: true,
@@ -287,6 +327,7 @@ async fn finish_unrun(
         drifts: Vec::new(),
         history: history_entries(old),
         now_ms: (ctx.clock)(),
+        approved_plan: None,
     };
     finish(obj, ctx, old, result).await
 }
@@ -412,7 +453,8 @@ async fn delete_resources(obj: &Manifest, ctx: &Context, term: &CancellationToke
     let settings = &ctx.settings;
     let (manifest, _) = inputs::prepare(&ctx.client, obj, &settings.plug_root, settings.allow_local_programs).await?;
     let log = memory_log(ctx, &obj.status.clone().unwrap_or_default());
-    let passed = run_pass(ctx, manifest, Mode::Delete, new_run_id(), log, Vec::new(), term).await?;
+    let passed =
+        run_pass(ctx, Arc::new(manifest), Mode::Delete, new_run_id(), log, Vec::new(), &ApproveAll, term).await?;
     match passed.ended {
         Ended::Deleted { report, .. } if report.succeeded() => Ok(()),
         Ended::Deleted { report, .. } => Err(DeleteError::Problems(report.problems())),

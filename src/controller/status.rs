@@ -7,7 +7,7 @@
 use crate::engine::validate::Mask;
 use serde_json::{Value, json};
 
-use crate::crd::{Condition, HistoryEntry, ManifestStatus, ResourceStatus};
+use crate::crd::{APPROVE_ANNOTATION, Condition, HistoryEntry, ManifestStatus, PendingPlan, ResourceStatus};
 use crate::engine::plan::{Plan, Report, ResourceEntry, Standing};
 use crate::history::recorder::Drift;
 use crate::history::{Entry, Event, format_time};
@@ -32,6 +32,8 @@ pub enum Observed {
     Unapplied(Plan),
     /// The plan was applied.
     Applied(Report),
+    /// `spec.approval: Manual`: the plan awaits approval; nothing was applied.
+    AwaitingApproval { plan: Plan, pending: PendingPlan },
     /// `spec.suspend`: nothing ran.
     Suspended,
 }
@@ -47,6 +49,8 @@ pub struct PassResult {
     /// The deployment log after the pass, oldest first (already bounded).
     pub history: Vec<Entry>,
     pub now_ms: i64,
+    /// The approved plan this pass applied (`spec.approval: Manual`).
+    pub approved_plan: Option<String>,
 }
 
 impl PassResult {
@@ -60,6 +64,7 @@ impl PassResult {
         match &self.observed {
             Observed::Invalid { .. } => "invalid",
             Observed::Suspended => "suspended",
+            Observed::AwaitingApproval { .. } => "awaiting-approval",
             _ if self.succeeded() => "succeeded",
             _ => "failed",
         }
@@ -93,8 +98,17 @@ pub fn next_status(old: &ManifestStatus, pass: &PassResult) -> ManifestStatus {
         let valid = status.resources.iter().filter(|r| r.status == "VALID").count();
         status.resources_summary = Some(format!("{valid}/{}", status.resources.len()));
     }
+    if pass.approved_plan.is_some() {
+        status.last_approved_plan = pass.approved_plan.clone();
+    }
+    match &pass.observed {
+        Observed::AwaitingApproval { pending, .. } => status.pending_plan = Some(pending.clone()),
+        Observed::Applied(_) | Observed::Unapplied(_) => status.pending_plan = None,
+        _ => {}
+    }
     status.consecutive_failures = match &pass.observed {
         _ if pass.succeeded() => 0,
+        Observed::AwaitingApproval { .. } => 0,
         Observed::Invalid { .. } | Observed::Suspended => old.consecutive_failures,
         _ => old.consecutive_failures.saturating_add(1),
     };
@@ -110,7 +124,7 @@ pub fn next_status(old: &ManifestStatus, pass: &PassResult) -> ManifestStatus {
 fn observed_entries(observed: &Observed) -> Option<(&[ResourceEntry], &Mask)> {
     match observed {
         Observed::Applied(report) => Some((report.entries(), report.mask())),
-        Observed::Unapplied(plan) => Some((&plan.entries, &plan.mask)),
+        Observed::Unapplied(plan) | Observed::AwaitingApproval { plan, .. } => Some((&plan.entries, &plan.mask)),
         Observed::Invalid { .. } | Observed::NotRun { .. } | Observed::Suspended => None,
     }
 }
@@ -249,6 +263,19 @@ fn conditions(status: &ManifestStatus, pass: &PassResult) -> Vec<Wanted> {
                 |c| ("Ready", condition_status(&c.status), c.reason.clone(), c.message.clone()),
             );
             vec![ready, ("Reconciling", "False", "Suspended".into(), "spec.suspend is true".into()), not_stalled]
+        }
+        Observed::AwaitingApproval { pending, .. } => {
+            let message = format!(
+                "plan {} ({} to change) awaits approval: annotate {APPROVE_ANNOTATION}={}",
+                pending.id,
+                pending.changes.len(),
+                pending.id
+            );
+            vec![
+                ("Ready", "False", "AwaitingApproval".into(), message.clone()),
+                ("Reconciling", "False", "AwaitingApproval".into(), message),
+                not_stalled,
+            ]
         }
         Observed::NotRun { reason, message } => vec![
             ("Ready", "False", reason.to_string(), message.clone()),

@@ -65,6 +65,10 @@ pub struct ManifestSpec {
     /// What happens to the resources when the Manifest is deleted.
     #[serde(default)]
     pub deletion_policy: DeletionPolicy,
+    /// `Automatic`: apply what a pass plans. `Manual`: record the plan in `status.pendingPlan`
+    /// and apply it only once the annotation `deployster.io/approve` names its id.
+    #[serde(default)]
+    pub approval: Approval,
 }
 
 fn default_interval() -> String {
@@ -118,6 +122,45 @@ pub enum DeletionPolicy {
     Delete,
 }
 
+/// Who approves a plan before the controller applies it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum Approval {
+    /// The controller applies what it plans.
+    #[default]
+    Automatic,
+    /// A person approves each plan that changes something (`deployster approve`).
+    Manual,
+}
+
+/// The annotation that approves a pending plan, by its id.
+pub const APPROVE_ANNOTATION: &str = "deployster.io/approve";
+
+/// A plan awaiting approval (`spec.approval: Manual`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingPlan {
+    /// What `deployster.io/approve` must say to apply it. A plan recorded again with the same
+    /// content keeps its id; the same content planned after it was applied gets a new one.
+    pub id: String,
+    /// A digest of what the plan knew (statuses, states, configs, actions, revision).
+    pub digest: String,
+    pub revision: String,
+    /// RFC 3339.
+    pub created_at: String,
+    /// The resources it would change, with their actions.
+    pub changes: Vec<PlannedChange>,
+}
+
+/// One resource a pending plan would change.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlannedChange {
+    pub name: String,
+    /// STALE, MISSING, or PENDING (waiting on another change).
+    pub status: String,
+    pub actions: Vec<String>,
+}
+
 /// What the controller observed, written with server-side apply.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -147,6 +190,12 @@ pub struct ManifestStatus {
     /// Failed passes in a row (for the retry backoff).
     #[serde(default)]
     pub consecutive_failures: u32,
+    /// The plan awaiting approval (`spec.approval: Manual`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_plan: Option<PendingPlan>,
+    /// The id of the last plan applied on approval: an approval is used once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_approved_plan: Option<String>,
 }
 
 /// A condition, following Kubernetes conventions (read by kstatus-based tools).

@@ -145,6 +145,12 @@ impl SavedPlan {
         saved
     }
 
+    /// A digest of what the plan knew — the revision and every resource's status, state and
+    /// config digests and actions — whoever made it and when.
+    pub fn digest(&self) -> String {
+        content_hash(&json!({"revision": self.revision, "resources": self.resources}))
+    }
+
     fn expected_checksum(&self) -> String {
         let mut value = serde_json::to_value(self).expect("plans serialize");
         value["checksum"] = json!("");

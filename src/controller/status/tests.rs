@@ -26,7 +26,15 @@ fn report(outcomes: Vec<(&str, Standing)>) -> Report {
 }
 
 fn pass(observed: Observed, now_ms: i64) -> PassResult {
-    PassResult { generation: Some(3), revision: "rev1".into(), observed, drifts: vec![], history: vec![], now_ms }
+    PassResult {
+        generation: Some(3),
+        revision: "rev1".into(),
+        observed,
+        drifts: vec![],
+        history: vec![],
+        now_ms,
+        approved_plan: None,
+    }
 }
 
 fn applied(name: &str) -> (&str, Standing) {

@@ -1,0 +1,41 @@
+//! `deployster approve NAME -n NS`: shows a Manifest's plan awaiting approval and approves it
+//! (the `deployster.io/approve` annotation).
+
+use kube::api::{Api, Patch, PatchParams};
+
+use super::{ApproveArgs, CliError, Exit};
+use crate::crd::{APPROVE_ANNOTATION, Manifest};
+
+pub(super) async fn approve(args: ApproveArgs) -> Result<Exit, CliError> {
+    let unreachable = |e: String| CliError::Refused(format!("cannot reach the cluster: {e}"));
+    let config = kube::Config::infer().await.map_err(|e| unreachable(e.to_string()))?;
+    let client = crate::controller::connect(config).map_err(|e| unreachable(e.to_string()))?;
+    let namespace = args.namespace.clone().unwrap_or_else(|| client.default_namespace().to_string());
+    let api: Api<Manifest> = Api::namespaced(client, &namespace);
+    let name = format!("{namespace}/{}", args.name);
+    let obj = api.get_opt(&args.name).await.map_err(|e| CliError::Refused(format!("manifest {name}: {e}")))?;
+    let obj = obj.ok_or_else(|| CliError::Refused(format!("manifest {name} does not exist")))?;
+    let Some(pending) = obj.status.and_then(|s| s.pending_plan) else {
+        return Err(CliError::Refused(format!("manifest {name} has no plan awaiting approval")));
+    };
+    if let Some(wanted) = &args.plan
+        && *wanted != pending.id
+    {
+        return Err(CliError::Refused(format!(
+            "manifest {name}: plan {wanted} is not the one awaiting approval ({}); nothing was approved",
+            pending.id
+        )));
+    }
+    outln!("Plan {} of {name} (revision {}, planned {}):", pending.id, pending.revision, pending.created_at);
+    for change in &pending.changes {
+        let actions =
+            if change.actions.is_empty() { "after its dependencies".to_string() } else { change.actions.join(", ") };
+        outln!("  {:<9} {}  {actions}", change.status, change.name);
+    }
+    let patch = serde_json::json!({"metadata": {"annotations": {APPROVE_ANNOTATION: pending.id}}});
+    api.patch(&args.name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(|e| CliError::Refused(format!("manifest {name}: cannot approve: {e}")))?;
+    outln!("Approved: the controller applies plan {} on its next pass, if it still holds.", pending.id);
+    Ok(Exit::Ok)
+}
