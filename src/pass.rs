@@ -20,6 +20,7 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use crate::engine::PrepareError;
+use crate::engine::config::render_outputs;
 use crate::engine::context::RunOptions;
 use crate::engine::delete::DeleteReport;
 use crate::engine::delete::delete;
@@ -103,6 +104,9 @@ pub struct Passed {
     pub drifts: Vec<Drift>,
     /// Resources not VALID now whose inputs changed since they were last VALID.
     pub changes: Vec<Change>,
+    /// The manifest's outputs (unmasked), when it declares some and the pass left everything
+    /// VALID; or why they could not be rendered.
+    pub outputs: Option<Result<serde_json::Value, String>>,
     pub ended: Ended,
     /// Set when the cancellation stopped the pass (recorded as interrupted), with why.
     pub interrupted: Option<String>,
@@ -158,7 +162,20 @@ impl Pass<'_> {
             observers.on_event(&RunEvent::Recovered { description: r.describe() });
         }
         observers.on_event(&RunEvent::Started);
-        let (ended, ending) = self.plan_and_decide(observers.clone(), &recorder).await;
+        let (ended, mut ending) = self.plan_and_decide(observers.clone(), &recorder).await;
+        let outputs = match &ended {
+            Ended::Applied { report, .. } if report.succeeded() => {
+                render_outputs(&self.manifest, report.entries()).map_err(|e| e.to_string()).transpose()
+            }
+            _ => None,
+        };
+        if let Some(outputs) = &outputs {
+            let shown = outputs.as_ref().map(|v| self.manifest.mask.value(v)).map_err(|e| self.manifest.mask.text(e));
+            observers.on_event(&RunEvent::Outputs(shown));
+            if let Err(why) = outputs {
+                ending = Ending::Failed(format!("the outputs could not be rendered: {why}"));
+            }
+        }
         let interrupted = self.cancel.is_cancelled().then(|| (self.cancelled_because)());
         let ending = interrupted.clone().map_or(ending, Ending::Interrupted);
         observers.on_event(&RunEvent::Ended(ending));
@@ -168,6 +185,7 @@ impl Pass<'_> {
             recovered,
             drifts: recorder.drifts(),
             changes: recorder.changes(),
+            outputs,
             ended,
             interrupted,
             unrecorded: recorder.failure(),

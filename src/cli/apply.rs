@@ -229,7 +229,7 @@ fn show(format: OutputFormat, progress: &Progress, hash: &str, passed: &Passed) 
                     render::print_failures(report.manifest(), report.entries());
                 }
             }
-            Exit::of(report.succeeded())
+            Exit::of(report.succeeded() && !matches!(passed.outputs, Some(Err(_))))
         }
         // The CLI has no deleting pass.
         Ended::Deleted { report, .. } => Exit::of(report.succeeded()),

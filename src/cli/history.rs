@@ -4,7 +4,7 @@ use serde_json::{Value, json};
 
 use super::apply::state_dir;
 use super::render::print_json;
-use super::{CliError, Exit, HistoryArgs, OutputFormat};
+use super::{CliError, Exit, HistoryArgs, OutputFormat, OutputsArgs};
 use crate::engine::plan::Inputs;
 use crate::history::store::{DATABASE, SqliteLog};
 use crate::history::{
@@ -266,4 +266,29 @@ pub(super) fn diff(log: &SqliteLog, from: i64, to: i64, format: OutputFormat) ->
         }
     }
     Ok(())
+}
+
+/// `deployster outputs`: the newest recorded outputs (sensitive values masked, as recorded).
+pub(super) fn outputs(args: OutputsArgs) -> Result<Exit, CliError> {
+    let dir = state_dir(&args.files, args.state_dir.as_deref());
+    let none = || CliError::Refused(format!("no outputs recorded in {} yet: apply first", dir.display()));
+    if !dir.join(DATABASE).exists() {
+        return Err(none());
+    }
+    let log = SqliteLog::open_for_reading(&dir)?;
+    let entry = log.latest(target::MANIFEST, &[Event::OutputsRecorded])?.ok_or_else(none)?;
+    let Some(values) = entry.detail.get("outputs").and_then(Value::as_object) else {
+        let why = entry.detail.get("message").and_then(Value::as_str).unwrap_or("unknown");
+        errln!("error: the latest run (revision {}) could not render the outputs: {why}", entry.revision);
+        return Ok(Exit::Failed);
+    };
+    match args.output {
+        OutputFormat::Json => print_json(&Value::Object(values.clone())),
+        OutputFormat::Text => {
+            for (name, value) in values {
+                outln!("{name} = {value}");
+            }
+        }
+    }
+    Ok(Exit::Ok)
 }

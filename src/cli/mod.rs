@@ -56,6 +56,8 @@ pub enum Command {
     /// What the deployment log says: latest applied, failed and in-progress revisions, and
     /// recent events.
     History(HistoryArgs),
+    /// The manifest's outputs as the latest successful apply recorded them.
+    Outputs(OutputsArgs),
     /// Print the Manifest CustomResourceDefinition (`deployster crd | kubectl apply -f -`).
     #[cfg(feature = "kube")]
     Crd,
@@ -291,6 +293,18 @@ pub struct HistoryArgs {
     pub output: OutputFormat,
 }
 
+#[derive(Debug, Args)]
+pub struct OutputsArgs {
+    /// The manifest whose log to read (its directory holds `.deployster`).
+    #[arg(short = 'f', long = "file", value_name = "MANIFEST", default_value = "manifest.yaml")]
+    pub files: Vec<PathBuf>,
+    /// Where the deployment log lives [default: .deployster beside the manifest].
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum OutputFormat {
     Text,
@@ -409,6 +423,7 @@ pub async fn run(cli: Cli) -> Result<Exit, CliError> {
         Command::Apply(args) => apply::apply(args).await,
         Command::Reconcile(args) => reconcile::reconcile(args).await,
         Command::History(args) => history::history(args),
+        Command::Outputs(args) => history::outputs(args),
         #[cfg(feature = "kube")]
         Command::Crd => {
             outln!("{}", crate::crd::crd_yaml().trim_end());

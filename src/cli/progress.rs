@@ -140,7 +140,18 @@ impl Observer for Progress {
                     self.say(&settled_line(label, resource, width, detail, Some(&elapsed(*took))));
                 }
             }
-            RunEvent::StateFound { .. } | RunEvent::ActionFinished { .. } | RunEvent::Started | RunEvent::Ended(_) => {}
+            RunEvent::Outputs(Ok(values)) if self.format == OutputFormat::Text => {
+                self.say("Outputs:");
+                for (name, value) in values.as_object().into_iter().flatten() {
+                    self.say(&format!("  {name} = {value}"));
+                }
+            }
+            RunEvent::Outputs(Err(why)) => self.note(&format!("error: the outputs could not be rendered: {why}")),
+            RunEvent::Outputs(_)
+            | RunEvent::StateFound { .. }
+            | RunEvent::ActionFinished { .. }
+            | RunEvent::Started
+            | RunEvent::Ended(_) => {}
         }
     }
 }

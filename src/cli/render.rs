@@ -174,6 +174,11 @@ pub(super) fn document(plan: &Plan, report: Option<&Report>, status: &str, hash:
     if let Some(report) = report {
         doc["result"] = json!(entries_json(report.entries(), report.mask()));
     }
+    match &passed.outputs {
+        Some(Ok(values)) => doc["outputs"] = plan.mask.value(values),
+        Some(Err(why)) => doc["outputs_error"] = json!(plan.mask.text(why)),
+        None => {}
+    }
     doc
 }
 

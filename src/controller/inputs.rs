@@ -203,6 +203,7 @@ pub fn engine_manifest(obj: &Manifest, inputs: &Inputs) -> Result<ValidatedManif
         vars: spec.vars.clone(),
         resources: spec.resources.clone(),
         sensitive: spec.sensitive.clone(),
+        outputs: IndexMap::new(),
     };
     let loaded = LoadedManifest::from_spec(inputs.workspace.join("manifest"), engine_spec);
     let vars = spec.vars.iter().map(|(k, v)| (k.clone(), v.clone())).collect();

@@ -43,6 +43,27 @@ pub(crate) fn render_context(manifest: &ValidatedManifest, i: usize, known: &Kno
     Value::Object(ctx)
 }
 
+/// The manifest's outputs rendered against what `entries` (a report) found: variables, and
+/// every resource as `resources.<name>` (`{name, type, state}`). `Ok(None)`: it declares none.
+pub(crate) fn render_outputs(
+    manifest: &ValidatedManifest,
+    entries: &[super::plan::ResourceEntry],
+) -> Result<Option<Value>, expr::ExprError> {
+    if manifest.outputs.value.as_object().is_none_or(Map::is_empty) {
+        return Ok(None);
+    }
+    let Value::Object(mut ctx) = vars::context(&manifest.vars) else { unreachable!("context is a map") };
+    let resources: Map<String, Value> = entries
+        .iter()
+        .map(|e| {
+            let view = json!({"name": e.name, "type": e.type_name, "state": e.standing.state()});
+            (e.name.clone(), view)
+        })
+        .collect();
+    ctx.insert("resources".to_string(), Value::Object(resources));
+    expr::render(&manifest.outputs, &Value::Object(ctx), "outputs").map(Some)
+}
+
 /// Every schema violation, located by config path, with values masked (they may come from
 /// variables).
 pub(crate) fn schema_violations(schema: &jsonschema::Validator, config: &Value, prefix: &str) -> Vec<String> {

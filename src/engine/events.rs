@@ -53,6 +53,9 @@ pub enum RunEvent {
     Recovered {
         description: String,
     },
+    /// The manifest's outputs, rendered once every resource is VALID (sensitive values
+    /// masked), or why they could not be.
+    Outputs(Result<serde_json::Value, String>),
     /// The pass began.
     Started,
     /// The pass ended.

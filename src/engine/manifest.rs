@@ -30,6 +30,10 @@ pub struct ManifestSpec {
     /// a value (plan differences, the deployment log).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sensitive: Vec<String>,
+    /// Named values rendered from the resources' state once everything is VALID (the same
+    /// expressions as configs: `{{ resources.db.state.url }}`).
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty", deserialize_with = "unique_keys")]
+    pub outputs: IndexMap<String, Value>,
 }
 
 /// A plug as declared in the manifest.
@@ -159,6 +163,7 @@ pub fn load(files: &[PathBuf]) -> Result<LoadedManifest, LoadError> {
         plug_origin: BTreeMap::new(),
     };
     let mut var_origin: BTreeMap<String, usize> = BTreeMap::new();
+    let mut output_origin: BTreeMap<String, usize> = BTreeMap::new();
     for (index, path) in files.iter().enumerate() {
         let spec = parse_file(path)?;
         let dup = |kind, name: &str, other: usize| LoadError::Duplicate {
@@ -180,6 +185,13 @@ pub fn load(files: &[PathBuf]) -> Result<LoadedManifest, LoadError> {
             }
             var_origin.insert(name.clone(), index);
             merged.spec.vars.insert(name, value);
+        }
+        for (name, value) in spec.outputs {
+            if let Some(&other) = output_origin.get(&name) {
+                return Err(dup("output", &name, other));
+            }
+            output_origin.insert(name.clone(), index);
+            merged.spec.outputs.insert(name, value);
         }
         for name in spec.sensitive {
             if !merged.spec.sensitive.contains(&name) {

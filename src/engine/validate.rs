@@ -32,6 +32,8 @@ pub struct ValidatedManifest {
     pub graph: DependencyGraph,
     /// The variables declared `sensitive`.
     pub sensitive: Vec<String>,
+    /// The manifest's `outputs`, compiled (an empty map when it declares none).
+    pub outputs: ConfigTemplate,
     /// Hides their values.
     pub mask: Mask,
 }
@@ -244,6 +246,17 @@ pub fn validate(loaded: &LoadedManifest, vars: Map<String, Value>) -> Result<Val
             resources.push(resource);
         }
     }
+    let outputs = Value::Object(loaded.spec.outputs.iter().map(|(k, v)| (k.clone(), v.clone())).collect());
+    let outputs = match expr::compile(&outputs, "outputs") {
+        Ok(outputs) => {
+            check_references(None, &outputs, "outputs", &IndexMap::new(), &names, &vars, &mut checker);
+            outputs
+        }
+        Err(e) => {
+            checker.report(None, e.to_string());
+            ConfigTemplate { value: Value::Null, sites: Vec::new() }
+        }
+    };
     for name in &loaded.spec.sensitive {
         if !vars.contains_key(name) {
             checker.report(None, format!("sensitive: `{name}` is not a variable"));
@@ -254,6 +267,7 @@ pub fn validate(loaded: &LoadedManifest, vars: Map<String, Value>) -> Result<Val
         Some(graph) if checker.problems.is_empty() => Ok(ValidatedManifest {
             mask: Mask::of(loaded.spec.sensitive.iter().filter_map(|name| vars.get(name))),
             sensitive: loaded.spec.sensitive.clone(),
+            outputs,
             name: loaded.display_name(),
             revision: revision(&loaded.spec, &vars),
             files: loaded.files.clone(),
@@ -348,7 +362,7 @@ fn check_resource(
             return None;
         }
     };
-    let implicit = check_references(name, &config, &prefix, &aliases, names, vars, checker);
+    let implicit = check_references(Some(name), &config, &prefix, &aliases, names, vars, checker);
     Some(Resource {
         name: name.to_string(),
         type_name: spec.type_ref.clone().unwrap_or_default().trim().to_string(),
@@ -390,8 +404,9 @@ pub fn executable_problem(path: &Path) -> Option<String> {
 }
 
 /// Checks every name a resource's templates read; returns the implicit dependencies.
+/// `name`: the resource whose config it is (`None`: the manifest's outputs).
 fn check_references(
-    name: &str,
+    name: Option<&str>,
     config: &ConfigTemplate,
     prefix: &str,
     aliases: &IndexMap<String, usize>,
@@ -410,7 +425,7 @@ fn check_references(
                 (alias, _) if aliases.contains_key(alias) => None,
                 ("resources", None) => Some("read other resources as `resources.<name>`".to_string()),
                 ("resources", Some(target)) => match names.iter().position(|n| n.as_str() == target) {
-                    Some(_) if target == name => Some(format!("`{reference}` refers to the resource itself")),
+                    Some(_) if Some(target) == name => Some(format!("`{reference}` refers to the resource itself")),
                     Some(i) => {
                         implicit.insert(i);
                         None
@@ -425,7 +440,7 @@ fn check_references(
                 )),
             };
             if let Some(problem) = problem {
-                checker.report(Some(name), format!("{path}: {problem} in `{}`", site.source));
+                checker.report(name, format!("{path}: {problem} in `{}`", site.source));
             }
         }
     }

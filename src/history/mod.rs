@@ -56,10 +56,13 @@ pub enum Event {
     ResourceDeclined,
     /// A plan could not read the resource yet: a dependency is not VALID.
     ResourcePending,
+    /// The manifest's outputs after a successful run (target: the manifest), sensitive values
+    /// masked; or why they could not be rendered.
+    OutputsRecorded,
 }
 
 impl Event {
-    pub const ALL: [Event; 21] = [
+    pub const ALL: [Event; 22] = [
         Event::RunStarted,
         Event::RunFinishedSuccessfully,
         Event::RunFailed,
@@ -81,6 +84,7 @@ impl Event {
         Event::ResourceBlocked,
         Event::ResourceDeclined,
         Event::ResourcePending,
+        Event::OutputsRecorded,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -106,6 +110,7 @@ impl Event {
             Event::ResourceBlocked => "resource-blocked",
             Event::ResourceDeclined => "resource-declined",
             Event::ResourcePending => "resource-pending",
+            Event::OutputsRecorded => "outputs-recorded",
         }
     }
 

@@ -246,6 +246,13 @@ impl Observer for Recorder {
     fn on_event(&self, event: &RunEvent) {
         match event {
             RunEvent::Started => self.start(),
+            RunEvent::Outputs(outputs) => {
+                let detail = match outputs {
+                    Ok(values) => json!({"outputs": values}),
+                    Err(why) => json!({"message": cut(why)}),
+                };
+                self.buffer(self.entry(target::MANIFEST.into(), Event::OutputsRecorded, detail));
+            }
             RunEvent::Ended(ending) => self.end(ending),
             RunEvent::StateFound { resource, status, verify: false, inputs } => {
                 self.observed(resource, *status, inputs)
