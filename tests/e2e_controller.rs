@@ -428,3 +428,54 @@ fn a_manual_manifest_waits_for_deployster_approve() {
     assert_eq!(code, Some(2), "{text}");
     assert!(text.contains("has no plan awaiting approval"), "{text}");
 }
+
+/// `spec.outputs`: a Secret owned by the Manifest, created after the first successful pass,
+/// updated when a value changes, gone with the Manifest; a Secret of that name that the
+/// Manifest does not own is left alone, and said so.
+#[test]
+fn outputs_go_to_a_secret_the_manifest_owns() {
+    let Some(cluster) = Cluster::new("outputs") else { return };
+    let work = tempfile::tempdir().unwrap();
+    let base = work.path().join("out");
+    let _controller =
+        ControllerProcess::start(&cluster, work.path(), "controller", &["--namespace", &cluster.namespace]);
+    let manifest = |env: &str, secret: &str| {
+        format!(
+            "apiVersion: deployster.io/v1alpha1\nkind: Manifest\nmetadata: {{name: site}}\nspec:\n  interval: 3s\n  vars: {{env: {env}}}\n  resources:\n    dir: {{type: builtin/directory, config: {{path: \"{}\"}}}}\n  outputs:\n    secretName: {secret}\n    values:\n      path: \"{{{{ resources.dir.state.path }}}}\"\n      env: \"{{{{ env }}}}\"\n",
+            base.display()
+        )
+    };
+    let secret = |name: &str| cluster.get(&["secret", name]);
+    let decoded = |value: &Value, key: &str| {
+        let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(value.clone()).unwrap();
+        String::from_utf8(secret.data.unwrap_or_default().remove(key).map(|b| b.0).unwrap_or_default()).unwrap()
+    };
+
+    cluster.apply_yaml(&manifest("staging", "site-outputs"));
+    wait_for("the outputs Secret", Duration::from_secs(60), || secret("site-outputs").is_some());
+    let written = secret("site-outputs").unwrap();
+    assert_eq!(decoded(&written, "path"), base.display().to_string());
+    assert_eq!(decoded(&written, "env"), "staging");
+    let uid = cluster.get(&["manifest", "site"]).unwrap()["metadata"]["uid"].clone();
+    assert_eq!(written["metadata"]["ownerReferences"][0]["uid"], uid, "owned by the Manifest");
+    let version = written["metadata"]["resourceVersion"].clone();
+    std::thread::sleep(Duration::from_secs(7));
+    assert_eq!(secret("site-outputs").unwrap()["metadata"]["resourceVersion"], version, "not rewritten unchanged");
+
+    cluster.apply_yaml(&manifest("production", "site-outputs"));
+    wait_for("the outputs to be updated", Duration::from_secs(60), || {
+        secret("site-outputs").is_some_and(|s| decoded(&s, "env") == "production")
+    });
+
+    // A Secret someone else owns is not overwritten.
+    cluster.must(&cluster.ns(&["create", "secret", "generic", "theirs", "--from-literal=keep=me"]));
+    cluster.apply_yaml(&manifest("production", "theirs"));
+    wait_for("the refusal", Duration::from_secs(60), || {
+        cluster.event_reasons("site").iter().any(|r| r == "OutputsNotWritten")
+    });
+    assert_eq!(decoded(&secret("theirs").unwrap(), "keep"), "me");
+
+    cluster.must(&cluster.ns(&["delete", "manifest", "site", "--wait=false"]));
+    wait_for("the outputs Secret to go with the Manifest", Duration::from_secs(60), || secret("site-outputs").is_none());
+    assert!(secret("theirs").is_some(), "what it does not own stays");
+}

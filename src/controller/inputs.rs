@@ -37,6 +37,8 @@ pub enum InputError {
     LocalPrograms(Vec<String>),
     #[error("cannot write plug files: {0}")]
     Files(std::io::Error),
+    #[error("spec.outputs: give at most one of `secretName` or `configMapName`")]
+    OutputsTarget,
     #[error("Kubernetes API: {0}")]
     Kube(#[from] kube::Error),
 }
@@ -44,7 +46,10 @@ pub enum InputError {
 impl InputError {
     pub fn reason(&self) -> &'static str {
         match self {
-            InputError::Interval { .. } | InputError::PlugSource { .. } | InputError::Manifest(_) => "InvalidManifest",
+            InputError::Interval { .. }
+            | InputError::PlugSource { .. }
+            | InputError::Manifest(_)
+            | InputError::OutputsTarget => "InvalidManifest",
             InputError::LocalPrograms(_) => "LocalProgramRefused",
             InputError::Missing { .. } | InputError::MissingKey { .. } => "PlugUnavailable",
             InputError::Files(_) => "PlugFiles",
@@ -203,7 +208,7 @@ pub fn engine_manifest(obj: &Manifest, inputs: &Inputs) -> Result<ValidatedManif
         vars: spec.vars.clone(),
         resources: spec.resources.clone(),
         sensitive: spec.sensitive.clone(),
-        outputs: IndexMap::new(),
+        outputs: spec.outputs.as_ref().map(|o| o.values.clone()).unwrap_or_default(),
     };
     let loaded = LoadedManifest::from_spec(inputs.workspace.join("manifest"), engine_spec);
     let vars = spec.vars.iter().map(|(k, v)| (k.clone(), v.clone())).collect();

@@ -11,6 +11,7 @@ pub mod error;
 pub mod inputs;
 pub mod leader;
 pub mod metrics;
+pub mod outputs;
 pub mod rbac;
 pub mod reconcile;
 pub mod server;

@@ -16,6 +16,7 @@ use super::Context;
 use super::approval::ManualApproval;
 use super::error::Error;
 use super::inputs::{self, InputError};
+use super::outputs::{Target, Written};
 use super::status::{self, Observed, PassResult, bound, changed, cut, history_entries, next_status};
 use crate::crd::APPROVE_ANNOTATION;
 use crate::crd::{DeletionPolicy, Manifest, ManifestStatus};
@@ -64,8 +65,8 @@ pub async fn reconcile(obj: &Manifest, ctx: &Context) -> Result<Next, Error> {
         finish_unrun(obj, ctx, &old, Observed::Suspended).await?;
         return Ok(Next::AwaitChange);
     }
-    let (interval, retry) = match inputs::intervals(obj) {
-        Ok(intervals) => intervals,
+    let (interval, retry, outputs) = match inputs::intervals(obj).and_then(|(i, r)| Ok((i, r, Target::of(obj)?))) {
+        Ok(checked) => checked,
         Err(e) => return invalid(obj, ctx, &old, e).await,
     };
     let settings = &ctx.settings;
@@ -85,7 +86,7 @@ pub async fn reconcile(obj: &Manifest, ctx: &Context) -> Result<Next, Error> {
     let revision = inputs::revision(obj, &inputs);
     // The deployment log names the pass's revision as the status does.
     let manifest = ValidatedManifest { revision: revision.clone(), ..manifest };
-    let new = pass(obj, ctx, &old, manifest, revision, &term).await?;
+    let new = pass(obj, ctx, &old, manifest, revision, outputs, &term).await?;
     Ok(match new.conditions.iter().find(|c| c.type_ == "Stalled") {
         Some(c) if c.status == "True" => Next::AwaitChange,
         _ if new.consecutive_failures == 0 => Next::Requeue((ctx.jitter)(interval)),
@@ -122,6 +123,7 @@ async fn pass(
     old: &ManifestStatus,
     manifest: ValidatedManifest,
     revision: String,
+    outputs: Option<Target>,
     term: &CancellationToken,
 ) -> Result<ManifestStatus, Error> {
     let run_id = new_run_id();
@@ -130,6 +132,7 @@ async fn pass(
     let log = memory_log(ctx, old);
     let journal: Arc<dyn Observer> = Arc::new(StatusJournal::new(ctx, obj, old, &log));
     let manifest = Arc::new(manifest);
+    let mask = manifest.mask.clone();
     let manual = ManualApproval::of(obj, &manifest, (ctx.clock)());
     let approver: &dyn Approver = manual.as_ref().map_or(&ApproveAll, |m| m as &dyn Approver);
     let passed = run_pass(ctx, manifest, Mode::Apply, run_id, log.clone(), vec![journal], approver, term).await?;
@@ -164,6 +167,22 @@ async fn pass(
     // A pass that found everything as it was adds nothing worth keeping to the history.
     let history = if no_op { history_entries(old) } else { log.entries() };
     let mut events = pass_events(&observed, &drifts);
+    match (&passed.outputs, &outputs) {
+        (Some(Ok(values)), Some(target)) => match super::outputs::write(ctx, obj, target, values).await {
+            Ok(Written::Unchanged) => {}
+            Ok(written) => {
+                let verb = if written == Written::Created { "created" } else { "updated" };
+                events.push((EventType::Normal, "OutputsWritten", format!("outputs {verb}: {}", target.describe())));
+            }
+            Err(e) => events.push((EventType::Warning, "OutputsNotWritten", mask.text(&e.to_string()))),
+        },
+        (Some(Err(why)), _) => events.push((
+            EventType::Warning,
+            "OutputsFailed",
+            format!("the outputs could not be rendered: {}", mask.text(why)),
+        )),
+        _ => {}
+    }
     if let Observed::AwaitingApproval { pending, .. } = &observed
         && !still_awaiting
     {

@@ -69,6 +69,26 @@ pub struct ManifestSpec {
     /// and apply it only once the annotation `deployster.io/approve` names its id.
     #[serde(default)]
     pub approval: Approval,
+    /// Named values rendered from the resources' state after a pass that left everything
+    /// VALID, written to a Secret (or a ConfigMap) owned by this Manifest — never to its
+    /// status, events or logs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outputs: Option<OutputsSpec>,
+}
+
+/// Where a Manifest's outputs go.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OutputsSpec {
+    /// Name → template, as a manifest's `outputs` (`"{{ resources.db.state.url }}"`).
+    #[schemars(schema_with = "free_form_object")]
+    pub values: IndexMap<String, Value>,
+    /// The Secret to write [default: `<manifest>-outputs`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_name: Option<String>,
+    /// Write a ConfigMap of this name instead (for values that are not secret).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_map_name: Option<String>,
 }
 
 fn default_interval() -> String {
