@@ -608,3 +608,44 @@ async fn manual_approval_applies_only_the_approved_plan() {
     let next = status(&get(&client, "gated").await).pending_plan.expect("a new plan");
     assert_ne!(next.id, replaced.id);
 }
+
+/// `spec.varsFrom`: variables from a Secret, used by the resources, masked everywhere the
+/// controller shows or keeps something — status (history, states), events — and a program that
+/// echoes its request in a failure has the value masked too.
+#[tokio::test]
+async fn vars_from_a_secret_are_used_and_never_shown() {
+    use k8s_openapi::ByteString;
+    use k8s_openapi::api::core::v1::Secret;
+    const SECRET: &str = "s3cr3t-db-p4ssword";
+    let dir = tempfile::tempdir().unwrap();
+    let spec = format!(
+        "varsFrom:\n  - secretRef: {{ name: db }}\nresources:\n  conf:\n    type: builtin/file\n    config: {{ path: \"{}/conf.txt\", content: \"password={{{{ password }}}}\" }}\n  broken:\n    type: builtin/file\n    config: {{ path: \"/proc/nope/{{{{ password }}}}\", content: x }}\n",
+        dir.path().display()
+    );
+    let mut secret = Secret::default();
+    secret.metadata.name = Some("db".into());
+    secret.metadata.namespace = Some(NS.into());
+    secret.data = Some([("password".to_string(), ByteString(SECRET.as_bytes().to_vec()))].into());
+    let client = client_with(vec![object("withvars", &spec)], |b| b.with_object(secret)).await;
+    let ctx = context(client.clone(), Counting::new(false), &dir.path().join("plugs"), false);
+    reconcile(&get(&client, "withvars").await, &ctx).await.expect("reconcile");
+
+    assert_eq!(std::fs::read_to_string(dir.path().join("conf.txt")).unwrap(), format!("password={SECRET}"));
+    let obj = get(&client, "withvars").await;
+    let st = status(&obj);
+    assert!(st.resources.iter().any(|r| r.name == "broken" && r.status == "FAILED"), "{st:#?}");
+    let shown = serde_json::to_string(&st).unwrap();
+    assert!(!shown.contains(SECRET), "the secret is in the status: {shown}");
+    assert!(shown.contains("/proc/nope/***"), "the failure still says what it saw, masked: {shown}");
+    let notes: String = events(&client, "withvars").await.into_iter().map(|(r, n)| r + &n).collect();
+    assert!(!notes.contains(SECRET), "the secret is in an event: {notes}");
+
+    // Without the Secret: a clear, retried failure naming it.
+    let client = client_with(vec![object("withvars", &spec)], |b| b).await;
+    let ctx = context(client.clone(), Counting::new(false), &dir.path().join("plugs"), false);
+    let next = reconcile(&get(&client, "withvars").await, &ctx).await.unwrap();
+    assert!(matches!(next, Next::Requeue(_)));
+    let (ready, reason, message) = condition(&get(&client, "withvars").await, "Ready");
+    assert_eq!((ready.as_str(), reason.as_str()), ("False", "PlugUnavailable"));
+    assert_eq!(message, "secret `db` not found in namespace `default`");
+}

@@ -476,6 +476,8 @@ fn outputs_go_to_a_secret_the_manifest_owns() {
     assert_eq!(decoded(&secret("theirs").unwrap(), "keep"), "me");
 
     cluster.must(&cluster.ns(&["delete", "manifest", "site", "--wait=false"]));
-    wait_for("the outputs Secret to go with the Manifest", Duration::from_secs(60), || secret("site-outputs").is_none());
+    wait_for("the outputs Secret to go with the Manifest", Duration::from_secs(60), || {
+        secret("site-outputs").is_none()
+    });
     assert!(secret("theirs").is_some(), "what it does not own stays");
 }

@@ -39,6 +39,8 @@ pub enum InputError {
     Files(std::io::Error),
     #[error("spec.outputs: give at most one of `secretName` or `configMapName`")]
     OutputsTarget,
+    #[error("varsFrom: key `{key}` of secret `{secret}` is not UTF-8 text, so it cannot be a variable")]
+    VarNotText { secret: String, key: String },
     #[error("Kubernetes API: {0}")]
     Kube(#[from] kube::Error),
 }
@@ -49,7 +51,8 @@ impl InputError {
             InputError::Interval { .. }
             | InputError::PlugSource { .. }
             | InputError::Manifest(_)
-            | InputError::OutputsTarget => "InvalidManifest",
+            | InputError::OutputsTarget
+            | InputError::VarNotText { .. } => "InvalidManifest",
             InputError::LocalPrograms(_) => "LocalProgramRefused",
             InputError::Missing { .. } | InputError::MissingKey { .. } => "PlugUnavailable",
             InputError::Files(_) => "PlugFiles",
@@ -89,6 +92,8 @@ pub struct Inputs {
     pub plug_paths: IndexMap<String, PathBuf>,
     /// A hash of every materialized byte (for the revision), never the bytes themselves.
     pub digest: String,
+    /// Variables read from Secrets (`spec.varsFrom`), in order: all sensitive.
+    pub secret_vars: Vec<(String, String)>,
     /// The object's own directory (the engine's workspace).
     pub workspace: PathBuf,
 }
@@ -126,7 +131,26 @@ pub async fn materialize(client: &Client, obj: &Manifest, root: &Path) -> Result
         }
         plug_paths.insert(name.clone(), path);
     }
-    Ok(Inputs { plug_paths, digest: hex::encode(&digest.finalize()[..6]), workspace })
+    let mut secret_vars = Vec::new();
+    for (i, source) in obj.spec.vars_from.iter().enumerate() {
+        let reference = &source.secret_ref;
+        let keys = secret_files(client, &namespace, reference).await?;
+        let keys = select_key(keys, reference).map_err(|key| InputError::MissingKey {
+            plug: format!("varsFrom[{i}]"),
+            kind: "secret",
+            name: reference.name.clone(),
+            key,
+        })?;
+        for (key, bytes) in keys {
+            let value = String::from_utf8(bytes)
+                .map_err(|_| InputError::VarNotText { secret: reference.name.clone(), key: key.clone() })?;
+            digest.update(b"var");
+            digest.update(key.as_bytes());
+            digest.update(value.as_bytes());
+            secret_vars.push((key, value));
+        }
+    }
+    Ok(Inputs { plug_paths, digest: hex::encode(&digest.finalize()[..6]), secret_vars, workspace })
 }
 
 async fn secret_files(client: &Client, namespace: &str, r: &KeyRef) -> Result<BTreeMap<String, Vec<u8>>, InputError> {
@@ -207,11 +231,13 @@ pub fn engine_manifest(obj: &Manifest, inputs: &Inputs) -> Result<ValidatedManif
         plugs,
         vars: spec.vars.clone(),
         resources: spec.resources.clone(),
-        sensitive: spec.sensitive.clone(),
+        sensitive: spec.sensitive.iter().cloned().chain(inputs.secret_vars.iter().map(|(k, _)| k.clone())).collect(),
         outputs: spec.outputs.as_ref().map(|o| o.values.clone()).unwrap_or_default(),
     };
     let loaded = LoadedManifest::from_spec(inputs.workspace.join("manifest"), engine_spec);
-    let vars = spec.vars.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    let mut vars: serde_json::Map<String, serde_json::Value> =
+        spec.vars.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    vars.extend(inputs.secret_vars.iter().map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone()))));
     let mut manifest = validate(&loaded, vars).map_err(InputError::Manifest)?;
     manifest.name = format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any());
     Ok(manifest)

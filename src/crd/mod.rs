@@ -47,6 +47,11 @@ pub struct ManifestSpec {
     /// Plugs, as references to a Secret or a ConfigMap in the same namespace.
     #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
     pub plugs: IndexMap<String, PlugRef>,
+    /// Variables read from Secrets in the same namespace — each key a variable (or only `key`)
+    /// — after `vars`, in order. They are sensitive: masked wherever shown or kept, never
+    /// rendered as templates.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub vars_from: Vec<VarsFrom>,
     /// The resources, exactly as in a manifest file.
     pub resources: IndexMap<String, ResourceSpec>,
     /// Variables whose values are secret, as in a manifest's `sensitive`: masked as `***` in the
@@ -122,6 +127,13 @@ pub struct PlugRef {
     /// Regular expressions; when given, only resources whose type matches one get the plug.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub resource_types: Vec<String>,
+}
+
+/// A source of variables.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VarsFrom {
+    pub secret_ref: KeyRef,
 }
 
 /// An object in the Manifest's namespace and, optionally, one of its keys.
