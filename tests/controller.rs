@@ -649,3 +649,48 @@ async fn vars_from_a_secret_are_used_and_never_shown() {
     assert_eq!((ready.as_str(), reason.as_str()), ("False", "PlugUnavailable"));
     assert_eq!(message, "secret `db` not found in namespace `default`");
 }
+
+/// `spec.outputs` with `configMapName`: a ConfigMap owned by the Manifest, written after a
+/// successful pass, left alone while the values hold; a name taken by another object is
+/// refused, and said so.
+#[tokio::test]
+async fn outputs_to_a_config_map() {
+    use deployster::crd::OutputsSpec;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let dir = tempfile::tempdir().unwrap();
+    let mut obj = object("site", &builtins(dir.path()));
+    obj.spec.outputs = Some(OutputsSpec {
+        values: [("config".to_string(), serde_json::json!("{{ resources.app_config.state.path }}"))].into(),
+        secret_name: None,
+        config_map_name: Some("site-settings".into()),
+    });
+    let client = client_with(vec![obj], |b| b).await;
+    let ctx = context(client.clone(), Counting::new(false), &dir.path().join("plugs"), false);
+    reconcile(&get(&client, "site").await, &ctx).await.expect("reconcile");
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
+    let written = maps.get("site-settings").await.expect("the ConfigMap is written");
+    let path = dir.path().join("data/app.json").display().to_string();
+    assert_eq!(written.data.unwrap_or_default().get("config"), Some(&path));
+    let owner = written.metadata.owner_references.unwrap_or_default();
+    assert_eq!(owner.first().map(|o| o.name.as_str()), Some("site"), "owned by the Manifest");
+    let version = maps.get("site-settings").await.unwrap().metadata.resource_version;
+    reconcile(&get(&client, "site").await, &ctx).await.expect("reconcile");
+    assert_eq!(maps.get("site-settings").await.unwrap().metadata.resource_version, version, "not rewritten");
+    assert!(events(&client, "site").await.iter().any(|(r, n)| r == "OutputsWritten" && n.contains("site-settings")));
+
+    // Both a Secret and a ConfigMap: an invalid spec, nothing runs.
+    let mut both = object("both", &builtins(dir.path()));
+    both.spec.outputs = Some(OutputsSpec {
+        values: [("x".to_string(), serde_json::json!("1"))].into(),
+        secret_name: Some("a".into()),
+        config_map_name: Some("b".into()),
+    });
+    let client = client_with(vec![both], |b| b).await;
+    let ctx = context(client.clone(), Counting::new(false), &dir.path().join("plugs"), false);
+    assert_eq!(reconcile(&get(&client, "both").await, &ctx).await.unwrap(), Next::AwaitChange);
+    let (_, reason, message) = condition(&get(&client, "both").await, "Ready");
+    assert_eq!(
+        (reason.as_str(), message.as_str()),
+        ("InvalidManifest", "spec.outputs: give at most one of `secretName` or `configMapName`")
+    );
+}
