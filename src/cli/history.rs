@@ -2,7 +2,6 @@
 
 use serde_json::{Value, json};
 
-use super::apply::state_dir;
 use super::render::print_json;
 use super::{CliError, Exit, HistoryArgs, OutputFormat, OutputsArgs};
 use crate::engine::plan::Inputs;
@@ -12,7 +11,7 @@ use crate::history::{
 };
 
 pub(super) fn history(args: HistoryArgs) -> Result<Exit, CliError> {
-    let dir = state_dir(&args.files, args.state_dir.as_deref());
+    let dir = args.log.dir();
     let subject = args.resource.as_deref().map_or("the manifest".to_string(), |r| format!("resource `{r}`"));
     if !dir.join(DATABASE).exists() {
         if let Some(number) = args.revision.or_else(|| args.diff.as_ref().and_then(|d| d.first().copied())) {
@@ -270,7 +269,7 @@ pub(super) fn diff(log: &SqliteLog, from: i64, to: i64, format: OutputFormat) ->
 
 /// `deployster outputs`: the newest recorded outputs (sensitive values masked, as recorded).
 pub(super) fn outputs(args: OutputsArgs) -> Result<Exit, CliError> {
-    let dir = state_dir(&args.files, args.state_dir.as_deref());
+    let dir = args.log.dir();
     let none = || CliError::Refused(format!("no outputs recorded in {} yet: apply first", dir.display()));
     if !dir.join(DATABASE).exists() {
         return Err(none());

@@ -266,14 +266,27 @@ pub struct ReconcileArgs {
     pub interval: Duration,
 }
 
+/// Which deployment log a command reads.
 #[derive(Debug, Args)]
-pub struct HistoryArgs {
+pub struct LogArgs {
     /// The manifest whose log to read (its directory holds `.deployster`).
     #[arg(short = 'f', long = "file", value_name = "MANIFEST", default_value = "manifest.yaml")]
     pub files: Vec<PathBuf>,
     /// Where the deployment log lives [default: .deployster beside the manifest].
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
+}
+
+impl LogArgs {
+    pub fn dir(&self) -> PathBuf {
+        apply::state_dir(&self.files, self.state_dir.as_deref())
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct HistoryArgs {
+    #[command(flatten)]
+    pub log: LogArgs,
     /// Only this resource (and its actions).
     #[arg(long, value_name = "NAME")]
     pub resource: Option<String>,
@@ -295,12 +308,8 @@ pub struct HistoryArgs {
 
 #[derive(Debug, Args)]
 pub struct OutputsArgs {
-    /// The manifest whose log to read (its directory holds `.deployster`).
-    #[arg(short = 'f', long = "file", value_name = "MANIFEST", default_value = "manifest.yaml")]
-    pub files: Vec<PathBuf>,
-    /// Where the deployment log lives [default: .deployster beside the manifest].
-    #[arg(long, value_name = "DIR")]
-    pub state_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub log: LogArgs,
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     pub output: OutputFormat,
 }

@@ -7,7 +7,6 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::PostParams;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::Value;
@@ -68,68 +67,84 @@ fn as_text(value: &Value) -> String {
     }
 }
 
+/// A Secret or a ConfigMap, as far as writing outputs goes.
+trait Holder:
+    kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+    + Clone
+    + Default
+    + std::fmt::Debug
+    + serde::Serialize
+    + serde::de::DeserializeOwned
+{
+    type Data: PartialEq;
+    fn data(&self) -> Option<&Self::Data>;
+    fn set_data(&mut self, data: Self::Data);
+}
+
+impl Holder for Secret {
+    type Data = BTreeMap<String, ByteString>;
+    fn data(&self) -> Option<&Self::Data> {
+        self.data.as_ref()
+    }
+    fn set_data(&mut self, data: Self::Data) {
+        self.data = Some(data);
+        self.string_data = None;
+    }
+}
+
+impl Holder for ConfigMap {
+    type Data = BTreeMap<String, String>;
+    fn data(&self) -> Option<&Self::Data> {
+        self.data.as_ref()
+    }
+    fn set_data(&mut self, data: Self::Data) {
+        self.data = Some(data);
+    }
+}
+
+/// Creates `name` holding `data`, owned by `obj`; or replaces the data of the one `obj` owns
+/// when it differs.
+async fn upsert<K: Holder>(
+    api: Api<K>,
+    obj: &Manifest,
+    target: &Target,
+    name: &str,
+    data: K::Data,
+) -> Result<Written, OutputsError> {
+    let failed = |source| OutputsError::Kube { target: target.describe(), source };
+    match api.get_opt(name).await.map_err(failed)? {
+        None => {
+            let mut new = K::default();
+            new.meta_mut().name = Some(name.to_string());
+            new.meta_mut().owner_references = obj.controller_owner_ref(&()).map(|o| vec![o]);
+            new.set_data(data);
+            api.create(&PostParams::default(), &new).await.map_err(failed)?;
+            Ok(Written::Created)
+        }
+        Some(existing) if !existing.owner_references().iter().any(|o| Some(&o.uid) == obj.meta().uid.as_ref()) => {
+            Err(OutputsError::NotOwned(target.describe()))
+        }
+        Some(existing) if existing.data() == Some(&data) => Ok(Written::Unchanged),
+        Some(mut existing) => {
+            existing.set_data(data);
+            api.replace(name, &PostParams::default(), &existing).await.map_err(failed)?;
+            Ok(Written::Updated)
+        }
+    }
+}
+
 /// Writes `values` (an object) to `target`, unless it already holds them.
 pub async fn write(ctx: &Context, obj: &Manifest, target: &Target, values: &Value) -> Result<Written, OutputsError> {
     let namespace = obj.namespace().unwrap_or_default();
     let data: BTreeMap<String, String> =
         values.as_object().into_iter().flatten().map(|(k, v)| (k.clone(), as_text(v))).collect();
-    let owner = obj.controller_owner_ref(&());
-    let owned =
-        |meta: &ObjectMeta| meta.owner_references.iter().flatten().any(|o| Some(&o.uid) == obj.meta().uid.as_ref());
-    let failed = |source| OutputsError::Kube { target: target.describe(), source };
     match target {
         Target::Secret(name) => {
-            let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
-            let bytes: BTreeMap<String, ByteString> =
-                data.into_iter().map(|(k, v)| (k, ByteString(v.into_bytes()))).collect();
-            match api.get_opt(name).await.map_err(failed)? {
-                None => {
-                    let secret = Secret {
-                        metadata: ObjectMeta {
-                            name: Some(name.clone()),
-                            owner_references: owner.map(|o| vec![o]),
-                            ..Default::default()
-                        },
-                        data: Some(bytes),
-                        ..Default::default()
-                    };
-                    api.create(&PostParams::default(), &secret).await.map_err(failed)?;
-                    Ok(Written::Created)
-                }
-                Some(existing) if !owned(&existing.metadata) => Err(OutputsError::NotOwned(target.describe())),
-                Some(existing) if existing.data.as_ref() == Some(&bytes) => Ok(Written::Unchanged),
-                Some(mut existing) => {
-                    existing.data = Some(bytes);
-                    existing.string_data = None;
-                    api.replace(name, &PostParams::default(), &existing).await.map_err(failed)?;
-                    Ok(Written::Updated)
-                }
-            }
+            let bytes = data.into_iter().map(|(k, v)| (k, ByteString(v.into_bytes()))).collect();
+            upsert(Api::<Secret>::namespaced(ctx.client.clone(), &namespace), obj, target, name, bytes).await
         }
         Target::ConfigMap(name) => {
-            let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &namespace);
-            match api.get_opt(name).await.map_err(failed)? {
-                None => {
-                    let map = ConfigMap {
-                        metadata: ObjectMeta {
-                            name: Some(name.clone()),
-                            owner_references: owner.map(|o| vec![o]),
-                            ..Default::default()
-                        },
-                        data: Some(data),
-                        ..Default::default()
-                    };
-                    api.create(&PostParams::default(), &map).await.map_err(failed)?;
-                    Ok(Written::Created)
-                }
-                Some(existing) if !owned(&existing.metadata) => Err(OutputsError::NotOwned(target.describe())),
-                Some(existing) if existing.data.as_ref() == Some(&data) => Ok(Written::Unchanged),
-                Some(mut existing) => {
-                    existing.data = Some(data);
-                    api.replace(name, &PostParams::default(), &existing).await.map_err(failed)?;
-                    Ok(Written::Updated)
-                }
-            }
+            upsert(Api::<ConfigMap>::namespaced(ctx.client.clone(), &namespace), obj, target, name, data).await
         }
     }
 }
