@@ -115,8 +115,15 @@ fn plugs_are_mounted_read_only_unless_writable_was_asked() {
     assert!(!ws.exists("ro/forbidden"), "a read-only plug was written to");
     assert!(run.stderr.contains("resource `writes_ro` failed in action create"), "{}", run.all());
     assert!(run.stderr.contains("cannot write /ro/forbidden: Read-only file system"), "{}", run.all());
-    let request = &ws.recorded("rw/requests.jsonl")[0]["request"];
+    let recorded = ws.recorded("rw/requests.jsonl");
+    let request = &recorded[0]["request"];
     assert_eq!(request["plugs"], serde_json::json!({"ro": "/ro", "rw": "/rw"}), "plugs as the container sees them");
+    // Every container is told what it runs for, as a process is.
+    let action = recorded.iter().find(|r| r["env"]["DEPLOYSTER_PHASE"] == "action").expect("the action recorded");
+    assert_eq!(action["env"]["DEPLOYSTER_RESOURCE"], "writes_rw");
+    assert_eq!(action["env"]["DEPLOYSTER_ACTION"], "create");
+    assert_eq!(action["env"]["DEPLOYSTER_MANIFEST"], "manifest.yaml");
+    assert_eq!(action["env"]["DEPLOYSTER_RUN_ID"], run_id.as_str());
     assert_eq!(request["workspace"], "/", "containers do not see the manifest's directory");
     assert_no_containers_left(env, &run_id);
 }

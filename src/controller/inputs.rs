@@ -233,6 +233,8 @@ pub fn engine_manifest(obj: &Manifest, inputs: &Inputs) -> Result<ValidatedManif
         resources: spec.resources.clone(),
         sensitive: spec.sensitive.iter().cloned().chain(inputs.secret_vars.iter().map(|(k, _)| k.clone())).collect(),
         outputs: spec.outputs.as_ref().map(|o| o.values.clone()).unwrap_or_default(),
+        // Per-resource `env` comes with the resources; the Manifest has no manifest-level one.
+        env: IndexMap::new(),
     };
     let loaded = LoadedManifest::from_spec(inputs.workspace.join("manifest"), engine_spec);
     let mut vars: serde_json::Map<String, serde_json::Value> =

@@ -93,7 +93,7 @@ impl Context {
             args: invocable.args.clone(),
             stdin,
             mounts: mounts.to_vec(),
-            env: vec![(RUN_ID_ENV.to_string(), self.options.run_id.clone())],
+            env: self.environment(i, phase),
             workdir: Some(resource.workspace.clone()),
             timeout: self.options.timeout,
             labels: InvocationLabels {
@@ -114,6 +114,28 @@ impl Context {
             true => Ok(outcome),
             false => Err(ResourceError::exit(phase.clone(), &outcome).masked(mask)),
         }
+    }
+
+    /// What every program is told about itself, then the resource's own `env`.
+    fn environment(&self, i: usize, phase: &Phase) -> Vec<(String, String)> {
+        let resource = &self.manifest.resources[i];
+        let phase_name = match phase {
+            Phase::Action(_) => "action",
+            Phase::Verify => "verify",
+            Phase::Init => "init",
+            Phase::State | Phase::Config => "state",
+        };
+        let mut env = vec![
+            (RUN_ID_ENV.to_string(), self.options.run_id.clone()),
+            ("DEPLOYSTER_MANIFEST".to_string(), self.manifest.name.clone()),
+            ("DEPLOYSTER_RESOURCE".to_string(), resource.name.clone()),
+            ("DEPLOYSTER_PHASE".to_string(), phase_name.to_string()),
+        ];
+        if let Phase::Action(action) = phase {
+            env.push(("DEPLOYSTER_ACTION".to_string(), action.clone()));
+        }
+        env.extend(resource.env.iter().cloned());
+        env
     }
 
     fn sink(&self, resource: &str, phase: &Phase, stream_all: bool) -> Option<LineSink> {

@@ -34,6 +34,9 @@ pub struct ManifestSpec {
     /// expressions as configs: `{{ resources.db.state.url }}`).
     #[serde(default, skip_serializing_if = "IndexMap::is_empty", deserialize_with = "unique_keys")]
     pub outputs: IndexMap<String, Value>,
+    /// Environment variables for every program of every resource (values may use variables).
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty", deserialize_with = "unique_keys")]
+    pub env: IndexMap<String, String>,
 }
 
 /// A plug as declared in the manifest.
@@ -73,6 +76,10 @@ pub struct ResourceSpec {
     #[serde(default = "empty_object")]
     #[cfg_attr(feature = "kube", schemars(extend("x-kubernetes-preserve-unknown-fields" = true)))]
     pub config: Value,
+    /// Environment variables for this resource's programs, over the manifest's `env` (values
+    /// may use variables).
+    #[serde(default, deserialize_with = "unique_keys", skip_serializing_if = "IndexMap::is_empty")]
+    pub env: IndexMap<String, String>,
 }
 
 fn empty_object() -> Value {
@@ -164,6 +171,7 @@ pub fn load(files: &[PathBuf]) -> Result<LoadedManifest, LoadError> {
     };
     let mut var_origin: BTreeMap<String, usize> = BTreeMap::new();
     let mut output_origin: BTreeMap<String, usize> = BTreeMap::new();
+    let mut env_origin: BTreeMap<String, usize> = BTreeMap::new();
     for (index, path) in files.iter().enumerate() {
         let spec = parse_file(path)?;
         let dup = |kind, name: &str, other: usize| LoadError::Duplicate {
@@ -185,6 +193,13 @@ pub fn load(files: &[PathBuf]) -> Result<LoadedManifest, LoadError> {
             }
             var_origin.insert(name.clone(), index);
             merged.spec.vars.insert(name, value);
+        }
+        for (name, value) in spec.env {
+            if let Some(&other) = env_origin.get(&name) {
+                return Err(dup("env entry", &name, other));
+            }
+            env_origin.insert(name.clone(), index);
+            merged.spec.env.insert(name, value);
         }
         for (name, value) in spec.outputs {
             if let Some(&other) = output_origin.get(&name) {

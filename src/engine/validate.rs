@@ -120,6 +120,8 @@ pub struct Resource {
     pub config: ConfigTemplate,
     /// The declaring manifest file's directory.
     pub workspace: PathBuf,
+    /// The manifest's `env` with the resource's over it, rendered.
+    pub env: Vec<(String, String)>,
 }
 
 impl Resource {
@@ -242,7 +244,10 @@ pub fn validate(loaded: &LoadedManifest, vars: Map<String, Value>) -> Result<Val
     for (name, spec) in &loaded.spec.resources {
         checker.check_name(None, "resource", name);
         let workspace = loaded.dir_of(loaded.resource_origin.get(name).copied().unwrap_or(0));
-        if let Some(resource) = check_resource(name, spec, &names, &vars, workspace, &mut checker) {
+        if let Some(mut resource) = check_resource(name, spec, &names, &vars, workspace, &mut checker) {
+            let mut env = loaded.spec.env.clone();
+            env.extend(spec.env.clone());
+            resource.env = check_env(&env, name, &vars, &mut checker);
             resources.push(resource);
         }
     }
@@ -372,7 +377,39 @@ fn check_resource(
         implicit,
         config,
         workspace,
+        env: Vec::new(),
     })
+}
+
+/// The environment of a resource's programs, rendered against the variables. Names are
+/// environment names; `DEPLOYSTER_*` is Deployster's own.
+fn check_env(
+    env: &IndexMap<String, String>,
+    resource: &str,
+    vars: &Map<String, Value>,
+    checker: &mut Checker,
+) -> Vec<(String, String)> {
+    static NAME: OnceLock<Regex> = OnceLock::new();
+    let valid = NAME.get_or_init(|| Regex::new("^[A-Za-z_][A-Za-z0-9_]*$").expect("valid pattern"));
+    let context = super::vars::context(vars);
+    let mut rendered = Vec::new();
+    for (name, value) in env {
+        let at = format!("env `{name}`");
+        if !valid.is_match(name) {
+            checker.report(Some(resource), format!("{at}: not an environment variable name"));
+        } else if name.starts_with("DEPLOYSTER_") {
+            checker.report(Some(resource), format!("{at}: `DEPLOYSTER_*` names are reserved: Deployster sets them"));
+        }
+        let text = Value::String(value.clone());
+        let value = expr::compile(&text, &format!("env.{name}"))
+            .and_then(|t| expr::render(&t, &context, &format!("env.{name}")));
+        match value {
+            Ok(Value::String(s)) => rendered.push((name.clone(), s)),
+            Ok(other) => rendered.push((name.clone(), other.to_string())),
+            Err(e) => checker.report(Some(resource), format!("{e} (env values may use variables only)")),
+        }
+    }
+    rendered
 }
 
 /// A local program must exist and be executable before anything runs.

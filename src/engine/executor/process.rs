@@ -3,7 +3,8 @@
 //! Each program runs in its own process group so that a timeout or cancellation stops whatever
 //! it started too. Output is captured up to a limit and streamed line by line to the
 //! invocation's sink. Plugs are passed as host paths (in the request, and as
-//! `DEPLOYSTER_PLUG_<NAME>` variables); read-only cannot be enforced on a local process.
+//! `DEPLOYSTER_PLUG_<NAME>` variables); read-only cannot be enforced on a local process. The
+//! environment is PATH, HOME and the invocation's own variables only.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -143,6 +144,12 @@ impl ProcessExecutor {
     async fn spawn(&self, invocation: &Invocation) -> Result<Child, ExecError> {
         let (program, args) = self.command_line(invocation)?;
         let mut command = Command::new(&program);
+        // A program sees PATH, HOME, what deployster tells it and its plugs — never deployster's
+        // own environment (credentials, tokens).
+        command.env_clear();
+        for (name, default) in [("PATH", "/usr/local/bin:/usr/bin:/bin"), ("HOME", "/")] {
+            command.env(name, std::env::var_os(name).unwrap_or_else(|| default.into()));
+        }
         command.env(PARENT_ENV, std::process::id().to_string());
         command
             .args(&args)

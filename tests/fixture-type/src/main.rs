@@ -24,7 +24,8 @@
 //!   `stays_stale` makes `create` not create the marker; `write_file` makes it write that
 //!   path (and fail clearly if it cannot); `sleep_ms` applies too, `action_sleep_ms` only here.
 //! * `log`: appends `<name> <phase> <start_ms> <end_ms>` to that file; `record`: appends each
-//!   request as a JSON line, with the `DEPLOYSTER_PLUG_*` variables the program saw.
+//!   request as a JSON line, with the `DEPLOYSTER_PLUG_*` variables the program saw and every
+//!   `DEPLOYSTER_*` variable (`env`).
 
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -75,7 +76,11 @@ fn main() {
             .filter(|(k, _)| k.starts_with("DEPLOYSTER_PLUG_"))
             .map(|(k, v)| (k, Value::String(v)))
             .collect();
-        append(path, &json!({"phase": phase, "request": request, "plug_env": plug_env}).to_string());
+        let env: serde_json::Map<String, Value> = std::env::vars()
+            .filter(|(k, _)| k.starts_with("DEPLOYSTER_"))
+            .map(|(k, v)| (k, Value::String(v)))
+            .collect();
+        append(path, &json!({"phase": phase, "request": request, "plug_env": plug_env, "env": env}).to_string());
     }
     let started = now_ms();
     let tag = request["type"].as_str().and_then(|t| t.rsplit_once(':')).map(|(_, tag)| tag.to_string());
