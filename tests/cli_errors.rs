@@ -445,3 +445,45 @@ fn a_program_killed_by_a_signal_is_reported_so() {
     let run = ws.plan(&[]);
     assert_failed(&run, 1, &["resource `crashy`", "killed by signal 11"]);
 }
+
+/// Time limits by phase: a resource's own `timeouts` win over the command line's, which
+/// default to 2 minutes for init and state and 15 for actions.
+#[test]
+fn state_reads_and_actions_have_their_own_time_limits() {
+    let ws = Workspace::new();
+    ws.manifest(&with_bystander("  hang: { type: ./fixture, timeouts: { state: 1s }, config: { hang: true } }\n"));
+    let run = ws.apply(&[]);
+    assert_failed(&run, 1, &["resource `hang` failed in state", "timed out after 1s and was killed"]);
+
+    ws.manifest(&with_bystander("  hang: { type: ./fixture, config: { hang: true } }\n"));
+    let run = ws.apply(&["--state-timeout", "1s"]);
+    assert_failed(&run, 1, &["resource `hang` failed in state", "timed out after 1s and was killed"]);
+
+    // An action's limit is not a state read's: a slow action under --state-timeout is fine,
+    // and stopped by its own limit.
+    ws.manifest(&with_bystander("  slow: { type: ./fixture, config: { action_sleep_ms: 3000 } }\n"));
+    let run = ws.apply(&["--state-timeout", "1s", "--action-timeout", "1s"]);
+    assert_failed(&run, 1, &["resource `slow` failed in action create", "timed out after 1s and was killed"]);
+    ws.manifest(&with_bystander(
+        "  slow: { type: ./fixture, timeouts: { action: 10s }, config: { action_sleep_ms: 1500 } }\n",
+    ));
+    let run = ws.apply(&["--action-timeout", "1s"]);
+    assert_eq!(run.code, 0, "the resource's own limit wins: {}", run.all());
+}
+
+#[test]
+fn time_limits_that_are_not_durations_are_refused() {
+    let ws = Workspace::new();
+    for (timeouts, expected) in [
+        ("{ state: -5s }", "timeouts.state `-5s` is not a duration such as 90s or 30m"),
+        ("{ action: soon }", "timeouts.action `soon` is not a duration such as 90s or 30m"),
+        ("{ action: 0s }", "timeouts.action `0s` is not a duration"),
+        ("{ progress: 1m }", "unknown field `progress`"),
+    ] {
+        ws.manifest(&with_bystander(&format!("  t: {{ type: ./fixture, timeouts: {timeouts} }}\n")));
+        let run = ws.plan(&[]);
+        assert_failed(&run, 2, &[expected]);
+    }
+    let run = ws.apply(&["--timeout", "1s", "--state-timeout", "2s"]);
+    assert_eq!(run.code, 2, "--timeout sets both limits: it cannot be given with either: {}", run.all());
+}

@@ -121,7 +121,7 @@ pub(super) async fn pass(
     stop: &Stop,
 ) -> Result<Summary, CliError> {
     let manifest = Arc::new(load(args)?);
-    let mut options = RunOptions { verbose: args.verbose, timeout: args.timeout, ..RunOptions::default() };
+    let mut options = RunOptions { verbose: args.verbose, timeouts: args.timeouts.timeouts(), ..RunOptions::default() };
     if let Some(n) = args.parallelism {
         options.parallelism = usize::from(n);
     }

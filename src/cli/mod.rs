@@ -28,6 +28,7 @@ use std::time::Duration;
 
 use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
+use crate::engine::context::Timeouts;
 use crate::engine::executor::process::{BUILTIN_SUBCOMMAND, ProcessExecutor};
 use crate::engine::executor::{Dispatch, Executor};
 use crate::engine::validate::ValidatedManifest;
@@ -107,9 +108,8 @@ pub struct ManifestArgs {
     /// Run at most this many resource programs at once [default: number of CPUs].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     pub parallelism: Option<u16>,
-    /// Stop any single program invocation after this long.
-    #[arg(long, value_name = "DURATION", default_value = "15m", value_parser = humantime::parse_duration)]
-    pub timeout: Duration,
+    #[command(flatten)]
+    pub timeouts: TimeoutArgs,
     /// Output format.
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     pub output: OutputFormat,
@@ -119,6 +119,29 @@ pub struct ManifestArgs {
     #[cfg(feature = "docker")]
     #[command(flatten)]
     pub docker: DockerArgs,
+}
+
+/// How long programs may run; past it a program gets SIGTERM, then SIGKILL.
+#[derive(Debug, Args)]
+pub struct TimeoutArgs {
+    /// Stop every program invocation after this long (both limits below at once).
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration, conflicts_with_all = ["action_timeout", "state_timeout"])]
+    pub timeout: Option<Duration>,
+    /// Stop an action after this long (a resource's `timeouts.action` wins).
+    #[arg(long, value_name = "DURATION", default_value = "15m", value_parser = humantime::parse_duration)]
+    pub action_timeout: Duration,
+    /// Stop init and state reads after this long (a resource's `timeouts.state` wins).
+    #[arg(long, value_name = "DURATION", default_value = "2m", value_parser = humantime::parse_duration)]
+    pub state_timeout: Duration,
+}
+
+impl TimeoutArgs {
+    pub fn timeouts(&self) -> Timeouts {
+        match self.timeout {
+            Some(all) => Timeouts::all(all),
+            None => Timeouts { action: self.action_timeout, state: self.state_timeout },
+        }
+    }
 }
 
 /// How resource types that are Docker images run.
@@ -217,9 +240,8 @@ pub struct ControllerArgs {
     /// Programs run at once within one pass.
     #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..))]
     pub parallelism: u16,
-    /// Stop any single program invocation after this long.
-    #[arg(long, value_name = "DURATION", default_value = "15m", value_parser = humantime::parse_duration)]
-    pub timeout: Duration,
+    #[command(flatten)]
+    pub timeouts: TimeoutArgs,
     /// Where `/metrics`, `/healthz` and `/readyz` are served.
     #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8080")]
     pub metrics_addr: std::net::SocketAddr,
@@ -509,7 +531,7 @@ async fn controller(args: ControllerArgs) -> Result<Exit, CliError> {
         history_limit: args.history_limit,
         plug_root: args.plug_dir.unwrap_or(defaults.plug_root),
         parallelism: usize::from(args.parallelism),
-        timeout: args.timeout,
+        timeouts: args.timeouts.timeouts(),
     };
     let leader_election = args.leader_elect.then_some(LeaderElection {
         lease_name: args.lease_name,

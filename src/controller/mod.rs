@@ -55,8 +55,8 @@ pub struct Settings {
     pub plug_root: PathBuf,
     /// Programs run at once within one pass.
     pub parallelism: usize,
-    /// Each program invocation is stopped after this long.
-    pub timeout: Duration,
+    /// How long program invocations may run.
+    pub timeouts: crate::engine::context::Timeouts,
 }
 
 impl Default for Settings {
@@ -66,7 +66,7 @@ impl Default for Settings {
             history_limit: 50,
             plug_root: std::env::temp_dir().join("deployster-controller"),
             parallelism: 4,
-            timeout: Duration::from_secs(15 * 60),
+            timeouts: crate::engine::context::Timeouts::default(),
         }
     }
 }

@@ -247,7 +247,7 @@ async fn run_pass(
     term: &CancellationToken,
 ) -> Result<Passed, PassError> {
     let settings = &ctx.settings;
-    let options = RunOptions { parallelism: settings.parallelism, timeout: settings.timeout, run_id, verbose: false };
+    let options = RunOptions { parallelism: settings.parallelism, timeouts: settings.timeouts, run_id, verbose: false };
     let why = || interruption(ctx);
     let pass = Pass {
         manifest,

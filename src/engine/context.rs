@@ -22,8 +22,8 @@ pub struct RunOptions {
     pub parallelism: usize,
     /// Sets `verbose` in requests and streams programs' stderr for init and state.
     pub verbose: bool,
-    /// Each invocation is stopped after this long.
-    pub timeout: Duration,
+    /// How long an invocation may run before it is stopped (SIGTERM, then SIGKILL).
+    pub timeouts: Timeouts,
     /// Identifies the run in labels and logs.
     pub run_id: String,
 }
@@ -33,9 +33,30 @@ impl Default for RunOptions {
         Self {
             parallelism: std::thread::available_parallelism().map_or(4, |n| n.get()),
             verbose: false,
-            timeout: Duration::from_secs(15 * 60),
+            timeouts: Timeouts::default(),
             run_id: new_run_id(),
         }
+    }
+}
+
+/// How long invocations may run: actions, and everything else (init, state).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    pub action: Duration,
+    pub state: Duration,
+}
+
+impl Default for Timeouts {
+    /// 15 minutes for actions, 2 for init and state.
+    fn default() -> Self {
+        Self { action: Duration::from_secs(15 * 60), state: Duration::from_secs(2 * 60) }
+    }
+}
+
+impl Timeouts {
+    /// The same limit for every invocation.
+    pub fn all(limit: Duration) -> Self {
+        Self { action: limit, state: limit }
     }
 }
 
@@ -95,7 +116,10 @@ impl Context {
             mounts: mounts.to_vec(),
             env: self.environment(i, phase),
             workdir: Some(resource.workspace.clone()),
-            timeout: self.options.timeout,
+            timeout: match phase {
+                Phase::Action(_) => resource.timeouts.action.unwrap_or(self.options.timeouts.action),
+                _ => resource.timeouts.state.unwrap_or(self.options.timeouts.state),
+            },
             labels: InvocationLabels {
                 manifest: self.manifest.name.clone(),
                 resource: resource.name.clone(),

@@ -80,6 +80,27 @@ pub struct ResourceSpec {
     /// may use variables).
     #[serde(default, deserialize_with = "unique_keys", skip_serializing_if = "IndexMap::is_empty")]
     pub env: IndexMap<String, String>,
+    /// How long this resource's programs may run (`30m`, `90s`): `action` for actions, `state`
+    /// for init and state reads; the command line's (or the controller's) limits otherwise.
+    #[serde(default, skip_serializing_if = "ResourceTimeouts::is_empty")]
+    pub timeouts: ResourceTimeouts,
+}
+
+/// A resource's own time limits, as written.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "kube", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub struct ResourceTimeouts {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+}
+
+impl ResourceTimeouts {
+    pub fn is_empty(&self) -> bool {
+        self.action.is_none() && self.state.is_none()
+    }
 }
 
 fn empty_object() -> Value {

@@ -122,6 +122,15 @@ pub struct Resource {
     pub workspace: PathBuf,
     /// The manifest's `env` with the resource's over it, rendered.
     pub env: Vec<(String, String)>,
+    /// Its own time limits, where it sets them.
+    pub timeouts: Limits,
+}
+
+/// A resource's own time limits.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Limits {
+    pub action: Option<std::time::Duration>,
+    pub state: Option<std::time::Duration>,
 }
 
 impl Resource {
@@ -368,6 +377,16 @@ fn check_resource(
         }
     };
     let implicit = check_references(Some(name), &config, &prefix, &aliases, names, vars, checker);
+    let mut limit = |which: &str, text: Option<&str>| {
+        let text = text?;
+        match humantime::parse_duration(text.trim()) {
+            Ok(d) if !d.is_zero() => Some(d),
+            _ => {
+                checker.report(at, format!("timeouts.{which} `{text}` is not a duration such as 90s or 30m"));
+                None
+            }
+        }
+    };
     Some(Resource {
         name: name.to_string(),
         type_name: spec.type_ref.clone().unwrap_or_default().trim().to_string(),
@@ -378,6 +397,10 @@ fn check_resource(
         config,
         workspace,
         env: Vec::new(),
+        timeouts: Limits {
+            action: limit("action", spec.timeouts.action.as_deref()),
+            state: limit("state", spec.timeouts.state.as_deref()),
+        },
     })
 }
 
