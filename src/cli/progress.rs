@@ -147,6 +147,19 @@ impl Observer for Progress {
                 }
             }
             RunEvent::Outputs(Err(why)) => self.note(&format!("error: the outputs could not be rendered: {why}")),
+            RunEvent::Progress { resource, phase, percent } => {
+                let text = format!("{resource}: {phase} {percent:.0}%");
+                match self.bars {
+                    Some(_) => self.busy(resource, text),
+                    // Off a terminal (and with JSON on stdout): a line per reported change.
+                    None => self.note(&text),
+                }
+            }
+            RunEvent::ActionFinished { resource, action, results, .. } if !results.is_empty() => {
+                for (key, value) in results {
+                    self.say(&format!("  {resource}/{action} result: {key} = {value}"));
+                }
+            }
             RunEvent::Outputs(_)
             | RunEvent::StateFound { .. }
             | RunEvent::ActionFinished { .. }

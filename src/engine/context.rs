@@ -1,7 +1,7 @@
 //! What every step of one run shares: the manifest, the options, the executor behind a
 //! semaphore, the observers and the cancellation — and running one program for a resource.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::Semaphore;
@@ -11,6 +11,7 @@ use super::error::{Cause, Phase, ResourceError};
 use super::events::{IntentError, Observer, RunEvent};
 use super::executor::process::RUN_ID_ENV;
 use super::executor::{Executor, Invocation, InvocationLabels, LineSink, Mount, Outcome as ExecOutcome, Stream};
+use super::messages::{Line, Message, Progress, Reader};
 use super::protocol::Invocable;
 use super::typeref::TypeRef;
 use super::validate::ValidatedManifest;
@@ -60,6 +61,40 @@ impl Timeouts {
     }
 }
 
+/// What an action's messages said so far.
+#[derive(Debug, Default)]
+struct Read {
+    reader: Reader,
+    percent: Option<f64>,
+    results: Vec<(String, String)>,
+    /// The last message's error.
+    error: Option<String>,
+    /// The first message that broke the format.
+    invalid: Option<String>,
+    /// Stdout without the messages (the first 64 KiB), for a failure's message.
+    text: String,
+}
+
+impl Read {
+    /// Takes a message in; returns the progress to show when it moved.
+    fn take(&mut self, message: Message) -> Option<f64> {
+        self.results.extend(message.results);
+        if message.error.is_some() {
+            self.error = message.error;
+        }
+        let now = match message.progress? {
+            Progress::At(p) => p,
+            Progress::Plus(p) => self.percent.unwrap_or(0.0) + p,
+        };
+        if self.percent.is_some_and(|before| now < before) {
+            self.invalid.get_or_insert(format!("progress went backwards, to {now}"));
+            return None;
+        }
+        self.percent = Some(now.min(100.0));
+        self.percent
+    }
+}
+
 /// A fresh deployment id: a UUIDv7, so ids sort by time.
 pub fn new_run_id() -> String {
     uuid::Uuid::now_v7().to_string()
@@ -87,8 +122,9 @@ impl Context {
         result.map_err(|e| ResourceError::new(Phase::Action(action.into()), cause(e)))
     }
 
-    /// Runs one program for resource `i` and requires it to exit 0. `stream_all` sends every
-    /// output line to the observer (actions); otherwise only stderr, and only when verbose.
+    /// Runs one program for resource `i` and requires it to exit 0. `stream_all` (actions)
+    /// reads the program's messages on stdout (see [`super::messages`]) and sends every other
+    /// output line to the observer; otherwise only stderr goes, and only when verbose.
     pub(crate) async fn run_program(
         &self,
         i: usize,
@@ -98,7 +134,21 @@ impl Context {
         stdin: Vec<u8>,
         stream_all: bool,
     ) -> Result<ExecOutcome, ResourceError> {
+        self.run_reading(i, phase, invocable, mounts, stdin, stream_all).await.map(|(outcome, _)| outcome)
+    }
+
+    /// [`Context::run_program`], with the `result` pairs the program's messages reported.
+    pub(crate) async fn run_reading(
+        &self,
+        i: usize,
+        phase: &Phase,
+        invocable: &Invocable,
+        mounts: &[Mount],
+        stdin: Vec<u8>,
+        stream_all: bool,
+    ) -> Result<(ExecOutcome, Vec<(String, String)>), ResourceError> {
         let resource = &self.manifest.resources[i];
+        let read: Arc<Mutex<Read>> = Arc::default();
         let program = match &invocable.image {
             Some(image) => TypeRef::parse(image, &resource.workspace).map_err(|problem| {
                 ResourceError::new(
@@ -126,7 +176,7 @@ impl Context {
                 phase: phase.label(),
                 run_id: self.options.run_id.clone(),
             },
-            sink: self.sink(&resource.name, phase, stream_all),
+            sink: self.sink(&resource.name, phase, stream_all, &read),
             cancel: self.cancel.child_token(),
         };
         let _permit = self.permits.acquire().await.expect("the semaphore is never closed");
@@ -134,10 +184,33 @@ impl Context {
         let mask = &self.manifest.mask;
         let outcome =
             self.executor.invoke(invocation).await.map_err(|e| ResourceError::exec(phase.clone(), &e).masked(mask))?;
-        match outcome.exit.success() {
-            true => Ok(outcome),
-            false => Err(ResourceError::exit(phase.clone(), &outcome).masked(mask)),
+        let mut read = std::mem::take(&mut *read.lock().expect("messages lock"));
+        if let Some(Line::Invalid(why)) = read.reader.finish() {
+            read.invalid.get_or_insert(why);
         }
+        if !outcome.exit.success() {
+            // The seed: a failure's message is stderr's, or else the last message's error.
+            let error = match read.error.filter(|_| outcome.stderr.iter().all(u8::is_ascii_whitespace)) {
+                Some(message) => ResourceError::new(
+                    phase.clone(),
+                    Cause::Exit { exit: outcome.exit, output: format!("\n    {message}") },
+                ),
+                // Stdout as shown: without the messages.
+                None if stream_all => {
+                    let shown = ExecOutcome { stdout: read.text.into_bytes(), ..outcome.clone() };
+                    ResourceError::exit(phase.clone(), &shown)
+                }
+                None => ResourceError::exit(phase.clone(), &outcome),
+            };
+            return Err(error.masked(mask));
+        }
+        if let Some(why) = read.invalid {
+            let problem = format!("its [AGENT_MESSAGE] output is invalid: {why}");
+            return Err(
+                ResourceError::new(phase.clone(), Cause::Protocol { problem, output: String::new() }).masked(mask)
+            );
+        }
+        Ok((outcome, read.results))
     }
 
     /// What every program is told about itself, then the resource's own `env`.
@@ -162,13 +235,36 @@ impl Context {
         env
     }
 
-    fn sink(&self, resource: &str, phase: &Phase, stream_all: bool) -> Option<LineSink> {
+    fn sink(&self, resource: &str, phase: &Phase, stream_all: bool, read: &Arc<Mutex<Read>>) -> Option<LineSink> {
         if !stream_all && !self.options.verbose {
             return None;
         }
-        let (observer, mask) = (self.observer.clone(), self.manifest.mask.clone());
+        let (observer, mask, read) = (self.observer.clone(), self.manifest.mask.clone(), read.clone());
         let (resource, phase) = (resource.to_string(), phase.clone());
         Some(Arc::new(move |stream, line: &str| {
+            if stream_all && stream == Stream::Stdout {
+                let mut read = read.lock().expect("messages lock");
+                match read.reader.line(line) {
+                    Line::Text(text) => {
+                        if read.text.len() < 64 * 1024 {
+                            read.text.push_str(&text);
+                            read.text.push('\n');
+                        }
+                    }
+                    Line::Pending => return,
+                    Line::Invalid(why) => {
+                        read.invalid.get_or_insert(why);
+                        return;
+                    }
+                    Line::Message(message) => {
+                        if let Some(percent) = read.take(message) {
+                            let (resource, phase) = (resource.clone(), phase.clone());
+                            observer.on_event(&RunEvent::Progress { resource, phase, percent });
+                        }
+                        return;
+                    }
+                }
+            }
             if stream_all || stream == Stream::Stderr {
                 let (resource, phase, line) = (resource.clone(), phase.clone(), mask.text(line));
                 observer.on_event(&RunEvent::Output { resource, phase, stream, line });

@@ -16,17 +16,9 @@ use super::protocol::{Action, Status};
 #[derive(Debug, Clone, PartialEq)]
 pub enum RunEvent {
     /// A program is about to run for a resource.
-    Invoking {
-        resource: String,
-        phase: Phase,
-    },
+    Invoking { resource: String, phase: Phase },
     /// A line a program printed (actions always; init and state only when verbose).
-    Output {
-        resource: String,
-        phase: Phase,
-        stream: Stream,
-        line: String,
-    },
+    Output { resource: String, phase: Phase, stream: Stream, line: String },
     /// A state action answered; `verify` when it ran after the actions.
     StateFound {
         resource: String,
@@ -35,24 +27,21 @@ pub enum RunEvent {
         /// What the state was read for.
         inputs: Inputs,
     },
+    /// A running action reported its progress, in percent.
+    Progress { resource: String, phase: Phase, percent: f64 },
     ActionFinished {
         resource: String,
         action: String,
         elapsed: Duration,
         error: Option<String>,
+        /// The `result` pairs its messages reported (sensitive values masked).
+        results: Vec<(String, String)>,
     },
     /// A resource reached its final state for this plan or apply. `label` is what the plan or
     /// report shows (VALID, STALE, APPLIED, FAILED…).
-    Settled {
-        resource: String,
-        label: &'static str,
-        elapsed: Duration,
-        message: Option<String>,
-    },
+    Settled { resource: String, label: &'static str, elapsed: Duration, message: Option<String> },
     /// A run that never recorded its end was found and dealt with (see `pass::recover`).
-    Recovered {
-        description: String,
-    },
+    Recovered { description: String },
     /// The manifest's outputs, rendered once every resource is VALID (sensitive values
     /// masked), or why they could not be.
     Outputs(Result<serde_json::Value, String>),

@@ -13,6 +13,7 @@ pub mod expr;
 pub mod graph;
 pub(crate) mod init;
 pub mod manifest;
+pub mod messages;
 pub mod plan;
 pub mod protocol;
 pub(crate) mod resource;

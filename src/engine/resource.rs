@@ -147,12 +147,18 @@ pub(crate) async fn apply_actions(
         }
         ctx.record_intent(i, &action.name).await?;
         let started = Instant::now();
-        let result = ctx.run_program(i, &phase, &action.invocable, &types[i].mounts, stdin.clone(), true).await;
+        let result = ctx.run_reading(i, &phase, &action.invocable, &types[i].mounts, stdin.clone(), true).await;
+        let mask = &ctx.manifest.mask;
+        let results = result.as_ref().map_or_else(
+            |_| Vec::new(),
+            |(_, results)| results.iter().map(|(k, v)| (k.clone(), mask.text(v))).collect(),
+        );
         ctx.emit(RunEvent::ActionFinished {
             resource: name.clone(),
             action: action.name.clone(),
             elapsed: started.elapsed(),
             error: result.as_ref().err().map(ToString::to_string),
+            results,
         });
         result?;
         ran.push(action.name.clone());

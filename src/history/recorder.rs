@@ -260,13 +260,18 @@ impl Observer for Recorder {
             RunEvent::StateFound { verify: true, .. }
             | RunEvent::Output { .. }
             | RunEvent::Invoking { .. }
+            | RunEvent::Progress { .. }
             | RunEvent::Recovered { .. } => {}
-            RunEvent::ActionFinished { resource, action, elapsed, error } => {
+            RunEvent::ActionFinished { resource, action, elapsed, error, results } => {
                 let (event, mut detail) = match error {
                     None => (Event::ActionFinishedSuccessfully, json!({})),
                     Some(message) => (Event::ActionFailed, json!({"message": cut(message)})),
                 };
                 detail["duration_ms"] = json!(elapsed.as_millis());
+                if !results.is_empty() {
+                    let pairs: Vec<Value> = results.iter().map(|(k, v)| json!({"key": k, "value": cut(v)})).collect();
+                    detail["result"] = json!(pairs);
+                }
                 self.buffer(self.entry(target::action(resource, action), event, detail));
             }
             RunEvent::Settled { resource, label, elapsed, message } => {
@@ -374,6 +379,7 @@ mod tests {
             action: "create".into(),
             elapsed: Duration::from_millis(5),
             error: None,
+            results: vec![],
         });
         recorder.on_event(&found("a", Status::Valid, true, json!({"p": 1})));
         recorder.on_event(&RunEvent::Settled {

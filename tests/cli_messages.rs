@@ -1,0 +1,104 @@
+//! Messages on an action's stdout (seed 004): progress, results and errors, read while the
+//! action runs and kept out of the output shown.
+
+mod support;
+
+use std::os::unix::fs::PermissionsExt;
+
+use support::Workspace;
+
+/// A type whose `create` action behaves by resource name; MISSING until it succeeded once.
+fn messaging_type(ws: &Workspace) {
+    let script = ws.write(
+        "talker",
+        r#"#!/bin/sh
+dir="$(dirname "$0")"
+case "$1" in
+  "") echo '{"state_action": {"args": ["state"]}}' ;;
+  state) if [ -e "$dir/$DEPLOYSTER_RESOURCE.done" ]; then echo '{"status": "VALID", "state": {}}';
+         else echo '{"status": "MISSING", "actions": [{"name": "create", "args": ["create"]}]}'; fi ;;
+  create)
+    case "$DEPLOYSTER_RESOURCE" in
+      good)
+        echo "starting"
+        echo "[AGENT_MESSAGE] 10.0 [AGENT_MESSAGE_END]"
+        echo "[AGENT_MESSAGE] +40"
+        echo "[AGENT_MESSAGE]"
+        echo '{"progress": 100, "result": [{"key": "url", "value": "http://x"}],'
+        echo '}'
+        echo "[AGENT_MESSAGE_END]"
+        echo "done" ;;
+      quiet_failure)
+        echo '[AGENT_MESSAGE] {"error": 42, "errorMsg": "disk full"} [AGENT_MESSAGE_END]'
+        exit 3 ;;
+      loud_failure)
+        echo '[AGENT_MESSAGE] {"errorMsg": "not this one"} [AGENT_MESSAGE_END]'
+        echo "stderr says why" >&2
+        exit 3 ;;
+      garbage) echo "[AGENT_MESSAGE] not json [AGENT_MESSAGE_END]" ;;
+      backwards) echo "[AGENT_MESSAGE] 60 [AGENT_MESSAGE_END]"; echo "[AGENT_MESSAGE] 20 [AGENT_MESSAGE_END]" ;;
+      unterminated) echo "[AGENT_MESSAGE]"; echo '{"progress": 5' ;;
+    esac
+    [ "$DEPLOYSTER_RESOURCE" = good ] && touch "$dir/$DEPLOYSTER_RESOURCE.done"
+    exit 0 ;;
+esac
+"#,
+    );
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+#[test]
+fn progress_and_results_are_read_and_kept_out_of_the_output() {
+    let ws = Workspace::new();
+    messaging_type(&ws);
+    ws.manifest("resources:\n  good: { type: ./talker }\n");
+    let run = ws.apply(&[]);
+    assert_eq!(run.code, 0, "{}", run.all());
+    assert!(
+        run.stdout.contains("good/create | starting") && run.stdout.contains("good/create | done"),
+        "{}",
+        run.all()
+    );
+    assert!(!run.all().contains("AGENT_MESSAGE"), "messages are not output:\n{}", run.all());
+    for percent in ["10%", "50%", "100%"] {
+        assert!(run.stderr.contains(&format!("good: action create {percent}")), "{percent}:\n{}", run.all());
+    }
+    assert!(run.stdout.contains("good/create result: url = http://x"), "{}", run.all());
+    let log = ws.run(&["history", "--output", "json", "--limit", "100"]).json();
+    let finished = log["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["event"] == "action-finished-successfully")
+        .expect("the action's result is recorded");
+    assert_eq!(finished["detail"]["result"], serde_json::json!([{"key": "url", "value": "http://x"}]));
+}
+
+#[test]
+fn a_failed_action_says_stderr_first_then_its_last_message() {
+    let ws = Workspace::new();
+    messaging_type(&ws);
+    ws.manifest("resources:\n  quiet_failure: { type: ./talker }\n  loud_failure: { type: ./talker }\n");
+    let run = ws.apply(&[]);
+    assert_eq!(run.code, 1, "{}", run.all());
+    assert!(run.stderr.contains("disk full (error 42)"), "{}", run.all());
+    assert!(run.stderr.contains("stderr says why") && !run.stderr.contains("not this one"), "{}", run.all());
+}
+
+#[test]
+fn messages_that_break_the_format_fail_the_action_clearly() {
+    for (resource, why) in [
+        ("garbage", "a message that is neither a number nor a JSON object"),
+        ("backwards", "progress went backwards, to 20"),
+        ("unterminated", "a message without [AGENT_MESSAGE_END]"),
+    ] {
+        let ws = Workspace::new();
+        messaging_type(&ws);
+        ws.manifest(&format!("resources:\n  {resource}: {{ type: ./talker }}\n"));
+        let run = ws.apply(&[]);
+        assert_eq!(run.code, 1, "{resource}: {}", run.all());
+        let expected = format!("its [AGENT_MESSAGE] output is invalid: {why}");
+        assert!(run.stderr.contains(&format!("resource `{resource}` failed in action create")), "{}", run.all());
+        assert!(run.stderr.contains(&expected), "{resource}: {}", run.all());
+    }
+}
