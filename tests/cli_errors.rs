@@ -478,7 +478,8 @@ fn time_limits_that_are_not_durations_are_refused() {
         ("{ state: -5s }", "timeouts.state `-5s` is not a duration such as 90s or 30m"),
         ("{ action: soon }", "timeouts.action `soon` is not a duration such as 90s or 30m"),
         ("{ action: 0s }", "timeouts.action `0s` is not a duration"),
-        ("{ progress: 1m }", "unknown field `progress`"),
+        ("{ progress: never }", "timeouts.progress `never` is not a duration"),
+        ("{ total: 1m }", "unknown field `total`"),
     ] {
         ws.manifest(&with_bystander(&format!("  t: {{ type: ./fixture, timeouts: {timeouts} }}\n")));
         let run = ws.plan(&[]);

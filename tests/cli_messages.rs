@@ -38,8 +38,10 @@ case "$1" in
       garbage) echo "[AGENT_MESSAGE] not json [AGENT_MESSAGE_END]" ;;
       backwards) echo "[AGENT_MESSAGE] 60 [AGENT_MESSAGE_END]"; echo "[AGENT_MESSAGE] 20 [AGENT_MESSAGE_END]" ;;
       unterminated) echo "[AGENT_MESSAGE]"; echo '{"progress": 5' ;;
+      stalls) echo "[AGENT_MESSAGE] 10 [AGENT_MESSAGE_END]"; sleep 20 ;;
+      slow) for i in 1 2 3 4 5 6; do echo "[AGENT_MESSAGE] +10"; sleep 0.4; done ;;
     esac
-    [ "$DEPLOYSTER_RESOURCE" = good ] && touch "$dir/$DEPLOYSTER_RESOURCE.done"
+    case "$DEPLOYSTER_RESOURCE" in good|slow) touch "$dir/$DEPLOYSTER_RESOURCE.done" ;; esac
     exit 0 ;;
 esac
 "#,
@@ -101,4 +103,25 @@ fn messages_that_break_the_format_fail_the_action_clearly() {
         assert!(run.stderr.contains(&format!("resource `{resource}` failed in action create")), "{}", run.all());
         assert!(run.stderr.contains(&expected), "{resource}: {}", run.all());
     }
+}
+
+/// The progress timeout stops an action that reported progress once and then stalled, not one
+/// that is slow but keeps reporting.
+#[test]
+fn a_stalled_action_is_stopped_and_a_slow_one_is_not() {
+    let ws = Workspace::new();
+    messaging_type(&ws);
+    ws.manifest(
+        "resources:\n  stalls: { type: ./talker, timeouts: { progress: 1s } }\n  slow: { type: ./talker, timeouts: { progress: 1s } }\n",
+    );
+    let started = std::time::Instant::now();
+    let run = ws.apply(&[]);
+    assert_eq!(run.code, 1, "{}", run.all());
+    assert!(
+        run.stderr.contains("resource `stalls` failed in action create") && run.stderr.contains("reported no progress for 1s and was stopped"),
+        "{}",
+        run.all()
+    );
+    assert!(ws.exists("slow.done"), "a slow action that keeps reporting runs to its end:\n{}", run.all());
+    assert!(started.elapsed() < std::time::Duration::from_secs(15), "the stalled action was not left to its sleep");
 }

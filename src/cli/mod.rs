@@ -133,13 +133,19 @@ pub struct TimeoutArgs {
     /// Stop init and state reads after this long (a resource's `timeouts.state` wins).
     #[arg(long, value_name = "DURATION", default_value = "2m", value_parser = humantime::parse_duration)]
     pub state_timeout: Duration,
+    /// Stop an action that reported progress and then no increase for this long (a resource's
+    /// `timeouts.progress` wins).
+    #[arg(long, value_name = "DURATION", default_value = "1m", value_parser = humantime::parse_duration)]
+    pub progress_timeout: Duration,
 }
 
 impl TimeoutArgs {
     pub fn timeouts(&self) -> Timeouts {
         match self.timeout {
-            Some(all) => Timeouts::all(all),
-            None => Timeouts { action: self.action_timeout, state: self.state_timeout },
+            Some(all) => Timeouts { progress: self.progress_timeout, ..Timeouts::all(all) },
+            None => {
+                Timeouts { action: self.action_timeout, state: self.state_timeout, progress: self.progress_timeout }
+            }
         }
     }
 }

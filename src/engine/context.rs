@@ -45,19 +45,25 @@ impl Default for RunOptions {
 pub struct Timeouts {
     pub action: Duration,
     pub state: Duration,
+    /// An action that reported progress once and then no increase for this long is stopped.
+    pub progress: Duration,
 }
 
 impl Default for Timeouts {
     /// 15 minutes for actions, 2 for init and state.
     fn default() -> Self {
-        Self { action: Duration::from_secs(15 * 60), state: Duration::from_secs(2 * 60) }
+        Self {
+            action: Duration::from_secs(15 * 60),
+            state: Duration::from_secs(2 * 60),
+            progress: Duration::from_secs(60),
+        }
     }
 }
 
 impl Timeouts {
     /// The same limit for every invocation.
     pub fn all(limit: Duration) -> Self {
-        Self { action: limit, state: limit }
+        Self { action: limit, state: limit, ..Self::default() }
     }
 }
 
@@ -73,6 +79,10 @@ struct Read {
     invalid: Option<String>,
     /// Stdout without the messages (the first 64 KiB), for a failure's message.
     text: String,
+    /// When progress last increased.
+    moved: Option<std::time::Instant>,
+    /// Set when the action was stopped for reporting no progress for this long.
+    stalled: Option<Duration>,
 }
 
 impl Read {
@@ -89,6 +99,9 @@ impl Read {
         if self.percent.is_some_and(|before| now < before) {
             self.invalid.get_or_insert(format!("progress went backwards, to {now}"));
             return None;
+        }
+        if self.percent.is_none_or(|before| now > before) {
+            self.moved = Some(std::time::Instant::now());
         }
         self.percent = Some(now.min(100.0));
         self.percent
@@ -149,6 +162,23 @@ impl Context {
     ) -> Result<(ExecOutcome, Vec<(String, String)>), ResourceError> {
         let resource = &self.manifest.resources[i];
         let read: Arc<Mutex<Read>> = Arc::default();
+        let cancel = self.cancel.child_token();
+        // An action that reported progress and then stopped increasing it is stopped.
+        let stall = resource.timeouts.progress.unwrap_or(self.options.timeouts.progress);
+        let watchdog = matches!(phase, Phase::Action(_)).then(|| {
+            let (read, cancel) = (read.clone(), cancel.clone());
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(Duration::from_millis(200).min(stall)).await;
+                    let mut read = read.lock().expect("messages lock");
+                    if read.moved.is_some_and(|at| at.elapsed() >= stall) {
+                        read.stalled = Some(stall);
+                        cancel.cancel();
+                        return;
+                    }
+                }
+            })
+        });
         let program = match &invocable.image {
             Some(image) => TypeRef::parse(image, &resource.workspace).map_err(|problem| {
                 ResourceError::new(
@@ -177,14 +207,21 @@ impl Context {
                 run_id: self.options.run_id.clone(),
             },
             sink: self.sink(&resource.name, phase, stream_all, &read),
-            cancel: self.cancel.child_token(),
+            cancel,
         };
         let _permit = self.permits.acquire().await.expect("the semaphore is never closed");
         self.emit(RunEvent::Invoking { resource: resource.name.clone(), phase: phase.clone() });
         let mask = &self.manifest.mask;
-        let outcome =
-            self.executor.invoke(invocation).await.map_err(|e| ResourceError::exec(phase.clone(), &e).masked(mask))?;
+        let invoked = self.executor.invoke(invocation).await;
+        if let Some(watchdog) = watchdog {
+            watchdog.abort();
+        }
         let mut read = std::mem::take(&mut *read.lock().expect("messages lock"));
+        if let Some(stall) = read.stalled.filter(|_| invoked.is_err()) {
+            let message = format!("reported no progress for {} and was stopped", humantime::format_duration(stall));
+            return Err(ResourceError::new(phase.clone(), Cause::Exec { reason: "ProgressTimedOut", message }));
+        }
+        let outcome = invoked.map_err(|e| ResourceError::exec(phase.clone(), &e).masked(mask))?;
         if let Some(Line::Invalid(why)) = read.reader.finish() {
             read.invalid.get_or_insert(why);
         }

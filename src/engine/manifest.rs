@@ -95,11 +95,14 @@ pub struct ResourceTimeouts {
     pub action: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<String>,
+    /// An action that reported progress and then no increase for this long is stopped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<String>,
 }
 
 impl ResourceTimeouts {
     pub fn is_empty(&self) -> bool {
-        self.action.is_none() && self.state.is_none()
+        self.action.is_none() && self.state.is_none() && self.progress.is_none()
     }
 }
 

@@ -131,6 +131,7 @@ pub struct Resource {
 pub struct Limits {
     pub action: Option<std::time::Duration>,
     pub state: Option<std::time::Duration>,
+    pub progress: Option<std::time::Duration>,
 }
 
 impl Resource {
@@ -400,6 +401,7 @@ fn check_resource(
         timeouts: Limits {
             action: limit("action", spec.timeouts.action.as_deref()),
             state: limit("state", spec.timeouts.state.as_deref()),
+            progress: limit("progress", spec.timeouts.progress.as_deref()),
         },
     })
 }
