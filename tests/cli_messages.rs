@@ -118,7 +118,8 @@ fn a_stalled_action_is_stopped_and_a_slow_one_is_not() {
     let run = ws.apply(&[]);
     assert_eq!(run.code, 1, "{}", run.all());
     assert!(
-        run.stderr.contains("resource `stalls` failed in action create") && run.stderr.contains("reported no progress for 1s and was stopped"),
+        run.stderr.contains("resource `stalls` failed in action create")
+            && run.stderr.contains("reported no progress for 1s and was stopped"),
         "{}",
         run.all()
     );
