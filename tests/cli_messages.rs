@@ -74,6 +74,8 @@ fn progress_and_results_are_read_and_kept_out_of_the_output() {
         .find(|e| e["event"] == "action-finished-successfully")
         .expect("the action's result is recorded");
     assert_eq!(finished["detail"]["result"], serde_json::json!([{"key": "url", "value": "http://x"}]));
+    let text = ws.run(&["history", "--resource", "good"]);
+    assert!(text.stdout.contains("action-finished-successfully  result: url=http://x"), "{}", text.stdout);
 }
 
 #[test]

@@ -87,8 +87,23 @@ fn revision_line(entry: Option<&Entry>) -> String {
 }
 
 fn event_line(entry: &Entry) -> String {
-    let message =
-        entry.detail.get("message").and_then(Value::as_str).and_then(|m| m.lines().next()).unwrap_or_default();
+    let mut message = entry
+        .detail
+        .get("message")
+        .and_then(Value::as_str)
+        .and_then(|m| m.lines().next())
+        .unwrap_or_default()
+        .to_string();
+    // An action's results (seed-004 messages), as `key=value`.
+    let results: Vec<String> = entry.detail["result"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|r| format!("{}={}", r["key"].as_str().unwrap_or_default(), r["value"].as_str().unwrap_or_default()))
+        .collect();
+    if !results.is_empty() {
+        message = format!("{message} result: {}", results.join(", ")).trim_start().to_string();
+    }
     format!(
         "  {}  {}  {}  {:<40} {:<29} {message}",
         format_time(entry.at),
