@@ -141,10 +141,15 @@ fn find_revision(revisions: &[Revision], number: i64) -> Result<&Revision, CliEr
 
 /// `history --revisions`.
 pub(super) fn revisions(log: &SqliteLog, format: OutputFormat) -> Result<(), CliError> {
+    // Outcomes come from the manifest's own entries: read them once, not once per revision.
+    let mut runs = log.recent(target::MANIFEST, usize::MAX)?;
+    runs.reverse();
     let mut rows = Vec::new();
     for revision in log.revisions()?.into_iter().rev() {
-        let outcome = outcome(&log.entries_at(&revision)?);
-        rows.push((revision, outcome));
+        let number = revision.number.to_string();
+        let at: Vec<Entry> =
+            runs.iter().filter(|e| e.revision == number || e.revision == revision.hash).cloned().collect();
+        rows.push((revision, outcome(&at)));
     }
     match format {
         OutputFormat::Json => print_json(&json!(

@@ -135,23 +135,11 @@ impl Context {
         result.map_err(|e| ResourceError::new(Phase::Action(action.into()), cause(e)))
     }
 
-    /// Runs one program for resource `i` and requires it to exit 0. `stream_all` (actions)
-    /// reads the program's messages on stdout (see [`super::messages`]) and sends every other
-    /// output line to the observer; otherwise only stderr goes, and only when verbose.
+    /// Runs one program for resource `i` and requires it to exit 0; returns its outcome and
+    /// the `result` pairs its messages reported. `stream_all` (actions) reads the program's
+    /// messages on stdout (see [`super::messages`]) and sends every other output line to the
+    /// observer; otherwise only stderr goes, and only when verbose.
     pub(crate) async fn run_program(
-        &self,
-        i: usize,
-        phase: &Phase,
-        invocable: &Invocable,
-        mounts: &[Mount],
-        stdin: Vec<u8>,
-        stream_all: bool,
-    ) -> Result<ExecOutcome, ResourceError> {
-        self.run_reading(i, phase, invocable, mounts, stdin, stream_all).await.map(|(outcome, _)| outcome)
-    }
-
-    /// [`Context::run_program`], with the `result` pairs the program's messages reported.
-    pub(crate) async fn run_reading(
         &self,
         i: usize,
         phase: &Phase,

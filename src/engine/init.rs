@@ -126,7 +126,7 @@ async fn init_one(ctx: &Context, i: usize) -> Result<ResourceType, ResourceError
     let resource = &ctx.manifest.resources[i];
     let request = InitRequest::for_resource(resource, ctx.options.verbose);
     let stdin = serde_json::to_vec(&request).expect("requests serialize");
-    let outcome = ctx.run_program(i, &Phase::Init, &Invocable::default(), &[], stdin, false).await?;
+    let (outcome, _) = ctx.run_program(i, &Phase::Init, &Invocable::default(), &[], stdin, false).await?;
     let init =
         protocol::parse_init(&outcome.stdout).map_err(|e| ResourceError::protocol(Phase::Init, e.problem, &outcome))?;
     let schema = match &init.config_schema {

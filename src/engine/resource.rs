@@ -106,7 +106,7 @@ pub(crate) async fn read_state(
 ) -> Result<StateResponse, ResourceError> {
     let stdin = serde_json::to_vec(request).expect("requests serialize");
     let action = &types[i].init.state_action;
-    let outcome = ctx.run_program(i, phase, action, &types[i].mounts, stdin, false).await?;
+    let (outcome, _) = ctx.run_program(i, phase, action, &types[i].mounts, stdin, false).await?;
     let response = protocol::parse_state(&outcome.stdout)
         .map_err(|e| ResourceError::protocol(phase.clone(), e.problem, &outcome).masked(&ctx.manifest.mask))?;
     ctx.emit(RunEvent::StateFound {
@@ -147,7 +147,7 @@ pub(crate) async fn apply_actions(
         }
         ctx.record_intent(i, &action.name).await?;
         let started = Instant::now();
-        let result = ctx.run_reading(i, &phase, &action.invocable, &types[i].mounts, stdin.clone(), true).await;
+        let result = ctx.run_program(i, &phase, &action.invocable, &types[i].mounts, stdin.clone(), true).await;
         let mask = &ctx.manifest.mask;
         let results = result.as_ref().map_or_else(
             |_| Vec::new(),
