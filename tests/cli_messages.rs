@@ -79,6 +79,24 @@ fn progress_and_results_are_read_and_kept_out_of_the_output() {
 }
 
 #[test]
+fn json_output_carries_each_action_s_results() {
+    let ws = Workspace::new();
+    messaging_type(&ws);
+    ws.manifest("resources:\n  good: { type: ./talker }\n");
+    let run = ws.apply(&["--output", "json"]);
+    assert_eq!(run.code, 0, "{}", run.all());
+    let doc = run.json();
+    let good = doc["result"].as_array().unwrap().iter().find(|e| e["name"] == "good").expect("good in the result");
+    assert_eq!(good["actions"], serde_json::json!(["create"]));
+    assert_eq!(
+        good["results"],
+        serde_json::json!([{"action": "create", "result": [{"key": "url", "value": "http://x"}]}])
+    );
+    // Progress goes to stderr, one line per change, never into the JSON document.
+    assert!(run.stderr.contains("good: action create 100%"), "{}", run.all());
+}
+
+#[test]
 fn a_failed_action_says_stderr_first_then_its_last_message() {
     let ws = Workspace::new();
     messaging_type(&ws);

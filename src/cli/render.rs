@@ -106,8 +106,15 @@ fn entries_json(entries: &[ResourceEntry], mask: &Mask) -> Vec<Value> {
             match &e.standing {
                 Standing::Valid { state, applied } => {
                     v["state"] = mask.value(state);
-                    if let Some(actions) = applied {
-                        v["actions"] = json!(actions);
+                    if let Some(ran) = applied {
+                        v["actions"] = json!(ran.iter().map(|r| r.action.as_str()).collect::<Vec<_>>());
+                        v["results"] = json!(ran
+                            .iter()
+                            .map(|r| {
+                                let pairs: Vec<Value> = r.results.iter().map(|(k, v)| json!({"key": k, "value": v})).collect();
+                                json!({"action": r.action, "result": pairs})
+                            })
+                            .collect::<Vec<_>>());
                     }
                 }
                 Standing::NeedsActions { stale_state, actions, .. } => {

@@ -23,7 +23,7 @@ use crate::crd::{DeletionPolicy, Manifest, ManifestStatus};
 use crate::engine::PrepareError;
 use crate::engine::context::{RunOptions, new_run_id};
 use crate::engine::events::{ApproveAll, Approver, IntentError, Observer, RunEvent};
-use crate::engine::plan::Standing;
+use crate::engine::plan::{Standing, action_names};
 use crate::engine::validate::ValidatedManifest;
 use crate::history::MemoryLog;
 use crate::pass::{Ended, Mode, Pass, PassError, Passed};
@@ -298,8 +298,8 @@ fn pass_events(
         .entries()
         .iter()
         .filter_map(|e| match &e.standing {
-            Standing::Valid { applied: Some(actions), .. } if !drifts.iter().any(|d| d.resource == e.name) => {
-                Some(format!("{} ({})", e.name, actions.join(", ")))
+            Standing::Valid { applied: Some(ran), .. } if !drifts.iter().any(|d| d.resource == e.name) => {
+                Some(format!("{} ({})", e.name, action_names(ran)))
             }
             _ => None,
         })

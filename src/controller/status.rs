@@ -8,7 +8,7 @@ use crate::engine::validate::Mask;
 use serde_json::{Value, json};
 
 use crate::crd::{APPROVE_ANNOTATION, Condition, HistoryEntry, ManifestStatus, PendingPlan, ResourceStatus};
-use crate::engine::plan::{Plan, Report, ResourceEntry, Standing};
+use crate::engine::plan::{Plan, Report, ResourceEntry, Standing, action_names};
 use crate::history::recorder::Drift;
 use crate::history::{Entry, Event, format_time};
 
@@ -150,7 +150,7 @@ fn resource_status(e: &ResourceEntry, mask: &Mask) -> ResourceStatus {
         ..ResourceStatus::default()
     };
     r.message = match &e.standing {
-        Standing::Valid { applied: Some(actions), .. } => Some(format!("applied: {}", actions.join(", "))),
+        Standing::Valid { applied: Some(ran), .. } => Some(format!("applied: {}", action_names(ran))),
         Standing::Valid { applied: None, .. } => None,
         Standing::NeedsActions { actions, .. } => {
             let names: Vec<&str> = actions.iter().map(|a| a.name.as_str()).collect();

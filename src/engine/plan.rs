@@ -120,10 +120,10 @@ pub struct UnknownInput {
 /// for the coordinator in between.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Standing {
-    /// VALID, with its state; `applied` names the actions this run ran to make it so.
+    /// VALID, with its state; `applied` lists the actions this run ran to make it so.
     Valid {
         state: Value,
-        applied: Option<Vec<String>>,
+        applied: Option<Vec<Ran>>,
     },
     /// STALE or MISSING, and the actions that would make it VALID (a plan's finding).
     NeedsActions {
@@ -184,10 +184,23 @@ impl Standing {
             Standing::NeedsActions { actions, .. } => {
                 Some(actions.iter().map(|a| a.name.as_str()).collect::<Vec<_>>().join(", "))
             }
-            Standing::Valid { applied: Some(actions), .. } => Some(actions.join(", ")),
+            Standing::Valid { applied: Some(ran), .. } => Some(action_names(ran)),
             _ => None,
         }
     }
+}
+
+/// An action a run ran, with the result pairs it reported in its messages (sensitive values
+/// masked).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ran {
+    pub action: String,
+    pub results: Vec<(String, String)>,
+}
+
+/// The names of the actions `ran`, joined for a line of text.
+pub fn action_names(ran: &[Ran]) -> String {
+    ran.iter().map(|r| r.action.as_str()).collect::<Vec<_>>().join(", ")
 }
 
 /// One resource in a plan or a report.

@@ -12,7 +12,7 @@ use super::error::{Cause, Phase, ResourceError};
 use super::events::{Approver, RunEvent};
 use super::expr;
 use super::init::ResourceType;
-use super::plan::Inputs;
+use super::plan::{Inputs, Ran};
 use super::protocol::{self, Action, ActionRequest, DependencyView, InitRequest, StateRequest, StateResponse, Status};
 use super::validate::ValidatedManifest;
 
@@ -130,7 +130,7 @@ pub(crate) async fn apply_actions(
     known: &Knowledge,
     types: &[ResourceType],
     approver: &dyn Approver,
-) -> Result<(Value, Vec<String>), Stop> {
+) -> Result<(Value, Vec<Ran>), Stop> {
     let name = &ctx.manifest.resources[i].name;
     if !approver.approve_resource(name, status, actions).await {
         return Err(Stop::Declined);
@@ -158,10 +158,10 @@ pub(crate) async fn apply_actions(
             action: action.name.clone(),
             elapsed: started.elapsed(),
             error: result.as_ref().err().map(ToString::to_string),
-            results,
+            results: results.clone(),
         });
         result?;
-        ran.push(action.name.clone());
+        ran.push(Ran { action: action.name.clone(), results });
     }
     match read_state(ctx, i, &Phase::Verify, &request, types).await? {
         StateResponse::Valid { state } => Ok((state, ran)),

@@ -5,7 +5,7 @@ use serde_json::json;
 use super::*;
 use crate::engine::error::{Cause, Phase, ResourceError};
 use crate::engine::executor::Exit;
-use crate::engine::plan::ResourceEntry;
+use crate::engine::plan::{Ran, ResourceEntry};
 use crate::engine::protocol::Status;
 use crate::history::target;
 
@@ -38,7 +38,13 @@ fn pass(observed: Observed, now_ms: i64) -> PassResult {
 }
 
 fn applied(name: &str) -> (&str, Standing) {
-    (name, Standing::Valid { state: json!({"path": format!("/{name}")}), applied: Some(vec!["create".into()]) })
+    (
+        name,
+        Standing::Valid {
+            state: json!({"path": format!("/{name}")}),
+            applied: Some(vec![Ran { action: "create".into(), results: vec![] }]),
+        },
+    )
 }
 
 fn unchanged(name: &str) -> (&str, Standing) {
