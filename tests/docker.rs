@@ -128,6 +128,50 @@ fn plugs_are_mounted_read_only_unless_writable_was_asked() {
     assert_no_containers_left(env, &run_id);
 }
 
+/// Seed-004 messages from containers: progress and results read while the container runs, a
+/// failure's message from its last message when stderr is empty, a stalled action stopped by
+/// the progress timeout and its container removed.
+#[test]
+fn containers_report_progress_results_and_errors_in_messages() {
+    let env = docker_or_skip!();
+    let ws = plugs_workspace(&format!(
+        r#"  talks:
+    type: "{FIXTURE_PLUGS_IMAGE}"
+    config: {{ marker: /rw/talks.marker, progress_steps: 4, step_ms: 200, results: {{ url: "http://db:5432" }} }}
+  fails:
+    type: "{FIXTURE_PLUGS_IMAGE}"
+    config: {{ marker: /rw/fails.marker, quiet: true, action_exit: 4, error_msg: "quota exceeded" }}
+  stalls:
+    type: "{FIXTURE_PLUGS_IMAGE}"
+    timeouts: {{ progress: 2s }}
+    config: {{ marker: /rw/stalls.marker, progress_steps: 3, stall_after: 1 }}
+"#
+    ));
+    let (run, run_id) = apply(&ws, &[]);
+    assert_eq!(run.code, 1, "{}", run.all());
+    let doc: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    let talks = doc["result"].as_array().unwrap().iter().find(|e| e["name"] == "talks").unwrap();
+    assert_eq!(talks["status"], "APPLIED", "{}", run.all());
+    assert_eq!(
+        talks["results"],
+        serde_json::json!([{"action": "create", "result": [{"key": "url", "value": "http://db:5432"}]}])
+    );
+    for line in ["talks: action create 25%", "talks: action create 100%"] {
+        assert!(run.stderr.contains(line), "missing {line:?}:\n{}", run.all());
+    }
+    assert!(!run.all().contains("AGENT_MESSAGE"), "messages are not shown as output:\n{}", run.all());
+    assert!(run.stderr.contains("resource `fails` failed in action create"), "{}", run.all());
+    assert!(run.stderr.contains("quota exceeded"), "the last message says why:\n{}", run.all());
+    assert!(
+        run.stderr.contains("resource `stalls` failed in action create")
+            && run.stderr.contains("reported no progress for 2s and was stopped"),
+        "{}",
+        run.all()
+    );
+    assert!(!ws.exists("rw/stalls.marker"));
+    assert_no_containers_left(env, &run_id);
+}
+
 #[test]
 fn actions_may_use_another_image_or_override_the_entrypoint() {
     let env = docker_or_skip!();

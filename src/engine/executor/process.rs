@@ -175,17 +175,19 @@ impl ProcessExecutor {
         })
     }
 
-    /// Stops the whole process group: SIGTERM, then SIGKILL after the grace period.
-    async fn stop(&self, child: &mut Child) {
-        let Some(pid) = child.id() else { return };
+    /// Ends a program whose time is up or whose run was cancelled: SIGTERM to its whole process
+    /// group, then SIGKILL to the group after the grace period. Its output is still read (and
+    /// shown) meanwhile, so that a program cleaning up can say so — and is not killed by a closed
+    /// pipe before it has. `work` finishes when the program has ended and its pipes are closed.
+    async fn stop<F: Future>(&self, pid: Option<u32>, work: std::pin::Pin<&mut F>) {
+        let Some(pid) = pid else { return };
         let group = Pid::from_raw(pid as i32);
         let _ = killpg(group, Signal::SIGTERM);
-        if tokio::time::timeout(self.kill_grace, child.wait()).await.is_err() {
+        let mut work = work;
+        if tokio::time::timeout(self.kill_grace, work.as_mut()).await.is_err() {
             let _ = killpg(group, Signal::SIGKILL);
-            let _ = child.wait().await;
-        } else {
-            // The leader is gone; anything it left in its group goes too.
-            let _ = killpg(group, Signal::SIGKILL);
+            // Whatever left the group may hold the pipes open: not waited for long.
+            let _ = tokio::time::timeout(Duration::from_secs(1), work).await;
         }
     }
 }
@@ -329,23 +331,39 @@ impl Executor for ProcessExecutor {
         };
         let limit = self.output_limit;
         let sink = invocation.sink;
-        let work = async {
-            let (_, out, err) = tokio::join!(
-                write,
-                capture(stdout, Stream::Stdout, sink.clone(), limit),
-                capture(stderr, Stream::Stderr, sink.clone(), limit)
-            );
-            let (out, err) = (out?, err?);
-            let status = child.wait().await?;
-            Ok::<_, ExecError>((out, err, status))
-        };
-        let result = tokio::select! {
-            r = work => r,
-            _ = tokio::time::sleep(invocation.timeout) => Err(ExecError::TimedOut(invocation.timeout)),
-            _ = invocation.cancel.cancelled() => Err(ExecError::Cancelled),
+        let result = {
+            let work = async {
+                let (_, out, err) = tokio::join!(
+                    write,
+                    capture(stdout, Stream::Stdout, sink.clone(), limit),
+                    capture(stderr, Stream::Stderr, sink.clone(), limit)
+                );
+                let (out, err) = (out?, err?);
+                let status = child.wait().await?;
+                Ok::<_, ExecError>((out, err, status))
+            };
+            let mut work = std::pin::pin!(work);
+            let stopped = tokio::select! {
+                r = work.as_mut() => Ok(r),
+                _ = tokio::time::sleep(invocation.timeout) => Err(ExecError::TimedOut(invocation.timeout)),
+                _ = invocation.cancel.cancelled() => Err(ExecError::Cancelled),
+            };
+            match stopped {
+                Ok(finished) => finished,
+                Err(e) => {
+                    self.stop(pid, work).await;
+                    Err(e)
+                }
+            }
         };
         if result.is_err() {
-            self.stop(&mut child).await;
+            // Stopped already, or failed on its own (its output, say): ended either way, then
+            // reaped, then anything it left in its group goes too.
+            self.stop(pid, std::pin::pin!(child.wait())).await;
+            let _ = child.wait().await;
+            if let Some(pid) = pid {
+                let _ = killpg(Pid::from_raw(pid as i32), Signal::SIGKILL);
+            }
         }
         if let Some(spawner) = self.spawner.get() {
             spawner.forget(pid);
@@ -448,6 +466,41 @@ mod tests {
         assert!(started.elapsed() < Duration::from_secs(5));
         tokio::time::sleep(Duration::from_millis(2500)).await;
         assert!(!marker.exists(), "the program's child outlived the timeout");
+    }
+
+    /// At the time limit the program's group gets SIGTERM: one that cleans up and exits is let
+    /// go, and what it says while cleaning up is still read; one that ignores SIGTERM gets
+    /// SIGKILL once the grace period is over.
+    #[tokio::test]
+    async fn sigterm_first_then_sigkill_after_the_grace_period() {
+        let dir = tempfile::tempdir().unwrap();
+        let note = dir.path().join("note");
+        let polite = format!(
+            "trap 'echo cleaning up; echo cleaned > {}; exit 0' TERM; while :; do sleep 0.05; done",
+            note.display()
+        );
+        let mut inv = invocation(shell(&polite, dir.path()));
+        inv.timeout = Duration::from_millis(300);
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let seen = lines.clone();
+        inv.sink = Some(Arc::new(move |_, l| seen.lock().unwrap().push(l.to_string())));
+        let err = executor().with_kill_grace(Duration::from_secs(3)).invoke(inv).await.unwrap_err();
+        assert!(matches!(err, ExecError::TimedOut(_)), "{err}");
+        assert_eq!(std::fs::read_to_string(&note).unwrap(), "cleaned\n", "SIGTERM came first");
+        assert!(lines.lock().unwrap().contains(&"cleaning up".to_string()), "{lines:?}");
+
+        let stubborn = dir.path().join("stubborn");
+        std::fs::create_dir(&stubborn).unwrap();
+        let ignores = format!("trap 'echo ignored >> {}' TERM; while :; do sleep 0.05; done", note.display());
+        let mut inv = invocation(shell(&ignores, &stubborn));
+        inv.timeout = Duration::from_millis(300);
+        let started = Instant::now();
+        let err = executor().with_kill_grace(Duration::from_millis(700)).invoke(inv).await.unwrap_err();
+        assert!(matches!(err, ExecError::TimedOut(_)), "{err}");
+        let took = started.elapsed();
+        assert!(took >= Duration::from_millis(1000), "SIGKILL only after the grace period: {took:?}");
+        assert!(took < Duration::from_secs(5), "and then at once: {took:?}");
+        assert!(std::fs::read_to_string(&note).unwrap().contains("ignored"), "it was asked first");
     }
 
     #[tokio::test]

@@ -23,6 +23,9 @@
 //!   locking and sleeping, as a program's worker would;
 //!   `stays_stale` makes `create` not create the marker; `write_file` makes it write that
 //!   path (and fail clearly if it cannot); `sleep_ms` applies too, `action_sleep_ms` only here.
+//!   Messages (seed 004): `progress_steps` progress messages `step_ms` apart, `stall_after`
+//!   (hang before that step), `results` ({key: value}) and `error_msg` in a last JSON
+//!   message; `quiet` keeps stderr empty (so that a failure's message comes from stdout).
 //! * `log`: appends `<name> <phase> <start_ms> <end_ms>` to that file; `record`: appends each
 //!   request as a JSON line, with the `DEPLOYSTER_PLUG_*` variables the program saw and every
 //!   `DEPLOYSTER_*` variable (`env`).
@@ -137,9 +140,15 @@ fn run(phase: &str, name: &str, workspace: &std::path::Path, config: &Value, tag
             }
             None => std::thread::sleep(Duration::from_millis(sleep_ms)),
         }
-        eprintln!("{action}: a note on stderr");
+        talk(config);
+        let quiet = config["quiet"].as_bool() == Some(true);
+        if !quiet {
+            eprintln!("{action}: a note on stderr");
+        }
         if let Some(code) = config["action_exit"].as_i64().filter(|c| *c != 0) {
-            eprintln!("{action}: failing with exit code {code} as configured");
+            if !quiet {
+                eprintln!("{action}: failing with exit code {code} as configured");
+            }
             return code as i32;
         }
         if let Some(path) = config["write_file"].as_str()
@@ -197,6 +206,39 @@ fn run(phase: &str, name: &str, workspace: &std::path::Path, config: &Value, tag
         println!("{}", json!({"status": "MISSING", "staleState": {}, "actions": actions}));
     }
     0
+}
+
+/// Seed-004 messages on an action's stdout: `progress_steps` steps `step_ms` apart (the
+/// first an absolute percentage, the others increments, the last absolute 100), hanging
+/// instead of reporting step `stall_after`; then, with `results` ({key: value}) or
+/// `error_msg`, one multi-line JSON message carrying them.
+fn talk(config: &Value) {
+    let steps = config["progress_steps"].as_u64().unwrap_or(0);
+    let step = 100.0 / steps.max(1) as f64;
+    for i in 0..steps {
+        if config["stall_after"].as_u64() == Some(i) {
+            std::thread::sleep(Duration::from_secs(3600));
+        }
+        match i {
+            0 => println!("[AGENT_MESSAGE] {step:.1} [AGENT_MESSAGE_END]"),
+            i if i + 1 == steps => println!("[AGENT_MESSAGE] 100 [AGENT_MESSAGE_END]"),
+            _ => println!("[AGENT_MESSAGE] +{step:.1}"),
+        }
+        std::thread::sleep(Duration::from_millis(config["step_ms"].as_u64().unwrap_or(0)));
+    }
+    let mut body = serde_json::Map::new();
+    if let Some(results) = config["results"].as_object() {
+        let pairs: Vec<Value> = results.iter().map(|(k, v)| json!({"key": k, "value": v})).collect();
+        body.insert("result".into(), json!(pairs));
+    }
+    if let Some(message) = config["error_msg"].as_str() {
+        body.insert("error".into(), json!(1));
+        body.insert("errorMsg".into(), json!(message));
+    }
+    if !body.is_empty() {
+        // Pretty-printed: a multi-line message, as the seed shows them.
+        println!("[AGENT_MESSAGE]\n{}\n[AGENT_MESSAGE_END]", serde_json::to_string_pretty(&body).expect("JSON"));
+    }
 }
 
 /// Takes an exclusive lock on `path` for the life of this action, logging `<pid> started` to
