@@ -3,60 +3,7 @@
 
 mod support;
 
-use std::io::{Read, Write};
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
-
-use regex::Regex;
-use support::Workspace;
-
-/// Runs `deployster <args>` on a pseudo-terminal in `ws`. Every time a new prompt appears,
-/// `answer` gets its text and returns the key to press. Returns (exit code, terminal output).
-fn on_terminal(ws: &Workspace, args: &[&str], answer: impl Fn(&str) -> &'static str) -> (i32, String) {
-    let command = std::iter::once(support::deployster().display().to_string())
-        .chain(args.iter().map(|a| a.to_string()))
-        .collect::<Vec<_>>()
-        .join(" ");
-    let mut child = Command::new("script")
-        .args(["-qec", &command, "/dev/null"])
-        .current_dir(ws.dir.path())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("`script` (util-linux) is needed for terminal tests");
-    let mut stdout = child.stdout.take().unwrap();
-    let (tx, rx) = mpsc::channel::<Vec<u8>>();
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 4096];
-        while let Ok(n) = stdout.read(&mut buf) {
-            if n == 0 || tx.send(buf[..n].to_vec()).is_err() {
-                break;
-            }
-        }
-    });
-    let prompt = Regex::new(r"(Apply these changes\?|Apply \w+ \([^)]*\)\?|Run \w+/\w+: [^?]*\?) \[y/N\]").unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let (mut output, mut answered) = (String::new(), 0);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        match rx.recv_timeout(Duration::from_millis(50)) {
-            Ok(bytes) => output.push_str(&String::from_utf8_lossy(&bytes)),
-            Err(mpsc::RecvTimeoutError::Disconnected) => break,
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-        }
-        let prompts: Vec<String> = prompt.find_iter(&output).map(|m| m.as_str().to_string()).collect();
-        for p in prompts.iter().skip(answered) {
-            stdin.write_all(answer(p).as_bytes()).unwrap();
-            stdin.flush().unwrap();
-            answered += 1;
-        }
-        assert!(Instant::now() < deadline, "the terminal session did not finish:\n{output}");
-    }
-    let status = child.wait().unwrap();
-    (status.code().unwrap_or(-1), output)
-}
+use support::{Workspace, on_terminal};
 
 const TWO: &str = "resources:\n  alpha: { type: ./fixture }\n  beta: { type: ./fixture }\n";
 

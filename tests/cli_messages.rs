@@ -22,6 +22,7 @@ case "$1" in
       good)
         echo "starting"
         echo "[AGENT_MESSAGE] 10.0 [AGENT_MESSAGE_END]"
+        sleep 1.1 # progress lines are throttled to one a second
         echo "[AGENT_MESSAGE] +40"
         echo "[AGENT_MESSAGE]"
         echo '{"progress": 100, "result": [{"key": "url", "value": "http://x"}],'

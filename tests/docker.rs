@@ -156,8 +156,9 @@ fn containers_report_progress_results_and_errors_in_messages() {
         talks["results"],
         serde_json::json!([{"action": "create", "result": [{"key": "url", "value": "http://db:5432"}]}])
     );
-    for line in ["talks: action create 25%", "talks: action create 100%"] {
-        assert!(run.stderr.contains(line), "missing {line:?}:\n{}", run.all());
+    for percent in ["25%", "100%"] {
+        let line = format!("talks: action create (Create /rw/talks.marker) {percent}");
+        assert!(run.stderr.contains(&line), "missing {line:?}:\n{}", run.all());
     }
     assert!(!run.all().contains("AGENT_MESSAGE"), "messages are not shown as output:\n{}", run.all());
     assert!(run.stderr.contains("resource `fails` failed in action create"), "{}", run.all());

@@ -1,11 +1,13 @@
-//! Live display of a run: a spinner per busy resource on a terminal, program output prefixed
-//! with `resource/action`, and one line per resource as apply settles it.
+//! Live display of a run: on a terminal, a spinner per busy resource that becomes a bar with a
+//! percentage when its action reports progress; elsewhere one line per progress change,
+//! throttled. Program output is prefixed with `resource/action`, and apply gives one line per
+//! resource as it settles it.
 
 use std::collections::HashMap;
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
@@ -13,7 +15,7 @@ use super::OutputFormat;
 use super::render::{self, elapsed, print_plan, settled_line};
 use crate::engine::error::Phase;
 use crate::engine::events::{Observer, RunEvent};
-use crate::engine::plan::{Change, Drift, Plan};
+use crate::engine::plan::{Change, Drift, Plan, Standing};
 
 pub(super) struct Progress {
     format: OutputFormat,
@@ -24,7 +26,14 @@ pub(super) struct Progress {
     executing: AtomicBool,
     /// Width of the name column of those lines.
     name_width: AtomicUsize,
+    /// What each planned action is for: (resource, action) → its description.
+    descriptions: Mutex<HashMap<(String, String), String>>,
+    /// Off a terminal: when each resource's progress was last printed, and at what percentage.
+    printed: Mutex<HashMap<String, (Instant, f64)>>,
 }
+
+/// Off a terminal, at most one progress line per resource this often (first and last always).
+const PROGRESS_LINE_EVERY: Duration = Duration::from_secs(1);
 
 impl Progress {
     pub(super) fn new(format: OutputFormat) -> Arc<Self> {
@@ -36,6 +45,8 @@ impl Progress {
             spinners: Mutex::default(),
             executing: AtomicBool::new(false),
             name_width: AtomicUsize::new(0),
+            descriptions: Mutex::default(),
+            printed: Mutex::default(),
         })
     }
 
@@ -91,7 +102,48 @@ impl Progress {
         bar.set_message(what);
     }
 
+    /// On a terminal, the resource's spinner becomes a bar; elsewhere a line, unless one was
+    /// printed for it less than [`PROGRESS_LINE_EVERY`] ago (the first and 100 % always are).
+    fn progressed(&self, resource: &str, phase: &Phase, percent: f64) {
+        let what = match phase {
+            Phase::Action(action) => {
+                let descriptions = self.descriptions.lock().expect("descriptions lock");
+                match descriptions.get(&(resource.to_string(), action.clone())) {
+                    Some(description) => format!("{resource}: {phase} ({description})"),
+                    None => format!("{resource}: {phase}"),
+                }
+            }
+            other => format!("{resource}: {other}"),
+        };
+        if self.bars.is_some() {
+            self.busy(resource, what.clone());
+            if let Some(bar) = self.spinners.lock().expect("spinners lock").get(resource) {
+                if bar.length().is_none() {
+                    bar.set_style(
+                        ProgressStyle::with_template("{spinner} {msg} [{bar:24}] {pos:>3}% ({elapsed})")
+                            .expect("valid template")
+                            .progress_chars("=> "),
+                    );
+                    bar.set_length(100);
+                }
+                bar.set_position(percent.clamp(0.0, 100.0) as u64);
+            }
+            return;
+        }
+        let now = Instant::now();
+        let mut printed = self.printed.lock().expect("printed lock");
+        let due = match printed.get(resource) {
+            None => true,
+            Some((at, last)) => percent >= 100.0 && *last < 100.0 || now.duration_since(*at) >= PROGRESS_LINE_EVERY,
+        };
+        if due {
+            printed.insert(resource.to_string(), (now, percent));
+            self.note(&format!("{what} {percent:.0}%"));
+        }
+    }
+
     fn done(&self, resource: &str) {
+        self.printed.lock().expect("printed lock").remove(resource);
         if let Some(bar) = self.spinners.lock().expect("spinners lock").remove(resource) {
             bar.finish_and_clear();
         }
@@ -103,6 +155,15 @@ impl Observer for Progress {
     /// drift it found.
     fn on_planned(&self, plan: &Plan, drifts: &[Drift], changes: &[Change]) {
         self.clear();
+        let mut descriptions = self.descriptions.lock().expect("descriptions lock");
+        for entry in &plan.entries {
+            if let Standing::NeedsActions { actions, .. } = &entry.standing {
+                for a in actions.iter().filter(|a| !a.description.is_empty()) {
+                    descriptions.insert((entry.name.clone(), a.name.clone()), a.description.clone());
+                }
+            }
+        }
+        drop(descriptions);
         if self.format == OutputFormat::Text {
             print_plan(plan);
             for d in drifts {
@@ -120,7 +181,11 @@ impl Observer for Progress {
     fn on_event(&self, event: &RunEvent) {
         match event {
             RunEvent::Recovered { description } => self.note(&format!("note: {description}")),
-            RunEvent::Invoking { resource, phase } => self.busy(resource, format!("{resource}: {phase}")),
+            RunEvent::Invoking { resource, phase } => {
+                // A new invocation starts as a spinner, whatever the last one reported.
+                self.done(resource);
+                self.busy(resource, format!("{resource}: {phase}"));
+            }
             RunEvent::Output { resource, phase, line, .. } => {
                 let source = match phase {
                     Phase::Action(name) => name.clone(),
@@ -147,14 +212,7 @@ impl Observer for Progress {
                 }
             }
             RunEvent::Outputs(Err(why)) => self.note(&format!("error: the outputs could not be rendered: {why}")),
-            RunEvent::Progress { resource, phase, percent } => {
-                let text = format!("{resource}: {phase} {percent:.0}%");
-                match self.bars {
-                    Some(_) => self.busy(resource, text),
-                    // Off a terminal (and with JSON on stdout): a line per reported change.
-                    None => self.note(&text),
-                }
-            }
+            RunEvent::Progress { resource, phase, percent } => self.progressed(resource, phase, *percent),
             RunEvent::ActionFinished { resource, action, results, .. } if !results.is_empty() => {
                 for (key, value) in results {
                     self.say(&format!("  {resource}/{action} result: {key} = {value}"));
