@@ -481,3 +481,65 @@ fn outputs_go_to_a_secret_the_manifest_owns() {
     });
     assert!(secret("theirs").is_some(), "what it does not own stays");
 }
+
+/// While an action reports progress, `status.resources[].progress` and `kubectl get dm`
+/// show it; progress alone writes the status at most once per 5 s; the pass's own write clears
+/// it.
+#[test]
+fn a_running_action_s_progress_shows_in_the_status_and_kubectl_get() {
+    let Some(cluster) = Cluster::new("progress") else { return };
+    let work = tempfile::tempdir().unwrap();
+    let controller = ControllerProcess::start(
+        &cluster,
+        work.path(),
+        "controller",
+        &["--namespace", &cluster.namespace, "--allow-local-programs"],
+    );
+    cluster.apply_yaml(&format!(
+        r#"apiVersion: deployster.io/v1alpha1
+kind: Manifest
+metadata: {{name: slow}}
+spec:
+  interval: 10m
+  resources:
+    work:
+      type: {fixture}
+      config: {{marker: {dir}/marker, progress_steps: 12, step_ms: 1000}}
+"#,
+        fixture = support::fixture().display(),
+        dir = work.path().display()
+    ));
+    let (mut percents, mut table_rows) = (Vec::new(), Vec::new());
+    wait_for("the slow action to be applied", Duration::from_secs(90), || {
+        let status = cluster.get(&["manifest", "slow"]).map(|m| m["status"].clone()).unwrap_or_default();
+        let work = status["resources"].as_array().and_then(|r| r.iter().find(|r| r["name"] == "work")).cloned();
+        if let Some(progress) = work.map(|w| w["progress"].clone()).filter(|p| !p.is_null()) {
+            assert_eq!(progress["action"], "create", "{status:#}");
+            assert!(progress["startedAt"].is_string(), "{status:#}");
+            if let Some(p) = progress["percent"].as_f64()
+                && percents.last() != Some(&p)
+            {
+                percents.push(p);
+            }
+            let (_, table) = cluster.kubectl(&cluster.ns(&["get", "dm", "slow"]));
+            table_rows.push(table);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        status["conditions"].as_array().is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+    });
+    assert!(!percents.is_empty(), "progress was written while the action ran");
+    assert!(percents.iter().all(|p| *p > 0.0 && *p <= 100.0), "{percents:?}");
+    // Twelve reports over twelve seconds, but at most one write per 5 s.
+    assert!(percents.len() <= 3, "progress written at most once per 5 s: {percents:?}");
+    assert!(table_rows.iter().any(|t| t.contains("PROGRESS") && t.contains("work/create")), "{table_rows:#?}");
+    let status = cluster.get(&["manifest", "slow"]).unwrap()["status"].clone();
+    assert_eq!(status["progress"], "", "cleared when the pass ended: {status:#}");
+    assert!(status["resources"][0]["progress"].is_null(), "{status:#}");
+    let patches: f64 = api_requests(&controller)
+        .iter()
+        .filter(|((verb, _, resource), _)| verb.eq_ignore_ascii_case("patch") && resource == "manifests/status")
+        .map(|(_, n)| n)
+        .sum();
+    // The intent, at most three progress writes, the pass's own: never one per report.
+    assert!((2.0..=6.0).contains(&patches), "{patches} status writes");
+}

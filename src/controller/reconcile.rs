@@ -19,7 +19,7 @@ use super::inputs::{self, InputError};
 use super::outputs::{Target, Written};
 use super::status::{self, Observed, PassResult, bound, changed, cut, history_entries, next_status};
 use crate::crd::APPROVE_ANNOTATION;
-use crate::crd::{DeletionPolicy, Manifest, ManifestStatus};
+use crate::crd::{ActionProgress, DeletionPolicy, Manifest, ManifestStatus, ResourceStatus};
 use crate::engine::PrepareError;
 use crate::engine::context::{RunOptions, new_run_id};
 use crate::engine::events::{ApproveAll, Approver, IntentError, Observer, RunEvent};
@@ -130,12 +130,21 @@ async fn pass(
     // The reconcile's span (controller::run) has a slot for it: every log line of the pass says it.
     tracing::Span::current().record("run_id", run_id.as_str());
     let log = memory_log(ctx, old);
-    let journal: Arc<dyn Observer> = Arc::new(StatusJournal::new(ctx, obj, old, &log));
+    let journal = Arc::new(StatusJournal::new(ctx, obj, old, &log));
+    let stop_writing = CancellationToken::new();
+    let progress = tokio::spawn({
+        let (journal, stop) = (journal.clone(), stop_writing.clone());
+        async move { journal.keep_writing(stop).await }
+    });
     let manifest = Arc::new(manifest);
     let mask = manifest.mask.clone();
     let manual = ManualApproval::of(obj, &manifest, (ctx.clock)());
     let approver: &dyn Approver = manual.as_ref().map_or(&ApproveAll, |m| m as &dyn Approver);
-    let passed = run_pass(ctx, manifest, Mode::Apply, run_id, log.clone(), vec![journal], approver, term).await?;
+    let passed = run_pass(ctx, manifest, Mode::Apply, run_id, log.clone(), vec![journal.clone()], approver, term).await;
+    // Its last write done before the pass's own: nothing written after it.
+    stop_writing.cancel();
+    let _ = progress.await;
+    let passed = passed?;
     for recovered in &passed.recovered {
         publish(ctx, obj, EventType::Warning, "Interrupted", "Reconcile", &recovered.describe()).await;
     }
@@ -217,7 +226,9 @@ async fn pass(
         now_ms: (ctx.clock)(),
         approved_plan,
     };
-    let new = finish(obj, ctx, old, result).await?;
+    // The status as the journal last wrote it, if it did, is what the object now holds.
+    let written = journal.last_written().await;
+    let new = finish(obj, ctx, written.as_ref().unwrap_or(old), result).await?;
     for (type_, reason, note) in events {
         publish(ctx, obj, type_, reason, "Reconcile", &note).await;
     }
@@ -483,32 +494,125 @@ async fn delete_resources(obj: &Manifest, ctx: &Context, term: &CancellationToke
     }
 }
 
-/// Before each action: writes the deployment log as it now stands — the action's intent last —
-/// to the object's status, so that after a crash the next pass knows what may have been half
-/// done. Observes after the recorder, which appends the intent to `log`.
+/// The object's status while a pass runs. Before each action: the deployment log as it now
+/// stands — the action's intent last — so that after a crash the next pass knows what may have
+/// been half done (observes after the recorder, which appends the intent to `log`). Meanwhile:
+/// the running actions and their reported progress, written at most once per
+/// [`PROGRESS_WRITE_EVERY`] by [`StatusJournal::keep_writing`].
 struct StatusJournal {
     api: Api<Manifest>,
     name: String,
     old: ManifestStatus,
     log: Arc<MemoryLog>,
+    /// Each resource's type, for resources the old status does not list yet.
+    types: Vec<(String, String)>,
+    running: std::sync::Mutex<std::collections::BTreeMap<String, ActionProgress>>,
+    /// Progress changed since the last write.
+    dirty: std::sync::atomic::AtomicBool,
+    /// One write at a time, each built from the log and progress as they are when it starts;
+    /// the last status written.
+    writing: tokio::sync::Mutex<Option<ManifestStatus>>,
 }
+
+/// How often, at most, progress alone causes a status write.
+pub const PROGRESS_WRITE_EVERY: Duration = Duration::from_secs(5);
 
 impl StatusJournal {
     fn new(ctx: &Context, obj: &Manifest, old: &ManifestStatus, log: &Arc<MemoryLog>) -> Self {
-        Self { api: api(ctx, obj), name: obj.name_any(), old: old.clone(), log: log.clone() }
+        let types =
+            obj.spec.resources.iter().map(|(name, r)| (name.clone(), r.type_ref.clone().unwrap_or_default())).collect();
+        Self {
+            api: api(ctx, obj),
+            name: obj.name_any(),
+            old: old.clone(),
+            log: log.clone(),
+            types,
+            running: Default::default(),
+            dirty: Default::default(),
+            writing: Default::default(),
+        }
+    }
+
+    /// The old status with the log as it now stands and the actions running now.
+    fn now(&self) -> ManifestStatus {
+        let mut status = self.old.clone();
+        status.history = status::history_from(&self.log.entries());
+        let running = self.running.lock().expect("progress lock").clone();
+        for (resource, progress) in &running {
+            let at = match status.resources.iter().position(|r| r.name == resource.as_str()) {
+                Some(at) => at,
+                None => {
+                    let type_ = self.types.iter().find(|(n, _)| n == resource).map_or("", |(_, t)| t.as_str());
+                    status.resources.push(ResourceStatus {
+                        name: resource.into(),
+                        type_: type_.into(),
+                        status: "PENDING".into(),
+                        ..ResourceStatus::default()
+                    });
+                    status.resources.len() - 1
+                }
+            };
+            status.resources[at].progress = Some(progress.clone());
+        }
+        let summary: Vec<String> = running.iter().map(|(resource, p)| p.describe(resource)).collect();
+        status.progress = (!summary.is_empty()).then(|| summary.join(", "));
+        bound(&mut status);
+        status
+    }
+
+    async fn write(&self) -> Result<(), Error> {
+        let mut written = self.writing.lock().await;
+        self.dirty.store(false, std::sync::atomic::Ordering::SeqCst);
+        let status = self.now();
+        write_status_to(&self.api, &self.name, &status).await?;
+        *written = Some(status);
+        Ok(())
+    }
+
+    /// The last status written, if any was.
+    async fn last_written(&self) -> Option<ManifestStatus> {
+        self.writing.lock().await.clone()
+    }
+
+    /// Until `stop`: every [`PROGRESS_WRITE_EVERY`], the status when progress changed. A write
+    /// that fails is logged: progress is a display, the pass goes on.
+    async fn keep_writing(&self, stop: CancellationToken) {
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(PROGRESS_WRITE_EVERY) => {}
+            }
+            if self.dirty.load(std::sync::atomic::Ordering::SeqCst)
+                && let Err(e) = self.write().await
+            {
+                tracing::warn!(error = %e, "the Manifest's progress could not be written");
+            }
+        }
     }
 }
 
 #[async_trait]
 impl Observer for StatusJournal {
-    fn on_event(&self, _: &RunEvent) {}
+    fn on_event(&self, event: &RunEvent) {
+        let mut running = self.running.lock().expect("progress lock");
+        let changed = match event {
+            RunEvent::Progress { resource, percent, .. } => {
+                running.get_mut(resource).map(|p| p.percent = Some((percent * 10.0).round() / 10.0)).is_some()
+            }
+            RunEvent::ActionFinished { resource, .. } | RunEvent::Settled { resource, .. } => {
+                running.remove(resource).is_some()
+            }
+            _ => false,
+        };
+        if changed {
+            self.dirty.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
 
-    async fn on_intent(&self, _: &str, _: &str) -> Result<(), IntentError> {
-        let mut status = self.old.clone();
-        status.history = status::history_from(&self.log.entries());
-        bound(&mut status);
-        write_status_to(&self.api, &self.name, &status)
-            .await
-            .map_err(|e| IntentError(format!("the Manifest's status could not be written: {e}")))
+    async fn on_intent(&self, resource: &str, action: &str) -> Result<(), IntentError> {
+        let started_at = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+        let progress = ActionProgress { action: action.to_string(), percent: None, started_at };
+        self.running.lock().expect("progress lock").insert(resource.to_string(), progress);
+        self.write().await.map_err(|e| IntentError(format!("the Manifest's status could not be written: {e}")))
     }
 }

@@ -84,6 +84,12 @@ fn first_line(text: &str) -> &str {
 pub fn next_status(old: &ManifestStatus, pass: &PassResult) -> ManifestStatus {
     let now = format_time(pass.now_ms);
     let mut status = old.clone();
+    // A pass that ended runs nothing: progress written while it ran (or by one that crashed)
+    // goes — written as empty rather than left out, so that any way of applying clears it.
+    status.progress = old.progress.as_ref().map(|_| String::new());
+    for r in &mut status.resources {
+        r.progress = None;
+    }
     status.observed_generation = pass.generation;
     status.revision = Some(pass.revision.clone());
     status.last_reconcile_time = Some(now.clone());

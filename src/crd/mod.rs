@@ -36,6 +36,7 @@ pub use crate::engine::manifest::ResourceSpec;
     printcolumn(name = "Status", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].reason"),
     printcolumn(name = "Resources", type_ = "string", json_path = ".status.resourcesSummary"),
     printcolumn(name = "Last Applied", type_ = "string", json_path = ".status.lastAppliedRevision"),
+    printcolumn(name = "Progress", type_ = "string", json_path = ".status.progress"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]
@@ -228,6 +229,10 @@ pub struct ManifestStatus {
     /// The id of the last plan applied on approval: an approval is used once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_approved_plan: Option<String>,
+    /// While a pass runs actions: `resource/action percent%` of each, for `kubectl get`; empty
+    /// once the pass has ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<String>,
 }
 
 /// A condition, following Kubernetes conventions (read by kstatus-based tools).
@@ -272,6 +277,31 @@ pub struct ResourceStatus {
     /// Consecutive passes that corrected drift on it.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub drift_streak: u32,
+    /// The action running on it now, while a pass runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<ActionProgress>,
+}
+
+/// An action running now, and how far it says it got.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ActionProgress {
+    pub action: String,
+    /// The percentage it last reported (seed-004 messages); absent until it reports one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub percent: Option<f64>,
+    /// When it started (RFC 3339).
+    pub started_at: String,
+}
+
+impl ActionProgress {
+    /// `resource/action 40%`, or `resource/action` before any report.
+    pub fn describe(&self, resource: &str) -> String {
+        match self.percent {
+            Some(p) => format!("{resource}/{} {p:.0}%", self.action),
+            None => format!("{resource}/{}", self.action),
+        }
+    }
 }
 
 fn is_zero(n: &u32) -> bool {

@@ -73,7 +73,7 @@ fn names_and_printer_columns() {
     assert_eq!(crd.spec.names.categories, Some(vec!["deployster".to_string()]));
     let columns: Vec<String> =
         crd.spec.versions[0].additional_printer_columns.iter().flatten().map(|c| c.name.to_uppercase()).collect();
-    assert_eq!(columns, ["READY", "STATUS", "RESOURCES", "LAST APPLIED", "AGE"]);
+    assert_eq!(columns, ["READY", "STATUS", "RESOURCES", "LAST APPLIED", "PROGRESS", "AGE"]);
 }
 
 #[test]

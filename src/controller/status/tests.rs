@@ -229,3 +229,21 @@ fn messages_are_cut() {
     assert_eq!(cut("short"), "short");
     assert!(cut(&"é".repeat(2000)).len() <= MESSAGE_LIMIT + "…".len());
 }
+
+#[test]
+fn progress_left_by_a_pass_that_ran_or_crashed_goes_when_a_pass_ends() {
+    let first = next_status(&ManifestStatus::default(), &pass(Observed::Applied(report(vec![applied("a")])), T0));
+    let mut during = first.clone();
+    during.progress = Some("a/create 40%".into());
+    during.resources[0].progress = Some(crate::crd::ActionProgress {
+        action: "create".into(),
+        percent: Some(40.0),
+        started_at: "2026-11-24T00:00:00Z".into(),
+    });
+    let not_run = Observed::NotRun { reason: "SecretNotFound", message: "gone".into() };
+    for observed in [Observed::Applied(report(vec![unchanged("a")])), not_run] {
+        let after = next_status(&during, &pass(observed, T0 + 1000));
+        assert_eq!(after.progress.as_deref(), Some(""), "cleared explicitly");
+        assert!(after.resources.iter().all(|r| r.progress.is_none()), "{after:#?}");
+    }
+}
