@@ -8,6 +8,7 @@
 
 mod directory;
 mod file;
+mod package;
 
 use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
@@ -23,6 +24,9 @@ pub fn main(name: &str, args: &[String]) -> i32 {
         eprintln!("builtin/{name}: cannot read the request: {e}");
         return 1;
     }
+    if name == "package" && args.first().is_some_and(|a| a != "state") {
+        return package_action(args, &input);
+    }
     match dispatch(name, args, &input) {
         Ok(Some(response)) => {
             println!("{response}");
@@ -31,6 +35,24 @@ pub fn main(name: &str, args: &[String]) -> i32 {
         Ok(None) => 0,
         Err(message) => {
             eprintln!("builtin/{name}: {message}");
+            1
+        }
+    }
+}
+
+/// A `builtin/package` action. A failed script's exit code is passed on with nothing added to
+/// stderr: its own stderr, or else its last message, says why (seed 004).
+fn package_action(args: &[String], input: &str) -> i32 {
+    let parsed = parse_request(input);
+    let outcome = match parsed.as_ref().map_err(Clone::clone).and_then(Request::new) {
+        Ok(request) => package::act(args, &request),
+        Err(message) => Err(package::Failure::Other(message)),
+    };
+    match outcome {
+        Ok(()) => 0,
+        Err(package::Failure::Script(code)) => code,
+        Err(package::Failure::Other(message)) => {
+            eprintln!("builtin/package: {message}");
             1
         }
     }
@@ -55,6 +77,8 @@ fn dispatch(name: &str, args: &[String], input: &str) -> Result<Option<Value>, S
         ("file", None) => Ok(Some(file::init())),
         ("file", Some("state")) => file::state(&Request::new(&request)?).map(Some),
         ("file", Some(action)) => file::act(action, &Request::new(&request)?).map(|()| None),
+        ("package", None) => Ok(Some(package::init())),
+        ("package", Some("state")) => package::state(&Request::new(&request)?).map(Some),
         (other, _) => Err(format!("unknown built-in type `{other}`")),
     }
 }
@@ -145,7 +169,7 @@ mod tests {
 
     #[test]
     fn init_responses_are_draft4_schemas_with_a_state_action() {
-        for kind in ["directory", "file"] {
+        for kind in ["directory", "file", "package"] {
             let init = call(kind, None, json!({}), Path::new("/")).unwrap().unwrap();
             assert_eq!(init["state_action"]["args"], json!(["state"]));
             assert!(init["config_schema"].get("$schema").is_none());

@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 use regex::Regex;
 
 /// Built-in resource types carried by the deployster binary.
-pub const BUILTIN_TYPES: &[&str] = &["directory", "file"];
+pub const BUILTIN_TYPES: &[&str] = &["directory", "file", "package"];
 
 /// What runs a resource type.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
