@@ -262,3 +262,48 @@ fn a_startup_that_blocks_is_stopped_by_the_time_limit() {
         assert!(!env.contains(&ws.root()), "the blocking startup (pid {pid}) was left running");
     }
 }
+
+/// `examples/package/`: its build script makes two versions; the manifest installs and starts
+/// the first, switches to the second, and shuts it down when asked.
+#[test]
+fn the_example_builds_installs_switches_and_shuts_down() {
+    let ws = Workspace::new();
+    let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/package");
+    for file in ["build.sh", "manifest.yaml"] {
+        std::fs::copy(example.join(file), ws.path(file)).unwrap();
+    }
+    let _daemon = Daemon(&ws);
+    for version in ["1.0.0", "1.1.0"] {
+        let built = std::process::Command::new(ws.path("build.sh")).arg(version).output().unwrap();
+        assert!(built.status.success(), "{}", String::from_utf8_lossy(&built.stderr));
+    }
+    let run = ws.apply(&[]);
+    assert_eq!(run.code, 0, "{}", run.all());
+    assert!(run.stdout.contains("hello/startup result: pid = "), "{}", run.all());
+    wait_for_heartbeat(&ws, "hello 1.0.0");
+    let run = ws.apply(&["--var", "version=1.1.0"]);
+    assert_eq!(run.code, 0, "{}", run.all());
+    assert!(run.stdout.contains("APPLIED   hello  install, shutdown, deactivate, activate, startup"), "{}", run.all());
+    wait_for_heartbeat(&ws, "hello 1.1.0");
+    let off = std::fs::read_to_string(ws.path("manifest.yaml"))
+        .unwrap()
+        .replace("active: true", "active: false")
+        .replace("running: true", "running: false");
+    ws.manifest(&off);
+    let run = ws.apply(&["--var", "version=1.1.0"]);
+    assert_eq!(run.code, 0, "{}", run.all());
+    assert!(run.stdout.contains("APPLIED   hello  shutdown, deactivate"), "{}", run.all());
+    assert!(!ws.exists("srv/hello/.appdata/pid"));
+}
+
+fn wait_for_heartbeat(ws: &Workspace, expected: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let beat = std::fs::read_to_string(ws.path("srv/hello/.appdata/heartbeat")).unwrap_or_default();
+        if beat.starts_with(expected) {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "no heartbeat from {expected}: {beat:?}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
