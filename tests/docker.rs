@@ -125,19 +125,24 @@ fn plugs_are_mounted_read_only_unless_writable_was_asked() {
     assert_eq!(action["env"]["DEPLOYSTER_MANIFEST"], "manifest.yaml");
     assert_eq!(action["env"]["DEPLOYSTER_RUN_ID"], run_id.as_str());
     assert_eq!(request["workspace"], "/", "containers do not see the manifest's directory");
+    // Nothing of deployster's own environment (this test's CARGO_* variables among it).
+    let names: Vec<&str> = action["env_names"].as_array().unwrap().iter().map(|n| n.as_str().unwrap()).collect();
+    assert!(names.contains(&"DEPLOYSTER_RUN_ID"), "{names:?}");
+    assert!(!names.iter().any(|n| n.starts_with("CARGO")), "deployster's environment leaked: {names:?}");
     assert_no_containers_left(env, &run_id);
 }
 
 /// Seed-004 messages from containers: progress and results read while the container runs, a
 /// failure's message from its last message when stderr is empty, a stalled action stopped by
-/// the progress timeout and its container removed.
+/// the progress timeout — a slow one that keeps reporting is not — and its container removed.
 #[test]
 fn containers_report_progress_results_and_errors_in_messages() {
     let env = docker_or_skip!();
     let ws = plugs_workspace(&format!(
         r#"  talks:
     type: "{FIXTURE_PLUGS_IMAGE}"
-    config: {{ marker: /rw/talks.marker, progress_steps: 4, step_ms: 200, results: {{ url: "http://db:5432" }} }}
+    timeouts: {{ progress: 2s }}
+    config: {{ marker: /rw/talks.marker, progress_steps: 4, step_ms: 900, results: {{ url: "http://db:5432" }} }}
   fails:
     type: "{FIXTURE_PLUGS_IMAGE}"
     config: {{ marker: /rw/fails.marker, quiet: true, action_exit: 4, error_msg: "quota exceeded" }}
@@ -170,6 +175,23 @@ fn containers_report_progress_results_and_errors_in_messages() {
         run.all()
     );
     assert!(!ws.exists("rw/stalls.marker"));
+    assert_no_containers_left(env, &run_id);
+}
+
+/// At the time limit a container gets SIGTERM first: one that handles it cleans up (and what
+/// it prints meanwhile is shown); then it is removed.
+#[test]
+fn a_container_past_its_time_limit_gets_sigterm_and_may_clean_up() {
+    let env = docker_or_skip!();
+    let ws = plugs_workspace(&format!(
+        "  slow: {{ type: \"{FIXTURE_PLUGS_IMAGE}\", config: {{ marker: /rw/slow.marker, action_sleep_ms: 120000, on_term: /rw/cleaned }} }}\n"
+    ));
+    let (run, run_id) = apply(&ws, &["--action-timeout", "2s"]);
+    assert_eq!(run.code, 1, "{}", run.all());
+    assert!(run.stderr.contains("resource `slow` failed in action create"), "{}", run.all());
+    assert!(run.stderr.contains("timed out after 2s"), "{}", run.all());
+    assert_eq!(ws.read("rw/cleaned"), "cleaned up\n", "SIGTERM reached the program:\n{}", run.all());
+    assert!(run.stderr.contains("slow/create | cleaning up after SIGTERM"), "{}", run.all());
     assert_no_containers_left(env, &run_id);
 }
 

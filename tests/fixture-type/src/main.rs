@@ -25,10 +25,11 @@
 //!   path (and fail clearly if it cannot); `sleep_ms` applies too, `action_sleep_ms` only here.
 //!   Messages (seed 004): `progress_steps` progress messages `step_ms` apart, `stall_after`
 //!   (hang before that step), `results` ({key: value}) and `error_msg` in a last JSON
-//!   message; `quiet` keeps stderr empty (so that a failure's message comes from stdout).
+//!   message; `quiet` keeps stderr empty (so that a failure's message comes from stdout);
+//!   `on_term: <path>` makes the action's sleep end on SIGTERM, writing that file first.
 //! * `log`: appends `<name> <phase> <start_ms> <end_ms>` to that file; `record`: appends each
 //!   request as a JSON line, with the `DEPLOYSTER_PLUG_*` variables the program saw and every
-//!   `DEPLOYSTER_*` variable (`env`).
+//!   `DEPLOYSTER_*` variable (`env`), and the names of all its variables (`env_names`).
 
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -83,7 +84,10 @@ fn main() {
             .filter(|(k, _)| k.starts_with("DEPLOYSTER_"))
             .map(|(k, v)| (k, Value::String(v)))
             .collect();
-        append(path, &json!({"phase": phase, "request": request, "plug_env": plug_env, "env": env}).to_string());
+        let env_names: Vec<String> = std::env::vars().map(|(k, _)| k).collect();
+        let record =
+            json!({"phase": phase, "request": request, "plug_env": plug_env, "env": env, "env_names": env_names});
+        append(path, &record.to_string());
     }
     let started = now_ms();
     let tag = request["type"].as_str().and_then(|t| t.rsplit_once(':')).map(|(_, tag)| tag.to_string());
@@ -138,7 +142,7 @@ fn run(phase: &str, name: &str, workspace: &std::path::Path, config: &Value, tag
                 std::thread::sleep(Duration::from_millis(sleep_ms));
                 append(&format!("{lock}.log"), &format!("{} finished {}", std::process::id(), now_ms()));
             }
-            None => std::thread::sleep(Duration::from_millis(sleep_ms)),
+            None => nap(sleep_ms, config),
         }
         talk(config);
         let quiet = config["quiet"].as_bool() == Some(true);
@@ -206,6 +210,37 @@ fn run(phase: &str, name: &str, workspace: &std::path::Path, config: &Value, tag
         println!("{}", json!({"status": "MISSING", "staleState": {}, "actions": actions}));
     }
     0
+}
+
+static TERMINATED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn on_sigterm(_: i32) {
+    TERMINATED.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+unsafe extern "C" {
+    fn signal(signum: i32, handler: extern "C" fn(i32)) -> usize;
+}
+
+/// Sleeps `ms`. With `on_term: <path>`, SIGTERM ends the nap: the program says it cleans up,
+/// writes `<path>` and exits 0 — a program that handles SIGTERM as it should.
+fn nap(ms: u64, config: &Value) {
+    let Some(path) = config["on_term"].as_str() else {
+        std::thread::sleep(Duration::from_millis(ms));
+        return;
+    };
+    const SIGTERM: i32 = 15;
+    // SAFETY: the handler only stores to an atomic.
+    unsafe { signal(SIGTERM, on_sigterm) };
+    let until = std::time::Instant::now() + Duration::from_millis(ms);
+    while std::time::Instant::now() < until {
+        if TERMINATED.load(std::sync::atomic::Ordering::SeqCst) {
+            println!("cleaning up after SIGTERM");
+            std::fs::write(path, "cleaned up\n").expect("write the on_term file");
+            std::process::exit(0);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// Seed-004 messages on an action's stdout: `progress_steps` steps `step_ms` apart (the

@@ -106,6 +106,8 @@ pub struct DockerExecutor {
     images: Mutex<HashMap<String, (String, Option<String>)>>,
     /// Successful `init` outcomes: a reconcile loop does not re-run `init` on every pass.
     init_cache: Mutex<HashMap<InitKey, Outcome>>,
+    /// Between SIGTERM and SIGKILL for a container stopped before it ended.
+    kill_grace: Duration,
 }
 
 /// What makes two `init` invocations the same: the image ID (not its name, which may move),
@@ -129,7 +131,13 @@ impl DockerExecutor {
             client: OnceCell::new(),
             images: Mutex::default(),
             init_cache: Mutex::default(),
+            kill_grace: Duration::from_secs(5),
         }
+    }
+
+    pub fn with_kill_grace(mut self, grace: Duration) -> Self {
+        self.kill_grace = grace;
+        self
     }
 
     pub fn with_output_limit(mut self, limit: usize) -> Self {
@@ -307,14 +315,29 @@ impl DockerExecutor {
             .await
             .map_err(|e| ExecError::Container { step: "create", message: describe(&e) })?
             .id;
-        let result = tokio::select! {
-            r = self.attach_and_run(docker, &id, invocation) => r,
+        let mut work = std::pin::pin!(self.attach_and_run(docker, &id, invocation));
+        let stopped = tokio::select! {
+            r = work.as_mut() => Ok(r),
             _ = tokio::time::sleep(invocation.timeout) => Err(ExecError::TimedOut(invocation.timeout)),
             _ = invocation.cancel.cancelled() => Err(ExecError::Cancelled),
         };
+        let kill = |signal: &str| {
+            docker.kill_container(&id, Some(KillContainerOptionsBuilder::default().signal(signal).build()))
+        };
+        let result = match stopped {
+            Ok(finished) => finished,
+            Err(e) => {
+                // SIGTERM, its output still read through the grace period, then SIGKILL. (The
+                // program is the container's PID 1: it sees SIGTERM only if it handles it.)
+                let _ = kill("TERM").await;
+                if tokio::time::timeout(self.kill_grace, work.as_mut()).await.is_err() {
+                    let _ = kill("KILL").await;
+                }
+                Err(e)
+            }
+        };
         if result.is_err() {
-            let _ =
-                docker.kill_container(&id, Some(KillContainerOptionsBuilder::default().signal("KILL").build())).await;
+            let _ = kill("KILL").await;
         }
         remove_container(docker, &id).await;
         result.map(|(exit, stdout, stderr)| Outcome { exit, stdout, stderr, elapsed: started.elapsed() })
