@@ -259,8 +259,10 @@ fn every_bundled_example_validates_and_plans() {
     let mut planned = 0;
     for entry in walk(&root) {
         // The Docker example needs its image: tests/docker.rs plans it. The k8s example is a
-        // Manifest custom resource, not a CLI manifest: tests/controller.rs reconciles it.
-        let tested_elsewhere = entry.components().any(|c| c.as_os_str() == "docker" || c.as_os_str() == "k8s");
+        // Manifest custom resource, not a CLI manifest: tests/controller.rs reconciles it. The
+        // package example needs its packages built: tests/package.rs builds and applies it.
+        let tested_elsewhere =
+            entry.components().any(|c| ["docker", "k8s", "package"].iter().any(|name| c.as_os_str() == *name));
         if entry.file_name().is_some_and(|n| n == "manifest.yaml") && !tested_elsewhere {
             let ws = Workspace::new();
             let run =
