@@ -15,6 +15,7 @@ mod apply;
 #[cfg(feature = "kube")]
 mod approve;
 mod confirm;
+mod graph;
 mod history;
 mod output;
 mod progress;
@@ -59,6 +60,8 @@ pub enum Command {
     History(HistoryArgs),
     /// The manifest's outputs as the latest successful apply recorded them.
     Outputs(OutputsArgs),
+    /// The dependency graph, each resource coloured by its latest status (Mermaid, DOT or SVG).
+    Graph(GraphArgs),
     /// Print the Manifest CustomResourceDefinition (`deployster crd | kubectl apply -f -`).
     #[cfg(feature = "kube")]
     Crd,
@@ -342,6 +345,25 @@ pub struct OutputsArgs {
     pub output: OutputFormat,
 }
 
+#[derive(Debug, Args)]
+pub struct GraphArgs {
+    #[command(flatten)]
+    pub manifest: ManifestArgs,
+    /// `mermaid` pastes into GitHub and GitLab markdown; `svg` is drawn without Graphviz.
+    #[arg(long, value_enum, default_value_t = GraphFormat::Mermaid)]
+    pub format: GraphFormat,
+    /// Plan now (running state actions) instead of reading the latest statuses from the log.
+    #[arg(long)]
+    pub live: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum GraphFormat {
+    Mermaid,
+    Dot,
+    Svg,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum OutputFormat {
     Text,
@@ -358,6 +380,7 @@ pub fn parse() -> Cli {
             Command::Plan(plan) => Some(&mut plan.manifest),
             Command::Apply(apply) => Some(&mut apply.manifest),
             Command::Reconcile(reconcile) => Some(&mut reconcile.manifest),
+            Command::Graph(graph) => Some(&mut graph.manifest),
             _ => None,
         };
         if let Some(args) = args {
@@ -461,6 +484,7 @@ pub async fn run(cli: Cli) -> Result<Exit, CliError> {
         Command::Reconcile(args) => reconcile::reconcile(args).await,
         Command::History(args) => history::history(args),
         Command::Outputs(args) => history::outputs(args),
+        Command::Graph(args) => graph::graph(args).await,
         #[cfg(feature = "kube")]
         Command::Crd => {
             outln!("{}", crate::crd::crd_yaml().trim_end());
