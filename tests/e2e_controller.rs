@@ -86,6 +86,25 @@ fn a_manifest_is_applied_kept_and_deleted_by_the_controller() {
     let status = cluster.get(&["manifest", "demo"]).unwrap()["status"].clone();
     assert_eq!(status["resourcesSummary"], "2/2", "{status:#}");
 
+    // `deployster graph --manifest` draws the object with the status the controller wrote.
+    let graph = Command::new(env!("CARGO_BIN_EXE_deployster"))
+        .args(["graph", "--manifest", "demo", "-n", &cluster.namespace, "--format", "dot"])
+        .env("KUBECONFIG", &cluster.kubeconfig)
+        .output()
+        .unwrap();
+    let dot = String::from_utf8_lossy(&graph.stdout);
+    assert!(graph.status.success(), "{dot}{}", String::from_utf8_lossy(&graph.stderr));
+    assert!(dot.contains(&format!("digraph \"{}/demo\"", cluster.namespace)), "{dot}");
+    assert!(dot.contains("label=\"data_dir\\nbuiltin/directory\\nVALID\""), "{dot}");
+    assert!(dot.contains("\"data_dir\" -> \"app_config\" [label=\"dir\"];"), "{dot}");
+    let missing = Command::new(env!("CARGO_BIN_EXE_deployster"))
+        .args(["graph", "--manifest", "nope", "-n", &cluster.namespace])
+        .env("KUBECONFIG", &cluster.kubeconfig)
+        .output()
+        .unwrap();
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("/nope does not exist"));
+
     std::fs::remove_file(&app).unwrap();
     wait_for("the drift to be corrected", Duration::from_secs(60), || app.exists());
     wait_for("the DriftCorrected event", Duration::from_secs(30), || {

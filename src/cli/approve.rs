@@ -6,15 +6,21 @@ use kube::api::{Api, Patch, PatchParams};
 use super::{ApproveArgs, CliError, Exit};
 use crate::crd::{APPROVE_ANNOTATION, Manifest};
 
-pub(super) async fn approve(args: ApproveArgs) -> Result<Exit, CliError> {
+/// The Manifest `name` in `namespace` (default: the kubeconfig's), its API, and `ns/name`.
+pub(super) async fn fetch(name: &str, namespace: Option<&str>) -> Result<(Manifest, Api<Manifest>, String), CliError> {
     let unreachable = |e: String| CliError::Refused(format!("cannot reach the cluster: {e}"));
     let config = kube::Config::infer().await.map_err(|e| unreachable(e.to_string()))?;
     let client = crate::controller::connect(config).map_err(|e| unreachable(e.to_string()))?;
-    let namespace = args.namespace.clone().unwrap_or_else(|| client.default_namespace().to_string());
+    let namespace = namespace.map_or_else(|| client.default_namespace().to_string(), str::to_string);
     let api: Api<Manifest> = Api::namespaced(client, &namespace);
-    let name = format!("{namespace}/{}", args.name);
-    let obj = api.get_opt(&args.name).await.map_err(|e| CliError::Refused(format!("manifest {name}: {e}")))?;
-    let obj = obj.ok_or_else(|| CliError::Refused(format!("manifest {name} does not exist")))?;
+    let qualified = format!("{namespace}/{name}");
+    let obj = api.get_opt(name).await.map_err(|e| CliError::Refused(format!("manifest {qualified}: {e}")))?;
+    let obj = obj.ok_or_else(|| CliError::Refused(format!("manifest {qualified} does not exist")))?;
+    Ok((obj, api, qualified))
+}
+
+pub(super) async fn approve(args: ApproveArgs) -> Result<Exit, CliError> {
+    let (obj, api, name) = fetch(&args.name, args.namespace.as_deref()).await?;
     let Some(pending) = obj.status.and_then(|s| s.pending_plan) else {
         return Err(CliError::Refused(format!("manifest {name} has no plan awaiting approval")));
     };

@@ -54,6 +54,44 @@ fn colours(status: &str) -> (&'static str, &'static str) {
 }
 
 impl Graph {
+    /// The graph of a Manifest object as the cluster holds it: its spec's resources, their
+    /// status as the controller last wrote it. Names that are not resources (an invalid spec)
+    /// are left out.
+    #[cfg(feature = "kube")]
+    pub fn of_object(title: String, obj: &crate::crd::Manifest) -> Graph {
+        let resources = &obj.spec.resources;
+        let observed = obj.status.as_ref().map(|s| s.resources.as_slice()).unwrap_or_default();
+        let nodes = resources
+            .iter()
+            .map(|(name, r)| {
+                let status = observed.iter().find(|o| o.name == name.as_str()).map(|o| o.status.to_string());
+                Node {
+                    name: name.clone(),
+                    type_name: r.type_ref.clone().unwrap_or_default(),
+                    status: status.unwrap_or_else(|| "UNKNOWN".into()),
+                }
+            })
+            .collect();
+        let mut edges = Vec::new();
+        for (to, (name, r)) in resources.iter().enumerate() {
+            let index = |n: &str| resources.get_index_of(n);
+            for (alias, target) in &r.dependencies {
+                edges.extend(index(target).map(|from| Edge { from, to, alias: Some(alias.clone()) }));
+            }
+            let sites = crate::engine::expr::compile(&r.config, &format!("resources.{name}.config"))
+                .map(|t| t.sites)
+                .unwrap_or_default();
+            let read: std::collections::BTreeSet<usize> = sites
+                .iter()
+                .flat_map(|site| &site.references)
+                .filter_map(|path| index(path.strip_prefix("resources.")?.split('.').next()?))
+                .filter(|from| !r.dependencies.values().any(|t| index(t) == Some(*from)))
+                .collect();
+            edges.extend(read.into_iter().map(|from| Edge { from, to, alias: None }));
+        }
+        Graph { title, nodes, edges }
+    }
+
     /// The graph of `manifest`, with `statuses[i]` for resource `i`.
     pub fn of(manifest: &ValidatedManifest, statuses: Vec<String>) -> Graph {
         let nodes = manifest
@@ -204,13 +242,28 @@ async fn live(args: &GraphArgs, manifest: ValidatedManifest) -> Result<Vec<Strin
 }
 
 pub(super) async fn graph(args: GraphArgs) -> Result<Exit, CliError> {
-    // The same validation, and the same errors, as `plan`.
-    let manifest = load(&args.manifest)?;
-    let statuses = match args.live {
-        true => live(&args, manifest.clone()).await?,
-        false => logged(&args, &manifest)?,
+    #[cfg(feature = "kube")]
+    let graph = match &args.object {
+        Some(name) => {
+            let (obj, _, qualified) = super::approve::fetch(name, args.namespace.as_deref()).await?;
+            Some(Graph::of_object(qualified, &obj))
+        }
+        None => None,
     };
-    let graph = Graph::of(&manifest, statuses);
+    #[cfg(not(feature = "kube"))]
+    let graph = None;
+    let graph = match graph {
+        Some(graph) => graph,
+        None => {
+            // The same validation, and the same errors, as `plan`.
+            let manifest = load(&args.manifest)?;
+            let statuses = match args.live {
+                true => live(&args, manifest.clone()).await?,
+                false => logged(&args, &manifest)?,
+            };
+            Graph::of(&manifest, statuses)
+        }
+    };
     let text = match args.format {
         GraphFormat::Mermaid => graph.mermaid(),
         GraphFormat::Dot => graph.dot(),

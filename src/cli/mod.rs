@@ -355,6 +355,15 @@ pub struct GraphArgs {
     /// Plan now (running state actions) instead of reading the latest statuses from the log.
     #[arg(long)]
     pub live: bool,
+    /// Draw the Manifest custom resource of this name, with the status the controller wrote,
+    /// instead of a manifest file.
+    #[cfg(feature = "kube")]
+    #[arg(long = "manifest", value_name = "NAME", conflicts_with = "live")]
+    pub object: Option<String>,
+    /// Its namespace [default: the kubeconfig's].
+    #[cfg(feature = "kube")]
+    #[arg(short, long, requires = "object")]
+    pub namespace: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
