@@ -7,11 +7,12 @@
 use std::fmt;
 
 use indexmap::IndexMap;
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// Sent on stdin to the `init` invocation (the program run with no arguments).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 pub struct InitRequest {
     pub name: String,
     #[serde(rename = "type")]
@@ -24,7 +25,7 @@ pub struct InitRequest {
 }
 
 /// Sent to the state action: the init request plus the rendered config, dependencies and plugs.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 pub struct StateRequest {
     #[serde(flatten)]
     pub init: InitRequest,
@@ -35,7 +36,7 @@ pub struct StateRequest {
 }
 
 /// Sent to each action: the state request plus the state the resource was found in.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 pub struct ActionRequest {
     #[serde(flatten)]
     pub state: StateRequest,
@@ -46,7 +47,7 @@ pub struct ActionRequest {
 
 /// A dependency as a resource program sees it. `state` and `properties` carry the same value:
 /// `properties` is what the older revision called it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 pub struct DependencyView {
     pub name: String,
     #[serde(rename = "type")]
@@ -58,8 +59,9 @@ pub struct DependencyView {
     pub dependencies: IndexMap<String, DependencyView>,
 }
 
-/// How to invoke a program: the same image/program unless `image` is given.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// How to invoke a program: the same image/program unless `image` is given. At least one of
+/// `args`, `entrypoint` or `image`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Invocable {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
@@ -88,7 +90,7 @@ fn check_invocable(what: &str, invocable: &Invocable) -> Result<(), ProtocolErro
 }
 
 /// An action a state action asks to run.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Action {
     pub name: String,
     #[serde(default)]
@@ -98,7 +100,7 @@ pub struct Action {
 }
 
 /// A plug a resource type asks for.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct PlugRequest {
     /// Where the plug is mounted inside a container (ignored for local programs, which get the
     /// host path).
@@ -123,26 +125,34 @@ pub struct InitResponse {
     pub delete_action: Option<Invocable>,
 }
 
-#[derive(Deserialize)]
+/// The `init` reply as a program prints it, either revision: `plugs` (newer) or
+/// `required_plugs` (older, name → container path); `required_resources` (older).
+#[derive(Deserialize, JsonSchema)]
+#[schemars(title = "init reply")]
 struct RawInitResponse {
+    /// A human-readable name for the type.
     #[serde(default)]
     label: Option<String>,
+    /// A JSON Schema (Draft 4 or later) the resource's config must satisfy.
     #[serde(default)]
     config_schema: Option<Value>,
+    /// How to run the state action (required).
     #[serde(default)]
     state_action: Option<Invocable>,
     #[serde(default)]
     plugs: Option<IndexMap<String, PlugRequest>>,
     #[serde(default)]
     required_plugs: Option<IndexMap<String, String>>,
+    /// Dependency alias → the type it must have.
     #[serde(default)]
     required_resources: Option<IndexMap<String, String>>,
+    /// How to delete the resource (Deployster extension; used by `deletionPolicy: Delete`).
     #[serde(default)]
     delete_action: Option<Invocable>,
 }
 
 /// What a state action found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum Status {
     Valid,
@@ -183,8 +193,12 @@ impl StateResponse {
     }
 }
 
-#[derive(Deserialize)]
+/// The state action's reply as a program prints it, either revision: `state` (newer) or
+/// `properties` (older) for a VALID resource; `actions` (at least one) when STALE or MISSING.
+#[derive(Deserialize, JsonSchema)]
+#[schemars(title = "state reply")]
 struct RawStateResponse {
+    #[schemars(with = "Status")]
     status: String,
     #[serde(default)]
     state: Option<Value>,
@@ -297,6 +311,23 @@ pub fn parse_state(stdout: &[u8]) -> Result<StateResponse, ProtocolError> {
 pub fn excerpt(bytes: &[u8], limit: usize) -> String {
     let text = String::from_utf8_lossy(&bytes[..bytes.len().min(limit)]).into_owned();
     if bytes.len() > limit { format!("{text}… ({} more bytes)", bytes.len() - limit) } else { text }
+}
+
+/// Every protocol message as a JSON Schema, generated from the types above: (file stem,
+/// schema). Published as `docs/protocol/<stem>.schema.json` (a test keeps them current), so
+/// that type authors in any language can validate what they print and read.
+pub fn schemas() -> Vec<(&'static str, Value)> {
+    let mut init_reply = serde_json::to_value(schemars::schema_for!(RawInitResponse)).expect("schemas serialize");
+    // Optional in the raw type only so that its absence gets a clear message.
+    init_reply["required"] = serde_json::json!(["state_action"]);
+    let schema = |s: schemars::Schema| serde_json::to_value(s).expect("schemas serialize");
+    vec![
+        ("init-request", schema(schemars::schema_for!(InitRequest))),
+        ("init-reply", init_reply),
+        ("state-request", schema(schemars::schema_for!(StateRequest))),
+        ("state-reply", schema(schemars::schema_for!(RawStateResponse))),
+        ("action-request", schema(schemars::schema_for!(ActionRequest))),
+    ]
 }
 
 #[cfg(test)]
