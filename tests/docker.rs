@@ -12,6 +12,7 @@ use bollard::models::ContainerCreateBody;
 use bollard::query_parameters::RemoveContainerOptionsBuilder;
 use deployster::engine::executor::docker::sandbox::SANDBOX_PHASE;
 use deployster::engine::executor::docker::{LABEL_OWNER, LABEL_PHASE, LABEL_RUN_ID};
+use serde_json::Value;
 use support::docker::{self, DIRECTORY_IMAGE, DockerEnv, FILE_IMAGE, FIXTURE_IMAGE, FIXTURE_PLUGS_IMAGE};
 use support::{Run, Workspace};
 
@@ -193,6 +194,31 @@ fn a_container_past_its_time_limit_gets_sigterm_and_may_clean_up() {
     assert_eq!(ws.read("rw/cleaned"), "cleaned up\n", "SIGTERM reached the program:\n{}", run.all());
     assert!(run.stderr.contains("slow/create | cleaning up after SIGTERM"), "{}", run.all());
     assert_no_containers_left(env, &run_id);
+}
+
+/// `check-type` runs an image type through the same checks, in containers: the fixture image
+/// conforms (its plugs made in a scratch directory), and a failing action fails P013.
+#[test]
+fn check_type_runs_an_image_through_the_conformance_checks() {
+    let env = docker_or_skip!();
+    let ws = Workspace::new();
+    ws.write("good.yaml", "marker: /rw/m\n");
+    ws.write("failing.yaml", "marker: /rw/m\naction_exit: 3\n");
+    let run = ws.run(&["check-type", FIXTURE_PLUGS_IMAGE, "--config", "good.yaml", "--output", "json"]);
+    assert_eq!(run.code, 0, "{}", run.all());
+    assert_eq!(run.json()["conforms"], true);
+    let run = ws.run(&["check-type", FIXTURE_PLUGS_IMAGE, "--config", "failing.yaml", "--output", "json"]);
+    assert_eq!(run.code, 1, "{}", run.all());
+    let doc = run.json();
+    let failed: Vec<&Value> = doc["findings"].as_array().unwrap().iter().filter(|f| f["level"] == "fail").collect();
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert_eq!(failed[0]["id"], "P013");
+    assert!(failed[0]["message"].as_str().unwrap().contains("exit code 3"), "{failed:?}");
+    for doc in
+        [doc, serde_json::from_str(&ws.run(&["check-type", FIXTURE_PLUGS_IMAGE, "--output", "json"]).stdout).unwrap()]
+    {
+        assert_no_containers_left(env, doc["run_id"].as_str().expect("a run id labels the containers"));
+    }
 }
 
 #[test]

@@ -14,6 +14,7 @@ macro_rules! errln {
 mod apply;
 #[cfg(feature = "kube")]
 mod approve;
+mod check_type;
 mod confirm;
 mod graph;
 mod history;
@@ -62,6 +63,9 @@ pub enum Command {
     Outputs(OutputsArgs),
     /// The dependency graph, each resource coloured by its latest status (Mermaid, DOT or SVG).
     Graph(GraphArgs),
+    /// Run a resource type (program, built-in or image) through the protocol's conformance
+    /// checks; exit 0 only if it conforms.
+    CheckType(CheckTypeArgs),
     /// Print the Manifest CustomResourceDefinition (`deployster crd | kubectl apply -f -`).
     #[cfg(feature = "kube")]
     Crd,
@@ -366,6 +370,38 @@ pub struct GraphArgs {
     pub namespace: Option<String>,
 }
 
+#[derive(Debug, Args)]
+pub struct CheckTypeArgs {
+    /// The type: `./program`, `builtin/<name>` or an image reference.
+    #[arg(value_name = "TYPE")]
+    pub type_ref: String,
+    /// A config (YAML or JSON) the type should converge on: state, its actions, state again;
+    /// repeat for several cases.
+    #[arg(long = "config", value_name = "FILE")]
+    pub configs: Vec<PathBuf>,
+    /// A config that breaks the type's schema: state must fail with a message on stderr.
+    #[arg(long = "bad-config", value_name = "FILE")]
+    pub bad_configs: Vec<PathBuf>,
+    /// Each invocation's time limit.
+    #[arg(long, value_name = "DURATION", default_value = "2m", value_parser = parse_duration)]
+    pub timeout: Duration,
+    /// Flag calls slower than this.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub slow: Duration,
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
+    #[cfg(feature = "docker")]
+    #[command(flatten)]
+    pub docker: DockerArgs,
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| format!("`{text}` is not a duration such as 90s or 2m"))
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum GraphFormat {
     Mermaid,
@@ -494,6 +530,7 @@ pub async fn run(cli: Cli) -> Result<Exit, CliError> {
         Command::History(args) => history::history(args),
         Command::Outputs(args) => history::outputs(args),
         Command::Graph(args) => graph::graph(args).await,
+        Command::CheckType(args) => check_type::check_type(args).await,
         #[cfg(feature = "kube")]
         Command::Crd => {
             outln!("{}", crate::crd::crd_yaml().trim_end());
@@ -513,12 +550,13 @@ pub async fn run(cli: Cli) -> Result<Exit, CliError> {
 /// The executor the CLI uses: local programs and built-ins as processes, images as Docker
 /// containers (connected to only when a manifest uses one).
 fn executor(args: &ManifestArgs) -> Result<Arc<dyn Executor>, CliError> {
+    executor_with(image_executor(args))
+}
+
+/// Local programs and built-ins as processes, images on `images`.
+fn executor_with(images: Option<Arc<dyn Executor>>) -> Result<Arc<dyn Executor>, CliError> {
     let me = std::env::current_exe().map_err(CliError::SelfExe)?;
-    Ok(Arc::new(Dispatch {
-        local: Arc::new(ProcessExecutor::new(me)),
-        images: image_executor(args),
-        local_programs: true,
-    }))
+    Ok(Arc::new(Dispatch { local: Arc::new(ProcessExecutor::new(me)), images, local_programs: true }))
 }
 
 #[cfg(feature = "docker")]

@@ -153,7 +153,7 @@ async fn init_one(ctx: &Context, i: usize) -> Result<ResourceType, ResourceError
 
 /// A config schema without `$schema` is Draft 4 (what existing types were written against);
 /// one with `$schema` gets the draft it names.
-fn compile_schema(schema: &Value) -> Result<jsonschema::Validator, String> {
+pub(crate) fn compile_schema(schema: &Value) -> Result<jsonschema::Validator, String> {
     let declares_draft = schema.get("$schema").is_some();
     let compiled = if declares_draft { jsonschema::validator_for(schema) } else { jsonschema::draft4::new(schema) };
     compiled.map_err(|e| format!("`config_schema` is not a valid JSON Schema: {e}"))

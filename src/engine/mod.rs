@@ -4,6 +4,7 @@
 //! shells around [`run::Engine`].
 
 pub(crate) mod config;
+pub mod conformance;
 pub mod context;
 pub mod delete;
 pub mod error;
