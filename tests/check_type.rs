@@ -81,6 +81,8 @@ fn each_broken_state_or_action_fails_its_check() {
         ("respond: {status: STALE}", "P012"),
         ("action_exit: 3", "P013"),
         ("stays_stale: true", "P014"),
+        ("changing: true", "P015"),
+        ("strict: true", "P017"),
     ] {
         let ws = Workspace::new();
         ws.write("case.yaml", &format!("marker: {}/m\n{config}\n", ws.root()));
@@ -88,6 +90,17 @@ fn each_broken_state_or_action_fails_its_check() {
         assert_eq!(run.code, 1, "{config}: {}", run.all());
         assert_eq!(failed(&run), [expected.to_string()], "{config}: {:?}", levels(&run));
     }
+}
+
+#[test]
+fn an_action_that_fails_when_run_again_is_a_warning() {
+    let ws = Workspace::new();
+    ws.write("case.yaml", &format!("marker: {}/m\nnot_reentrant: true\n", ws.root()));
+    let run = check(&ws, "./fixture", &["--config", "case.yaml"]);
+    assert_eq!(run.code, 0, "a warning, not a failure: {}", run.all());
+    let p016 = finding(&run, "P016");
+    assert_eq!(p016["level"], "warn", "{p016}");
+    assert!(p016["message"].as_str().unwrap().contains("exists already"), "{p016}");
 }
 
 #[test]

@@ -203,20 +203,29 @@ fn check_type_runs_an_image_through_the_conformance_checks() {
     let env = docker_or_skip!();
     let ws = Workspace::new();
     ws.write("good.yaml", "marker: /rw/m\n");
-    ws.write("failing.yaml", "marker: /rw/m\naction_exit: 3\n");
     let run = ws.run(&["check-type", FIXTURE_PLUGS_IMAGE, "--config", "good.yaml", "--output", "json"]);
     assert_eq!(run.code, 0, "{}", run.all());
-    assert_eq!(run.json()["conforms"], true);
-    let run = ws.run(&["check-type", FIXTURE_PLUGS_IMAGE, "--config", "failing.yaml", "--output", "json"]);
-    assert_eq!(run.code, 1, "{}", run.all());
-    let doc = run.json();
-    let failed: Vec<&Value> = doc["findings"].as_array().unwrap().iter().filter(|f| f["level"] == "fail").collect();
-    assert_eq!(failed.len(), 1, "{failed:?}");
-    assert_eq!(failed[0]["id"], "P013");
-    assert!(failed[0]["message"].as_str().unwrap().contains("exit code 3"), "{failed:?}");
-    for doc in
-        [doc, serde_json::from_str(&ws.run(&["check-type", FIXTURE_PLUGS_IMAGE, "--output", "json"]).stdout).unwrap()]
-    {
+    let mut docs = vec![run.json()];
+    assert_eq!(docs[0]["conforms"], true);
+    // Each way of breaking state or an action fails the check that names it, in containers too.
+    for (config, expected) in [
+        ("raw: nope", "P011"),
+        ("respond: {status: STALE}", "P012"),
+        ("action_exit: 3", "P013"),
+        ("stays_stale: true", "P014"),
+        ("changing: true", "P015"),
+        ("strict: true", "P017"),
+    ] {
+        ws.write("case.yaml", &format!("marker: /rw/m\n{config}\n"));
+        let run = ws.run(&["check-type", FIXTURE_PLUGS_IMAGE, "--config", "case.yaml", "--output", "json"]);
+        assert_eq!(run.code, 1, "{config}: {}", run.all());
+        let doc = run.json();
+        let failed: Vec<&Value> = doc["findings"].as_array().unwrap().iter().filter(|f| f["level"] == "fail").collect();
+        assert_eq!(failed.len(), 1, "{config}: {failed:?}");
+        assert_eq!(failed[0]["id"], expected, "{config}: {failed:?}");
+        docs.push(doc.clone());
+    }
+    for doc in docs {
         assert_no_containers_left(env, doc["run_id"].as_str().expect("a run id labels the containers"));
     }
 }

@@ -26,7 +26,10 @@
 //!   Messages (seed 004): `progress_steps` progress messages `step_ms` apart, `stall_after`
 //!   (hang before that step), `results` ({key: value}) and `error_msg` in a last JSON
 //!   message; `quiet` keeps stderr empty (so that a failure's message comes from stdout);
-//!   `on_term: <path>` makes the action's sleep end on SIGTERM, writing that file first.
+//!   `on_term: <path>` makes the action's sleep end on SIGTERM, writing that file first;
+//!   `not_reentrant` makes `create` fail when the marker exists already.
+//! * `changing`: a VALID state carries the time it was read (never the same twice);
+//!   `strict`: any request field the protocol does not define fails the program.
 //! * `log`: appends `<name> <phase> <start_ms> <end_ms>` to that file; `record`: appends each
 //!   request as a JSON line, with the `DEPLOYSTER_PLUG_*` variables the program saw and every
 //!   `DEPLOYSTER_*` variable (`env`), and the names of all its variables (`env_names`).
@@ -45,6 +48,10 @@ fn append(path: &str, line: &str) {
     let mut file = std::fs::OpenOptions::new().create(true).append(true).open(path).expect("open log");
     file.write_all(format!("{line}\n").as_bytes()).expect("append log");
 }
+
+/// The request fields a `strict` fixture accepts.
+const KNOWN_FIELDS: [&str; 9] =
+    ["name", "type", "version", "verbose", "workspace", "config", "dependencies", "plugs", "staleState"];
 
 fn main() {
     let mut input = String::new();
@@ -91,6 +98,12 @@ fn main() {
     }
     let started = now_ms();
     let tag = request["type"].as_str().and_then(|t| t.rsplit_once(':')).map(|(_, tag)| tag.to_string());
+    if config["strict"].as_bool() == Some(true)
+        && let Some(unknown) = request.as_object().and_then(|r| r.keys().find(|k| !KNOWN_FIELDS.contains(&k.as_str())))
+    {
+        eprintln!("fixture: unknown request field `{unknown}`");
+        std::process::exit(9);
+    }
     let code = run(&phase, &name, &workspace, &config, tag.as_deref());
     if let Some(path) = config["log"].as_str() {
         append(path, &format!("{name} {phase} {started} {}", now_ms()));
@@ -149,6 +162,10 @@ fn run(phase: &str, name: &str, workspace: &std::path::Path, config: &Value, tag
         if !quiet {
             eprintln!("{action}: a note on stderr");
         }
+        if config["not_reentrant"].as_bool() == Some(true) && marker.exists() {
+            eprintln!("{action}: {} exists already", marker.display());
+            return 5;
+        }
         if let Some(code) = config["action_exit"].as_i64().filter(|c| *c != 0) {
             if !quiet {
                 eprintln!("{action}: failing with exit code {code} as configured");
@@ -203,7 +220,11 @@ fn run(phase: &str, name: &str, workspace: &std::path::Path, config: &Value, tag
     }
     if marker.exists() {
         let content = std::fs::read_to_string(&marker).unwrap_or_default();
-        println!("{}", json!({"status": "VALID", "state": {"marker": marker, "content": content}}));
+        let mut state = json!({"marker": marker, "content": content});
+        if config["changing"].as_bool() == Some(true) {
+            state["read_at"] = json!(now_ms());
+        }
+        println!("{}", json!({"status": "VALID", "state": state}));
     } else {
         let default = json!([{"name": "create", "description": format!("Create {}", marker.display()), "args": ["act", "create"]}]);
         let actions = config.get("actions").cloned().unwrap_or(default);
