@@ -148,6 +148,10 @@ resources:
     type: ./fixture
     dependencies: { up: middle }
     config: { record: "$WS/leaf.jsonl", seen: "{{ up.state.content }}" }
+  new_leaf:
+    type: ./fixture
+    dependencies: { up: middle }
+    config: { record: "$WS/new_leaf.jsonl" }
 "#,
     );
     let run = ws.apply(&["-v"]);
@@ -168,10 +172,16 @@ resources:
     assert_eq!(up["config"]["from"], "root-state");
     assert_eq!(up["state"]["content"], "created");
     assert_eq!(up["properties"], up["state"], "the older revision's name carries the same state");
-    assert_eq!(up["dependencies"]["up"]["name"], "root", "dependencies are recursive");
+    assert_eq!(up["dependencies"]["up"]["name"], "root", "the older revision gets dependencies of dependencies");
     let creds = ws.path("secrets/creds.json").display().to_string();
     assert_eq!(state["plugs"], json!({"creds": creds}));
     assert_eq!(records[0]["plug_env"], json!({"DEPLOYSTER_PLUG_CREDS": creds}));
+
+    // `leaf` speaks the older revision (`required_resources`); a newer-revision type gets its
+    // direct dependencies only, so that requests do not grow with the chain behind them.
+    let new = &ws.recorded("new_leaf.jsonl")[0]["request"];
+    assert_eq!(new["dependencies"]["up"]["name"], "middle");
+    assert_eq!(new["dependencies"]["up"]["dependencies"], json!({}));
 
     let action = &records[1]["request"];
     assert_eq!(action["staleState"], json!({}));
@@ -284,9 +294,8 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
 }
 
 #[test]
-fn a_long_chain_with_aliases_applies_despite_deeply_nested_requests() {
-    // Every request carries its dependencies recursively: at the end of this chain the request
-    // nests about 2 × 80 levels deep, past serde_json's default recursion limit of 128.
+fn a_long_chain_with_aliases_applies_with_small_requests() {
+    // Requests carry direct dependencies only: a long chain stays within any parser's limits.
     let ws = Workspace::new();
     let mut yaml = String::from("resources:\n  d0: { type: builtin/directory, config: { path: \"$WS/d0\" } }\n");
     for i in 1..80 {
@@ -302,6 +311,27 @@ fn a_long_chain_with_aliases_applies_despite_deeply_nested_requests() {
     assert!(ws.path(&deepest[1..]).is_dir());
 }
 
+/// A chain of 300 resources of a local-program type whose JSON parser accepts 64 levels: every
+/// request stays shallow, and the last one is no bigger than one in the middle.
+#[test]
+fn a_300_chain_works_with_a_parser_limited_to_64_levels_and_requests_stay_small() {
+    let ws = Workspace::new();
+    let mut yaml = String::from("resources:\n  r0: { type: ./fixture, config: { max_depth: 64 } }\n");
+    for i in 1..300 {
+        let record = if i == 150 || i == 299 { format!(", record: \"$WS/r{i}.jsonl\"") } else { String::new() };
+        yaml.push_str(&format!(
+            "  r{i}: {{ type: ./fixture, dependencies: {{ up: r{} }}, config: {{ max_depth: 64, from: \"{{{{ up.state.marker }}}}\"{record} }} }}\n",
+            i - 1
+        ));
+    }
+    ws.manifest(&yaml);
+    let run = ws.apply(&["--output", "json"]);
+    assert_eq!(run.code, 0, "{}", &run.all()[..run.all().len().min(4000)]);
+    let size = |i: usize| ws.recorded(&format!("r{i}.jsonl"))[0]["request"].to_string().len();
+    let (middle, last) = (size(150), size(299));
+    assert!(last <= middle + 64, "request bytes grow with the chain: {middle} at 150, {last} at 299");
+}
+
 #[test]
 fn verbose_shows_the_stderr_of_state_actions() {
     let ws = Workspace::new();
@@ -311,4 +341,34 @@ fn verbose_shows_the_stderr_of_state_actions() {
     assert!(!plain.all().contains("state: checking"), "{}", plain.all());
     let verbose = ws.plan(&["-v"]);
     assert!(verbose.stdout.contains("quiet/state | state: checking quiet"), "{}", verbose.all());
+}
+
+/// A type speaking the older revision gets its dependencies' dependencies — at most
+/// `OLDER_REVISION_DEPTH` (32) levels of them.
+#[test]
+fn older_revision_types_get_ancestors_to_a_bounded_depth() {
+    let ws = Workspace::new();
+    let mut yaml = String::from("resources:\n  r0: { type: ./fixture }\n");
+    for i in 1..40 {
+        let record = if i == 39 { ", record: \"$WS/last.jsonl\"" } else { "" };
+        yaml.push_str(&format!(
+            "  r{i}: {{ type: ./fixture, dependencies: {{ up: r{} }}, config: {{ n: {i}{record} }} }}\n",
+            i - 1
+        ));
+        ws.init_response(
+            &format!("r{i}"),
+            r#"{"state_action": {"args": ["state"]}, "required_resources": {"up": "./fixture"}}"#,
+        );
+    }
+    ws.manifest(&yaml);
+    let run = ws.apply(&[]);
+    assert_eq!(run.code, 0, "{}", run.all());
+    let request = ws.recorded("last.jsonl")[0]["request"].clone();
+    let mut levels = 0;
+    let mut at = &request;
+    while let Some(up) = at["dependencies"].get("up") {
+        levels += 1;
+        at = up;
+    }
+    assert_eq!(levels, 32, "OLDER_REVISION_DEPTH: r38 down to r7, and no further");
 }

@@ -123,6 +123,9 @@ pub struct InitResponse {
     /// Deployster extension: how to delete the resource (for the controller's
     /// `deletionPolicy: Delete`). Types without one are left in place.
     pub delete_action: Option<Invocable>,
+    /// The reply used the older revision's `required_plugs` or `required_resources`: the type
+    /// is sent its dependencies' own dependencies too (to a bounded depth), as that revision did.
+    pub older_revision: bool,
 }
 
 /// The `init` reply as a program prints it, either revision: `plugs` (newer) or
@@ -248,6 +251,7 @@ pub fn parse_init(stdout: &[u8]) -> Result<InitResponse, ProtocolError> {
     {
         return Err(problem("`config_schema` must be a JSON Schema (an object or a boolean)"));
     }
+    let older_revision = raw.required_plugs.is_some() || raw.required_resources.is_some();
     let mut plugs = raw.plugs.unwrap_or_default();
     for (name, path) in raw.required_plugs.unwrap_or_default() {
         plugs.entry(name).or_insert(PlugRequest { container_path: path, optional: false, writable: false });
@@ -267,6 +271,7 @@ pub fn parse_init(stdout: &[u8]) -> Result<InitResponse, ProtocolError> {
         plugs,
         required_resources: raw.required_resources.unwrap_or_default(),
         delete_action: raw.delete_action,
+        older_revision,
     })
 }
 

@@ -16,9 +16,19 @@ use super::plan::{Inputs, Ran};
 use super::protocol::{self, Action, ActionRequest, DependencyView, InitRequest, StateRequest, StateResponse, Status};
 use super::validate::ValidatedManifest;
 
-/// The `dependencies` of a request: each alias with its config, fresh state and own
-/// dependencies, recursively.
-fn dependency_views(manifest: &ValidatedManifest, i: usize, known: &Knowledge) -> IndexMap<String, DependencyView> {
+/// How many levels of dependencies a request carries for a type that speaks the older protocol
+/// revision (which sent dependencies of dependencies): at most this many. Other types get their
+/// direct dependencies only, so that a request's size does not grow with the chain behind it.
+pub const OLDER_REVISION_DEPTH: usize = 32;
+
+/// The `dependencies` of a request: each alias with its config and fresh state, and — down to
+/// `depth` levels in all — its own dependencies.
+fn dependency_views(
+    manifest: &ValidatedManifest,
+    i: usize,
+    known: &Knowledge,
+    depth: usize,
+) -> IndexMap<String, DependencyView> {
     manifest.resources[i]
         .aliases
         .iter()
@@ -34,7 +44,10 @@ fn dependency_views(manifest: &ValidatedManifest, i: usize, known: &Knowledge) -
                 config,
                 properties: state.clone(),
                 state,
-                dependencies: dependency_views(manifest, j, known),
+                dependencies: match depth > 1 {
+                    true => dependency_views(manifest, j, known, depth - 1),
+                    false => IndexMap::new(),
+                },
             };
             (alias.clone(), view)
         })
@@ -69,7 +82,12 @@ pub(crate) fn state_request(
     StateRequest {
         init: InitRequest::for_resource(&ctx.manifest.resources[i], ctx.options.verbose),
         config,
-        dependencies: dependency_views(&ctx.manifest, i, known),
+        dependencies: dependency_views(
+            &ctx.manifest,
+            i,
+            known,
+            if types[i].init.older_revision { OLDER_REVISION_DEPTH } else { 1 },
+        ),
         plugs: types[i].plug_paths.clone(),
     }
 }

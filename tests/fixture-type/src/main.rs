@@ -29,7 +29,9 @@
 //!   `on_term: <path>` makes the action's sleep end on SIGTERM, writing that file first;
 //!   `not_reentrant` makes `create` fail when the marker exists already.
 //! * `changing`: a VALID state carries the time it was read (never the same twice);
-//!   `strict`: any request field the protocol does not define fails the program.
+//!   `strict`: any request field the protocol does not define fails the program;
+//!   `max_depth: N`: a request nesting deeper than N levels fails it, as a JSON parser with
+//!   that limit would.
 //! * `log`: appends `<name> <phase> <start_ms> <end_ms>` to that file; `record`: appends each
 //!   request as a JSON line, with the `DEPLOYSTER_PLUG_*` variables the program saw and every
 //!   `DEPLOYSTER_*` variable (`env`), and the names of all its variables (`env_names`).
@@ -47,6 +49,15 @@ fn now_ms() -> u128 {
 fn append(path: &str, line: &str) {
     let mut file = std::fs::OpenOptions::new().create(true).append(true).open(path).expect("open log");
     file.write_all(format!("{line}\n").as_bytes()).expect("append log");
+}
+
+/// How deeply `value` nests arrays and objects.
+fn depth(value: &Value) -> usize {
+    match value {
+        Value::Array(items) => 1 + items.iter().map(depth).max().unwrap_or(0),
+        Value::Object(fields) => 1 + fields.values().map(depth).max().unwrap_or(0),
+        _ => 0,
+    }
 }
 
 /// The request fields a `strict` fixture accepts.
@@ -98,6 +109,12 @@ fn main() {
     }
     let started = now_ms();
     let tag = request["type"].as_str().and_then(|t| t.rsplit_once(':')).map(|(_, tag)| tag.to_string());
+    if let Some(limit) = config["max_depth"].as_u64()
+        && depth(&request) > limit as usize
+    {
+        eprintln!("fixture: the request nests {} levels deep, past this parser's limit of {limit}", depth(&request));
+        std::process::exit(65);
+    }
     if config["strict"].as_bool() == Some(true)
         && let Some(unknown) = request.as_object().and_then(|r| r.keys().find(|k| !KNOWN_FIELDS.contains(&k.as_str())))
     {
