@@ -82,6 +82,24 @@ pub struct ProcessExecutor {
     /// Programs are registered with a `deployster __reaper` so that they die with deployster;
     /// the executor's own unit tests, which have no deployster binary, go without.
     reaper: bool,
+    /// Successful `init` outcomes: a reconcile loop or the controller does not re-run `init`
+    /// on every pass — until the program file changes.
+    init_cache: Arc<std::sync::Mutex<std::collections::HashMap<InitKey, Outcome>>>,
+    /// Programs started so far (cached inits are not started).
+    started: Arc<std::sync::atomic::AtomicU64>,
+}
+
+/// What makes two `init` invocations the same: the program file as it is now (path, size and
+/// modification time: a rebuilt or replaced program is run again), the command line, the
+/// working directory and the request.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct InitKey {
+    program: PathBuf,
+    len: u64,
+    modified: Option<std::time::SystemTime>,
+    args: Vec<String>,
+    workdir: Option<PathBuf>,
+    request: Vec<u8>,
 }
 
 impl ProcessExecutor {
@@ -90,6 +108,8 @@ impl ProcessExecutor {
             builtin_program,
             output_limit: DEFAULT_OUTPUT_LIMIT,
             kill_grace: Duration::from_secs(5),
+            init_cache: Default::default(),
+            started: Default::default(),
             spawner: Arc::default(),
             reaper: true,
         }
@@ -316,6 +336,45 @@ impl Executor for ProcessExecutor {
     }
 
     async fn invoke(&self, invocation: Invocation) -> Result<Outcome, ExecError> {
+        let key = (invocation.labels.phase == "init").then(|| self.init_key(&invocation)).flatten();
+        if let Some(key) = &key
+            && let Some(hit) = self.init_cache.lock().expect("init cache lock").get(key)
+        {
+            return Ok(hit.clone());
+        }
+        let outcome = self.run(invocation).await?;
+        if let Some(key) = key
+            && outcome.exit.success()
+        {
+            self.init_cache.lock().expect("init cache lock").insert(key, outcome.clone());
+        }
+        Ok(outcome)
+    }
+}
+
+impl ProcessExecutor {
+    /// The cache key of an init invocation; `None` when the program cannot be looked at (the
+    /// run then says why).
+    fn init_key(&self, invocation: &Invocation) -> Option<InitKey> {
+        let (program, args) = self.command_line(invocation).ok()?;
+        let metadata = std::fs::metadata(&program).ok()?;
+        Some(InitKey {
+            program,
+            len: metadata.len(),
+            modified: metadata.modified().ok(),
+            args,
+            workdir: invocation.workdir.clone(),
+            request: invocation.stdin.clone(),
+        })
+    }
+
+    /// How many programs this executor (and its clones) started.
+    pub fn programs_started(&self) -> u64 {
+        self.started.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    async fn run(&self, invocation: Invocation) -> Result<Outcome, ExecError> {
+        self.started.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let started = Instant::now();
         let mut child = self.spawn(&invocation).await?;
         let pid = child.id();
@@ -501,6 +560,49 @@ mod tests {
         assert!(took >= Duration::from_millis(1000), "SIGKILL only after the grace period: {took:?}");
         assert!(took < Duration::from_secs(5), "and then at once: {took:?}");
         assert!(std::fs::read_to_string(&note).unwrap().contains("ignored"), "it was asked first");
+    }
+
+    /// `init` runs once per program file, command line and request for the executor's life:
+    /// a reconcile loop does not re-run it on every pass. A changed program, another request
+    /// or a failed init runs again.
+    #[tokio::test]
+    async fn a_successful_init_is_run_once_until_the_program_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let count = dir.path().join("count");
+        let body = format!("echo run >> {}; cat > /dev/null; echo '{{}}'", count.display());
+        let prog = shell(&body, dir.path());
+        let executor = executor();
+        let init = |stdin: &[u8]| {
+            let mut inv = invocation(prog.clone());
+            inv.labels.phase = "init".into();
+            inv.stdin = stdin.to_vec();
+            inv
+        };
+        let runs = || std::fs::read_to_string(&count).unwrap_or_default().lines().count();
+        for _ in 0..3 {
+            executor.invoke(init(b"{\"name\": \"a\"}")).await.unwrap();
+        }
+        assert_eq!(runs(), 1, "cached");
+        assert_eq!(executor.programs_started(), 1);
+        executor.invoke(init(b"{\"name\": \"b\"}")).await.unwrap();
+        assert_eq!(runs(), 2, "another request runs");
+        let mut state = invocation(prog.clone());
+        state.labels.phase = "state".into();
+        executor.invoke(state.clone()).await.unwrap();
+        executor.invoke(state).await.unwrap();
+        assert_eq!(runs(), 4, "only init is cached");
+        shell(&format!("{body} # rebuilt"), dir.path());
+        executor.invoke(init(b"{\"name\": \"a\"}")).await.unwrap();
+        assert_eq!(runs(), 5, "a changed program is run again");
+
+        std::fs::create_dir(dir.path().join("f")).unwrap();
+        let failing = shell(&format!("echo run >> {}; exit 3", count.display()), &dir.path().join("f"));
+        for _ in 0..2 {
+            let mut inv = invocation(failing.clone());
+            inv.labels.phase = "init".into();
+            executor.invoke(inv).await.unwrap();
+        }
+        assert_eq!(runs(), 7, "a failed init is not kept");
     }
 
     #[tokio::test]
