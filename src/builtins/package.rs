@@ -136,9 +136,17 @@ impl Package {
 
     /// The tarball's md5, checked against the `.prop` file when one is configured.
     fn check(&self) -> Result<String, String> {
-        let bytes =
-            std::fs::read(&self.tarball).map_err(|e| format!("cannot read package {}: {e}", self.tarball.display()))?;
-        let md5 = hex::encode(Md5::digest(&bytes));
+        let cannot = |e: std::io::Error| format!("cannot read package {}: {e}", self.tarball.display());
+        // Read in chunks: a package may be large.
+        let mut file = std::fs::File::open(&self.tarball).map_err(cannot)?;
+        let (mut hasher, mut chunk) = (Md5::new(), vec![0u8; 1 << 16]);
+        loop {
+            match std::io::Read::read(&mut file, &mut chunk).map_err(cannot)? {
+                0 => break,
+                n => hasher.update(&chunk[..n]),
+            }
+        }
+        let md5 = hex::encode(hasher.finalize());
         let Some(prop) = &self.prop else { return Ok(md5) };
         let expected_name = format!("{}.prop", self.file);
         if prop.file_name().and_then(|f| f.to_str()) != Some(expected_name.as_str()) {
@@ -246,8 +254,13 @@ impl Package {
 
 pub(super) fn state(request: &Request) -> Result<Value, String> {
     let p = Package::of(request)?;
-    let md5 = p.check()?;
     let installed = p.installed();
+    // The tarball is read (and its md5 checked) only when it is to be installed, not on every
+    // drift check of an installed version.
+    let md5 = match installed {
+        true => p.metadata()["versions"][&p.version]["md5"].clone(),
+        false => json!(p.check()?),
+    };
     let active = p.active_version();
     let this_active = active.as_deref() == Some(p.version.as_str());
     let running = if this_active && installed { Some(p.is_running(&p.version)?) } else { None };
