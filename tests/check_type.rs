@@ -76,14 +76,7 @@ fn each_broken_init_fails_its_check() {
 
 #[test]
 fn each_broken_state_or_action_fails_its_check() {
-    for (config, expected) in [
-        ("raw: nope", "P011"),
-        ("respond: {status: STALE}", "P012"),
-        ("action_exit: 3", "P013"),
-        ("stays_stale: true", "P014"),
-        ("changing: true", "P015"),
-        ("strict: true", "P017"),
-    ] {
+    for (config, expected) in support::BROKEN_TYPE_CASES {
         let ws = Workspace::new();
         ws.write("case.yaml", &format!("marker: {}/m\n{config}\n", ws.root()));
         let run = check(&ws, "./fixture", &["--config", "case.yaml"]);

@@ -208,14 +208,7 @@ fn check_type_runs_an_image_through_the_conformance_checks() {
     let mut docs = vec![run.json()];
     assert_eq!(docs[0]["conforms"], true);
     // Each way of breaking state or an action fails the check that names it, in containers too.
-    for (config, expected) in [
-        ("raw: nope", "P011"),
-        ("respond: {status: STALE}", "P012"),
-        ("action_exit: 3", "P013"),
-        ("stays_stale: true", "P014"),
-        ("changing: true", "P015"),
-        ("strict: true", "P017"),
-    ] {
+    for (config, expected) in support::BROKEN_TYPE_CASES {
         ws.write("case.yaml", &format!("marker: /rw/m\n{config}\n"));
         let run = ws.run(&["check-type", FIXTURE_PLUGS_IMAGE, "--config", "case.yaml", "--output", "json"]);
         assert_eq!(run.code, 1, "{config}: {}", run.all());

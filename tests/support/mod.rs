@@ -17,6 +17,17 @@ use regex::Regex;
 
 use serde_json::Value;
 
+/// Fixture configs that break the protocol in state or an action, and the `check-type` check
+/// each must fail (tests/check_type.rs on processes, tests/docker.rs in containers).
+pub const BROKEN_TYPE_CASES: [(&str, &str); 6] = [
+    ("raw: nope", "P011"),
+    ("respond: {status: STALE}", "P012"),
+    ("action_exit: 3", "P013"),
+    ("stays_stale: true", "P014"),
+    ("changing: true", "P015"),
+    ("strict: true", "P017"),
+];
+
 /// The deployster binary under test.
 pub fn deployster() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_deployster"))
