@@ -372,3 +372,45 @@ fn older_revision_types_get_ancestors_to_a_bounded_depth() {
     }
     assert_eq!(levels, 32, "OLDER_REVISION_DEPTH: r38 down to r7, and no further");
 }
+
+#[test]
+fn built_ins_apply_alike_in_process_and_as_programs() {
+    // The same manifest, applied, drifted and planned again, once with built-ins answered inside
+    // deployster (the default) and once with each call a `deployster __type` program.
+    let outcome = |builtins: &str| {
+        let ws = Workspace::new();
+        ws.manifest(BUILTINS);
+        let env = [("DEPLOYSTER_BUILTINS", builtins)];
+        let apply = ws.run_with_env(&["apply", "-f", "manifest.yaml", "--yes", "--output", "json"], &env);
+        assert_eq!(apply.code, 0, "{}", apply.all());
+        std::fs::write(ws.path("out-dev/notes.txt"), "edited\n").unwrap();
+        let plan = ws.run_with_env(&["plan", "-f", "manifest.yaml", "--output", "json"], &env);
+        assert_eq!(plan.code, 0, "{}", plan.all());
+        let shown = |run: &support::Run| {
+            let doc = run.json();
+            let part = if doc.get("result").is_some() { "result" } else { "plan" };
+            let resources: Vec<_> = doc[part]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| (r["name"].clone(), r["status"].clone(), r["actions"].clone(), r["state"].clone()))
+                .collect();
+            let output: Vec<&str> = run.stderr.lines().filter(|l| l.contains(" | ")).collect();
+            format!("{resources:?}\n{output:?}").replace(&ws.root(), "<ws>")
+        };
+        (shown(&apply), shown(&plan))
+    };
+    let in_process = outcome("in-process");
+    assert!(in_process.0.contains("wrote <ws>/out-dev/app.json"), "{}", in_process.0);
+    assert!(in_process.1.contains("STALE"), "{}", in_process.1);
+    assert_eq!(in_process, outcome("process"));
+}
+
+#[test]
+fn an_unknown_builtins_setting_is_refused() {
+    let ws = Workspace::new();
+    ws.manifest(BUILTINS);
+    let run = ws.run_with_env(&["plan", "-f", "manifest.yaml"], &[("DEPLOYSTER_BUILTINS", "threads")]);
+    assert_eq!(run.code, 2, "{}", run.all());
+    assert!(run.stderr.contains("DEPLOYSTER_BUILTINS must be `in-process` or `process`"), "{}", run.all());
+}

@@ -45,30 +45,30 @@ pub(super) fn state(request: &Request) -> Result<Value, String> {
     }
 }
 
-pub(super) fn act(action: &str, request: &Request) -> Result<(), String> {
+pub(super) fn act(action: &str, request: &Request, said: &mut Vec<String>) -> Result<(), String> {
     let path = request.path()?;
     match action {
         "create" => {
             std::fs::create_dir_all(&path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
-            println!("created {}", path.display());
+            said.push(format!("created {}", path.display()));
         }
         "chmod" => {}
-        "delete" => return delete(&path),
+        "delete" => return delete(&path, said),
         other => return Err(format!("unknown action `{other}`")),
     }
     if let Some(mode) = request.mode()? {
         set_mode(&path, mode)?;
-        println!("mode of {} set to {}", path.display(), format_mode(mode));
+        said.push(format!("mode of {} set to {}", path.display(), format_mode(mode)));
     }
     Ok(())
 }
 
 /// Removes the directory only when it is empty: what is inside is someone's data (the resources
 /// that wrote it are deleted first, in reverse dependency order).
-fn delete(path: &std::path::Path) -> Result<(), String> {
+fn delete(path: &std::path::Path, said: &mut Vec<String>) -> Result<(), String> {
     match std::fs::remove_dir(path) {
         Ok(()) => {
-            println!("deleted {}", path.display());
+            said.push(format!("deleted {}", path.display()));
             Ok(())
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),

@@ -72,19 +72,19 @@ pub(super) fn state(request: &Request) -> Result<Value, String> {
     }
 }
 
-pub(super) fn act(action: &str, request: &Request) -> Result<(), String> {
+pub(super) fn act(action: &str, request: &Request, said: &mut Vec<String>) -> Result<(), String> {
     let path = request.path()?;
     match action {
-        "write" => write_atomically(&path, content(request)?.as_bytes(), request.mode()?)?,
+        "write" => write_atomically(&path, content(request)?.as_bytes(), request.mode()?, said)?,
         "delete" => match std::fs::remove_file(&path) {
-            Ok(()) => println!("deleted {}", path.display()),
+            Ok(()) => said.push(format!("deleted {}", path.display())),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(format!("cannot delete {}: {e}", path.display())),
         },
         "chmod" => {
             let mode = request.mode()?.ok_or("chmod needs config.mode")?;
             set_mode(&path, mode)?;
-            println!("mode of {} set to {}", path.display(), format_mode(mode));
+            said.push(format!("mode of {} set to {}", path.display(), format_mode(mode)));
         }
         other => return Err(format!("unknown action `{other}`")),
     }
@@ -93,13 +93,16 @@ pub(super) fn act(action: &str, request: &Request) -> Result<(), String> {
 
 /// Writes through a temporary file in the same directory and renames it into place, so that a
 /// crash never leaves a half-written file. Keeps the existing mode unless one is configured.
-fn write_atomically(path: &Path, bytes: &[u8], mode: Option<u32>) -> Result<(), String> {
+fn write_atomically(path: &Path, bytes: &[u8], mode: Option<u32>, said: &mut Vec<String>) -> Result<(), String> {
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     if !dir.is_dir() {
         return Err(format!("cannot write {}: directory {} does not exist", path.display(), dir.display()));
     }
     let name = path.file_name().ok_or_else(|| format!("{} has no file name", path.display()))?;
-    let temp = dir.join(format!(".{}.deployster-{}", name.to_string_lossy(), std::process::id()));
+    // Unique within this process too: built-ins may run in deployster's own process, several at once.
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let temp = dir.join(format!(".{}.deployster-{}-{n}", name.to_string_lossy(), std::process::id()));
     let result = (|| {
         let mut file = std::fs::File::create(&temp).map_err(|e| format!("cannot create {}: {e}", temp.display()))?;
         file.write_all(bytes)
@@ -115,6 +118,6 @@ fn write_atomically(path: &Path, bytes: &[u8], mode: Option<u32>) -> Result<(), 
         let _ = std::fs::remove_file(&temp);
     }
     result?;
-    println!("wrote {} ({} bytes)", path.display(), bytes.len());
+    said.push(format!("wrote {} ({} bytes)", path.display(), bytes.len()));
     Ok(())
 }

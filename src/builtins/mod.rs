@@ -1,6 +1,8 @@
 //! Resource types carried by the deployster binary, so that it is useful with no Docker and no
-//! cloud. The engine runs them exactly like any local program — `deployster __type <name>
-//! [args]`, request on stdin, response on stdout — so they exercise the real protocol.
+//! cloud. They speak the real protocol — request JSON in, response JSON and messages out — and
+//! run either as a program (`deployster __type <name> [args]`, request on stdin, response on
+//! stdout) or, where nothing they do needs a process of their own, inside deployster through
+//! [`InProcess`], which hands them the same bytes and reads the same bytes back.
 //!
 //! Both types accept an optional writable plug named `files`: when given, relative paths
 //! resolve inside it rather than in the workspace. That is how they reach the host from a
@@ -8,6 +10,7 @@
 
 mod directory;
 mod file;
+mod in_process;
 mod package;
 
 use std::io::Read;
@@ -16,8 +19,10 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
-/// Runs built-in type `name` with `args` (none for init, `state`, or an action name); returns
-/// the process exit code.
+pub use in_process::InProcess;
+
+/// Runs built-in type `name` with `args` (none for init, `state`, or an action name) as a
+/// program: the request on stdin, the reply on stdout and stderr. Returns the exit code.
 pub fn main(name: &str, args: &[String]) -> i32 {
     let mut input = String::new();
     if let Err(e) = std::io::stdin().read_to_string(&mut input) {
@@ -27,16 +32,39 @@ pub fn main(name: &str, args: &[String]) -> i32 {
     if name == "package" && args.first().is_some_and(|a| a != "state") {
         return package_action(args, &input);
     }
-    match dispatch(name, args, &input) {
+    let reply = respond(name, args, &input);
+    print!("{}", reply.stdout);
+    eprint!("{}", reply.stderr);
+    reply.code
+}
+
+/// What a built-in type printed and how it ended: exactly what its program would.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Whether this call can run inside deployster: everything but `builtin/package`'s state and
+/// actions, which run the package's own scripts — those need a process (and its process group,
+/// time limit and signals) of their own, and the run's environment.
+pub fn runs_in_process(name: &str, args: &[String]) -> bool {
+    name != "package" || args.is_empty()
+}
+
+/// Answers one request to built-in type `name` (any call but a `builtin/package` action).
+pub fn respond(name: &str, args: &[String], input: &str) -> Reply {
+    let mut said = Vec::new();
+    let result = dispatch(name, args, input, &mut said);
+    let mut stdout: String = said.iter().map(|line| format!("{line}\n")).collect();
+    match result {
         Ok(Some(response)) => {
-            println!("{response}");
-            0
+            stdout.push_str(&format!("{response}\n"));
+            Reply { code: 0, stdout, stderr: String::new() }
         }
-        Ok(None) => 0,
-        Err(message) => {
-            eprintln!("builtin/{name}: {message}");
-            1
-        }
+        Ok(None) => Reply { code: 0, stdout, stderr: String::new() },
+        Err(message) => Reply { code: 1, stdout, stderr: format!("builtin/{name}: {message}\n") },
     }
 }
 
@@ -67,16 +95,17 @@ fn parse_request(input: &str) -> Result<Value, String> {
     Value::deserialize(&mut deserializer).map_err(|e| format!("the request is not JSON: {e}"))
 }
 
-fn dispatch(name: &str, args: &[String], input: &str) -> Result<Option<Value>, String> {
+/// A reply (for init and state) or nothing (for an action); what an action did goes to `said`.
+fn dispatch(name: &str, args: &[String], input: &str, said: &mut Vec<String>) -> Result<Option<Value>, String> {
     let request = parse_request(input)?;
     let verb = args.first().map(String::as_str);
     match (name, verb) {
         ("directory", None) => Ok(Some(directory::init())),
         ("directory", Some("state")) => directory::state(&Request::new(&request)?).map(Some),
-        ("directory", Some(action)) => directory::act(action, &Request::new(&request)?).map(|()| None),
+        ("directory", Some(action)) => directory::act(action, &Request::new(&request)?, said).map(|()| None),
         ("file", None) => Ok(Some(file::init())),
         ("file", Some("state")) => file::state(&Request::new(&request)?).map(Some),
-        ("file", Some(action)) => file::act(action, &Request::new(&request)?).map(|()| None),
+        ("file", Some(action)) => file::act(action, &Request::new(&request)?, said).map(|()| None),
         ("package", None) => Ok(Some(package::init())),
         ("package", Some("state")) => package::state(&Request::new(&request)?).map(Some),
         (other, _) => Err(format!("unknown built-in type `{other}`")),
@@ -164,7 +193,7 @@ mod tests {
     fn call(kind: &str, verb: Option<&str>, config: Value, workspace: &Path) -> Result<Option<Value>, String> {
         let request = json!({"name": "r", "config": config, "workspace": workspace});
         let args: Vec<String> = verb.into_iter().map(str::to_string).collect();
-        dispatch(kind, &args, &request.to_string())
+        dispatch(kind, &args, &request.to_string(), &mut Vec::new())
     }
 
     #[test]
@@ -183,7 +212,7 @@ mod tests {
         let request = json!({"name": "r", "config": {"path": "in/plug", "content": "x"}, "workspace": "/nonexistent",
                              "plugs": {"files": plug.path()}});
         std::fs::create_dir(plug.path().join("in")).unwrap();
-        dispatch("file", &["write".into()], &request.to_string()).unwrap();
+        dispatch("file", &["write".into()], &request.to_string(), &mut Vec::new()).unwrap();
         assert_eq!(std::fs::read_to_string(plug.path().join("in/plug")).unwrap(), "x");
     }
 
@@ -255,6 +284,6 @@ mod tests {
         assert!(err.contains("not an octal mode"), "{err}");
         let err = call("file", Some("explode"), json!({"path": "f", "content": ""}), ws.path()).unwrap_err();
         assert!(err.contains("unknown action `explode`"), "{err}");
-        assert!(dispatch("nope", &[], "{}").unwrap_err().contains("unknown built-in type"));
+        assert!(dispatch("nope", &[], "{}", &mut Vec::new()).unwrap_err().contains("unknown built-in type"));
     }
 }

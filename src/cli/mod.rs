@@ -553,10 +553,28 @@ fn executor(args: &ManifestArgs) -> Result<Arc<dyn Executor>, CliError> {
     executor_with(image_executor(args))
 }
 
-/// Local programs and built-ins as processes, images on `images`.
+/// Local programs as processes, built-ins in this process (see [`local_executor`]), images on
+/// `images`.
 fn executor_with(images: Option<Arc<dyn Executor>>) -> Result<Arc<dyn Executor>, CliError> {
+    Ok(Arc::new(Dispatch { local: local_executor()?, images, local_programs: true }))
+}
+
+/// Chooses how built-in types run: `in-process` (the default) or `process` (each call a
+/// `deployster __type` program, as before — for comparing the two).
+pub const BUILTINS_ENV: &str = "DEPLOYSTER_BUILTINS";
+
+/// Local programs as processes; built-ins in this process unless [`BUILTINS_ENV`] says
+/// `process`.
+fn local_executor() -> Result<Arc<dyn Executor>, CliError> {
     let me = std::env::current_exe().map_err(CliError::SelfExe)?;
-    Ok(Arc::new(Dispatch { local: Arc::new(ProcessExecutor::new(me)), images, local_programs: true }))
+    let programs: Arc<dyn Executor> = Arc::new(ProcessExecutor::new(me));
+    match std::env::var(BUILTINS_ENV).as_deref() {
+        Err(std::env::VarError::NotPresent) | Ok("in-process") => {
+            Ok(Arc::new(crate::builtins::InProcess::new(programs)))
+        }
+        Ok("process") => Ok(programs),
+        _ => Err(CliError::Refused(format!("{BUILTINS_ENV} must be `in-process` or `process`"))),
+    }
 }
 
 #[cfg(feature = "docker")]
@@ -592,16 +610,12 @@ fn interactive() -> bool {
 #[cfg(feature = "kube")]
 async fn controller(args: ControllerArgs) -> Result<Exit, CliError> {
     use crate::controller::{LeaderElection, RunConfig, Settings};
-    let me = std::env::current_exe().map_err(CliError::SelfExe)?;
     #[cfg(feature = "docker")]
     let images = docker_executor(&args.docker);
     #[cfg(not(feature = "docker"))]
     let images = None;
-    let executor: Arc<dyn Executor> = Arc::new(Dispatch {
-        local: Arc::new(ProcessExecutor::new(me)),
-        images,
-        local_programs: args.allow_local_programs,
-    });
+    let executor: Arc<dyn Executor> =
+        Arc::new(Dispatch { local: local_executor()?, images, local_programs: args.allow_local_programs });
     let defaults = Settings::default();
     let settings = Settings {
         allow_local_programs: args.allow_local_programs,

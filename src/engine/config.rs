@@ -16,8 +16,41 @@ pub(crate) struct Known {
     pub state: Value,
 }
 
-/// What has been learnt so far, indexed like the manifest's resources.
-pub(crate) type Knowledge = [Option<Arc<Known>>];
+/// What has been learnt so far, indexed like the manifest's resources. One per pass, shared by
+/// every resource's task: a slot is filled once, when its resource is found VALID, and a task
+/// starts only after its dependencies' slots are — so no task needs a copy of its own.
+#[derive(Debug, Default)]
+pub(crate) struct Knowledge(Box<[std::sync::OnceLock<Arc<Known>>]>);
+
+impl Knowledge {
+    /// What resource `j` is known to be, if VALID so far.
+    pub(crate) fn of(&self, j: usize) -> Option<&Arc<Known>> {
+        self.0.get(j).and_then(|slot| slot.get())
+    }
+
+    /// Records that resource `j` is VALID; what is known already is kept.
+    pub(crate) fn learn(&self, j: usize, known: Option<Arc<Known>>) {
+        if let (Some(slot), Some(known)) = (self.0.get(j), known) {
+            let _ = slot.set(known);
+        }
+    }
+}
+
+impl FromIterator<Option<Arc<Known>>> for Knowledge {
+    fn from_iter<I: IntoIterator<Item = Option<Arc<Known>>>>(iter: I) -> Self {
+        Self(
+            iter.into_iter()
+                .map(|k| {
+                    let slot = std::sync::OnceLock::new();
+                    if let Some(k) = k {
+                        let _ = slot.set(k);
+                    }
+                    slot
+                })
+                .collect(),
+        )
+    }
+}
 
 /// The expression context for resource `i`: variables (top level and under `vars`), each
 /// dependency alias, and `resources.<name>` for every resource it depends on. Unknown states
@@ -26,7 +59,7 @@ pub(crate) fn render_context(manifest: &ValidatedManifest, i: usize, known: &Kno
     let resource = &manifest.resources[i];
     let view = |j: usize| {
         let dep = &manifest.resources[j];
-        let state = known.get(j).and_then(|k| k.as_ref()).map_or(Value::Null, |k| k.state.clone());
+        let state = known.of(j).map_or(Value::Null, |k| k.state.clone());
         json!({"name": dep.name, "type": dep.type_name, "state": state})
     };
     let Value::Object(mut ctx) = vars::context(&manifest.vars) else { unreachable!("context is a map") };

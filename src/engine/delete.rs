@@ -6,11 +6,10 @@
 //! delete failed — keeps every resource it depends on: it may still use them.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use serde_json::json;
 
-use super::config::Known;
+use super::config::Knowledge;
 use super::error::{Cause, Phase, ResourceError};
 use super::events::RunEvent;
 use super::plan::{Plan, Standing};
@@ -78,7 +77,7 @@ impl DeleteReport {
 pub async fn delete(prepared: &Prepared, plan: &Plan) -> Result<DeleteReport, NotApplicable> {
     prepared.check_made_here(plan)?;
     let manifest = &prepared.ctx.manifest;
-    let known: Vec<Option<Arc<Known>>> = plan.entries.iter().map(known_of).collect();
+    let known: Knowledge = plan.entries.iter().map(known_of).collect();
     // Resource → why it must stay (a dependent that was not deleted).
     let mut needed: HashMap<usize, String> = HashMap::new();
     let mut removals: Vec<Option<Removal>> = vec![None; plan.entries.len()];
@@ -126,7 +125,7 @@ async fn remove(
     i: usize,
     standing: &Standing,
     config: Option<serde_json::Value>,
-    known: &[Option<Arc<Known>>],
+    known: &Knowledge,
 ) -> Removal {
     let kept = |reason: &str| Removal::Kept { reason: reason.to_string() };
     let current = match standing {

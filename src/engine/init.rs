@@ -1,14 +1,16 @@
 //! The init phase: ask every resource type what it needs, then check that the manifest gives it
 //! (plugs, typed dependencies, a config that matches the schema) before anything else runs.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::path::Path;
+use std::sync::Arc;
 
 use futures::future::join_all;
 use indexmap::IndexMap;
 use serde_json::Value;
 
-use super::config::{render_context, schema_violations};
+use super::config::{Knowledge, render_context, schema_violations};
 use super::context::Context;
 use super::error::{Cause, Phase, ResourceError};
 use super::executor::Mount;
@@ -24,7 +26,7 @@ pub const CONTAINER_WORKSPACE: &str = "/";
 /// What a resource's type told us at init, checked against the manifest.
 pub(crate) struct ResourceType {
     pub init: InitResponse,
-    pub schema: Option<jsonschema::Validator>,
+    pub schema: Option<Arc<jsonschema::Validator>>,
     pub mounts: Vec<Mount>,
     /// Plug name → path as the program sees it.
     pub plug_paths: IndexMap<String, String>,
@@ -132,7 +134,7 @@ async fn init_one(ctx: &Context, i: usize) -> Result<ResourceType, ResourceError
     let schema = match &init.config_schema {
         None => None,
         Some(schema) => {
-            Some(compile_schema(schema).map_err(|problem| ResourceError::protocol(Phase::Init, problem, &outcome))?)
+            Some(compiled_schema(schema).map_err(|problem| ResourceError::protocol(Phase::Init, problem, &outcome))?)
         }
     };
     let mut problems = Vec::new();
@@ -149,6 +151,28 @@ async fn init_one(ctx: &Context, i: usize) -> Result<ResourceType, ResourceError
     let checked = ResourceType { init, schema, mounts, plug_paths };
     check_static_config(ctx, i, &checked)?;
     Ok(checked)
+}
+
+/// [`compile_schema`], once per distinct schema for the life of the process: every resource of a
+/// type has the same one, and a large manifest or a controller's every pass would otherwise
+/// compile it again for each (regular expressions and all).
+fn compiled_schema(schema: &Value) -> Result<Arc<jsonschema::Validator>, String> {
+    type Cache = std::sync::Mutex<HashMap<String, Arc<jsonschema::Validator>>>;
+    /// Distinct schemas kept at most; past that the cache starts again.
+    const KEPT: usize = 256;
+    static CACHE: std::sync::OnceLock<Cache> = std::sync::OnceLock::new();
+    let key = schema.to_string();
+    let cache = CACHE.get_or_init(Default::default);
+    if let Some(hit) = cache.lock().expect("schema cache").get(&key) {
+        return Ok(hit.clone());
+    }
+    let compiled = Arc::new(compile_schema(schema)?);
+    let mut cache = cache.lock().expect("schema cache");
+    if cache.len() >= KEPT {
+        cache.clear();
+    }
+    cache.insert(key, compiled.clone());
+    Ok(compiled)
 }
 
 /// A config schema without `$schema` is Draft 4 (what existing types were written against);
@@ -235,7 +259,7 @@ fn check_static_config(ctx: &Context, i: usize, checked: &ResourceType) -> Resul
     if reads_dependencies {
         return Ok(());
     }
-    let context = render_context(&ctx.manifest, i, &[]);
+    let context = render_context(&ctx.manifest, i, &Knowledge::default());
     let config = expr::render(&resource.config, &context, &resource.config_prefix())
         .map_err(|e| ResourceError::new(Phase::Config, Cause::Render(e.to_string())))?;
     match &checked.schema {

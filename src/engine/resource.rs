@@ -34,7 +34,7 @@ fn dependency_views(
         .iter()
         .map(|(alias, &j)| {
             let dep = &manifest.resources[j];
-            let (config, state) = match known.get(j).and_then(|k| k.as_ref()) {
+            let (config, state) = match known.of(j) {
                 Some(k) => (k.config.clone(), k.state.clone()),
                 None => (Value::Null, Value::Null),
             };

@@ -19,7 +19,7 @@ use serde_json::Value;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-use super::config::Known;
+use super::config::{Knowledge, Known};
 use super::context::{Context, RunOptions};
 use super::error::{Cause, Phase, ResourceError};
 use super::events::{Approver, NoObserver, Observer, RunEvent};
@@ -152,8 +152,9 @@ impl Prepared {
     /// The coordinator loop. With an approver it applies; without, it only reads state.
     async fn drive(&self, mut entries: Vec<ResourceEntry>, approver: Option<&dyn Approver>) -> Vec<ResourceEntry> {
         let graph = &self.ctx.manifest.graph;
-        let mut known: Vec<Option<Arc<Known>>> = entries.iter().map(known_of).collect();
-        let mut slots: Vec<Slot> = known.iter().map(|k| if k.is_some() { Slot::Done } else { Slot::Waiting }).collect();
+        let known: Arc<Knowledge> = Arc::new(entries.iter().map(known_of).collect());
+        let mut slots: Vec<Slot> =
+            (0..entries.len()).map(|i| if known.of(i).is_some() { Slot::Done } else { Slot::Waiting }).collect();
         let mut running: FuturesUnordered<Task<'_>> = FuturesUnordered::new();
         for &i in graph.topological() {
             if is_ready(slots[i], &known, graph.dependencies(i)) {
@@ -171,7 +172,7 @@ impl Prepared {
             self.emit_settled(&entries[i]);
             match &entries[i].standing {
                 Standing::Valid { .. } => {
-                    known[i] = known_of(&entries[i]);
+                    known.learn(i, known_of(&entries[i]));
                     for &d in graph.dependents(i) {
                         if !self.ctx.cancel.is_cancelled() && is_ready(slots[d], &known, graph.dependencies(d)) {
                             slots[d] = Slot::Running(Instant::now());
@@ -190,10 +191,10 @@ impl Prepared {
         &'a self,
         i: usize,
         entry: &ResourceEntry,
-        known: &[Option<Arc<Known>>],
+        known: &Arc<Knowledge>,
         approver: Option<&'a dyn Approver>,
     ) -> Task<'a> {
-        let (known, entry) = (known.to_vec(), entry.clone());
+        let (known, entry) = (known.clone(), entry.clone());
         Box::pin(async move {
             let (standing, config) = self.work(i, &known, entry, approver).await;
             (i, standing, config)
@@ -205,7 +206,7 @@ impl Prepared {
     async fn work(
         &self,
         i: usize,
-        known: &[Option<Arc<Known>>],
+        known: &Knowledge,
         entry: ResourceEntry,
         approver: Option<&dyn Approver>,
     ) -> (Standing, Option<Value>) {
@@ -299,8 +300,8 @@ pub(crate) fn known_of(entry: &ResourceEntry) -> Option<Arc<Known>> {
 }
 
 /// A resource starts once, when it is waiting and every dependency is VALID.
-fn is_ready(slot: Slot, known: &[Option<Arc<Known>>], dependencies: &[usize]) -> bool {
-    matches!(slot, Slot::Waiting) && dependencies.iter().all(|&d| known[d].is_some())
+fn is_ready(slot: Slot, known: &Knowledge, dependencies: &[usize]) -> bool {
+    matches!(slot, Slot::Waiting) && dependencies.iter().all(|&d| known.of(d).is_some())
 }
 
 #[cfg(test)]

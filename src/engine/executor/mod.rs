@@ -199,6 +199,16 @@ pub trait Executor: Send + Sync {
     }
 }
 
+/// An invocation's working directory must exist (local programs start in it).
+pub fn check_workdir(invocation: &Invocation) -> Result<(), ExecError> {
+    match &invocation.workdir {
+        Some(dir) if !dir.is_dir() => {
+            Err(ExecError::Unavailable(format!("working directory {} does not exist", dir.display())))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Default bound on each captured stream.
 pub const DEFAULT_OUTPUT_LIMIT: usize = 8 * 1024 * 1024;
 

@@ -18,7 +18,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, Command};
 
 use super::output::Capture;
-use super::{DEFAULT_OUTPUT_LIMIT, ExecError, Executor, Exit, Invocation, LineSink, Outcome, Stream};
+use super::{DEFAULT_OUTPUT_LIMIT, ExecError, Executor, Exit, Invocation, LineSink, Outcome, Stream, check_workdir};
 use crate::engine::typeref::TypeRef;
 
 /// The hidden sub-command of the deployster binary that runs a built-in type.
@@ -178,10 +178,8 @@ impl ProcessExecutor {
             .stderr(Stdio::piped())
             .kill_on_drop(true)
             .process_group(0);
+        check_workdir(invocation)?;
         if let Some(dir) = &invocation.workdir {
-            if !dir.is_dir() {
-                return Err(ExecError::Unavailable(format!("working directory {} does not exist", dir.display())));
-            }
             command.current_dir(dir);
         }
         for mount in &invocation.mounts {
@@ -374,9 +372,9 @@ impl ProcessExecutor {
     }
 
     async fn run(&self, invocation: Invocation) -> Result<Outcome, ExecError> {
-        self.started.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let started = Instant::now();
         let mut child = self.spawn(&invocation).await?;
+        self.started.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let pid = child.id();
         let stdin = child.stdin.take();
         let stdout = child.stdout.take();
