@@ -305,11 +305,12 @@ fn pass_events(
         };
         events.push((type_, reason, format!("drift in {}; {verb}", drifted.join(", "))));
     }
+    let drifted_names: std::collections::HashSet<&str> = drifts.iter().map(|d| d.resource.as_str()).collect();
     let applied: Vec<String> = report
         .entries()
         .iter()
         .filter_map(|e| match &e.standing {
-            Standing::Valid { applied: Some(ran), .. } if !drifts.iter().any(|d| d.resource == e.name) => {
+            Standing::Valid { applied: Some(ran), .. } if !drifted_names.contains(e.name.as_str()) => {
                 Some(format!("{} ({})", e.name, action_names(ran)))
             }
             _ => None,

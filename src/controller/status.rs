@@ -185,9 +185,11 @@ fn merge_resources(
     pass: &PassResult,
     now: &str,
 ) -> Vec<ResourceStatus> {
+    let old: std::collections::HashMap<&str, &ResourceStatus> = old.iter().map(|o| (o.name.as_str(), o)).collect();
+    let drifts: std::collections::HashSet<&str> = pass.drifts.iter().map(|d| d.resource.as_str()).collect();
     new.into_iter()
         .map(|mut r| {
-            let previous = old.iter().find(|o| o.name == r.name);
+            let previous = old.get(r.name.as_str()).copied();
             r.last_transition_time = match previous {
                 Some(p) if p.status == r.status => p.last_transition_time.clone(),
                 _ => Some(now.into()),
@@ -196,7 +198,7 @@ fn merge_resources(
             if let Some(p) = previous.filter(|p| p.status == r.status && r.message.is_none()) {
                 r.message = p.message.clone();
             }
-            let drifted = pass.drifts.iter().any(|d| d.resource == r.name);
+            let drifted = drifts.contains(r.name.as_str());
             let corrected = drifted && r.status == "VALID";
             r.drift_streak = if corrected { previous.map_or(0, |p| p.drift_streak) + 1 } else { 0 };
             if r.drift_streak >= THRASHING_STREAK {
