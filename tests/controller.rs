@@ -72,6 +72,8 @@ async fn client_with(objects: Vec<Manifest>, extra: impl FnOnce(ClientBuilder) -
     extra(builder).build().await.expect("fake client")
 }
 
+const CLOCK_STEP_MS: i64 = 301_000;
+
 fn context(client: Client, executor: Arc<dyn Executor>, plug_root: &std::path::Path, allow_local: bool) -> Context {
     let settings = Settings {
         allow_local_programs: allow_local,
@@ -81,7 +83,10 @@ fn context(client: Client, executor: Arc<dyn Executor>, plug_root: &std::path::P
     };
     let mut ctx = Context::new(client, executor, settings);
     let now = Arc::new(std::sync::atomic::AtomicI64::new(T0));
-    ctx.clock = Box::new(move || now.fetch_add(1000, std::sync::atomic::Ordering::SeqCst));
+    // Each reading is a default interval (5 min) and a second later than the last: every pass
+    // finds every resource due for a check, as a controller does when passes are `interval`
+    // apart. (Adaptive checks have a test of their own, with a clock it moves itself.)
+    ctx.clock = Box::new(move || now.fetch_add(CLOCK_STEP_MS, std::sync::atomic::Ordering::SeqCst));
     ctx.jitter = Box::new(|d| d);
     ctx
 }
@@ -693,4 +698,88 @@ async fn outputs_to_a_config_map() {
         (reason.as_str(), message.as_str()),
         ("InvalidManifest", "spec.outputs: give at most one of `secretName` or `configMapName`")
     );
+}
+
+/// Adaptive drift checks on the controller, with a clock the test moves: steady resources are
+/// read less often (up to 4 × `interval`), taken for VALID in between with no program run and
+/// no status write, drift is corrected at the next check and resets the interval, and a spec
+/// change is read at once.
+#[tokio::test]
+async fn steady_resources_are_checked_less_often_and_drift_resets_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let client = client_with(vec![object("site", &builtins(dir.path()))], |b| b).await;
+    let executor = Counting::new(false);
+    let mut ctx = context(client.clone(), executor.clone(), &dir.path().join("plugs"), false);
+    let now = Arc::new(std::sync::atomic::AtomicI64::new(T0));
+    let clock = now.clone();
+    ctx.clock = Box::new(move || clock.load(std::sync::atomic::Ordering::SeqCst));
+    let advance = |d: Duration| now.fetch_add(d.as_millis() as i64, std::sync::atomic::Ordering::SeqCst);
+    let states = |calls: &[(String, String)]| calls.iter().filter(|(_, p)| p == "state").count();
+    let minutes = |n: u64| Duration::from_secs(60 * n);
+
+    // Created, then checked at each requeue: 5 min three times, then 10, then 20 (4 × 5 min).
+    let mut waits = Vec::new();
+    let mut reads = Vec::new();
+    for pass in 0..9 {
+        if let Some(wait) = waits.last() {
+            advance(*wait);
+        }
+        let Next::Requeue(wait) = reconcile(&get(&client, "site").await, &ctx).await.expect("reconcile") else {
+            panic!("pass {pass} was not requeued")
+        };
+        reads.push(states(&executor.take()));
+        waits.push(wait);
+    }
+    let m = minutes;
+    assert_eq!(waits, [m(5), m(5), m(5), m(10), m(10), m(10), m(20), m(20), m(20)]);
+    assert_eq!(reads[1..], [2; 8], "each check reads both states (the first pass reads them again after acting)");
+    let st = status(&get(&client, "site").await);
+    let at = |ms: i64| humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_millis(ms as u64));
+    // Written when the status last changed (the first checks): never later than the true next one.
+    let due = at(now.load(std::sync::atomic::Ordering::SeqCst) + m(20).as_millis() as i64).to_string();
+    assert!(
+        st.resources.iter().all(|r| r.next_check.as_deref().is_some_and(|c| c <= due.as_str())),
+        "{due}: {:?}",
+        st.resources
+    );
+
+    // A pass in between (a watch event, a restart of the requeue): nothing read, nothing written.
+    let obj = get(&client, "site").await;
+    let version = obj.resource_version();
+    advance(minutes(1));
+    let next = reconcile(&obj, &ctx).await.expect("reconcile");
+    assert_eq!(states(&executor.take()), 0, "taken for VALID with the state it was last read with");
+    assert_eq!(next, Next::Requeue(minutes(19)), "the next check stays where it was");
+    assert_eq!(get(&client, "site").await.resource_version(), version, "no status write");
+
+    // Drift between checks is found at the next one, corrected, and the interval starts again.
+    std::fs::remove_file(dir.path().join("data/app.json")).unwrap();
+    advance(minutes(19));
+    let next = reconcile(&get(&client, "site").await, &ctx).await.expect("reconcile");
+    assert_eq!(Counting::actions(&executor.take()), ["app_config/action:write"]);
+    assert_eq!(next, Next::Requeue(minutes(5)), "back to the interval");
+    assert_eq!(condition(&get(&client, "site").await, "Ready").1, "DriftCorrected");
+
+    // A spec change is read and applied at once, whatever the schedule said.
+    advance(minutes(1));
+    let mut obj = get(&client, "site").await;
+    obj.spec.vars.insert("env".into(), serde_json::json!("staging"));
+    obj.metadata.generation = Some(2);
+    reconcile(&obj, &ctx).await.expect("reconcile");
+    assert_eq!(Counting::actions(&executor.take()), ["app_config/action:write"]);
+    assert_eq!(std::fs::read_to_string(dir.path().join("data/app.json")).unwrap(), "staging");
+}
+
+#[tokio::test]
+async fn a_max_interval_shorter_than_the_interval_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut obj = object("site", &builtins(dir.path()));
+    obj.spec.max_interval = Some("1m".into());
+    let client = client_with(vec![obj], |b| b).await;
+    let ctx = context(client.clone(), Counting::new(false), &dir.path().join("plugs"), false);
+    let next = reconcile(&get(&client, "site").await, &ctx).await.expect("reconcile");
+    assert_eq!(next, Next::AwaitChange);
+    let (status, reason, message) = condition(&get(&client, "site").await, "Stalled");
+    assert_eq!((status.as_str(), reason.as_str()), ("True", "InvalidManifest"));
+    assert!(message.contains("spec.maxInterval `1m` is shorter than spec.interval `5m`"), "{message}");
 }

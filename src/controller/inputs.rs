@@ -21,6 +21,8 @@ use crate::engine::validate::{Invalid, ValidatedManifest, validate};
 pub enum InputError {
     #[error("spec.{field} `{text}` is not a duration such as 30s or 5m")]
     Interval { field: &'static str, text: String },
+    #[error("spec.maxInterval `{text}` is shorter than spec.interval `{interval}`")]
+    MaxInterval { text: String, interval: String },
     #[error("plug `{plug}`: give exactly one of `secret` or `configMap`")]
     PlugSource { plug: String },
     #[error("{kind} `{name}` not found in namespace `{namespace}`")]
@@ -49,6 +51,7 @@ impl InputError {
     pub fn reason(&self) -> &'static str {
         match self {
             InputError::Interval { .. }
+            | InputError::MaxInterval { .. }
             | InputError::PlugSource { .. }
             | InputError::Manifest(_)
             | InputError::OutputsTarget
@@ -261,14 +264,37 @@ pub fn check_programs(manifest: &ValidatedManifest, allow_local: bool) -> Result
 }
 
 /// `interval` and `retryInterval`.
-pub fn intervals(obj: &Manifest) -> Result<(Duration, Duration), InputError> {
+pub fn intervals(obj: &Manifest) -> Result<Intervals, InputError> {
     let parse = |field: &'static str, text: &str| {
         humantime::parse_duration(text)
             .ok()
             .filter(|d| !d.is_zero())
             .ok_or_else(|| InputError::Interval { field, text: text.to_string() })
     };
-    Ok((parse("interval", &obj.spec.interval)?, parse("retryInterval", &obj.spec.retry_interval)?))
+    let check = parse("interval", &obj.spec.interval)?;
+    let max = match &obj.spec.max_interval {
+        None => check.saturating_mul(DEFAULT_MAX_INTERVAL_FACTOR),
+        Some(text) => match parse("maxInterval", text)? {
+            max if max < check => {
+                return Err(InputError::MaxInterval { text: text.clone(), interval: obj.spec.interval.clone() });
+            }
+            max => max,
+        },
+    };
+    Ok(Intervals { check, retry: parse("retryInterval", &obj.spec.retry_interval)?, max })
+}
+
+/// `maxInterval` when not given: this many times `interval`.
+pub const DEFAULT_MAX_INTERVAL_FACTOR: u32 = 4;
+
+/// How often a Manifest is checked, and retried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Intervals {
+    /// `interval`: how often a resource is checked at first, and after drift or a change.
+    pub check: Duration,
+    pub retry: Duration,
+    /// `maxInterval`: how rarely a steady resource is checked.
+    pub max: Duration,
 }
 
 /// The revision of a pass: `<generation>-<hash>`, the object's generation (which a spec edit

@@ -7,6 +7,7 @@
 //! pure function ([`status::next_status`]) of what ran.
 
 pub mod approval;
+pub mod checks;
 pub mod error;
 pub mod inputs;
 pub mod leader;
@@ -87,6 +88,8 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     /// Reconciles run at once (`--concurrency`); those waiting are the work queue's depth.
     pub workers: Semaphore,
+    /// When each object's resources are next read (adaptive drift checks).
+    pub checks: checks::Checks,
 }
 
 impl Context {
@@ -104,6 +107,7 @@ impl Context {
             shutdown,
             metrics: Arc::new(Metrics::new()),
             workers: Semaphore::new(Semaphore::MAX_PERMITS),
+            checks: Default::default(),
         }
     }
 }
@@ -385,6 +389,7 @@ async fn malformed(ctx: &Context, invalid: &kube::core::error_boundary::InvalidO
         history: Vec::new(),
         now_ms: (ctx.clock)(),
         approved_plan: None,
+        next_checks: Default::default(),
     };
     let new = status::next_status(&crate::crd::ManifestStatus::default(), &result);
     let api: Api<Manifest> = Api::namespaced(ctx.client.clone(), &namespace);

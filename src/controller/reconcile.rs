@@ -24,6 +24,7 @@ use crate::engine::PrepareError;
 use crate::engine::context::{RunOptions, new_run_id};
 use crate::engine::events::{ApproveAll, Approver, IntentError, Observer, RunEvent};
 use crate::engine::plan::{Standing, action_names};
+use crate::engine::schedule::AssumeValid;
 use crate::engine::validate::ValidatedManifest;
 use crate::history::MemoryLog;
 use crate::pass::{Ended, Mode, Pass, PassError, Passed};
@@ -65,10 +66,11 @@ pub async fn reconcile(obj: &Manifest, ctx: &Context) -> Result<Next, Error> {
         finish_unrun(obj, ctx, &old, Observed::Suspended).await?;
         return Ok(Next::AwaitChange);
     }
-    let (interval, retry, outputs) = match inputs::intervals(obj).and_then(|(i, r)| Ok((i, r, Target::of(obj)?))) {
+    let (intervals, outputs) = match inputs::intervals(obj).and_then(|i| Ok((i, Target::of(obj)?))) {
         Ok(checked) => checked,
         Err(e) => return invalid(obj, ctx, &old, e).await,
     };
+    let (interval, retry) = (intervals.check, intervals.retry);
     let settings = &ctx.settings;
     let (manifest, inputs) =
         match inputs::prepare(&ctx.client, obj, &settings.plug_root, settings.allow_local_programs).await {
@@ -86,10 +88,10 @@ pub async fn reconcile(obj: &Manifest, ctx: &Context) -> Result<Next, Error> {
     let revision = inputs::revision(obj, &inputs);
     // The deployment log names the pass's revision as the status does.
     let manifest = ValidatedManifest { revision: revision.clone(), ..manifest };
-    let new = pass(obj, ctx, &old, manifest, revision, outputs, &term).await?;
+    let (new, next_pass) = pass(obj, ctx, &old, manifest, revision, outputs, intervals, &term).await?;
     Ok(match new.conditions.iter().find(|c| c.type_ == "Stalled") {
         Some(c) if c.status == "True" => Next::AwaitChange,
-        _ if new.consecutive_failures == 0 => Next::Requeue((ctx.jitter)(interval)),
+        _ if new.consecutive_failures == 0 => Next::Requeue((ctx.jitter)(next_pass)),
         _ => Next::Requeue(backoff(retry, new.consecutive_failures, interval)),
     })
 }
@@ -116,7 +118,9 @@ async fn invalid(obj: &Manifest, ctx: &Context, old: &ManifestStatus, error: Inp
     Ok(Next::AwaitChange)
 }
 
-/// The engine pass: plan, apply, record, and write what was observed.
+/// The engine pass: plan (reading the state of the resources due for a check), apply, record,
+/// and write what was observed. Also returns when the next pass is due.
+#[allow(clippy::too_many_arguments)]
 async fn pass(
     obj: &Manifest,
     ctx: &Context,
@@ -124,8 +128,9 @@ async fn pass(
     manifest: ValidatedManifest,
     revision: String,
     outputs: Option<Target>,
+    intervals: inputs::Intervals,
     term: &CancellationToken,
-) -> Result<ManifestStatus, Error> {
+) -> Result<(ManifestStatus, Duration), Error> {
     let run_id = new_run_id();
     // The reconcile's span (controller::run) has a slot for it: every log line of the pass says it.
     tracing::Span::current().record("run_id", run_id.as_str());
@@ -140,7 +145,9 @@ async fn pass(
     let mask = manifest.mask.clone();
     let manual = ManualApproval::of(obj, &manifest, (ctx.clock)());
     let approver: &dyn Approver = manual.as_ref().map_or(&ApproveAll, |m| m as &dyn Approver);
-    let passed = run_pass(ctx, manifest, Mode::Apply, run_id, log.clone(), vec![journal.clone()], approver, term).await;
+    let assumed = ctx.checks.not_due(obj, &revision, intervals, system_now(ctx));
+    let observers = vec![journal.clone() as Arc<dyn Observer>];
+    let passed = run_pass(ctx, manifest, Mode::Apply, run_id, log.clone(), observers, approver, term, &assumed).await;
     // Its last write done before the pass's own: nothing written after it.
     stop_writing.cancel();
     let _ = progress.await;
@@ -165,6 +172,11 @@ async fn pass(
         | Ended::PlanChanged { plan, .. }
         | Ended::Deleted { plan, .. } => Observed::Unapplied(plan),
     };
+    let entries = match &observed {
+        Observed::Applied(report) => Some(report.entries()),
+        _ => None,
+    };
+    let next = ctx.checks.record(obj, system_now(ctx), &assumed, entries);
     let succeeded = matches!(&observed, Observed::Applied(r) if r.succeeded());
     let interrupted = passed.interrupted;
     let drifts = passed.drifts;
@@ -225,6 +237,7 @@ async fn pass(
         history,
         now_ms: (ctx.clock)(),
         approved_plan,
+        next_checks: next.by_resource,
     };
     // The status as the journal last wrote it, if it did, is what the object now holds.
     let written = journal.last_written().await;
@@ -237,7 +250,12 @@ async fn pass(
     {
         publish(ctx, obj, EventType::Warning, "Thrashing", "Reconcile", &thrashing.message).await;
     }
-    Ok(new)
+    Ok((new, next.next_pass))
+}
+
+/// The controller's clock as a time.
+fn system_now(ctx: &Context) -> std::time::SystemTime {
+    std::time::UNIX_EPOCH + Duration::from_millis(u64::try_from((ctx.clock)()).unwrap_or(0))
 }
 
 /// The object's history as a deployment log for one pass.
@@ -256,9 +274,16 @@ async fn run_pass(
     observers: Vec<Arc<dyn Observer>>,
     approver: &dyn Approver,
     term: &CancellationToken,
+    assume_valid: &AssumeValid,
 ) -> Result<Passed, PassError> {
     let settings = &ctx.settings;
-    let options = RunOptions { parallelism: settings.parallelism, timeouts: settings.timeouts, run_id, verbose: false };
+    let options = RunOptions {
+        parallelism: settings.parallelism,
+        timeouts: settings.timeouts,
+        run_id,
+        verbose: false,
+        assume_valid: assume_valid.clone(),
+    };
     let why = || interruption(ctx);
     let pass = Pass {
         manifest,
@@ -359,6 +384,7 @@ async fn finish_unrun(
         history: history_entries(old),
         now_ms: (ctx.clock)(),
         approved_plan: None,
+        next_checks: Default::default(),
     };
     finish(obj, ctx, old, result).await
 }
@@ -449,7 +475,7 @@ async fn cleanup(obj: &Manifest, ctx: &Context, term: &CancellationToken) -> Res
         return Ok(Next::AwaitChange);
     }
     if obj.spec.deletion_policy == DeletionPolicy::Delete {
-        let retry = inputs::intervals(obj).map_or(Duration::from_secs(30), |(_, retry)| retry);
+        let retry = inputs::intervals(obj).map_or(Duration::from_secs(30), |i| i.retry);
         if let Err(problem) = delete_resources(obj, ctx, term).await {
             let problem = problem.to_string();
             publish(ctx, obj, EventType::Warning, "DeleteFailed", "Delete", &problem).await;
@@ -462,6 +488,7 @@ async fn cleanup(obj: &Manifest, ctx: &Context, term: &CancellationToken) -> Res
             .await;
     }
     let _ = std::fs::remove_dir_all(inputs::object_dir(&ctx.settings.plug_root, obj));
+    ctx.checks.forget(obj);
     set_finalizer(obj, ctx, false).await?;
     ctx.metrics.reconciled("deleted");
     Ok(Next::AwaitChange)
@@ -484,8 +511,18 @@ async fn delete_resources(obj: &Manifest, ctx: &Context, term: &CancellationToke
     let settings = &ctx.settings;
     let (manifest, _) = inputs::prepare(&ctx.client, obj, &settings.plug_root, settings.allow_local_programs).await?;
     let log = memory_log(ctx, &obj.status.clone().unwrap_or_default());
-    let passed =
-        run_pass(ctx, Arc::new(manifest), Mode::Delete, new_run_id(), log, Vec::new(), &ApproveAll, term).await?;
+    let passed = run_pass(
+        ctx,
+        Arc::new(manifest),
+        Mode::Delete,
+        new_run_id(),
+        log,
+        Vec::new(),
+        &ApproveAll,
+        term,
+        &AssumeValid::default(),
+    )
+    .await?;
     match passed.ended {
         Ended::Deleted { report, .. } if report.succeeded() => Ok(()),
         Ended::Deleted { report, .. } => Err(DeleteError::Problems(report.problems())),

@@ -51,6 +51,8 @@ pub struct PassResult {
     pub now_ms: i64,
     /// The approved plan this pass applied (`spec.approval: Manual`).
     pub approved_plan: Option<String>,
+    /// When each resource's state is next read (adaptive drift checks).
+    pub next_checks: std::collections::BTreeMap<String, std::time::SystemTime>,
 }
 
 impl PassResult {
@@ -101,6 +103,12 @@ pub fn next_status(old: &ManifestStatus, pass: &PassResult) -> ManifestStatus {
     }
     if let Some(resources) = observed_resources(&pass.observed) {
         status.resources = merge_resources(&old.resources, resources, pass, &now);
+        for r in &mut status.resources {
+            r.next_check = pass
+                .next_checks
+                .get(r.name.as_str())
+                .map(|at| humantime::format_rfc3339_seconds(*at).to_string().into());
+        }
         let valid = status.resources.iter().filter(|r| r.status == "VALID").count();
         status.resources_summary = Some(format!("{valid}/{}", status.resources.len()));
     }
@@ -447,6 +455,12 @@ pub fn bound(status: &mut ManifestStatus) {
 pub fn changed(old: &ManifestStatus, new: &ManifestStatus) -> bool {
     let mut new = new.clone();
     new.last_reconcile_time = old.last_reconcile_time.clone();
+    // Nor the next checks alone: they move on every pass.
+    let was: std::collections::HashMap<&str, &Option<compact_str::CompactString>> =
+        old.resources.iter().map(|o| (o.name.as_str(), &o.next_check)).collect();
+    for r in &mut new.resources {
+        r.next_check = was.get(r.name.as_str()).and_then(|c| (*c).clone());
+    }
     &new != old
 }
 

@@ -65,6 +65,11 @@ pub struct ManifestSpec {
     /// Wait after a failure, doubled on each consecutive failure up to `interval`.
     #[serde(default = "default_retry_interval")]
     pub retry_interval: String,
+    /// A resource found VALID on several checks in a row is checked less often, up to this
+    /// (e.g. `20m`) [default: 4 × `interval`]; drift or a change puts it back to `interval`.
+    /// Set it to `interval` for fixed checks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_interval: Option<String>,
     /// Stop reconciling; the status is kept as it is.
     #[serde(default)]
     pub suspend: bool,
@@ -280,6 +285,12 @@ pub struct ResourceStatus {
     /// The action running on it now, while a pass runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<ActionProgress>,
+    /// When its state is next read (RFC 3339; adaptive drift checks, see `maxInterval`). Kept
+    /// up to date whenever the status is written: a pass that found everything as it was
+    /// writes nothing, so it may lag until the next change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<String>")]
+    pub next_check: Option<CompactString>,
 }
 
 /// An action running now, and how far it says it got.

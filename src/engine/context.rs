@@ -27,6 +27,9 @@ pub struct RunOptions {
     pub timeouts: Timeouts,
     /// Identifies the run in labels and logs.
     pub run_id: String,
+    /// Resources the plan takes for VALID, with their last state, without reading it — as long
+    /// as their config renders as it did (adaptive drift checks, [`super::schedule`]).
+    pub assume_valid: super::schedule::AssumeValid,
 }
 
 impl Default for RunOptions {
@@ -36,6 +39,7 @@ impl Default for RunOptions {
             verbose: false,
             timeouts: Timeouts::default(),
             run_id: new_run_id(),
+            assume_valid: Default::default(),
         }
     }
 }

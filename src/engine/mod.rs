@@ -20,6 +20,7 @@ pub mod protocol;
 pub(crate) mod resource;
 pub mod run;
 pub mod saved;
+pub mod schedule;
 pub mod typeref;
 pub mod validate;
 pub mod vars;

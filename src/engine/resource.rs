@@ -92,12 +92,15 @@ pub(crate) fn state_request(
     }
 }
 
-/// Renders the config against the dependencies' state, checks it, and runs the state action.
+/// Renders the config against the dependencies' state, checks it, and runs the state action —
+/// unless `may_assume` and the run takes the resource for VALID (see
+/// [`RunOptions::assume_valid`](super::context::RunOptions::assume_valid)) with this very config.
 pub(crate) async fn resolve(
     ctx: &Context,
     i: usize,
     known: &Knowledge,
     types: &[ResourceType],
+    may_assume: bool,
 ) -> Result<Resolved, ResourceError> {
     let resource = &ctx.manifest.resources[i];
     let prefix = resource.config_prefix();
@@ -109,6 +112,9 @@ pub(crate) async fn resolve(
         if !violations.is_empty() {
             return Err(ResourceError::new(Phase::Config, Cause::Schema(violations)));
         }
+    }
+    if let Some(assumed) = ctx.options.assume_valid.get(&resource.name).filter(|a| may_assume && a.config == config) {
+        return Ok(Resolved { response: StateResponse::Valid { state: assumed.state.clone() }, config });
     }
     let request = state_request(ctx, i, config.clone(), known, types);
     let response = read_state(ctx, i, &Phase::State, &request, types).await?;

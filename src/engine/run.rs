@@ -214,7 +214,9 @@ impl Prepared {
             (Standing::NeedsActions { status, stale_state, actions }, Some(config)) => {
                 (config, status, stale_state, actions)
             }
-            _ => match resource::resolve(&self.ctx, i, known, &self.types).await {
+            // Only the plan takes resources for VALID: once something was applied, whatever
+            // depends on it is read.
+            _ => match resource::resolve(&self.ctx, i, known, &self.types, approver.is_none()).await {
                 Err(e) => return (Standing::Failed(e), None),
                 Ok(r) => match r.response {
                     StateResponse::Valid { state } => {

@@ -34,6 +34,7 @@ fn pass(observed: Observed, now_ms: i64) -> PassResult {
         history: vec![],
         now_ms,
         approved_plan: None,
+        next_checks: Default::default(),
     }
 }
 
@@ -85,8 +86,16 @@ fn a_successful_first_pass_is_ready_with_every_resource_valid() {
 
 #[test]
 fn a_pass_that_finds_everything_as_it_was_changes_nothing() {
-    let first = next_status(&ManifestStatus::default(), &pass(Observed::Applied(report(vec![unchanged("a")])), T0));
-    let second = next_status(&first, &pass(Observed::Applied(report(vec![unchanged("a")])), T0 + 300_000));
+    let checked_at = |ms: u64, at: i64| {
+        let mut p = pass(Observed::Applied(report(vec![unchanged("a")])), at);
+        p.next_checks.insert("a".into(), std::time::UNIX_EPOCH + Duration::from_millis(ms));
+        p
+    };
+    let first = next_status(&ManifestStatus::default(), &checked_at(T0 as u64 + 300_000, T0));
+    assert_eq!(first.resources[0].next_check.as_deref(), Some("2023-11-14T22:18:20Z"));
+    // The next check moved on, and nothing else: not worth a write.
+    let second = next_status(&first, &checked_at(T0 as u64 + 900_000, T0 + 300_000));
+    assert_eq!(second.resources[0].next_check.as_deref(), Some("2023-11-14T22:28:20Z"));
     assert!(!changed(&first, &second), "{first:#?}\n{second:#?}");
     let after_apply = next_status(&ManifestStatus::default(), &pass(Observed::Applied(report(vec![applied("a")])), T0));
     let quiet = next_status(&after_apply, &pass(Observed::Applied(report(vec![unchanged("a")])), T0 + 300_000));

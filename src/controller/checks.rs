@@ -1,0 +1,91 @@
+//! Adaptive drift checks for the Manifests this replica reconciles: one
+//! [`Schedule`](crate::engine::schedule::Schedule) per object, in memory (a restarted controller
+//! reads every state once, then backs off again).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
+
+use kube::ResourceExt;
+
+use super::inputs::Intervals;
+use crate::crd::Manifest;
+use crate::engine::plan::ResourceEntry;
+use crate::engine::schedule::{AssumeValid, Schedule};
+
+#[derive(Default)]
+pub struct Checks {
+    by_object: Mutex<HashMap<String, Kept>>,
+}
+
+struct Kept {
+    revision: String,
+    schedule: Schedule,
+    max: Duration,
+}
+
+/// When a pass's resources are next read, and when the next pass should run.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NextChecks {
+    pub by_resource: BTreeMap<String, SystemTime>,
+    pub next_pass: Duration,
+}
+
+fn key(obj: &Manifest) -> String {
+    obj.uid().unwrap_or_else(|| format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any()))
+}
+
+impl Checks {
+    /// The resources of `obj` that need no check at `now`. Another revision (a spec edit, a
+    /// changed Secret) or other intervals start the object's schedule again.
+    pub fn not_due(&self, obj: &Manifest, revision: &str, intervals: Intervals, now: SystemTime) -> AssumeValid {
+        let mut by_object = self.by_object.lock().expect("checks lock");
+        let fresh = || Kept {
+            revision: revision.to_string(),
+            schedule: Schedule::new(intervals.check, intervals.max),
+            max: intervals.max,
+        };
+        let kept = by_object.entry(key(obj)).or_insert_with(fresh);
+        if kept.revision != revision || kept.schedule.interval() != intervals.check || kept.max != intervals.max {
+            *kept = fresh();
+        }
+        kept.schedule.not_due(now)
+    }
+
+    /// Takes in a pass of `obj` that ran at `now`. `entries`: what it ended with, when it
+    /// applied; otherwise (failed, awaiting approval, …) every state is read next time.
+    pub fn record(
+        &self,
+        obj: &Manifest,
+        now: SystemTime,
+        assumed: &AssumeValid,
+        entries: Option<&[ResourceEntry]>,
+    ) -> NextChecks {
+        let mut by_object = self.by_object.lock().expect("checks lock");
+        let Some(kept) = by_object.get_mut(&key(obj)) else { return NextChecks::default() };
+        let schedule = &mut kept.schedule;
+        match entries {
+            Some(entries) => schedule.record(now, assumed, entries),
+            None => *schedule = Schedule::new(schedule.interval(), kept.max),
+        }
+        let entries = entries.unwrap_or_default();
+        NextChecks {
+            by_resource: entries.iter().filter_map(|e| Some((e.name.clone(), schedule.next_check(&e.name)?))).collect(),
+            next_pass: schedule.next_pass(now, entries.is_empty() || !schedule.tracks_all(entries)),
+        }
+    }
+
+    /// Forgets a deleted object.
+    pub fn forget(&self, obj: &Manifest) {
+        self.by_object.lock().expect("checks lock").remove(&key(obj));
+    }
+
+    /// Objects with a schedule.
+    pub fn len(&self) -> usize {
+        self.by_object.lock().expect("checks lock").len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}

@@ -1,0 +1,260 @@
+//! Adaptive drift checks: how often each resource's state is read by a continuous loop (the
+//! controller, `deployster reconcile`).
+//!
+//! A resource found VALID on [`STEADY_AFTER`] checks in a row is checked half as often, and so
+//! on, up to the maximum interval; drift (it had to be applied) or a change (it renders to
+//! another config) puts it back to the base interval. Between its checks a resource whose
+//! config renders as it did is taken as VALID with the state it was last read with: its state
+//! action does not run (see [`super::context::RunOptions::assume_valid`]). Pure: the clock is
+//! passed in.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use serde_json::Value;
+
+use super::plan::{ResourceEntry, Standing};
+
+/// VALID checks in a row after which a resource's interval doubles.
+pub const STEADY_AFTER: u32 = 3;
+
+/// What a resource was last read as, to be taken for granted until its next check.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Assumed {
+    /// The config it rendered to; if it renders to another, it is read anyway.
+    pub config: Value,
+    pub state: Value,
+}
+
+/// Resources whose state need not be read now, by name.
+pub type AssumeValid = Arc<HashMap<String, Assumed>>;
+
+#[derive(Debug, Clone, PartialEq)]
+struct Tracked {
+    seen: Assumed,
+    /// VALID checks in a row with this config.
+    streak: u32,
+    next: SystemTime,
+}
+
+/// Each resource's next check.
+#[derive(Debug, Clone)]
+pub struct Schedule {
+    interval: Duration,
+    max_interval: Duration,
+    resources: HashMap<String, Tracked>,
+}
+
+impl Schedule {
+    /// Checks every `interval` at first, at most every `max_interval` (never less than
+    /// `interval`) once steady.
+    pub fn new(interval: Duration, max_interval: Duration) -> Self {
+        Self { interval, max_interval: max_interval.max(interval), resources: HashMap::new() }
+    }
+
+    pub fn interval(&self) -> Duration {
+        self.interval
+    }
+
+    /// The interval after `streak` VALID checks in a row: doubled every [`STEADY_AFTER`].
+    pub fn interval_after(&self, streak: u32) -> Duration {
+        let doublings = (streak / STEADY_AFTER).min(16);
+        self.interval.saturating_mul(1 << doublings).min(self.max_interval)
+    }
+
+    /// The resources that need no check at `now`.
+    pub fn not_due(&self, now: SystemTime) -> AssumeValid {
+        Arc::new(
+            self.resources
+                .iter()
+                .filter(|(_, t)| t.next > now)
+                .map(|(name, t)| (name.clone(), t.seen.clone()))
+                .collect(),
+        )
+    }
+
+    /// Takes in a pass that ran at `now` with `assumed` (from [`Schedule::not_due`]) and ended
+    /// with `entries`. A resource that was read and found VALID as it was extends its streak;
+    /// one that had to be applied, or renders to another config, starts again; one taken for
+    /// granted keeps its time; any other (failed, pending, not reached) is checked next pass.
+    pub fn record(&mut self, now: SystemTime, assumed: &HashMap<String, Assumed>, entries: &[ResourceEntry]) {
+        let mut kept = HashMap::with_capacity(entries.len());
+        for entry in entries {
+            let (Standing::Valid { state, applied }, Some(config)) = (&entry.standing, &entry.config) else { continue };
+            let previous = self.resources.remove(&entry.name);
+            if assumed.get(&entry.name).is_some_and(|a| a.config == *config)
+                && let Some(previous) = previous
+            {
+                kept.insert(entry.name.clone(), previous);
+                continue;
+            }
+            let streak = match (&previous, applied) {
+                (Some(p), None) if p.seen.config == *config => p.streak + 1,
+                // First seen, drifted (applied), or changed: from the start.
+                _ => 0,
+            };
+            let seen = Assumed { config: config.clone(), state: state.clone() };
+            kept.insert(entry.name.clone(), Tracked { seen, streak, next: now + self.interval_after(streak) });
+        }
+        self.resources = kept;
+    }
+
+    /// When resource `name` is next read, if it is tracked (else: on the next pass).
+    pub fn next_check(&self, name: &str) -> Option<SystemTime> {
+        self.resources.get(name).map(|t| t.next)
+    }
+
+    /// The earliest next check of any tracked resource.
+    pub fn next_due(&self) -> Option<SystemTime> {
+        self.resources.values().map(|t| t.next).min()
+    }
+
+    /// When the next pass should run after one that ended at `now`: at the earliest next
+    /// check, at the latest one base interval on (a resource that is not tracked — failed, new —
+    /// is checked every interval).
+    pub fn next_pass(&self, now: SystemTime, untracked: bool) -> Duration {
+        let base = self.interval;
+        if untracked {
+            return base;
+        }
+        self.next_due().map_or(base, |due| due.duration_since(now).unwrap_or(Duration::ZERO).min(self.max_interval))
+    }
+
+    /// Whether every resource of `entries` is tracked.
+    pub fn tracks_all(&self, entries: &[ResourceEntry]) -> bool {
+        entries.iter().all(|e| self.resources.contains_key(&e.name))
+    }
+}
+
+/// A budget of invocations per second, spread evenly: a token bucket holding at most one
+/// second's worth. Pure: the clock is passed in.
+#[derive(Debug, Clone)]
+pub struct Budget {
+    per_second: f64,
+    tokens: f64,
+    last: Option<std::time::Instant>,
+}
+
+impl Budget {
+    pub fn new(per_second: u32) -> Self {
+        let per_second = f64::from(per_second.max(1));
+        Self { per_second, tokens: per_second, last: None }
+    }
+
+    /// Takes one invocation's token at `now`: how long the caller must wait before it may run.
+    /// Tokens are taken in order, so waiting callers are spaced `1 / per_second` apart.
+    pub fn take(&mut self, now: std::time::Instant) -> Duration {
+        if let Some(last) = self.last {
+            let earned = now.saturating_duration_since(last).as_secs_f64() * self.per_second;
+            self.tokens = (self.tokens + earned).min(self.per_second);
+        }
+        self.last = Some(now);
+        self.tokens -= 1.0;
+        if self.tokens >= 0.0 { Duration::ZERO } else { Duration::from_secs_f64(-self.tokens / self.per_second) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::plan::Ran;
+    use serde_json::json;
+
+    fn entry(name: &str, config: Value, state: Value, applied: bool) -> ResourceEntry {
+        ResourceEntry {
+            name: name.into(),
+            type_name: "builtin/file".into(),
+            standing: Standing::Valid {
+                state,
+                applied: applied.then(|| vec![Ran { action: "write".into(), results: vec![] }]),
+            },
+            elapsed: Duration::ZERO,
+            config: Some(config),
+        }
+    }
+
+    const MIN: Duration = Duration::from_secs(60);
+
+    /// Runs passes the way a loop would: at each pass, reads what is due, records it.
+    fn pass(
+        schedule: &mut Schedule,
+        now: SystemTime,
+        entries: impl Fn(&HashMap<String, Assumed>) -> Vec<ResourceEntry>,
+    ) {
+        let assumed = schedule.not_due(now);
+        let found = entries(&assumed);
+        schedule.record(now, &assumed, &found);
+    }
+
+    #[test]
+    fn steady_resources_back_off_to_the_maximum_and_are_assumed_in_between() {
+        let mut s = Schedule::new(MIN, 4 * MIN);
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let mut now = t0;
+        let mut intervals = Vec::new();
+        for _ in 0..10 {
+            assert!(s.not_due(now).is_empty(), "due at {now:?}");
+            pass(&mut s, now, |_| vec![entry("a", json!({"p": 1}), json!({"s": 1}), false)]);
+            let next = s.next_check("a").unwrap();
+            intervals.push(next.duration_since(now).unwrap());
+            // In between, it is assumed VALID with its last state.
+            let halfway = now + next.duration_since(now).unwrap() / 2;
+            assert_eq!(s.not_due(halfway)["a"], Assumed { config: json!({"p": 1}), state: json!({"s": 1}) });
+            now = next;
+        }
+        let m = |n: u32| MIN * n;
+        assert_eq!(intervals, [m(1), m(1), m(1), m(2), m(2), m(2), m(4), m(4), m(4), m(4)]);
+    }
+
+    #[test]
+    fn drift_or_a_change_resets_the_interval() {
+        let mut s = Schedule::new(MIN, 4 * MIN);
+        let mut now = SystemTime::UNIX_EPOCH;
+        for _ in 0..7 {
+            now = s.next_due().unwrap_or(now);
+            pass(&mut s, now, |_| {
+                vec![entry("a", json!(1), json!("s"), false), entry("b", json!(1), json!("s"), false)]
+            });
+        }
+        assert_eq!(s.next_check("a").unwrap().duration_since(now).unwrap(), 4 * MIN);
+        now = s.next_due().unwrap();
+        // a drifted (had to be applied); b renders to another config now.
+        pass(&mut s, now, |_| vec![entry("a", json!(1), json!("s"), true), entry("b", json!(2), json!("s"), false)]);
+        assert_eq!(s.next_check("a").unwrap().duration_since(now).unwrap(), MIN);
+        assert_eq!(s.next_check("b").unwrap().duration_since(now).unwrap(), MIN);
+    }
+
+    #[test]
+    fn assumed_resources_keep_their_time_and_failed_ones_are_checked_next_pass() {
+        let mut s = Schedule::new(MIN, 4 * MIN);
+        let t0 = SystemTime::UNIX_EPOCH;
+        pass(&mut s, t0, |_| vec![entry("a", json!(1), json!("s"), false), entry("b", json!(1), json!("s"), false)]);
+        let later = t0 + MIN / 2;
+        let assumed = s.not_due(later);
+        assert_eq!(assumed.len(), 2);
+        let mut failed = entry("b", json!(1), json!("s"), false);
+        failed.standing = Standing::Blocked { by: "x".into() };
+        s.record(later, &assumed, &[entry("a", json!(1), json!("s"), false), failed]);
+        assert_eq!(s.next_check("a"), Some(t0 + MIN), "taken for granted: its check stays where it was");
+        assert_eq!(s.next_check("b"), None);
+        assert!(!s.not_due(later).contains_key("b"));
+        assert_eq!(s.next_pass(later, true), MIN);
+        assert_eq!(s.next_pass(later, false), MIN / 2);
+    }
+
+    #[test]
+    fn the_budget_spreads_invocations_evenly_after_a_burst() {
+        let mut b = Budget::new(10);
+        let t0 = std::time::Instant::now();
+        let waits: Vec<Duration> = (0..13).map(|_| b.take(t0)).collect();
+        assert!(waits[..10].iter().all(|w| w.is_zero()), "one second's worth at once: {waits:?}");
+        let ms = |w: Duration| (w.as_secs_f64() * 1000.0).round() as u64;
+        assert_eq!(waits[10..].iter().map(|w| ms(*w)).collect::<Vec<_>>(), [100, 200, 300]);
+        // After a quiet second the bucket is full again, never fuller.
+        let later = t0 + Duration::from_secs(5);
+        let waits: Vec<u64> = (0..11).map(|_| ms(b.take(later))).collect();
+        assert_eq!(waits[..10], [0; 10]);
+        assert_eq!(waits[10], 100);
+    }
+}
