@@ -316,7 +316,8 @@ fn signal(child: &Child, signal: Signal) {
 fn reconcile_corrects_drift_within_an_interval_and_stops_cleanly_on_sigterm() {
     let ws = Workspace::new();
     ws.manifest(TWO_FILES);
-    let child = ws.spawn(&["reconcile", "-f", "manifest.yaml", "--interval", "1s"]);
+    // Fixed checks: every second (adaptive checks have a test of their own).
+    let child = ws.spawn(&["reconcile", "-f", "manifest.yaml", "--interval", "1s", "--max-interval", "1s"]);
     let file = ws.path("out/greeting.txt");
     // Until the first pass has ended, removing the file would race its check after the action.
     wait_until("the first pass to apply and end", Duration::from_secs(30), || {
@@ -338,6 +339,38 @@ fn reconcile_corrects_drift_within_an_interval_and_stops_cleanly_on_sigterm() {
     let log = history(&ws, &[]);
     assert!(log["events"].as_array().unwrap().iter().any(|e| e["event"] == "drift-detected"));
     assert_eq!(log["in_progress"], serde_json::json!([]), "every pass recorded its end");
+}
+
+#[test]
+fn reconcile_checks_steady_resources_less_often_and_still_corrects_drift_within_four_intervals() {
+    let ws = Workspace::new();
+    ws.manifest(TWO_FILES);
+    let child = ws.spawn(&["reconcile", "-f", "manifest.yaml", "--interval", "1s"]);
+    let file = ws.path("out/greeting.txt");
+    // Steady: 3 checks a second apart, 3 two seconds apart, then every 4 seconds (4 × 1s).
+    let reads = || {
+        let log = history(&ws, &[]);
+        let events = log["events"].as_array().unwrap().clone();
+        events.iter().filter(|e| e["target"] == "resource/file" && e["event"] == "resource-valid").count()
+    };
+    wait_until("the checks to back off", Duration::from_secs(60), || reads() >= 7);
+    std::fs::remove_file(&file).unwrap();
+    let removed = Instant::now();
+    wait_until("the drift to be corrected", Duration::from_secs(30), || file.exists());
+    let took = removed.elapsed();
+    // `file` is read every second again; `dir` stays steady and is not read on those passes.
+    std::thread::sleep(Duration::from_millis(2500));
+    signal(&child, Signal::SIGTERM);
+    let output = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(0), "{stdout}");
+    assert!(took < Duration::from_secs(4) + Duration::from_millis(1500), "corrected only after {took:?}\n{stdout}");
+    assert!(stdout.contains("Next pass in 2s.") && stdout.contains("Next pass in 4s."), "{stdout}");
+    assert!(
+        stdout.contains("drift detected in file; applied changes. Next pass in 1s."),
+        "back to the interval: {stdout}"
+    );
+    assert!(stdout.contains("no drift (1 not due for a check); no changes. Next pass in 1s."), "{stdout}");
 }
 
 #[test]

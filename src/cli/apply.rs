@@ -11,8 +11,9 @@ use super::{ApplyArgs, CliError, Exit, ManifestArgs, OutputFormat, PlanArgs, exe
 use crate::engine::context::RunOptions;
 use crate::engine::executor::Executor;
 use crate::engine::manifest::parent_dir;
-use crate::engine::plan::{Drift, Plan, Report, Standing};
+use crate::engine::plan::{Drift, Plan, Report, ResourceEntry, Standing};
 use crate::engine::saved::SavedPlan;
+use crate::engine::schedule::AssumeValid;
 use crate::history::store::{SqliteLog, StateLock};
 use crate::history::{History, MemoryLog, Unrecorded};
 use crate::pass::{Ended, Mode, Pass, Passed};
@@ -66,6 +67,10 @@ pub(super) struct Summary {
     pub drifts: Vec<Drift>,
     /// Whether any resource was applied.
     pub changed: bool,
+    /// The manifest revision the pass ran.
+    pub revision: String,
+    /// What each resource ended as, when the pass applied.
+    pub entries: Option<Vec<ResourceEntry>>,
 }
 
 /// SIGINT, SIGTERM and SIGHUP stop running programs (their whole process groups, their
@@ -111,6 +116,7 @@ pub(super) struct Saved {
 }
 
 /// One pass: `confirm: None` plans only.
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn pass(
     args: &ManifestArgs,
     confirm: Option<ConfirmMode>,
@@ -119,9 +125,11 @@ pub(super) async fn pass(
     state: &State,
     executor: Arc<dyn Executor>,
     stop: &Stop,
+    assume_valid: AssumeValid,
 ) -> Result<Summary, CliError> {
     let manifest = Arc::new(load(args)?);
-    let mut options = RunOptions { verbose: args.verbose, timeouts: args.timeouts.timeouts(), ..RunOptions::default() };
+    let mut options =
+        RunOptions { verbose: args.verbose, timeouts: args.timeouts.timeouts(), assume_valid, ..RunOptions::default() };
     if let Some(n) = args.parallelism {
         options.parallelism = usize::from(n);
     }
@@ -156,7 +164,12 @@ pub(super) async fn pass(
         progress.note(&format!("warning: this run is not fully recorded in the deployment log: {failure}"));
     }
     let changed = matches!(&passed.ended, Ended::Applied { report, .. } if report.counts().applied > 0);
-    Ok(Summary { exit, run_id: passed.run_id, drifts: passed.drifts, changed })
+    let entries = match passed.ended {
+        Ended::Applied { report, .. } => Some(report.entries().to_vec()),
+        _ => None,
+    };
+    let revision = manifest.revision.clone();
+    Ok(Summary { exit, run_id: passed.run_id, drifts: passed.drifts, changed, revision, entries })
 }
 
 /// Writes a plan file (whole or not at all). A plan that cannot be applied is not saved.
@@ -242,7 +255,7 @@ pub(super) async fn plan(args: PlanArgs) -> Result<Exit, CliError> {
     let state = State::open(manifest, false, &progress)?;
     let stop = stop_on_signals(progress.clone(), Cancel::AtOnce)?;
     let saved = Saved { out: args.out.clone(), expected: None };
-    Ok(pass(manifest, None, saved, &progress, &state, executor(manifest)?, &stop).await?.exit)
+    Ok(pass(manifest, None, saved, &progress, &state, executor(manifest)?, &stop, Default::default()).await?.exit)
 }
 
 pub(super) async fn apply(mut args: ApplyArgs) -> Result<Exit, CliError> {
@@ -268,5 +281,6 @@ pub(super) async fn apply(mut args: ApplyArgs) -> Result<Exit, CliError> {
     let state = State::open(manifest, true, &progress)?;
     let stop = stop_on_signals(progress.clone(), Cancel::AtOnce)?;
     let saved = Saved { out: None, expected };
-    Ok(pass(manifest, Some(confirm), saved, &progress, &state, executor(manifest)?, &stop).await?.exit)
+    let executor = executor(manifest)?;
+    Ok(pass(manifest, Some(confirm), saved, &progress, &state, executor, &stop, Default::default()).await?.exit)
 }

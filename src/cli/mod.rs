@@ -254,6 +254,8 @@ pub struct ControllerArgs {
     #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..))]
     pub parallelism: u16,
     #[command(flatten)]
+    pub budget: BudgetArgs,
+    #[command(flatten)]
     pub timeouts: TimeoutArgs,
     /// Where `/metrics`, `/healthz` and `/readyz` are served.
     #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8080")]
@@ -292,13 +294,39 @@ pub enum LogFormat {
     Json,
 }
 
+/// The global budget of checks of a continuous loop.
+#[derive(Debug, Args)]
+pub struct BudgetArgs {
+    /// At most this many init and state reads per second, spread evenly, so that many
+    /// resources due at once never stampede (actions are never held back) [default: 100 per
+    /// core].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_invocations_per_second: Option<u32>,
+}
+
+impl BudgetArgs {
+    /// `executor` within the budget.
+    pub fn wrap(&self, executor: Arc<dyn Executor>) -> Arc<dyn Executor> {
+        use crate::engine::executor::budget::{Budgeted, default_per_second};
+        let per_second = self.max_invocations_per_second.unwrap_or_else(default_per_second);
+        Arc::new(Budgeted::new(executor, per_second))
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct ReconcileArgs {
     #[command(flatten)]
     pub manifest: ManifestArgs,
-    /// Time between the end of a pass and the start of the next.
+    /// How often each resource's state is read at first, and again after drift or a change.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = humantime::parse_duration)]
     pub interval: Duration,
+    /// A resource found VALID on 3 checks in a row is read half as often, and so on up to this
+    /// [default: 4 × --interval]; between its checks it is taken for VALID with the state it was
+    /// last read with. Give --interval's value for fixed checks.
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub max_interval: Option<Duration>,
+    #[command(flatten)]
+    pub budget: BudgetArgs,
 }
 
 /// Which deployment log a command reads.
@@ -614,8 +642,11 @@ async fn controller(args: ControllerArgs) -> Result<Exit, CliError> {
     let images = docker_executor(&args.docker);
     #[cfg(not(feature = "docker"))]
     let images = None;
-    let executor: Arc<dyn Executor> =
-        Arc::new(Dispatch { local: local_executor()?, images, local_programs: args.allow_local_programs });
+    let executor = args.budget.wrap(Arc::new(Dispatch {
+        local: local_executor()?,
+        images,
+        local_programs: args.allow_local_programs,
+    }));
     let defaults = Settings::default();
     let settings = Settings {
         allow_local_programs: args.allow_local_programs,

@@ -2,52 +2,83 @@
 //! what drifted, recorded in the deployment log; the first SIGINT/SIGTERM/SIGHUP stops the loop after
 //! the running pass, a second one cancels the running actions cleanly.
 
+use std::time::{Duration, SystemTime};
+
 use super::apply::{Saved, State, Summary, pass, stop_on_signals};
 use super::confirm::ConfirmMode;
 use super::progress::Progress;
 use super::{CliError, Exit, ReconcileArgs, executor};
+use crate::engine::schedule::Schedule;
 use crate::stop::Cancel;
 
-fn summary(n: u64, pass: &Summary) -> String {
+fn summary(n: u64, pass: &Summary, assumed: usize, next: Duration) -> String {
     let drift: Vec<&str> = pass.drifts.iter().map(|d| d.resource.as_str()).collect();
     let outcome = match (pass.exit, pass.changed) {
         (Exit::Ok, true) => "applied changes",
         (Exit::Ok, false) => "no changes",
         _ => "failed",
     };
-    if drift.is_empty() {
-        format!("Pass {n} (run {}): no drift; {outcome}.", pass.run_id)
-    } else {
-        format!("Pass {n} (run {}): drift detected in {}; {outcome}.", pass.run_id, drift.join(", "))
-    }
+    let found =
+        if drift.is_empty() { "no drift".to_string() } else { format!("drift detected in {}", drift.join(", ")) };
+    let checked = match assumed {
+        0 => String::new(),
+        n => format!(" ({n} not due for a check)"),
+    };
+    let next = humantime::format_duration(Duration::from_secs(next.as_secs().max(1)));
+    format!("Pass {n} (run {}): {found}{checked}; {outcome}. Next pass in {next}.", pass.run_id)
 }
 
 pub(super) async fn reconcile(args: ReconcileArgs) -> Result<Exit, CliError> {
+    let max_interval = args.max_interval.unwrap_or(args.interval.saturating_mul(4));
+    if max_interval < args.interval {
+        return Err(CliError::Refused("--max-interval must not be shorter than --interval".into()));
+    }
     let progress = Progress::new(args.manifest.output);
     let state = State::open(&args.manifest, true, &progress)?;
-    let executor = executor(&args.manifest)?;
+    let executor = args.budget.wrap(executor(&args.manifest)?);
     let stop = stop_on_signals(progress.clone(), Cancel::OnSecondSignal)?;
+    let mut schedule = Schedule::new(args.interval, max_interval);
     let mut last = Exit::Ok;
     for n in 1.. {
         let saved = Saved::default();
-        let result =
-            pass(&args.manifest, Some(ConfirmMode::No), saved, &progress, &state, executor.clone(), &stop).await;
-        match result {
+        let assumed = schedule.not_due(SystemTime::now());
+        let result = pass(
+            &args.manifest,
+            Some(ConfirmMode::No),
+            saved,
+            &progress,
+            &state,
+            executor.clone(),
+            &stop,
+            assumed.clone(),
+        )
+        .await;
+        let wait = match result {
             Ok(p) => {
-                progress.say(&summary(n, &p));
+                let now = SystemTime::now();
+                match &p.entries {
+                    Some(entries) => schedule.record(now, &p.revision, &assumed, entries),
+                    None => schedule = Schedule::new(args.interval, max_interval),
+                }
+                let entries = p.entries.as_deref().unwrap_or_default();
+                let wait = schedule.next_pass(now, entries.is_empty() || !schedule.tracks_all(entries));
+                let taken = entries.iter().filter(|e| assumed.took(&p.revision, e)).count();
+                progress.say(&summary(n, &p, taken, wait));
                 last = p.exit;
+                wait
             }
             // The manifest may be mid-edit: say so and try again next interval.
             Err(e) => {
                 progress.note(&format!("error: pass {n}: {e}"));
                 last = e.exit();
+                args.interval
             }
-        }
+        };
         if stop.requested.is_cancelled() {
             break;
         }
         tokio::select! {
-            _ = tokio::time::sleep(args.interval) => {}
+            _ = tokio::time::sleep(wait) => {}
             _ = stop.requested.cancelled() => break,
         }
     }

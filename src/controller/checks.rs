@@ -15,13 +15,7 @@ use crate::engine::schedule::{AssumeValid, Schedule};
 
 #[derive(Default)]
 pub struct Checks {
-    by_object: Mutex<HashMap<String, Kept>>,
-}
-
-struct Kept {
-    revision: String,
-    schedule: Schedule,
-    max: Duration,
+    by_object: Mutex<HashMap<String, Schedule>>,
 }
 
 /// When a pass's resources are next read, and when the next pass should run.
@@ -36,20 +30,17 @@ fn key(obj: &Manifest) -> String {
 }
 
 impl Checks {
-    /// The resources of `obj` that need no check at `now`. Another revision (a spec edit, a
-    /// changed Secret) or other intervals start the object's schedule again.
-    pub fn not_due(&self, obj: &Manifest, revision: &str, intervals: Intervals, now: SystemTime) -> AssumeValid {
+    /// The resources of `obj` that need no check at `now` (for the revision they were read
+    /// at: a spec edit or a changed Secret reads everything). Other intervals start the object's
+    /// schedule again.
+    pub fn not_due(&self, obj: &Manifest, intervals: Intervals, now: SystemTime) -> AssumeValid {
         let mut by_object = self.by_object.lock().expect("checks lock");
-        let fresh = || Kept {
-            revision: revision.to_string(),
-            schedule: Schedule::new(intervals.check, intervals.max),
-            max: intervals.max,
-        };
-        let kept = by_object.entry(key(obj)).or_insert_with(fresh);
-        if kept.revision != revision || kept.schedule.interval() != intervals.check || kept.max != intervals.max {
-            *kept = fresh();
+        let fresh = || Schedule::new(intervals.check, intervals.max);
+        let schedule = by_object.entry(key(obj)).or_insert_with(fresh);
+        if schedule.interval() != intervals.check || schedule.max_interval() != intervals.max {
+            *schedule = fresh();
         }
-        kept.schedule.not_due(now)
+        schedule.not_due(now)
     }
 
     /// Takes in a pass of `obj` that ran at `now`. `entries`: what it ended with, when it
@@ -58,15 +49,15 @@ impl Checks {
         &self,
         obj: &Manifest,
         now: SystemTime,
+        revision: &str,
         assumed: &AssumeValid,
         entries: Option<&[ResourceEntry]>,
     ) -> NextChecks {
         let mut by_object = self.by_object.lock().expect("checks lock");
-        let Some(kept) = by_object.get_mut(&key(obj)) else { return NextChecks::default() };
-        let schedule = &mut kept.schedule;
+        let Some(schedule) = by_object.get_mut(&key(obj)) else { return NextChecks::default() };
         match entries {
-            Some(entries) => schedule.record(now, assumed, entries),
-            None => *schedule = Schedule::new(schedule.interval(), kept.max),
+            Some(entries) => schedule.record(now, revision, assumed, entries),
+            None => *schedule = Schedule::new(schedule.interval(), schedule.max_interval()),
         }
         let entries = entries.unwrap_or_default();
         NextChecks {

@@ -145,7 +145,7 @@ async fn pass(
     let mask = manifest.mask.clone();
     let manual = ManualApproval::of(obj, &manifest, (ctx.clock)());
     let approver: &dyn Approver = manual.as_ref().map_or(&ApproveAll, |m| m as &dyn Approver);
-    let assumed = ctx.checks.not_due(obj, &revision, intervals, system_now(ctx));
+    let assumed = ctx.checks.not_due(obj, intervals, system_now(ctx));
     let observers = vec![journal.clone() as Arc<dyn Observer>];
     let passed = run_pass(ctx, manifest, Mode::Apply, run_id, log.clone(), observers, approver, term, &assumed).await;
     // Its last write done before the pass's own: nothing written after it.
@@ -176,7 +176,7 @@ async fn pass(
         Observed::Applied(report) => Some(report.entries()),
         _ => None,
     };
-    let next = ctx.checks.record(obj, system_now(ctx), &assumed, entries);
+    let next = ctx.checks.record(obj, system_now(ctx), &revision, &assumed, entries);
     let succeeded = matches!(&observed, Observed::Applied(r) if r.succeeded());
     let interrupted = passed.interrupted;
     let drifts = passed.drifts;

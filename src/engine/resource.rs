@@ -113,7 +113,8 @@ pub(crate) async fn resolve(
             return Err(ResourceError::new(Phase::Config, Cause::Schema(violations)));
         }
     }
-    if let Some(assumed) = ctx.options.assume_valid.get(&resource.name).filter(|a| may_assume && a.config == config) {
+    let assumed = ctx.options.assume_valid.get(&ctx.manifest.revision, &resource.name);
+    if let Some(assumed) = assumed.filter(|a| may_assume && a.config == config) {
         return Ok(Resolved { response: StateResponse::Valid { state: assumed.state.clone() }, config });
     }
     let request = state_request(ctx, i, config.clone(), known, types);

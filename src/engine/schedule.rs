@@ -27,8 +27,36 @@ pub struct Assumed {
     pub state: Value,
 }
 
-/// Resources whose state need not be read now, by name.
-pub type AssumeValid = Arc<HashMap<String, Assumed>>;
+/// Resources whose state need not be read now, by name — for the manifest revision they were
+/// read at: a pass of another revision (an edited manifest, another type or plug) reads all.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Assumptions {
+    pub revision: String,
+    pub resources: HashMap<String, Assumed>,
+}
+
+impl Assumptions {
+    /// What resource `name` is taken for in a pass of `revision`, if anything.
+    pub fn get(&self, revision: &str, name: &str) -> Option<&Assumed> {
+        self.resources.get(name).filter(|_| self.revision == revision)
+    }
+
+    /// Whether a pass of `revision` took `entry` for VALID without reading its state.
+    pub fn took(&self, revision: &str, entry: &ResourceEntry) -> bool {
+        let valid = matches!(entry.standing, Standing::Valid { applied: None, .. });
+        valid && self.get(revision, &entry.name).is_some_and(|a| Some(&a.config) == entry.config.as_ref())
+    }
+
+    pub fn len(&self) -> usize {
+        self.resources.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.resources.is_empty()
+    }
+}
+
+pub type AssumeValid = Arc<Assumptions>;
 
 #[derive(Debug, Clone, PartialEq)]
 struct Tracked {
@@ -43,6 +71,8 @@ struct Tracked {
 pub struct Schedule {
     interval: Duration,
     max_interval: Duration,
+    /// The manifest revision the resources were read at.
+    revision: String,
     resources: HashMap<String, Tracked>,
 }
 
@@ -50,11 +80,15 @@ impl Schedule {
     /// Checks every `interval` at first, at most every `max_interval` (never less than
     /// `interval`) once steady.
     pub fn new(interval: Duration, max_interval: Duration) -> Self {
-        Self { interval, max_interval: max_interval.max(interval), resources: HashMap::new() }
+        Self { interval, max_interval: max_interval.max(interval), revision: String::new(), resources: HashMap::new() }
     }
 
     pub fn interval(&self) -> Duration {
         self.interval
+    }
+
+    pub fn max_interval(&self) -> Duration {
+        self.max_interval
     }
 
     /// The interval after `streak` VALID checks in a row: doubled every [`STEADY_AFTER`].
@@ -65,25 +99,32 @@ impl Schedule {
 
     /// The resources that need no check at `now`.
     pub fn not_due(&self, now: SystemTime) -> AssumeValid {
-        Arc::new(
-            self.resources
+        Arc::new(Assumptions {
+            revision: self.revision.clone(),
+            resources: self
+                .resources
                 .iter()
                 .filter(|(_, t)| t.next > now)
                 .map(|(name, t)| (name.clone(), t.seen.clone()))
                 .collect(),
-        )
+        })
     }
 
-    /// Takes in a pass that ran at `now` with `assumed` (from [`Schedule::not_due`]) and ended
-    /// with `entries`. A resource that was read and found VALID as it was extends its streak;
-    /// one that had to be applied, or renders to another config, starts again; one taken for
-    /// granted keeps its time; any other (failed, pending, not reached) is checked next pass.
-    pub fn record(&mut self, now: SystemTime, assumed: &HashMap<String, Assumed>, entries: &[ResourceEntry]) {
+    /// Takes in a pass of manifest `revision` that ran at `now` with `assumed` (from
+    /// [`Schedule::not_due`]) and ended with `entries`. A resource that was read and found VALID
+    /// as it was extends its streak; one that had to be applied, or renders to another config,
+    /// starts again; one taken for granted keeps its time; any other (failed, pending, not
+    /// reached) is checked next pass. Another revision starts everything again.
+    pub fn record(&mut self, now: SystemTime, revision: &str, assumed: &Assumptions, entries: &[ResourceEntry]) {
+        if self.revision != revision {
+            self.revision = revision.to_string();
+            self.resources.clear();
+        }
         let mut kept = HashMap::with_capacity(entries.len());
         for entry in entries {
             let (Standing::Valid { state, applied }, Some(config)) = (&entry.standing, &entry.config) else { continue };
             let previous = self.resources.remove(&entry.name);
-            if assumed.get(&entry.name).is_some_and(|a| a.config == *config)
+            if assumed.took(revision, entry)
                 && let Some(previous) = previous
             {
                 kept.insert(entry.name.clone(), previous);
@@ -177,14 +218,10 @@ mod tests {
     const MIN: Duration = Duration::from_secs(60);
 
     /// Runs passes the way a loop would: at each pass, reads what is due, records it.
-    fn pass(
-        schedule: &mut Schedule,
-        now: SystemTime,
-        entries: impl Fn(&HashMap<String, Assumed>) -> Vec<ResourceEntry>,
-    ) {
+    fn pass(schedule: &mut Schedule, now: SystemTime, entries: impl Fn(&Assumptions) -> Vec<ResourceEntry>) {
         let assumed = schedule.not_due(now);
         let found = entries(&assumed);
-        schedule.record(now, &assumed, &found);
+        schedule.record(now, "r1", &assumed, &found);
     }
 
     #[test]
@@ -200,7 +237,9 @@ mod tests {
             intervals.push(next.duration_since(now).unwrap());
             // In between, it is assumed VALID with its last state.
             let halfway = now + next.duration_since(now).unwrap() / 2;
-            assert_eq!(s.not_due(halfway)["a"], Assumed { config: json!({"p": 1}), state: json!({"s": 1}) });
+            let assumed = Assumed { config: json!({"p": 1}), state: json!({"s": 1}) };
+            assert_eq!(s.not_due(halfway).get("r1", "a"), Some(&assumed));
+            assert_eq!(s.not_due(halfway).get("r2", "a"), None, "not for another revision");
             now = next;
         }
         let m = |n: u32| MIN * n;
@@ -235,12 +274,16 @@ mod tests {
         assert_eq!(assumed.len(), 2);
         let mut failed = entry("b", json!(1), json!("s"), false);
         failed.standing = Standing::Blocked { by: "x".into() };
-        s.record(later, &assumed, &[entry("a", json!(1), json!("s"), false), failed]);
+        s.record(later, "r1", &assumed, &[entry("a", json!(1), json!("s"), false), failed]);
         assert_eq!(s.next_check("a"), Some(t0 + MIN), "taken for granted: its check stays where it was");
         assert_eq!(s.next_check("b"), None);
-        assert!(!s.not_due(later).contains_key("b"));
+        assert!(s.not_due(later).get("r1", "b").is_none());
         assert_eq!(s.next_pass(later, true), MIN);
         assert_eq!(s.next_pass(later, false), MIN / 2);
+        // A pass of another revision read everything afresh: from the start.
+        s.record(later, "r2", &s.not_due(later), &[entry("a", json!(1), json!("s"), false)]);
+        assert_eq!(s.next_check("a"), Some(later + MIN));
+        assert!(s.not_due(later).get("r1", "a").is_none());
     }
 
     #[test]

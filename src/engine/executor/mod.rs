@@ -5,6 +5,7 @@
 //! types; [`fake::FakeExecutor`] answers from a script for unit tests. [`Dispatch`] routes by
 //! program kind so that a manifest may mix kinds.
 
+pub mod budget;
 #[cfg(feature = "docker")]
 pub mod docker;
 pub mod fake;
