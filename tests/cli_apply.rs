@@ -395,7 +395,9 @@ fn built_ins_apply_alike_in_process_and_as_programs() {
                 .iter()
                 .map(|r| (r["name"].clone(), r["status"].clone(), r["actions"].clone(), r["state"].clone()))
                 .collect();
-            let output: Vec<&str> = run.stderr.lines().filter(|l| l.contains(" | ")).collect();
+            // Independent resources run at once: their lines may come in either order.
+            let mut output: Vec<&str> = run.stderr.lines().filter(|l| l.contains(" | ")).collect();
+            output.sort_unstable();
             format!("{resources:?}\n{output:?}").replace(&ws.root(), "<ws>")
         };
         (shown(&apply), shown(&plan))

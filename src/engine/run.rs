@@ -9,6 +9,7 @@
 //!     .apply(&plan)   run actions in dependency order, independent branches concurrently
 //! ```
 
+use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -88,6 +89,8 @@ pub struct Prepared {
 #[derive(Clone, Copy)]
 enum Slot {
     Waiting,
+    /// Its dependencies are VALID; it starts when a task slot is free.
+    Ready,
     Running(Instant),
     Done,
 }
@@ -156,13 +159,25 @@ impl Prepared {
         let mut slots: Vec<Slot> =
             (0..entries.len()).map(|i| if known.of(i).is_some() { Slot::Done } else { Slot::Waiting }).collect();
         let mut running: FuturesUnordered<Task<'_>> = FuturesUnordered::new();
+        // Resources whose dependencies are VALID, waiting for a task. Tasks beyond what the
+        // parallelism can keep busy would only hold memory (thousands of independent resources
+        // are all ready at once).
+        let mut ready: VecDeque<usize> = VecDeque::new();
+        let tasks = self.ctx.options.parallelism.max(1).saturating_mul(4).max(16);
         for &i in graph.topological() {
             if is_ready(slots[i], &known, graph.dependencies(i)) {
+                slots[i] = Slot::Ready;
+                ready.push_back(i);
+            }
+        }
+        loop {
+            while running.len() < tasks
+                && let Some(i) = ready.pop_front()
+            {
                 slots[i] = Slot::Running(Instant::now());
                 running.push(self.start(i, &entries[i], &known, approver));
             }
-        }
-        while let Some((i, standing, config)) = running.next().await {
+            let Some((i, standing, config)) = running.next().await else { break };
             let elapsed = match slots[i] {
                 Slot::Running(started) => started.elapsed(),
                 _ => Duration::ZERO,
@@ -175,8 +190,8 @@ impl Prepared {
                     known.learn(i, known_of(&entries[i]));
                     for &d in graph.dependents(i) {
                         if !self.ctx.cancel.is_cancelled() && is_ready(slots[d], &known, graph.dependencies(d)) {
-                            slots[d] = Slot::Running(Instant::now());
-                            running.push(self.start(d, &entries[d], &known, approver));
+                            slots[d] = Slot::Ready;
+                            ready.push_back(d);
                         }
                     }
                 }
