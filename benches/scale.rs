@@ -86,7 +86,8 @@ impl Workspace {
         self.dir.path()
     }
 
-    /// `deployster apply --yes`, its wall time and peak RSS (from `wait4`).
+    /// `deployster apply --yes`, its wall time and peak RSS (from `wait4`, which also reaps it).
+    #[allow(clippy::zombie_processes)]
     fn apply(&self, builtins: &str) -> Run {
         let started = Instant::now();
         let child = Command::new(env!("CARGO_BIN_EXE_deployster"))
