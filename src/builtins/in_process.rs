@@ -19,16 +19,23 @@ use crate::engine::typeref::TypeRef;
 pub struct InProcess {
     programs: Arc<dyn Executor>,
     answered: AtomicU64,
+    /// CPU time spent answering, in nanoseconds.
+    cpu_nanos: Arc<AtomicU64>,
 }
 
 impl InProcess {
     pub fn new(programs: Arc<dyn Executor>) -> Self {
-        Self { programs, answered: AtomicU64::new(0) }
+        Self { programs, answered: AtomicU64::new(0), cpu_nanos: Arc::default() }
     }
 
     /// How many calls were answered here, without a process.
     pub fn answered(&self) -> u64 {
         self.answered.load(Ordering::Relaxed)
+    }
+
+    /// The CPU time the calls answered here took: what their programs would have spent.
+    pub fn cpu_time(&self) -> std::time::Duration {
+        std::time::Duration::from_nanos(self.cpu_nanos.load(Ordering::Relaxed))
     }
 
     async fn answer(&self, name: String, invocation: Invocation) -> Result<Outcome, ExecError> {
@@ -42,9 +49,13 @@ impl InProcess {
         // A call is short and does its work atomically (a file is written aside and renamed
         // into place), so once started it is not cancelled half-way: the run's cancellation
         // takes effect before the next call. Its time limit still holds for the caller.
+        let cpu_nanos = self.cpu_nanos.clone();
         let call = tokio::task::spawn_blocking(move || {
+            let before = thread_cpu_nanos();
             let input = String::from_utf8_lossy(&stdin);
-            super::respond(&name, &args, &input)
+            let reply = super::respond(&name, &args, &input);
+            cpu_nanos.fetch_add(thread_cpu_nanos().saturating_sub(before), Ordering::Relaxed);
+            reply
         });
         let reply = match tokio::time::timeout(timeout, call).await {
             Err(_) => return Err(ExecError::TimedOut(timeout)),
@@ -86,4 +97,11 @@ impl Executor for InProcess {
     async fn stop_run(&self, run_id: &str) -> Result<usize, ExecError> {
         self.programs.stop_run(run_id).await
     }
+}
+
+/// The CPU time this thread has used, in nanoseconds.
+fn thread_cpu_nanos() -> u64 {
+    use nix::time::{ClockId, clock_gettime};
+    clock_gettime(ClockId::CLOCK_THREAD_CPUTIME_ID)
+        .map_or(0, |t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
 }

@@ -114,8 +114,8 @@ pub(crate) async fn resolve(
         }
     }
     let assumed = ctx.options.assume_valid.get(&ctx.manifest.revision, &resource.name);
-    if let Some(assumed) = assumed.filter(|a| may_assume && a.config == config) {
-        return Ok(Resolved { response: StateResponse::Valid { state: assumed.state.clone() }, config });
+    if let Some(assumed) = assumed.filter(|a| may_assume && a.renders_as(&config)) {
+        return Ok(Resolved { response: StateResponse::Valid { state: assumed.state() }, config });
     }
     let request = state_request(ctx, i, config.clone(), known, types);
     let response = read_state(ctx, i, &Phase::State, &request, types).await?;

@@ -19,12 +19,36 @@ use super::plan::{ResourceEntry, Standing};
 /// VALID checks in a row after which a resource's interval doubles.
 pub const STEADY_AFTER: u32 = 3;
 
-/// What a resource was last read as, to be taken for granted until its next check.
-#[derive(Debug, Clone, PartialEq)]
+/// What a resource was last read as, to be taken for granted until its next check. Kept small —
+/// a controller keeps one for every resource of every Manifest: a digest of the config it
+/// rendered to (if it renders to another, it is read anyway) and its state as JSON text.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Assumed {
-    /// The config it rendered to; if it renders to another, it is read anyway.
-    pub config: Value,
-    pub state: Value,
+    config: [u8; 16],
+    state: Box<str>,
+}
+
+impl Assumed {
+    pub fn new(config: &Value, state: &Value) -> Self {
+        Self { config: digest(config), state: state.to_string().into_boxed_str() }
+    }
+
+    /// Whether `config` is the config it was read with.
+    pub fn renders_as(&self, config: &Value) -> bool {
+        self.config == digest(config)
+    }
+
+    /// The state it was read with.
+    pub fn state(&self) -> Value {
+        serde_json::from_str(&self.state).expect("a state kept as JSON reads back")
+    }
+}
+
+/// The first 128 bits of the SHA-256 of `config`'s JSON (keys in their rendered order).
+fn digest(config: &Value) -> [u8; 16] {
+    use sha2::{Digest, Sha256};
+    let hash = Sha256::digest(config.to_string().as_bytes());
+    hash[..16].try_into().expect("16 of 32 bytes")
 }
 
 /// Resources whose state need not be read now, by name — for the manifest revision they were
@@ -44,7 +68,7 @@ impl Assumptions {
     /// Whether a pass of `revision` took `entry` for VALID without reading its state.
     pub fn took(&self, revision: &str, entry: &ResourceEntry) -> bool {
         let valid = matches!(entry.standing, Standing::Valid { applied: None, .. });
-        valid && self.get(revision, &entry.name).is_some_and(|a| Some(&a.config) == entry.config.as_ref())
+        valid && self.get(revision, &entry.name).zip(entry.config.as_ref()).is_some_and(|(a, c)| a.renders_as(c))
     }
 
     pub fn len(&self) -> usize {
@@ -131,11 +155,11 @@ impl Schedule {
                 continue;
             }
             let streak = match (&previous, applied) {
-                (Some(p), None) if p.seen.config == *config => p.streak + 1,
+                (Some(p), None) if p.seen.renders_as(config) => p.streak + 1,
                 // First seen, drifted (applied), or changed: from the start.
                 _ => 0,
             };
-            let seen = Assumed { config: config.clone(), state: state.clone() };
+            let seen = Assumed::new(config, state);
             kept.insert(entry.name.clone(), Tracked { seen, streak, next: now + self.interval_after(streak) });
         }
         self.resources = kept;
@@ -237,7 +261,7 @@ mod tests {
             intervals.push(next.duration_since(now).unwrap());
             // In between, it is assumed VALID with its last state.
             let halfway = now + next.duration_since(now).unwrap() / 2;
-            let assumed = Assumed { config: json!({"p": 1}), state: json!({"s": 1}) };
+            let assumed = Assumed::new(&json!({"p": 1}), &json!({"s": 1}));
             assert_eq!(s.not_due(halfway).get("r1", "a"), Some(&assumed));
             assert_eq!(s.not_due(halfway).get("r2", "a"), None, "not for another revision");
             now = next;
