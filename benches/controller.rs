@@ -78,10 +78,12 @@ fn cpu(who: UsageWho) -> Duration {
 async fn pass(api: &Api<Manifest>, ctx: &Context, names: &[String]) -> Vec<(Next, Arc<Manifest>)> {
     futures::stream::iter(names)
         .map(|name| async move {
-            let mut obj = api.get(name).await.expect("get");
-            deployster::controller::prune_for_cache(&mut obj);
-            let obj = Arc::new(obj);
-            (reconcile(&obj, ctx).await.expect("reconcile"), obj)
+            // As the controller does: the object read afresh, a lean copy kept in the cache.
+            let obj = api.get(name).await.expect("get");
+            let next = reconcile(&obj, ctx).await.expect("reconcile");
+            let mut cached = obj;
+            deployster::controller::prune_for_cache(&mut cached);
+            (next, Arc::new(cached))
         })
         .buffer_unordered(CONCURRENCY)
         .collect()

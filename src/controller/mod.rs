@@ -193,11 +193,19 @@ fn connect_metered(config: kube::Config, layer: ApiMeteringLayer) -> Result<Clie
     Ok(kube::client::ClientBuilder::try_from(config)?.with_layer(&layer).build())
 }
 
-/// Drops what a reconcile never reads from an object kept in the watch cache: the managed
-/// fields (server-side apply bookkeeping: a tenth of a small Manifest's memory, per
-/// `cargo bench --bench controller`).
+/// Keeps an object in the watch cache lean — the cache holds every Manifest for the
+/// controller's life, and each reconcile reads the object afresh (one GET) — by dropping the
+/// managed fields (server-side apply bookkeeping), the status history and each resource's
+/// state: most of a Manifest's memory (`cargo bench --bench controller`). What is kept: the spec,
+/// the conditions (the readiness metrics count them) and each resource's status line.
 pub fn prune_for_cache(manifest: &mut Manifest) {
     manifest.managed_fields_mut().clear();
+    if let Some(status) = &mut manifest.status {
+        status.history = Vec::new();
+        for resource in &mut status.resources {
+            resource.state = None;
+        }
+    }
 }
 
 /// Runs the controller until SIGTERM or SIGINT.
@@ -358,10 +366,18 @@ async fn reconcile_guarded(object: Arc<DeserializeGuard<Manifest>>, ctx: Arc<Con
         let _permit = permit.expect("the worker semaphore is never closed");
         let _timer = Timer::start(&ctx.metrics);
         match &object.0 {
-            Ok(manifest) => Ok(match reconcile::reconcile(manifest, &ctx).await? {
-                Next::Requeue(after) => Action::requeue(after),
-                Next::AwaitChange => Action::await_change(),
-            }),
+            Ok(cached) => {
+                // The cache's copy is pruned (`prune_for_cache`): the pass reads the object as
+                // it is now. Gone since: nothing to do.
+                let api: Api<Manifest> = Api::namespaced(ctx.client.clone(), &cached.namespace().unwrap_or_default());
+                let Some(manifest) = api.get_opt(&cached.name_any()).await? else {
+                    return Ok(Action::await_change());
+                };
+                Ok(match reconcile::reconcile(&manifest, &ctx).await? {
+                    Next::Requeue(after) => Action::requeue(after),
+                    Next::AwaitChange => Action::await_change(),
+                })
+            }
             Err(invalid) => {
                 malformed(&ctx, invalid).await;
                 ctx.metrics.reconciled("invalid");

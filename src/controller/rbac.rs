@@ -25,10 +25,16 @@ pub struct Access {
 
 /// What the controller does with the API, and why.
 pub const API_ACCESS: &[Access] = &[
-    // The watch cache (list, watch) and the finalizer (a merge patch of metadata.finalizers).
-    // Setting ownerReferences with blockOwnerDeletion on objects the controller creates would
-    // need `update` on manifests/finalizers too; it creates none yet.
-    Access { group: "deployster.io", resource: "manifests", verbs: &["list", "watch", "patch"], scope: Scope::Watched },
+    // The watch cache (list, watch), each reconcile's fresh read (get) and the finalizer (a
+    // merge patch of metadata.finalizers). Setting ownerReferences with blockOwnerDeletion on
+    // objects the controller creates would need `update` on manifests/finalizers too; it creates
+    // none yet.
+    Access {
+        group: "deployster.io",
+        resource: "manifests",
+        verbs: &["get", "list", "watch", "patch"],
+        scope: Scope::Watched,
+    },
     // Status: server-side apply.
     Access { group: "deployster.io", resource: "manifests/status", verbs: &["patch"], scope: Scope::Watched },
     // kube's event recorder creates an event, then patches it into a series when it repeats.

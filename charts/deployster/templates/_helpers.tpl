@@ -30,7 +30,7 @@ src/controller/rbac.rs's API_ACCESS with scope Watched (tests/helm.rs holds them
 {{- define "deployster.watchedRules" -}}
 - apiGroups: ["deployster.io"]
   resources: ["manifests"]
-  verbs: ["list", "watch", "patch"]
+  verbs: ["get", "list", "watch", "patch"]
 - apiGroups: ["deployster.io"]
   resources: ["manifests/status"]
   verbs: ["patch"]
