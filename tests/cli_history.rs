@@ -374,6 +374,19 @@ fn reconcile_checks_steady_resources_less_often_and_still_corrects_drift_within_
 }
 
 #[test]
+fn reconcile_refuses_a_max_interval_below_the_interval_and_a_zero_budget() {
+    let ws = Workspace::new();
+    ws.manifest(TWO_FILES);
+    let run = ws.run(&["reconcile", "-f", "manifest.yaml", "--interval", "30s", "--max-interval", "10s"]);
+    assert_eq!(run.code, 2, "{}", run.all());
+    assert!(run.stderr.contains("--max-interval 10s must not be shorter than --interval 30s"), "{}", run.all());
+    let run = ws.run(&["reconcile", "-f", "manifest.yaml", "--max-invocations-per-second", "0"]);
+    assert_eq!(run.code, 2, "{}", run.all());
+    assert!(run.stderr.contains("--max-invocations-per-second"), "{}", run.all());
+    assert!(!ws.exists("out"), "nothing ran");
+}
+
+#[test]
 fn a_second_signal_cancels_the_running_action_cleanly() {
     let ws = Workspace::new();
     ws.manifest("resources:\n  slow: { type: ./fixture, config: { action_sleep_ms: 60000 } }\n");

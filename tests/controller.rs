@@ -788,4 +788,12 @@ async fn a_max_interval_shorter_than_the_interval_is_refused() {
     let (status, reason, message) = condition(&get(&client, "site").await, "Stalled");
     assert_eq!((status.as_str(), reason.as_str()), ("True", "InvalidManifest"));
     assert!(message.contains("spec.maxInterval `1m` is shorter than spec.interval `5m`"), "{message}");
+
+    let mut obj = object("later", &builtins(dir.path()));
+    obj.spec.max_interval = Some("soon".into());
+    let client = client_with(vec![obj], |b| b).await;
+    let ctx = context(client.clone(), Counting::new(false), &dir.path().join("plugs"), false);
+    reconcile(&get(&client, "later").await, &ctx).await.expect("reconcile");
+    let (_, _, message) = condition(&get(&client, "later").await, "Stalled");
+    assert!(message.contains("spec.maxInterval `soon` is not a duration such as 30s or 5m"), "{message}");
 }

@@ -31,7 +31,12 @@ fn summary(n: u64, pass: &Summary, assumed: usize, next: Duration) -> String {
 pub(super) async fn reconcile(args: ReconcileArgs) -> Result<Exit, CliError> {
     let max_interval = args.max_interval.unwrap_or(args.interval.saturating_mul(4));
     if max_interval < args.interval {
-        return Err(CliError::Refused("--max-interval must not be shorter than --interval".into()));
+        let show = |d: Duration| humantime::format_duration(d).to_string();
+        return Err(CliError::Refused(format!(
+            "--max-interval {} must not be shorter than --interval {}",
+            show(max_interval),
+            show(args.interval)
+        )));
     }
     let progress = Progress::new(args.manifest.output);
     let state = State::open(&args.manifest, true, &progress)?;
