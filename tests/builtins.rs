@@ -180,4 +180,12 @@ async fn package_state_and_actions_run_as_programs() {
     }
     assert_eq!(fallback.programs_started(), 2);
     assert_eq!(in_process.answered(), 0);
+    // What a budget of invocations counts: programs started, not calls answered here.
+    let invocation = |kind: &str, args: &[&str]| Invocation {
+        args: args.iter().map(|a| a.to_string()).collect(),
+        ..Invocation::new(TypeRef::Builtin(kind.into()), Duration::from_secs(1))
+    };
+    assert!(!in_process.starts_program(&invocation("file", &["state"])));
+    assert!(!in_process.starts_program(&invocation("package", &[])));
+    assert!(in_process.starts_program(&invocation("package", &["state"])));
 }

@@ -81,11 +81,13 @@ impl Executor for InProcess {
         self.programs.preflight(programs).await
     }
 
+    fn starts_program(&self, invocation: &Invocation) -> bool {
+        !answers_here(invocation) && self.programs.starts_program(invocation)
+    }
+
     async fn invoke(&self, invocation: Invocation) -> Result<Outcome, ExecError> {
         match &invocation.program {
-            TypeRef::Builtin(name)
-                if invocation.entrypoint.is_none() && super::runs_in_process(name, &invocation.args) =>
-            {
+            TypeRef::Builtin(name) if answers_here(&invocation) => {
                 let name = name.clone();
                 self.answer(name, invocation).await
             }
@@ -104,4 +106,12 @@ fn thread_cpu_nanos() -> u64 {
     use nix::time::{ClockId, clock_gettime};
     clock_gettime(ClockId::CLOCK_THREAD_CPUTIME_ID)
         .map_or(0, |t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
+}
+
+/// Whether the call is a built-in's that runs in this process.
+fn answers_here(invocation: &Invocation) -> bool {
+    match &invocation.program {
+        TypeRef::Builtin(name) => invocation.entrypoint.is_none() && super::runs_in_process(name, &invocation.args),
+        _ => false,
+    }
 }

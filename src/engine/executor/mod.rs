@@ -192,6 +192,12 @@ pub trait Executor: Send + Sync {
 
     async fn invoke(&self, invocation: Invocation) -> Result<Outcome, ExecError>;
 
+    /// Whether running `invocation` starts a program (a process, a container) rather than being
+    /// answered in this process: what a budget of invocations counts.
+    fn starts_program(&self, _invocation: &Invocation) -> bool {
+        true
+    }
+
     /// Stops whatever run `run_id` still has running here — called for a run that was
     /// interrupted (killed, crashed) before its next run reads any state, so that no action
     /// ever runs twice at once — and waits until it is gone. How many it stopped.
@@ -250,6 +256,14 @@ impl Executor for Dispatch {
             stopped += images.stop_run(run_id).await?;
         }
         Ok(stopped)
+    }
+
+    fn starts_program(&self, invocation: &Invocation) -> bool {
+        match (&invocation.program, &self.images) {
+            (TypeRef::Image(_), Some(images)) => images.starts_program(invocation),
+            (TypeRef::Image(_), None) => false,
+            _ => self.local.starts_program(invocation),
+        }
     }
 
     async fn invoke(&self, invocation: Invocation) -> Result<Outcome, ExecError> {
