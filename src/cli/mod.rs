@@ -297,9 +297,9 @@ pub enum LogFormat {
 /// The global budget of checks of a continuous loop.
 #[derive(Debug, Args)]
 pub struct BudgetArgs {
-    /// At most this many init and state reads per second, spread evenly, so that many
-    /// resources due at once never stampede (actions are never held back) [default: 100 per
-    /// core].
+    /// At most this many init and state reads that start a program or a container per second,
+    /// spread evenly, so that many resources due at once never stampede (built-ins answered
+    /// in-process are not counted; actions are never held back) [default: 100 per core].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_invocations_per_second: Option<u32>,
 }
