@@ -21,6 +21,24 @@ fn on_a_terminal_an_action_reporting_progress_gets_a_bar_with_its_description() 
 }
 
 #[test]
+fn on_a_terminal_many_quick_resources_each_get_their_line() {
+    // Lines above the spinners are printed a tick's worth at a time: none may be lost.
+    let ws = Workspace::new();
+    let mut yaml = String::from("resources:\n");
+    for i in 0..300 {
+        yaml.push_str(&format!("  f{i}: {{ type: builtin/file, config: {{ path: f{i}, content: \"{i}\" }} }}\n"));
+    }
+    ws.manifest(&yaml);
+    let (code, out) = on_terminal(&ws, &["apply", "-f", "manifest.yaml", "--yes"], |_| "n");
+    assert_eq!(code, 0, "{out}");
+    let applied = Regex::new(r"APPLIED\s+(f\d+)\s").unwrap();
+    let names: std::collections::BTreeSet<&str> =
+        applied.captures_iter(&out).map(|c| c.get(1).unwrap().as_str()).collect();
+    assert_eq!(names.len(), 300, "{out}");
+    assert!(out.contains("Apply complete: 300 applied"), "{out}");
+}
+
+#[test]
 fn off_a_terminal_progress_lines_are_throttled_first_and_last_kept() {
     let ws = Workspace::new();
     ws.manifest("resources:\n  it: { type: ./fixture, config: { progress_steps: 20, step_ms: 100 } }\n");

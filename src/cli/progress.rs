@@ -21,7 +21,10 @@ pub(super) struct Progress {
     format: OutputFormat,
     /// Present when stderr is a terminal and the output is text.
     bars: Option<MultiProgress>,
-    spinners: Mutex<HashMap<String, ProgressBar>>,
+    /// What each running resource is doing; its spinner shows once it has run for
+    /// [`SHOW_AFTER`] (thousands of quick resources would otherwise redraw the terminal
+    /// thousands of times a second).
+    spinners: Mutex<HashMap<String, Spinner>>,
     /// Set once apply starts running actions: from then on, settled resources get a line.
     executing: AtomicBool,
     /// Width of the name column of those lines.
@@ -30,6 +33,50 @@ pub(super) struct Progress {
     descriptions: Mutex<HashMap<(String, String), String>>,
     /// Off a terminal: when each resource's progress was last printed, and at what percentage.
     printed: Mutex<HashMap<String, (Instant, f64)>>,
+    /// On a terminal, while spinners show: lines waiting to be printed above them, a tick's
+    /// worth at once (one redraw for many lines, not one per line: thousands of resources).
+    lines: Mutex<Vec<String>>,
+}
+
+/// What a running resource is doing, and its spinner once shown.
+struct Spinner {
+    what: String,
+    percent: Option<f64>,
+    since: Instant,
+    bar: Option<ProgressBar>,
+}
+
+/// A resource's spinner shows once it has been running this long.
+const SHOW_AFTER: Duration = Duration::from_millis(200);
+
+impl Spinner {
+    /// Shows the spinner if it is due, and brings it up to date.
+    fn show(&mut self, bars: &MultiProgress) {
+        if self.bar.is_none() && self.since.elapsed() >= SHOW_AFTER {
+            let bar = bars.add(ProgressBar::new_spinner().with_elapsed(self.since.elapsed()));
+            bar.set_style(ProgressStyle::with_template("{spinner} {msg} ({elapsed})").expect("valid template"));
+            self.bar = Some(bar);
+        }
+        let Some(bar) = &self.bar else { return };
+        bar.set_message(self.what.clone());
+        if let Some(percent) = self.percent {
+            if bar.length().is_none() {
+                bar.set_style(
+                    ProgressStyle::with_template("{spinner} {msg} [{bar:24}] {pos:>3}% ({elapsed})")
+                        .expect("valid template")
+                        .progress_chars("=> "),
+                );
+                bar.set_length(100);
+            }
+            bar.set_position(percent.clamp(0.0, 100.0) as u64);
+        }
+    }
+
+    fn remove(self) {
+        if let Some(bar) = self.bar {
+            bar.finish_and_clear();
+        }
+    }
 }
 
 /// Off a terminal, at most one progress line per resource this often (first and last always).
@@ -39,7 +86,7 @@ impl Progress {
     pub(super) fn new(format: OutputFormat) -> Arc<Self> {
         let live = format == OutputFormat::Text && std::io::stderr().is_terminal();
         let bars = live.then(|| MultiProgress::with_draw_target(ProgressDrawTarget::stderr()));
-        Arc::new(Self {
+        let progress = Arc::new(Self {
             format,
             bars,
             spinners: Mutex::default(),
@@ -47,7 +94,27 @@ impl Progress {
             name_width: AtomicUsize::new(0),
             descriptions: Mutex::default(),
             printed: Mutex::default(),
-        })
+            lines: Mutex::default(),
+        });
+        if live {
+            // One ticker for every spinner (a steady tick of its own would start a thread per
+            // resource: thousands in a large manifest).
+            let progress = Arc::downgrade(&progress);
+            std::thread::spawn(move || {
+                while let Some(progress) = progress.upgrade() {
+                    progress.flush();
+                    if let Some(bars) = &progress.bars {
+                        for spinner in progress.spinners.lock().expect("spinners lock").values_mut() {
+                            spinner.show(bars);
+                            spinner.bar.as_ref().map(ProgressBar::tick);
+                        }
+                    }
+                    drop(progress);
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            });
+        }
+        progress
     }
 
     /// From now on each settled resource gets a line; `name_width` aligns them.
@@ -59,7 +126,11 @@ impl Progress {
     /// A line of the command's result: stdout for text, stderr when stdout carries JSON.
     pub(super) fn say(&self, line: &str) {
         match (&self.bars, self.format) {
+            (Some(_), _) if !self.spinners.lock().expect("spinners lock").is_empty() => {
+                self.lines.lock().expect("lines lock").push(line.to_string());
+            }
             (Some(bars), _) => {
+                self.flush();
                 let _ = bars.println(line);
             }
             (None, OutputFormat::Text) => outln!("{line}"),
@@ -67,8 +138,17 @@ impl Progress {
         }
     }
 
+    /// Prints the lines waiting above the spinners.
+    fn flush(&self) {
+        let lines = std::mem::take(&mut *self.lines.lock().expect("lines lock"));
+        if let (Some(bars), false) = (&self.bars, lines.is_empty()) {
+            let _ = bars.println(lines.join("\n"));
+        }
+    }
+
     /// A diagnostic, always on stderr.
     pub(super) fn note(&self, line: &str) {
+        self.flush();
         match &self.bars {
             Some(bars) => bars.suspend(|| errln!("{line}")),
             None => errln!("{line}"),
@@ -77,6 +157,7 @@ impl Progress {
 
     /// Runs `f` with the display hidden (for prompts).
     pub(super) fn suspend<R>(&self, f: impl FnOnce() -> R) -> R {
+        self.flush();
         match &self.bars {
             Some(bars) => bars.suspend(f),
             None => f(),
@@ -85,21 +166,24 @@ impl Progress {
 
     /// Removes every spinner.
     pub(super) fn clear(&self) {
-        for (_, bar) in self.spinners.lock().expect("spinners lock").drain() {
-            bar.finish_and_clear();
-        }
+        self.flush();
+        self.spinners.lock().expect("spinners lock").drain().for_each(|(_, spinner)| spinner.remove());
     }
 
-    fn busy(&self, resource: &str, what: String) {
+    fn busy(&self, resource: &str, what: String, percent: Option<f64>) {
         let Some(bars) = &self.bars else { return };
         let mut spinners = self.spinners.lock().expect("spinners lock");
-        let bar = spinners.entry(resource.to_string()).or_insert_with(|| {
-            let bar = bars.add(ProgressBar::new_spinner());
-            bar.set_style(ProgressStyle::with_template("{spinner} {msg} ({elapsed})").expect("valid template"));
-            bar.enable_steady_tick(Duration::from_millis(100));
-            bar
+        let spinner = spinners.entry(resource.to_string()).or_insert_with(|| Spinner {
+            what: String::new(),
+            percent: None,
+            since: Instant::now(),
+            bar: None,
         });
-        bar.set_message(what);
+        spinner.what = what;
+        spinner.percent = percent.or(spinner.percent);
+        if spinner.bar.is_some() {
+            spinner.show(bars);
+        }
     }
 
     /// On a terminal, the resource's spinner becomes a bar; elsewhere a line, unless one was
@@ -116,18 +200,7 @@ impl Progress {
             other => format!("{resource}: {other}"),
         };
         if self.bars.is_some() {
-            self.busy(resource, what.clone());
-            if let Some(bar) = self.spinners.lock().expect("spinners lock").get(resource) {
-                if bar.length().is_none() {
-                    bar.set_style(
-                        ProgressStyle::with_template("{spinner} {msg} [{bar:24}] {pos:>3}% ({elapsed})")
-                            .expect("valid template")
-                            .progress_chars("=> "),
-                    );
-                    bar.set_length(100);
-                }
-                bar.set_position(percent.clamp(0.0, 100.0) as u64);
-            }
+            self.busy(resource, what, Some(percent));
             return;
         }
         let now = Instant::now();
@@ -144,8 +217,8 @@ impl Progress {
 
     fn done(&self, resource: &str) {
         self.printed.lock().expect("printed lock").remove(resource);
-        if let Some(bar) = self.spinners.lock().expect("spinners lock").remove(resource) {
-            bar.finish_and_clear();
+        if let Some(spinner) = self.spinners.lock().expect("spinners lock").remove(resource) {
+            spinner.remove();
         }
     }
 }
@@ -184,7 +257,7 @@ impl Observer for Progress {
             RunEvent::Invoking { resource, phase } => {
                 // A new invocation starts as a spinner, whatever the last one reported.
                 self.done(resource);
-                self.busy(resource, format!("{resource}: {phase}"));
+                self.busy(resource, format!("{resource}: {phase}"), None);
             }
             RunEvent::Output { resource, phase, line, .. } => {
                 let source = match phase {
@@ -224,5 +297,11 @@ impl Observer for Progress {
             | RunEvent::Started
             | RunEvent::Ended(_) => {}
         }
+    }
+}
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        self.flush();
     }
 }
