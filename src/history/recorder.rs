@@ -3,7 +3,8 @@
 //! Observations (a resource found VALID, an action's result) are buffered and written with the
 //! next durable point; an action's intent (`action-started`) is a durable point itself, written
 //! before the action starts, so that after a crash the log says what may have been half done.
-//! The end of the run is the last durable point.
+//! The end of the run is the last durable point. Intents of actions starting at once share a
+//! transaction (group commit): whoever writes takes everything queued by then.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -38,7 +39,10 @@ pub struct Recorder {
     before: HashMap<String, Before>,
     /// Resource → the inputs this run read its state for.
     inputs: Mutex<HashMap<String, Inputs>>,
-    buffer: Mutex<Vec<Entry>>,
+    /// Entries not yet written, and how many durable points were queued so far.
+    buffer: Mutex<(Vec<Entry>, u64)>,
+    /// One write at a time; the durable points written so far.
+    written: Mutex<u64>,
     drifts: Mutex<Vec<Drift>>,
     changes: Mutex<Vec<Change>>,
     /// The first write failure; the run goes on, the caller reports it at the end.
@@ -94,6 +98,7 @@ impl Recorder {
             before,
             inputs: Mutex::default(),
             buffer: Mutex::default(),
+            written: Mutex::default(),
             drifts: Mutex::default(),
             changes: Mutex::default(),
             failure: Mutex::default(),
@@ -105,23 +110,42 @@ impl Recorder {
     }
 
     fn buffer(&self, entry: Entry) {
-        self.buffer.lock().expect("buffer lock").push(entry);
+        self.buffer.lock().expect("buffer lock").0.push(entry);
     }
 
-    /// Writes everything buffered, then `entry`, in one transaction. A failure is kept for the
-    /// end of the run (see [`Recorder::failure`]), and returned.
+    /// Writes everything buffered, then `entry`, in one transaction — or returns once another
+    /// caller's transaction wrote them (durable points queued while a write is under way are
+    /// written together by the next writer). A failure is kept for the end of the run (see
+    /// [`Recorder::failure`]), and returned; the entries stay queued for the next durable point.
     fn durable(&self, entry: Option<Entry>) -> Result<(), HistoryError> {
-        let mut buffer = self.buffer.lock().expect("buffer lock");
-        buffer.extend(entry);
-        if buffer.is_empty() {
+        let mine = {
+            let mut buffer = self.buffer.lock().expect("buffer lock");
+            buffer.0.extend(entry);
+            buffer.1 += 1;
+            buffer.1
+        };
+        let mut written = self.written.lock().expect("writer lock");
+        if *written >= mine {
             return Ok(());
         }
-        match self.log.append(&buffer) {
+        let (batch, upto) = {
+            let mut buffer = self.buffer.lock().expect("buffer lock");
+            (std::mem::take(&mut buffer.0), buffer.1)
+        };
+        if batch.is_empty() {
+            *written = upto;
+            return Ok(());
+        }
+        match self.log.append(&batch) {
             Ok(()) => {
-                buffer.clear();
+                *written = upto;
                 Ok(())
             }
             Err(e) => {
+                // Not written: they go back ahead of whatever was queued since.
+                let mut buffer = self.buffer.lock().expect("buffer lock");
+                let newer = std::mem::replace(&mut buffer.0, batch);
+                buffer.0.extend(newer);
                 tracing::error!(error = %e, "could not write the deployment log");
                 self.failure.lock().expect("failure lock").get_or_insert(e.to_string());
                 Err(e)
@@ -345,6 +369,54 @@ mod tests {
         fn recent(&self, prefix: &str, limit: usize) -> Result<Vec<Entry>, HistoryError> {
             self.inner.recent(prefix, limit)
         }
+    }
+
+    /// A log whose appends take a while, counted.
+    struct Slow {
+        inner: MemoryLog,
+        appends: std::sync::atomic::AtomicUsize,
+    }
+
+    impl History for Slow {
+        fn append(&self, entries: &[Entry]) -> Result<(), HistoryError> {
+            self.appends.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            std::thread::sleep(Duration::from_millis(50));
+            self.inner.append(entries)
+        }
+        fn latest(&self, target: &str, events: &[Event]) -> Result<Option<Entry>, HistoryError> {
+            self.inner.latest(target, events)
+        }
+        fn open(&self, prefix: &str) -> Result<Vec<Entry>, HistoryError> {
+            self.inner.open(prefix)
+        }
+        fn recent(&self, prefix: &str, limit: usize) -> Result<Vec<Entry>, HistoryError> {
+            self.inner.recent(prefix, limit)
+        }
+    }
+
+    #[tokio::test]
+    async fn intents_of_actions_starting_at_once_share_a_transaction() {
+        let log = Arc::new(Slow { inner: MemoryLog::new(), appends: Default::default() });
+        let names: Vec<String> = (0..8).map(|i| format!("r{i}")).collect();
+        let recorder = Recorder::new(log.clone(), "r1", "REV", Mode::Apply, &names).unwrap();
+        std::thread::scope(|scope| {
+            for name in &names {
+                let recorder = &recorder;
+                scope.spawn(move || {
+                    let intent = recorder.entry(target::action(name, "create"), Event::ActionStarted, json!({}));
+                    recorder.durable(Some(intent)).expect("durable");
+                    // Back from `durable`: the intent is in the log, whoever wrote it.
+                    let written = recorder.log.open("resource/").unwrap();
+                    assert!(written.iter().any(|e| e.target == target::action(name, "create")), "{name}");
+                });
+            }
+        });
+        let mut targets: Vec<String> = log.inner.entries().into_iter().map(|e| e.target).collect();
+        targets.sort();
+        let expected: Vec<String> = names.iter().map(|n| target::action(n, "create")).collect();
+        assert_eq!(targets, expected, "each intent written exactly once");
+        let appends = log.appends.load(std::sync::atomic::Ordering::SeqCst);
+        assert!(appends < names.len(), "{appends} transactions for {} intents", names.len());
     }
 
     #[tokio::test]
