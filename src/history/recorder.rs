@@ -344,14 +344,20 @@ mod tests {
         log.entries().into_iter().map(|e| (e.target, e.event)).collect()
     }
 
-    /// A log whose appends fail once `full` is set (a full disk, a broken file).
-    struct Fails {
+    /// A log whose appends are counted, take `delay`, and fail once `full` is set (a full disk,
+    /// a broken file).
+    #[derive(Default)]
+    struct TestLog {
         inner: MemoryLog,
+        appends: std::sync::atomic::AtomicUsize,
         full: std::sync::atomic::AtomicBool,
+        delay: Duration,
     }
 
-    impl History for Fails {
+    impl History for TestLog {
         fn append(&self, entries: &[Entry]) -> Result<(), HistoryError> {
+            self.appends.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            std::thread::sleep(self.delay);
             if self.full.load(std::sync::atomic::Ordering::SeqCst) {
                 return Err(HistoryError::Store {
                     path: "/state/log.sqlite".into(),
@@ -371,32 +377,9 @@ mod tests {
         }
     }
 
-    /// A log whose appends take a while, counted.
-    struct Slow {
-        inner: MemoryLog,
-        appends: std::sync::atomic::AtomicUsize,
-    }
-
-    impl History for Slow {
-        fn append(&self, entries: &[Entry]) -> Result<(), HistoryError> {
-            self.appends.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            std::thread::sleep(Duration::from_millis(50));
-            self.inner.append(entries)
-        }
-        fn latest(&self, target: &str, events: &[Event]) -> Result<Option<Entry>, HistoryError> {
-            self.inner.latest(target, events)
-        }
-        fn open(&self, prefix: &str) -> Result<Vec<Entry>, HistoryError> {
-            self.inner.open(prefix)
-        }
-        fn recent(&self, prefix: &str, limit: usize) -> Result<Vec<Entry>, HistoryError> {
-            self.inner.recent(prefix, limit)
-        }
-    }
-
     #[tokio::test]
     async fn intents_of_actions_starting_at_once_share_a_transaction() {
-        let log = Arc::new(Slow { inner: MemoryLog::new(), appends: Default::default() });
+        let log = Arc::new(TestLog { delay: Duration::from_millis(50), ..TestLog::default() });
         let names: Vec<String> = (0..8).map(|i| format!("r{i}")).collect();
         let recorder = Recorder::new(log.clone(), "r1", "REV", Mode::Apply, &names).unwrap();
         std::thread::scope(|scope| {
@@ -421,7 +404,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_intent_that_cannot_be_written_is_an_error() {
-        let log = Arc::new(Fails { inner: MemoryLog::new(), full: Default::default() });
+        let log = Arc::new(TestLog::default());
         let recorder = Recorder::new(log.clone(), "r1", "REV", Mode::Apply, &["a".into()]).unwrap();
         recorder.on_event(&RunEvent::Started);
         log.full.store(true, std::sync::atomic::Ordering::SeqCst);
