@@ -82,16 +82,13 @@ impl Executor for InProcess {
     }
 
     fn starts_program(&self, invocation: &Invocation) -> bool {
-        !answers_here(invocation) && self.programs.starts_program(invocation)
+        answered_here(invocation).is_none() && self.programs.starts_program(invocation)
     }
 
     async fn invoke(&self, invocation: Invocation) -> Result<Outcome, ExecError> {
-        match &invocation.program {
-            TypeRef::Builtin(name) if answers_here(&invocation) => {
-                let name = name.clone();
-                self.answer(name, invocation).await
-            }
-            _ => self.programs.invoke(invocation).await,
+        match answered_here(&invocation).map(str::to_string) {
+            Some(name) => self.answer(name, invocation).await,
+            None => self.programs.invoke(invocation).await,
         }
     }
 
@@ -108,10 +105,12 @@ fn thread_cpu_nanos() -> u64 {
         .map_or(0, |t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
 }
 
-/// Whether the call is a built-in's that runs in this process.
-fn answers_here(invocation: &Invocation) -> bool {
+/// The built-in type the call is to, when it is answered in this process.
+fn answered_here(invocation: &Invocation) -> Option<&str> {
     match &invocation.program {
-        TypeRef::Builtin(name) => invocation.entrypoint.is_none() && super::runs_in_process(name, &invocation.args),
-        _ => false,
+        TypeRef::Builtin(name) if invocation.entrypoint.is_none() && super::runs_in_process(name, &invocation.args) => {
+            Some(name)
+        }
+        _ => None,
     }
 }

@@ -105,8 +105,13 @@ impl Progress {
                     progress.flush();
                     if let Some(bars) = &progress.bars {
                         for spinner in progress.spinners.lock().expect("spinners lock").values_mut() {
-                            spinner.show(bars);
-                            spinner.bar.as_ref().map(ProgressBar::tick);
+                            // Shown now if due; once shown, `busy` keeps it up to date.
+                            if spinner.bar.is_none() {
+                                spinner.show(bars);
+                            }
+                            if let Some(bar) = &spinner.bar {
+                                bar.tick();
+                            }
                         }
                     }
                     drop(progress);

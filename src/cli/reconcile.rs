@@ -60,14 +60,8 @@ pub(super) async fn reconcile(args: ReconcileArgs) -> Result<Exit, CliError> {
         .await;
         let wait = match result {
             Ok(p) => {
-                let now = SystemTime::now();
-                match &p.entries {
-                    Some(entries) => schedule.record(now, &p.revision, &assumed, entries),
-                    None => schedule = Schedule::new(args.interval, max_interval),
-                }
-                let entries = p.entries.as_deref().unwrap_or_default();
-                let wait = schedule.next_pass(now, entries.is_empty() || !schedule.tracks_all(entries));
-                let taken = entries.iter().filter(|e| assumed.took(&p.revision, e)).count();
+                let wait = schedule.after_pass(SystemTime::now(), &p.revision, &assumed, p.entries.as_deref());
+                let taken = p.entries.iter().flatten().filter(|e| assumed.took(&p.revision, e)).count();
                 progress.say(&summary(n, &p, taken, wait));
                 last = p.exit;
                 wait

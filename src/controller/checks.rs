@@ -55,28 +55,17 @@ impl Checks {
     ) -> NextChecks {
         let mut by_object = self.by_object.lock().expect("checks lock");
         let Some(schedule) = by_object.get_mut(&key(obj)) else { return NextChecks::default() };
-        match entries {
-            Some(entries) => schedule.record(now, revision, assumed, entries),
-            None => *schedule = Schedule::new(schedule.interval(), schedule.max_interval()),
-        }
-        let entries = entries.unwrap_or_default();
-        NextChecks {
-            by_resource: entries.iter().filter_map(|e| Some((e.name.clone(), schedule.next_check(&e.name)?))).collect(),
-            next_pass: schedule.next_pass(now, entries.is_empty() || !schedule.tracks_all(entries)),
-        }
+        let next_pass = schedule.after_pass(now, revision, assumed, entries);
+        let by_resource = entries
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|e| Some((e.name.clone(), schedule.next_check(&e.name)?)))
+            .collect();
+        NextChecks { by_resource, next_pass }
     }
 
     /// Forgets a deleted object.
     pub fn forget(&self, obj: &Manifest) {
         self.by_object.lock().expect("checks lock").remove(&key(obj));
-    }
-
-    /// Objects with a schedule.
-    pub fn len(&self) -> usize {
-        self.by_object.lock().expect("checks lock").len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }

@@ -38,17 +38,7 @@ impl Knowledge {
 
 impl FromIterator<Option<Arc<Known>>> for Knowledge {
     fn from_iter<I: IntoIterator<Item = Option<Arc<Known>>>>(iter: I) -> Self {
-        Self(
-            iter.into_iter()
-                .map(|k| {
-                    let slot = std::sync::OnceLock::new();
-                    if let Some(k) = k {
-                        let _ = slot.set(k);
-                    }
-                    slot
-                })
-                .collect(),
-        )
+        Self(iter.into_iter().map(|k| k.map_or_else(std::sync::OnceLock::new, std::sync::OnceLock::from)).collect())
     }
 }
 

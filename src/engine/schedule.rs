@@ -148,18 +148,18 @@ impl Schedule {
         for entry in entries {
             let (Standing::Valid { state, applied }, Some(config)) = (&entry.standing, &entry.config) else { continue };
             let previous = self.resources.remove(&entry.name);
-            if assumed.took(revision, entry)
-                && let Some(previous) = previous
-            {
+            let config = digest(config);
+            let taken = applied.is_none() && assumed.get(revision, &entry.name).is_some_and(|a| a.config == config);
+            if taken && let Some(previous) = previous {
                 kept.insert(entry.name.clone(), previous);
                 continue;
             }
             let streak = match (&previous, applied) {
-                (Some(p), None) if p.seen.renders_as(config) => p.streak + 1,
+                (Some(p), None) if p.seen.config == config => p.streak + 1,
                 // First seen, drifted (applied), or changed: from the start.
                 _ => 0,
             };
-            let seen = Assumed::new(config, state);
+            let seen = Assumed { config, state: state.to_string().into_boxed_str() };
             kept.insert(entry.name.clone(), Tracked { seen, streak, next: now + self.interval_after(streak) });
         }
         self.resources = kept;
@@ -186,9 +186,24 @@ impl Schedule {
         self.next_due().map_or(base, |due| due.duration_since(now).unwrap_or(Duration::ZERO).min(self.max_interval))
     }
 
-    /// Whether every resource of `entries` is tracked.
-    pub fn tracks_all(&self, entries: &[ResourceEntry]) -> bool {
-        entries.iter().all(|e| self.resources.contains_key(&e.name))
+    /// Takes in a pass of `revision` that ran at `now` with `assumed`: `entries` when it applied
+    /// (see [`Schedule::record`]); `None` when it did not (failed, awaiting approval, …), and
+    /// then every state is read next time. Returns how long until the next pass
+    /// ([`Schedule::next_pass`]).
+    pub fn after_pass(
+        &mut self,
+        now: SystemTime,
+        revision: &str,
+        assumed: &Assumptions,
+        entries: Option<&[ResourceEntry]>,
+    ) -> Duration {
+        match entries {
+            Some(entries) => self.record(now, revision, assumed, entries),
+            None => self.resources.clear(),
+        }
+        let entries = entries.unwrap_or_default();
+        let untracked = entries.is_empty() || !entries.iter().all(|e| self.resources.contains_key(&e.name));
+        self.next_pass(now, untracked)
     }
 }
 
