@@ -448,6 +448,67 @@ fn a_manual_manifest_waits_for_deployster_approve() {
     assert!(text.contains("has no plan awaiting approval"), "{text}");
 }
 
+/// A change to a Secret or ConfigMap a Manifest reads starts a pass at once, however long its
+/// interval: a Secret created after the Manifest, a new value in it, a changed ConfigMap. A
+/// Secret it does not read starts nothing.
+#[test]
+fn a_changed_secret_or_config_map_starts_a_pass_at_once() {
+    let Some(cluster) = Cluster::new("inputs") else { return };
+    let work = tempfile::tempdir().unwrap();
+    let conf = work.path().join("conf.txt");
+    let controller =
+        ControllerProcess::start(&cluster, work.path(), "controller", &["--namespace", &cluster.namespace]);
+    let passes = || controller.metric("deployster_reconcile_duration_seconds_count").unwrap_or_default();
+    // `kubectl create`, or a `kubectl replace` of the whole object (its data changed).
+    let put = |verb: &str, kind: &str, name: &str, literal: &str| {
+        let literal = format!("--from-literal={literal}");
+        let mut args = vec!["create"];
+        args.extend(kind.split(' '));
+        args.extend([name, &literal, "--dry-run=client", "-o", "yaml"]);
+        let yaml = cluster.must(&cluster.ns(&args));
+        let file = work.path().join(format!("{name}.yaml"));
+        std::fs::write(&file, yaml).unwrap();
+        cluster.must(&cluster.ns(&[verb, "-f", file.to_str().unwrap()]));
+    };
+    let revision = || cluster.get(&["manifest", "app"]).unwrap()["status"]["revision"].clone();
+
+    put("create", "configmap", "settings", "level=debug");
+    // An hour between passes and between retries: only a watched change starts one here.
+    cluster.apply_yaml(&format!(
+        "apiVersion: deployster.io/v1alpha1\nkind: Manifest\nmetadata: {{name: app}}\nspec:\n  interval: 1h\n  retryInterval: 1h\n  varsFrom:\n    - secretRef: {{name: db}}\n  plugs:\n    settings: {{configMap: {{name: settings}}, readOnly: true}}\n  resources:\n    conf: {{type: builtin/file, config: {{path: \"{}\", content: \"password={{{{ password }}}}\"}}}}\n",
+        conf.display()
+    ));
+    wait_for("the missing Secret to be reported", Duration::from_secs(60), || {
+        cluster.condition("app", "Ready") == "False"
+    });
+    assert!(!conf.exists());
+
+    put("create", "secret generic", "db", "password=one");
+    wait_for("a pass once the Secret exists", Duration::from_secs(30), || {
+        std::fs::read_to_string(&conf).is_ok_and(|text| text == "password=one")
+    });
+    wait_for("Ready", Duration::from_secs(30), || cluster.condition("app", "Ready") == "True");
+
+    put("replace", "secret generic", "db", "password=two");
+    wait_for("a pass with the new value", Duration::from_secs(30), || {
+        std::fs::read_to_string(&conf).is_ok_and(|text| text == "password=two")
+    });
+
+    let before = revision();
+    put("replace", "configmap", "settings", "level=info");
+    wait_for("a pass of the new revision", Duration::from_secs(30), || revision() != before);
+
+    wait_for("the passes to settle", Duration::from_secs(30), || {
+        controller.metric("deployster_work_queue_depth") == Some(0.0)
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let settled = passes();
+    put("create", "secret generic", "unrelated", "x=y");
+    std::thread::sleep(Duration::from_secs(4));
+    assert_eq!(passes(), settled, "a Secret no Manifest reads starts no pass");
+    assert_api_calls_are_listed(&controller);
+}
+
 /// `spec.outputs`: a Secret owned by the Manifest, created after the first successful pass,
 /// updated when a value changes, gone with the Manifest; a Secret of that name that the
 /// Manifest does not own is left alone, and said so.

@@ -101,6 +101,27 @@ pub struct Inputs {
     pub workspace: PathBuf,
 }
 
+/// The kinds of object a Manifest reads its inputs from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    Secret,
+    ConfigMap,
+}
+
+/// Whether `obj` reads the `source` object named `name` in its own namespace (through a plug or
+/// `varsFrom`): a change to that object starts a pass of `obj` at once.
+pub fn reads(obj: &Manifest, source: Source, namespace: Option<&str>, name: &str) -> bool {
+    if obj.namespace().as_deref() != namespace {
+        return false;
+    }
+    let plugs = obj.spec.plugs.values().filter_map(|plug| match source {
+        Source::Secret => plug.secret.as_ref(),
+        Source::ConfigMap => plug.config_map.as_ref(),
+    });
+    let vars = obj.spec.vars_from.iter().filter(|_| source == Source::Secret).map(|v| &v.secret_ref);
+    plugs.chain(vars).any(|r| r.name == name)
+}
+
 /// The directory of one object under the controller's root.
 pub fn object_dir(root: &Path, obj: &Manifest) -> PathBuf {
     root.join(obj.namespace().unwrap_or_default()).join(obj.name_any())
@@ -303,4 +324,33 @@ pub struct Intervals {
 pub fn revision(obj: &Manifest, inputs: &Inputs) -> String {
     let hash = crate::engine::validate::content_hash(&serde_json::json!({"spec": obj.spec, "plugs": inputs.digest}));
     format!("{}-{hash}", obj.metadata.generation.unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn manifest(namespace: &str, spec: &str) -> Manifest {
+        let mut obj = Manifest::new("app", serde_norway::from_str(spec).unwrap());
+        obj.metadata.namespace = Some(namespace.into());
+        obj
+    }
+
+    #[test]
+    fn a_manifest_reads_the_secrets_and_config_maps_its_plugs_and_vars_name() {
+        let obj = manifest(
+            "team",
+            "plugs:\n  db: {secret: {name: db, key: password}}\n  settings: {configMap: {name: settings}}\n\
+             varsFrom:\n  - secretRef: {name: env}\nresources: {}\n",
+        );
+        let reads = |source, namespace, name| reads(&obj, source, Some(namespace), name);
+        assert!(reads(Source::Secret, "team", "db"));
+        assert!(reads(Source::Secret, "team", "env"), "varsFrom");
+        assert!(reads(Source::ConfigMap, "team", "settings"));
+        assert!(!reads(Source::ConfigMap, "team", "db"), "a ConfigMap named like a Secret it reads");
+        assert!(!reads(Source::Secret, "team", "settings"), "a Secret named like a ConfigMap it reads");
+        assert!(!reads(Source::ConfigMap, "team", "env"), "varsFrom names Secrets only");
+        assert!(!reads(Source::Secret, "other", "db"), "another namespace");
+        assert!(!reads(Source::Secret, "team", "app-outputs"), "what it writes is not an input");
+    }
 }

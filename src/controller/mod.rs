@@ -24,13 +24,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
-use kube::api::ListParams;
-use kube::core::DeserializeGuard;
+use inputs::Source;
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::{ListParams, ObjectMeta};
+use kube::core::{DeserializeGuard, PartialObjectMeta};
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::events::{EventType, Recorder as EventRecorder, Reporter};
-use kube::runtime::reflector::Store;
-use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, predicates, reflector, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use std::fmt::Debug;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -260,10 +265,15 @@ pub async fn run(config: RunConfig, executor: Arc<dyn Executor>) -> Result<(), E
     let refresh = Arc::new(move |m: &Metrics| m.set_manifests(&ready_counts(&stores)));
     let admin = tokio::spawn(server::serve(listener, metrics, readiness, refresh));
     tracing::info!(namespaces = ?config.namespaces, addr = %config.metrics_addr, "watching Manifests");
-    let controllers = watches.into_iter().map(|(store, manifests)| {
+    let controllers = watches.into_iter().zip(&scopes).map(|((store, manifests), scope)| {
+        let secrets = input_changes::<Secret>(&client, scope);
+        let config_maps = input_changes::<ConfigMap>(&client, scope);
+        let (readers_of_secret, readers_of_config_map) = (store.clone(), store.clone());
         Controller::for_stream(manifests, store)
             // Concurrency is bounded by `ctx.workers`, so that waiting work can be counted.
             .with_config(ControllerConfig::default())
+            .watches_stream(secrets, move |s| readers(&readers_of_secret, Source::Secret, &s.metadata))
+            .watches_stream(config_maps, move |c| readers(&readers_of_config_map, Source::ConfigMap, &c.metadata))
             .reconcile_all_on(ctx.leadership.gained())
             .graceful_shutdown_on(stopping.clone().cancelled_owned())
             .run(reconcile_guarded, error_policy, ctx.clone())
@@ -314,6 +324,48 @@ fn watch(
         .reflect(writer)
         .applied_objects();
     (reader, Box::pin(stream))
+}
+
+/// Changes to the `K`s (Secrets, ConfigMaps) in `scope`: a metadata-only watch, so that their
+/// data is never held here, and each version once (a watch that restarts sends every object
+/// again).
+fn input_changes<K>(
+    client: &Client,
+    scope: &Option<String>,
+) -> impl Stream<Item = Result<PartialObjectMeta<K>, watcher::Error>> + Send + 'static
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope> + Clone + DeserializeOwned + Debug + Send + 'static,
+{
+    // An `Api` of `PartialObjectMeta` asks for metadata only.
+    let api: Api<PartialObjectMeta<K>> = match scope {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let scope = scope_name(scope);
+    watcher(api, watcher::Config::default())
+        .default_backoff()
+        .inspect(move |event| {
+            if let Err(e) = event {
+                tracing::warn!(%scope, kind = K::kind(&()).as_ref(), error = %e, "the watch of inputs failed; retrying with backoff");
+            }
+        })
+        .touched_objects()
+        .predicate_filter(predicates::resource_version, Default::default())
+}
+
+/// The Manifests in `store` that read the `source` object of `meta` (its plugs, `varsFrom`).
+fn readers(
+    store: &Store<DeserializeGuard<Manifest>>,
+    source: Source,
+    meta: &ObjectMeta,
+) -> Vec<ObjectRef<DeserializeGuard<Manifest>>> {
+    let Some(name) = meta.name.as_deref() else { return Vec::new() };
+    store
+        .state()
+        .iter()
+        .filter(|guard| guard.0.as_ref().is_ok_and(|m| inputs::reads(m, source, meta.namespace.as_deref(), name)))
+        .map(|guard| ObjectRef::from_obj(&**guard))
+        .collect()
 }
 
 /// Manifests in the caches by the status of their Ready condition.

@@ -39,10 +39,22 @@ pub const API_ACCESS: &[Access] = &[
     Access { group: "deployster.io", resource: "manifests/status", verbs: &["patch"], scope: Scope::Watched },
     // kube's event recorder creates an event, then patches it into a series when it repeats.
     Access { group: "events.k8s.io", resource: "events", verbs: &["create", "patch"], scope: Scope::Watched },
-    // Plugs referencing Secrets and ConfigMaps, read when a pass starts; a Manifest's outputs,
-    // written to a Secret or ConfigMap it owns (created, then replaced when they change).
-    Access { group: "", resource: "secrets", verbs: &["get", "create", "update"], scope: Scope::Watched },
-    Access { group: "", resource: "configmaps", verbs: &["get", "create", "update"], scope: Scope::Watched },
+    // Plugs referencing Secrets and ConfigMaps, read when a pass starts; their metadata watched
+    // (list, watch: names and resourceVersions only, never their data) so that a change starts
+    // a pass at once; a Manifest's outputs, written to a Secret or ConfigMap it owns (created,
+    // then replaced when they change).
+    Access {
+        group: "",
+        resource: "secrets",
+        verbs: &["get", "list", "watch", "create", "update"],
+        scope: Scope::Watched,
+    },
+    Access {
+        group: "",
+        resource: "configmaps",
+        verbs: &["get", "list", "watch", "create", "update"],
+        scope: Scope::Watched,
+    },
     // Leader election: read, create the first time, renew/take over with resourceVersion checks.
     Access {
         group: "coordination.k8s.io",
@@ -153,6 +165,6 @@ mod tests {
         }
         assert!(allowed("deployster.io", "manifests/status", "patch"));
         assert!(!allowed("deployster.io", "manifests/status", "update"));
-        assert!(!allowed("", "secrets", "list"), "plugs read single Secrets only");
+        assert!(!allowed("", "secrets", "delete"), "outputs are removed by garbage collection");
     }
 }

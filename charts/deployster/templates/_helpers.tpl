@@ -39,7 +39,7 @@ src/controller/rbac.rs's API_ACCESS with scope Watched (tests/helm.rs holds them
   verbs: ["create", "patch"]
 - apiGroups: [""]
   resources: ["secrets", "configmaps"]
-  verbs: ["get", "create", "update"]
+  verbs: ["get", "list", "watch", "create", "update"]
 {{- end -}}
 
 {{/* Leader election, in the release's namespace: API_ACCESS with scope Lease. */}}
