@@ -31,7 +31,7 @@ pub struct Interrupted {
 
 /// Records one run into a log. Also an engine [`Observer`].
 pub struct Recorder {
-    log: Arc<dyn History>,
+    journal: Arc<Journal>,
     run_id: String,
     revision: String,
     mode: Mode,
@@ -39,12 +39,17 @@ pub struct Recorder {
     before: HashMap<String, Before>,
     /// Resource → the inputs this run read its state for.
     inputs: Mutex<HashMap<String, Inputs>>,
+    drifts: Mutex<Vec<Drift>>,
+    changes: Mutex<Vec<Change>>,
+}
+
+/// A run's entries on their way to the log (shared with the threads that write intents).
+struct Journal {
+    log: Arc<dyn History>,
     /// Entries not yet written, and how many durable points were queued so far.
     buffer: Mutex<(Vec<Entry>, u64)>,
     /// One write at a time; the durable points written so far.
     written: Mutex<u64>,
-    drifts: Mutex<Vec<Drift>>,
-    changes: Mutex<Vec<Change>>,
     /// The first write failure; the run goes on, the caller reports it at the end.
     failure: Mutex<Option<String>>,
 }
@@ -90,18 +95,16 @@ impl Recorder {
             let last_valid = last_valid.map(|e| (e.detail.get("inputs").and_then(Inputs::from_json), e.revision));
             before.insert(name.clone(), Before { valid, last_valid });
         }
+        let journal = Journal { log, buffer: Mutex::default(), written: Mutex::default(), failure: Mutex::default() };
         Ok(Self {
-            log,
+            journal: Arc::new(journal),
             run_id: run_id.to_string(),
             revision: revision.to_string(),
             mode,
             before,
             inputs: Mutex::default(),
-            buffer: Mutex::default(),
-            written: Mutex::default(),
             drifts: Mutex::default(),
             changes: Mutex::default(),
-            failure: Mutex::default(),
         })
     }
 
@@ -110,49 +113,12 @@ impl Recorder {
     }
 
     fn buffer(&self, entry: Entry) {
-        self.buffer.lock().expect("buffer lock").0.push(entry);
+        self.journal.buffer.lock().expect("buffer lock").0.push(entry);
     }
 
-    /// Writes everything buffered, then `entry`, in one transaction — or returns once another
-    /// caller's transaction wrote them (durable points queued while a write is under way are
-    /// written together by the next writer). A failure is kept for the end of the run (see
-    /// [`Recorder::failure`]), and returned; the entries stay queued for the next durable point.
     fn durable(&self, entry: Option<Entry>) -> Result<(), HistoryError> {
-        let mine = {
-            let mut buffer = self.buffer.lock().expect("buffer lock");
-            buffer.0.extend(entry);
-            buffer.1 += 1;
-            buffer.1
-        };
-        let mut written = self.written.lock().expect("writer lock");
-        if *written >= mine {
-            return Ok(());
-        }
-        let (batch, upto) = {
-            let mut buffer = self.buffer.lock().expect("buffer lock");
-            (std::mem::take(&mut buffer.0), buffer.1)
-        };
-        if batch.is_empty() {
-            *written = upto;
-            return Ok(());
-        }
-        match self.log.append(&batch) {
-            Ok(()) => {
-                *written = upto;
-                Ok(())
-            }
-            Err(e) => {
-                // Not written: they go back ahead of whatever was queued since.
-                let mut buffer = self.buffer.lock().expect("buffer lock");
-                let newer = std::mem::replace(&mut buffer.0, batch);
-                buffer.0.extend(newer);
-                tracing::error!(error = %e, "could not write the deployment log");
-                self.failure.lock().expect("failure lock").get_or_insert(e.to_string());
-                Err(e)
-            }
-        }
+        self.journal.durable(entry)
     }
-
     /// `run-started` or `plan-started`, durably.
     fn start(&self) {
         let event = if self.mode == Mode::Plan { Event::PlanStarted } else { Event::RunStarted };
@@ -184,7 +150,7 @@ impl Recorder {
 
     /// The first failure to write the log, if any.
     pub fn failure(&self) -> Option<String> {
-        self.failure.lock().expect("failure lock").clone()
+        self.journal.failure.lock().expect("failure lock").clone()
     }
 
     /// A state read before any action: recorded with its inputs. A resource VALID before and
@@ -247,13 +213,64 @@ impl Recorder {
     }
 }
 
+impl Journal {
+    /// Writes everything buffered, then `entry`, in one transaction — or returns once another
+    /// caller's transaction wrote them (durable points queued while a write is under way are
+    /// written together by the next writer). A failure is kept for the end of the run (see
+    /// [`Recorder::failure`]), and returned; the entries stay queued for the next durable point.
+    fn durable(&self, entry: Option<Entry>) -> Result<(), HistoryError> {
+        let mine = {
+            let mut buffer = self.buffer.lock().expect("buffer lock");
+            buffer.0.extend(entry);
+            buffer.1 += 1;
+            buffer.1
+        };
+        let mut written = self.written.lock().expect("writer lock");
+        if *written >= mine {
+            return Ok(());
+        }
+        let (batch, upto) = {
+            let mut buffer = self.buffer.lock().expect("buffer lock");
+            (std::mem::take(&mut buffer.0), buffer.1)
+        };
+        if batch.is_empty() {
+            *written = upto;
+            return Ok(());
+        }
+        match self.log.append(&batch) {
+            Ok(()) => {
+                *written = upto;
+                Ok(())
+            }
+            Err(e) => {
+                // Not written: they go back ahead of whatever was queued since.
+                let mut buffer = self.buffer.lock().expect("buffer lock");
+                let newer = std::mem::replace(&mut buffer.0, batch);
+                buffer.0.extend(newer);
+                tracing::error!(error = %e, "could not write the deployment log");
+                self.failure.lock().expect("failure lock").get_or_insert(e.to_string());
+                Err(e)
+            }
+        }
+    }
+}
+
 #[async_trait::async_trait]
 impl Observer for Recorder {
     /// The intent (`action-started`) is written, with everything buffered, in one durable
     /// transaction before the action runs; if it cannot be, the action does not run.
+    ///
+    /// The write waits for the disk on a blocking thread, not on the thread that drives the
+    /// pass: the intents of other actions starting meanwhile queue up behind it and share the
+    /// next transaction.
     async fn on_intent(&self, resource: &str, action: &str) -> Result<(), IntentError> {
         let entry = self.entry(target::action(resource, action), Event::ActionStarted, json!({}));
-        self.durable(Some(entry)).map_err(|e| IntentError(e.to_string()))
+        let journal = self.journal.clone();
+        let written = tokio::task::spawn_blocking(move || journal.durable(Some(entry))).await;
+        match written {
+            Ok(result) => result.map_err(|e| IntentError(e.to_string())),
+            Err(e) => Err(IntentError(format!("the intent's write did not finish: {e}"))),
+        }
     }
 
     /// Pending resources settle no other way: recorded with what they wait on.
@@ -377,23 +394,21 @@ mod tests {
         }
     }
 
+    /// Intents reached together by the tasks of one pass — futures polled by one thread, as
+    /// the engine drives them — are written together while the disk is busy.
     #[tokio::test]
     async fn intents_of_actions_starting_at_once_share_a_transaction() {
         let log = Arc::new(TestLog { delay: Duration::from_millis(50), ..TestLog::default() });
         let names: Vec<String> = (0..8).map(|i| format!("r{i}")).collect();
         let recorder = Recorder::new(log.clone(), "r1", "REV", Mode::Apply, &names).unwrap();
-        std::thread::scope(|scope| {
-            for name in &names {
-                let recorder = &recorder;
-                scope.spawn(move || {
-                    let intent = recorder.entry(target::action(name, "create"), Event::ActionStarted, json!({}));
-                    recorder.durable(Some(intent)).expect("durable");
-                    // Back from `durable`: the intent is in the log, whoever wrote it.
-                    let written = recorder.log.open("resource/").unwrap();
-                    assert!(written.iter().any(|e| e.target == target::action(name, "create")), "{name}");
-                });
-            }
+        let (recorder, written_to) = (&recorder, &log);
+        let intents = names.iter().map(|name| async move {
+            recorder.on_intent(name, "create").await.expect("the intent is recorded");
+            // Back from `on_intent`: the intent is in the log, whoever wrote it.
+            let written = written_to.inner.entries();
+            assert!(written.iter().any(|e| e.target == target::action(name, "create")), "{name}");
         });
+        futures::future::join_all(intents).await;
         let mut targets: Vec<String> = log.inner.entries().into_iter().map(|e| e.target).collect();
         targets.sort();
         let expected: Vec<String> = names.iter().map(|n| target::action(n, "create")).collect();
