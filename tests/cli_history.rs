@@ -373,6 +373,38 @@ fn reconcile_checks_steady_resources_less_often_and_still_corrects_drift_within_
     assert!(stdout.contains("no drift (1 not due for a check); no changes. Next pass in 1s."), "{stdout}");
 }
 
+/// An edit of the manifest or of its variable files starts a pass at once, however long the
+/// interval — a new auto var file too, and the fix of a manifest that did not load.
+#[test]
+fn reconcile_passes_at_once_when_the_manifest_or_its_variables_change() {
+    let ws = Workspace::new();
+    ws.manifest(TWO_FILES);
+    let child = ws.spawn(&["reconcile", "-f", "manifest.yaml", "--interval", "1h"]);
+    let greeting = || std::fs::read_to_string(ws.path("out/greeting.txt")).unwrap_or_default();
+    let wait_for = |text: &str| {
+        let what = format!("a pass writing {text:?}");
+        wait_until(&what, Duration::from_secs(15), || greeting() == format!("{text}\n"));
+    };
+    wait_for("hello");
+    ws.manifest(&TWO_FILES.replace("greeting: hello", "greeting: bonjour"));
+    wait_for("bonjour");
+    ws.write("vars.auto.yaml", "greeting: hola\n");
+    wait_for("hola");
+    std::fs::remove_file(ws.path("vars.auto.yaml")).unwrap();
+    ws.manifest("resources: [not, a, map");
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(greeting(), "hola\n", "a manifest that does not load changes nothing");
+    ws.manifest(&TWO_FILES.replace("greeting: hello", "greeting: ciao"));
+    wait_for("ciao");
+    signal(&child, Signal::SIGTERM);
+    let output = child.wait_with_output().unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert_eq!(output.status.code(), Some(0), "the last pass succeeded\n{stdout}{stderr}");
+    assert_eq!(stdout.matches("The manifest changed: passing now.").count(), 4, "{stdout}");
+    assert!(stderr.contains("error: pass 4:"), "{stderr}");
+    assert!(stdout.contains("Pass 5 ") && !stdout.contains("Pass 6 "), "{stdout}");
+}
+
 #[test]
 fn reconcile_refuses_a_max_interval_below_the_interval_and_a_zero_budget() {
     let ws = Workspace::new();

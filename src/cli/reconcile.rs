@@ -1,15 +1,54 @@
 //! `deployster reconcile`: the continuous loop without Kubernetes. Each pass plans and applies
-//! what drifted, recorded in the deployment log; the first SIGINT/SIGTERM/SIGHUP stops the loop after
-//! the running pass, a second one cancels the running actions cleanly.
+//! what drifted, recorded in the deployment log; an edit of the manifest or its variable files
+//! starts a pass at once; the first SIGINT/SIGTERM/SIGHUP stops the loop after the running pass,
+//! a second one cancels the running actions cleanly.
 
+use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
 use super::apply::{Saved, State, Summary, pass, stop_on_signals};
 use super::confirm::ConfirmMode;
 use super::progress::Progress;
-use super::{CliError, Exit, ReconcileArgs, executor};
+use super::{CliError, Exit, ManifestArgs, ReconcileArgs, executor};
+use crate::engine::manifest::parent_dir;
 use crate::engine::schedule::Schedule;
+use crate::engine::vars::{VarSource, auto_var_files};
 use crate::stop::Cancel;
+
+/// How often the manifest's files are looked at between passes.
+const EDITS_POLL: Duration = Duration::from_secs(1);
+
+/// The files a pass reads the manifest from (`-f`, `--var-file`, the auto var files beside each
+/// manifest), each with its modification time and size — `None` when it is missing. Any
+/// difference, a file added or removed included, is an edit.
+fn edits_fingerprint(args: &ManifestArgs) -> Vec<(PathBuf, Option<(SystemTime, u64)>)> {
+    let mut files = args.files.clone();
+    files.extend(args.var_sources.iter().filter_map(|s| match s {
+        VarSource::File(path) => Some(path.clone()),
+        _ => None,
+    }));
+    let mut dirs: Vec<PathBuf> = args.files.iter().map(|f| parent_dir(f)).collect();
+    dirs.sort();
+    dirs.dedup();
+    files.extend(dirs.iter().flat_map(|dir| auto_var_files(dir)));
+    files
+        .into_iter()
+        .map(|path| {
+            let seen = std::fs::metadata(&path).ok().and_then(|m| Some((m.modified().ok()?, m.len())));
+            (path, seen)
+        })
+        .collect()
+}
+
+/// Returns once the manifest's files differ from `seen`.
+async fn edited(args: &ManifestArgs, seen: &[(PathBuf, Option<(SystemTime, u64)>)]) {
+    loop {
+        tokio::time::sleep(EDITS_POLL).await;
+        if edits_fingerprint(args) != seen {
+            return;
+        }
+    }
+}
 
 fn summary(n: u64, pass: &Summary, assumed: usize, next: Duration) -> String {
     let drift: Vec<&str> = pass.drifts.iter().map(|d| d.resource.as_str()).collect();
@@ -46,6 +85,8 @@ pub(super) async fn reconcile(args: ReconcileArgs) -> Result<Exit, CliError> {
     let mut last = Exit::Ok;
     for n in 1.. {
         let saved = Saved::default();
+        // Taken before the pass reads them: an edit made while it runs starts the next one.
+        let seen = edits_fingerprint(&args.manifest);
         let assumed = schedule.not_due(SystemTime::now());
         let result = pass(
             &args.manifest,
@@ -78,6 +119,7 @@ pub(super) async fn reconcile(args: ReconcileArgs) -> Result<Exit, CliError> {
         }
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
+            _ = edited(&args.manifest, &seen) => progress.say("The manifest changed: passing now."),
             _ = stop.requested.cancelled() => break,
         }
     }
