@@ -102,9 +102,11 @@ pub fn backoff(retry: Duration, failures: u32, interval: Duration) -> Duration {
     retry.saturating_mul(factor).min(interval.max(retry))
 }
 
-/// ±10 %, so that thousands of objects created together do not pulse together.
+/// Up to a tenth earlier, so that thousands of objects created together do not pulse together
+/// — never later, so that no check comes after its time (a pass that early still checks what
+/// is due: [`EARLY`](crate::engine::schedule::EARLY)).
 pub fn jitter(d: Duration) -> Duration {
-    d.mul_f64(0.9 + fastrand::f64() * 0.2)
+    d.mul_f64(1.0 - fastrand::f64() / f64::from(crate::engine::schedule::EARLY))
 }
 
 /// A spec only a change can fix: Stalled, with why, and not retried.
@@ -652,5 +654,26 @@ impl Observer for StatusJournal {
         let progress = ActionProgress { action: action.to_string(), percent: None, started_at };
         self.running.lock().expect("progress lock").insert(resource.to_string(), progress);
         self.write().await.map_err(|e| IntentError(format!("the Manifest's status could not be written: {e}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jitter_brings_a_pass_forward_by_up_to_a_tenth_and_never_delays_it() {
+        let d = Duration::from_secs(1200);
+        let samples: Vec<Duration> = (0..2000).map(|_| jitter(d)).collect();
+        assert!(samples.iter().all(|s| *s <= d && *s >= d.mul_f64(0.9)), "{samples:?}");
+        assert!(samples.iter().any(|s| *s < d.mul_f64(0.92)) && samples.iter().any(|s| *s > d.mul_f64(0.98)));
+    }
+
+    #[test]
+    fn retries_double_up_to_the_interval() {
+        let (retry, interval) = (Duration::from_secs(30), Duration::from_secs(300));
+        let waits: Vec<u64> = (1..=6).map(|n| backoff(retry, n, interval).as_secs()).collect();
+        assert_eq!(waits, [30, 60, 120, 240, 300, 300]);
+        assert_eq!(backoff(retry, 3, Duration::from_secs(10)), retry, "never below the retry interval");
     }
 }

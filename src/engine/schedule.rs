@@ -19,6 +19,11 @@ use super::plan::{ResourceEntry, Standing};
 /// VALID checks in a row after which a resource's interval doubles.
 pub const STEADY_AFTER: u32 = 3;
 
+/// A pass this early — a resource's current interval divided by `EARLY` — still checks it:
+/// loops may spread their passes by starting them up to that much early, never late, so that
+/// no resource goes unread for longer than its interval.
+pub const EARLY: u32 = 10;
+
 /// What a resource was last read as, to be taken for granted until its next check. Kept small —
 /// a controller keeps one for every resource of every Manifest: a digest of the config it
 /// rendered to (if it renders to another, it is read anyway) and its state as JSON text.
@@ -121,14 +126,15 @@ impl Schedule {
         self.interval.saturating_mul(1 << doublings).min(self.max_interval)
     }
 
-    /// The resources that need no check at `now`.
+    /// The resources that need no check at `now` (nor within a tenth of their interval: see
+    /// [`EARLY`]).
     pub fn not_due(&self, now: SystemTime) -> AssumeValid {
         Arc::new(Assumptions {
             revision: self.revision.clone(),
             resources: self
                 .resources
                 .iter()
-                .filter(|(_, t)| t.next > now)
+                .filter(|(_, t)| t.next > now + self.interval_after(t.streak) / EARLY)
                 .map(|(name, t)| (name.clone(), t.seen.clone()))
                 .collect(),
         })
@@ -323,6 +329,31 @@ mod tests {
         s.record(later, "r2", &s.not_due(later), &[entry("a", json!(1), json!("s"), false)]);
         assert_eq!(s.next_check("a"), Some(later + MIN));
         assert!(s.not_due(later).get("r1", "a").is_none());
+    }
+
+    /// Loops spread passes by starting them early, never late: a pass up to a tenth of a
+    /// resource's interval early checks it, so that none goes unread for longer.
+    #[test]
+    fn a_pass_a_little_early_checks_what_is_due_and_an_earlier_one_does_not() {
+        let mut s = Schedule::new(MIN, 4 * MIN);
+        let t0 = SystemTime::UNIX_EPOCH;
+        let mut now = t0;
+        for _ in 0..7 {
+            pass(&mut s, now, |_| vec![entry("a", json!(1), json!("s"), false)]);
+            now = s.next_check("a").unwrap();
+        }
+        let last = s.next_check("a").unwrap();
+        pass(&mut s, last, |_| vec![entry("a", json!(1), json!("s"), false)]);
+        let due = s.next_check("a").unwrap();
+        assert_eq!(due.duration_since(last).unwrap(), 4 * MIN, "steady: every 4 minutes");
+        // 4 minutes' interval: up to 24 s early still checks it.
+        assert!(s.not_due(due - Duration::from_secs(24)).get("r1", "a").is_none());
+        assert!(s.not_due(due - Duration::from_secs(25)).get("r1", "a").is_some());
+        // While the interval is one minute: 6 s.
+        let mut fresh = Schedule::new(MIN, 4 * MIN);
+        pass(&mut fresh, t0, |_| vec![entry("a", json!(1), json!("s"), false)]);
+        assert!(fresh.not_due(t0 + MIN - Duration::from_secs(6)).get("r1", "a").is_none());
+        assert!(fresh.not_due(t0 + MIN - Duration::from_secs(7)).get("r1", "a").is_some());
     }
 
     #[test]
