@@ -19,6 +19,10 @@
 //! no-op pass; adaptive ≥ 5× fewer invocations per hour than a fixed interval (as the issue
 //! measured it: init and state every pass); drift corrected within 4 × interval.
 
+// The allocator of the deployster binary (src/main.rs), so that this process is the controller.
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
