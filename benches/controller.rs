@@ -363,7 +363,7 @@ fn main() {
         // Every resource due, as on each pass of a fixed interval.
         clock.fetch_add(Duration::from_secs(3600).as_millis() as i64, Ordering::SeqCst);
         let (rss_before, self_before, executors_before) = (status_kib("self", "VmRSS:"), cpu(UsageWho::RUSAGE_SELF), counts.cpu());
-        let calls_before = counts.invocations();
+        let (calls_before, kept_before) = (counts.invocations(), counts.in_process.inits_reused());
         let in_process_before = counts.in_process.cpu_time();
         let started = Instant::now();
         let store = pass(&api, &ctx, &names).await;
@@ -377,7 +377,8 @@ fn main() {
         let writes = written(&api, &store).await;
         println!("drift-check pass, every resource due: {objects} Manifests × 5 built-in resources, all VALID, concurrency {CONCURRENCY}");
         println!("  wall time                             {:.2} s ({:.0} objects/s)", wall.as_secs_f64(), objects as f64 / wall.as_secs_f64());
-        println!("  invocations                           {calls} (init and state per resource; {} programs started)", counts.programs.programs_started());
+        println!("  invocations                           {calls} (init and state per resource; {} of the inits answered with the type's kept answer; {} programs started)",
+            counts.in_process.inits_reused() - kept_before, counts.programs.programs_started());
         println!("  executors' CPU                        {:.2} s (the built-in calls, answered in-process, on their threads)", executors_cpu.as_secs_f64());
         println!("  controller's own CPU                  {:.2} s (the rest of this process's CPU)", controller_cpu.as_secs_f64());
         println!("  controller CPU per object             {:.2} ms", controller_cpu.as_secs_f64() * 1000.0 / objects as f64);

@@ -34,7 +34,7 @@ fn call(kind: &'static str, args: &'static [&'static str], config: Value) -> Cal
 }
 
 /// The sequence: init of each type; a directory and a file created, read, changed and
-/// deleted; and every way a call can fail.
+/// deleted; every way a call can fail; init again.
 fn calls() -> Vec<Call> {
     vec![
         call("directory", &[], json!({})),
@@ -76,6 +76,11 @@ fn calls() -> Vec<Call> {
         },
         Call { request: Request::Raw("not json"), ..call("file", &["state"], json!(null)) },
         Call { request: Request::Raw(r#"{"name": "r"}"#), ..call("directory", &["state"], json!(null)) },
+        // Init again: in-process, the answer kept from the first (any JSON request), the same.
+        call("directory", &[], json!({"other": "config"})),
+        call("file", &[], json!({})),
+        Call { request: Request::Raw("{}"), ..call("directory", &[], json!(null)) },
+        Call { request: Request::Raw("not json"), ..call("directory", &[], json!(null)) },
         Call { entrypoint: Some("other"), ..call("file", &["state"], json!({"path": "f", "content": ""})) },
         Call { no_workdir: true, ..call("file", &["state"], json!({"path": "f", "content": ""})) },
     ]
@@ -163,6 +168,7 @@ async fn built_ins_answer_alike_in_process_and_as_programs() {
     // The call with an entrypoint went to the program executor, which refused it, and the one
     // with no working directory was refused before an answer; all others were answered here.
     assert_eq!(in_process.answered(), calls.len() as u64 - 2);
+    assert_eq!(in_process.inits_reused(), 3, "the second inits answered with the first's answer");
     assert!(as_programs.programs_started() >= calls.len() as u64 - 3, "the reference really ran programs");
 }
 

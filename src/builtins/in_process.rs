@@ -2,8 +2,9 @@
 //! same reply bytes, exit code and output lines out as `deployster __type …` would give — only
 //! the process start goes (about 12 ms each, and most of a large manifest's time).
 
-use std::sync::Arc;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use async_trait::async_trait;
@@ -21,11 +22,37 @@ pub struct InProcess {
     answered: AtomicU64,
     /// CPU time spent answering, in nanoseconds.
     cpu_nanos: Arc<AtomicU64>,
+    /// Each type's init answer: it depends on the type alone (its request need only be JSON),
+    /// so it is made once for the life of the process, as programs' are kept.
+    inits: Mutex<HashMap<String, super::Reply>>,
+    inits_reused: AtomicU64,
 }
 
 impl InProcess {
     pub fn new(programs: Arc<dyn Executor>) -> Self {
-        Self { programs, answered: AtomicU64::new(0), cpu_nanos: Arc::default() }
+        Self {
+            programs,
+            answered: AtomicU64::new(0),
+            cpu_nanos: Arc::default(),
+            inits: Mutex::default(),
+            inits_reused: AtomicU64::new(0),
+        }
+    }
+
+    /// How many init calls were answered with a kept answer.
+    pub fn inits_reused(&self) -> u64 {
+        self.inits_reused.load(Ordering::Relaxed)
+    }
+
+    /// The kept init answer of built-in `name`, when `request` is one it would give it to.
+    fn kept_init(&self, name: &str, args: &[String], request: &[u8]) -> Option<super::Reply> {
+        if !args.is_empty() {
+            return None;
+        }
+        let kept = self.inits.lock().expect("inits lock").get(name).cloned()?;
+        serde_json::from_slice::<serde::de::IgnoredAny>(request).ok()?;
+        self.inits_reused.fetch_add(1, Ordering::Relaxed);
+        Some(kept)
     }
 
     /// How many calls were answered here, without a process.
@@ -46,6 +73,31 @@ impl InProcess {
         self.answered.fetch_add(1, Ordering::Relaxed);
         let started = Instant::now();
         let Invocation { args, stdin, timeout, sink, .. } = invocation;
+        let reply = match self.kept_init(&name, &args, &stdin) {
+            Some(reply) => reply,
+            None => self.run(name, args, stdin, timeout).await?,
+        };
+        let mut stdout = Capture::new(Stream::Stdout, DEFAULT_OUTPUT_LIMIT, sink.clone());
+        stdout.push(reply.stdout.as_bytes())?;
+        let mut stderr = Capture::new(Stream::Stderr, DEFAULT_OUTPUT_LIMIT, sink);
+        stderr.push(reply.stderr.as_bytes())?;
+        Ok(Outcome {
+            exit: Exit::Code(reply.code),
+            stdout: stdout.finish(),
+            stderr: stderr.finish(),
+            elapsed: started.elapsed(),
+        })
+    }
+
+    /// Answers one call on a blocking thread; keeps a successful init answer.
+    async fn run(
+        &self,
+        name: String,
+        args: Vec<String>,
+        stdin: Vec<u8>,
+        timeout: std::time::Duration,
+    ) -> Result<super::Reply, ExecError> {
+        let init = args.is_empty().then(|| name.clone());
         // A call is short and does its work atomically (a file is written aside and renamed
         // into place), so once started it is not cancelled half-way: the run's cancellation
         // takes effect before the next call. Its time limit still holds for the caller.
@@ -62,16 +114,12 @@ impl InProcess {
             Ok(Err(panicked)) => return Err(ExecError::Io(std::io::Error::other(panicked.to_string()))),
             Ok(Ok(reply)) => reply,
         };
-        let mut stdout = Capture::new(Stream::Stdout, DEFAULT_OUTPUT_LIMIT, sink.clone());
-        stdout.push(reply.stdout.as_bytes())?;
-        let mut stderr = Capture::new(Stream::Stderr, DEFAULT_OUTPUT_LIMIT, sink);
-        stderr.push(reply.stderr.as_bytes())?;
-        Ok(Outcome {
-            exit: Exit::Code(reply.code),
-            stdout: stdout.finish(),
-            stderr: stderr.finish(),
-            elapsed: started.elapsed(),
-        })
+        if let Some(name) = init
+            && reply.code == 0
+        {
+            self.inits.lock().expect("inits lock").insert(name, reply.clone());
+        }
+        Ok(reply)
     }
 }
 
