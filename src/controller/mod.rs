@@ -18,6 +18,7 @@ pub mod reconcile;
 pub mod server;
 pub mod status;
 
+use std::fmt::Debug;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -35,7 +36,6 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, predicates, reflector, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
-use std::fmt::Debug;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -158,10 +158,7 @@ fn scope_name(scope: &Option<String>) -> String {
 /// (404) or the controller's RBAC does not cover a namespace (403).
 pub async fn check_access(client: &Client, namespaces: &[String]) -> Result<(), Error> {
     for scope in scopes(namespaces) {
-        let api: Api<Manifest> = match &scope {
-            Some(ns) => Api::namespaced(client.clone(), ns),
-            None => Api::all(client.clone()),
-        };
+        let api: Api<Manifest> = scoped(client, &scope);
         match api.list(&ListParams::default().limit(1)).await {
             Ok(_) => {}
             Err(kube::Error::Api(status)) if status.code == 404 => return Err(Error::CrdMissing),
@@ -302,10 +299,7 @@ fn watch(
     readiness: Arc<Readiness>,
     index: usize,
 ) -> (Store<DeserializeGuard<Manifest>>, ManifestStream) {
-    let api: Api<DeserializeGuard<Manifest>> = match scope {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
+    let api: Api<DeserializeGuard<Manifest>> = scoped(client, scope);
     let scope = scope_name(scope);
     // The watch cache holds every Manifest for the controller's life: keep it lean.
     let (reader, writer) = reflector::store();
@@ -326,6 +320,17 @@ fn watch(
     (reader, Box::pin(stream))
 }
 
+/// An `Api` of the `K`s in `scope`: one namespace, or all of them.
+fn scoped<K>(client: &Client, scope: &Option<String>) -> Api<K>
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>,
+{
+    match scope {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
 /// Changes to the `K`s (Secrets, ConfigMaps) in `scope`: a metadata-only watch, so that their
 /// data is never held here, and each version once (a watch that restarts sends every object
 /// again).
@@ -337,10 +342,7 @@ where
     K: Resource<DynamicType = (), Scope = NamespaceResourceScope> + Clone + DeserializeOwned + Debug + Send + 'static,
 {
     // An `Api` of `PartialObjectMeta` asks for metadata only.
-    let api: Api<PartialObjectMeta<K>> = match scope {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
+    let api: Api<PartialObjectMeta<K>> = scoped(client, scope);
     let scope = scope_name(scope);
     watcher(api, watcher::Config::default())
         .default_backoff()
