@@ -113,12 +113,13 @@ impl Recorder {
     }
 
     fn buffer(&self, entry: Entry) {
-        self.journal.buffer.lock().expect("buffer lock").0.push(entry);
+        self.journal.push(entry);
     }
 
     fn durable(&self, entry: Option<Entry>) -> Result<(), HistoryError> {
         self.journal.durable(entry)
     }
+
     /// `run-started` or `plan-started`, durably.
     fn start(&self) {
         let event = if self.mode == Mode::Plan { Event::PlanStarted } else { Event::RunStarted };
@@ -214,6 +215,11 @@ impl Recorder {
 }
 
 impl Journal {
+    /// Queues an entry for the next durable point.
+    fn push(&self, entry: Entry) {
+        self.buffer.lock().expect("buffer lock").0.push(entry);
+    }
+
     /// Writes everything buffered, then `entry`, in one transaction — or returns once another
     /// caller's transaction wrote them (durable points queued while a write is under way are
     /// written together by the next writer). A failure is kept for the end of the run (see
