@@ -126,19 +126,20 @@ impl Passed {
     }
 }
 
+/// Why a pass read and ran nothing.
 #[derive(Debug, thiserror::Error)]
 pub enum PassError {
     #[error(transparent)]
-    Recovery(#[from] RecoveryError),
-    #[error(transparent)]
     Log(#[from] HistoryError),
+    #[error("cannot stop what the interrupted run {run} left running: {source}; nothing was started")]
+    Recovery { run: String, source: ExecError },
 }
 
 impl PassError {
     pub fn reason(&self) -> &'static str {
         match self {
-            PassError::Recovery(e) => e.reason(),
             PassError::Log(e) => e.reason(),
+            PassError::Recovery { .. } => "RecoveryFailed",
         }
     }
 }
@@ -302,37 +303,16 @@ impl Recovered {
     }
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum RecoveryError {
-    #[error(transparent)]
-    Log(#[from] HistoryError),
-    #[error("cannot stop what the interrupted run {run} left running: {source}; nothing was started")]
-    Stop { run: String, source: ExecError },
-}
-
-impl RecoveryError {
-    pub fn reason(&self) -> &'static str {
-        match self {
-            RecoveryError::Log(e) => e.reason(),
-            RecoveryError::Stop { .. } => "RecoveryFailed",
-        }
-    }
-}
-
 /// Before a run that changes things reads any state: each run the log shows as started and
 /// never ended is stopped — whatever of it still runs here is killed and waited for, so that
 /// no action ever runs twice at once — and only then recorded as interrupted, by `by_run`.
 /// Call while no other run can be alive (the CLI holds the state lock; a controller holds the
 /// object and its lease).
-pub async fn recover(
-    log: &dyn History,
-    executor: &dyn Executor,
-    by_run: &str,
-) -> Result<Vec<Recovered>, RecoveryError> {
+pub async fn recover(log: &dyn History, executor: &dyn Executor, by_run: &str) -> Result<Vec<Recovered>, PassError> {
     let mut stopped = Vec::new();
     for run in in_progress(log, None)? {
         let n =
-            executor.stop_run(&run.id).await.map_err(|source| RecoveryError::Stop { run: run.id.clone(), source })?;
+            executor.stop_run(&run.id).await.map_err(|source| PassError::Recovery { run: run.id.clone(), source })?;
         stopped.push((run.id, n));
     }
     Ok(close_interrupted(log, by_run)?

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
+use super::error::{Cause, Phase, ResourceError};
 use super::expr::{self, PathSegment, ValuePath};
 use super::validate::ValidatedManifest;
 use super::vars;
@@ -45,7 +46,7 @@ impl FromIterator<Option<Arc<Known>>> for Knowledge {
 /// The expression context for resource `i`: variables (top level and under `vars`), each
 /// dependency alias, and `resources.<name>` for every resource it depends on. Unknown states
 /// are `null` (only used when the config reads no dependency).
-pub(crate) fn render_context(manifest: &ValidatedManifest, i: usize, known: &Knowledge) -> Value {
+fn render_context(manifest: &ValidatedManifest, i: usize, known: &Knowledge) -> Value {
     let resource = &manifest.resources[i];
     let view = |j: usize| {
         let dep = &manifest.resources[j];
@@ -64,6 +65,25 @@ pub(crate) fn render_context(manifest: &ValidatedManifest, i: usize, known: &Kno
         .collect();
     ctx.insert("resources".to_string(), Value::Object(resources));
     Value::Object(ctx)
+}
+
+/// Resource `i`'s config rendered against what is known, and checked against its type's
+/// schema (every violation, located by config path).
+pub(crate) fn rendered_config(
+    manifest: &ValidatedManifest,
+    i: usize,
+    known: &Knowledge,
+    schema: Option<&jsonschema::Validator>,
+) -> Result<Value, ResourceError> {
+    let resource = &manifest.resources[i];
+    let prefix = resource.config_prefix();
+    let config = expr::render(&resource.config, &render_context(manifest, i, known), &prefix)
+        .map_err(|e| ResourceError::new(Phase::Config, Cause::Render(e.to_string())))?;
+    let violations = schema.map(|schema| schema_violations(schema, &config, &prefix)).unwrap_or_default();
+    if !violations.is_empty() {
+        return Err(ResourceError::new(Phase::Config, Cause::Schema(violations)));
+    }
+    Ok(config)
 }
 
 /// The manifest's outputs rendered against what `entries` (a report) found: variables, and
@@ -89,7 +109,7 @@ pub(crate) fn render_outputs(
 
 /// Every schema violation, located by config path, with values masked (they may come from
 /// variables).
-pub(crate) fn schema_violations(schema: &jsonschema::Validator, config: &Value, prefix: &str) -> Vec<String> {
+fn schema_violations(schema: &jsonschema::Validator, config: &Value, prefix: &str) -> Vec<String> {
     schema
         .iter_errors(config)
         .map(|e| {

@@ -10,11 +10,10 @@ use futures::future::join_all;
 use indexmap::IndexMap;
 use serde_json::Value;
 
-use super::config::{Knowledge, render_context, schema_violations};
+use super::config::{Knowledge, rendered_config};
 use super::context::Context;
 use super::error::{Cause, Phase, ResourceError};
 use super::executor::Mount;
-use super::expr;
 use super::protocol::{self, InitRequest, InitResponse, Invocable};
 use super::typeref::{TypeRef, type_satisfies};
 use super::validate::Resource;
@@ -256,23 +255,10 @@ fn check_static_config(ctx: &Context, i: usize, checked: &ResourceType) -> Resul
         .iter()
         .flat_map(|s| s.roots())
         .any(|root| root == "resources" || resource.aliases.contains_key(root));
-    if reads_dependencies {
-        return Ok(());
+    if !reads_dependencies {
+        rendered_config(&ctx.manifest, i, &Knowledge::default(), checked.schema.as_deref())?;
     }
-    let context = render_context(&ctx.manifest, i, &Knowledge::default());
-    let config = expr::render(&resource.config, &context, &resource.config_prefix())
-        .map_err(|e| ResourceError::new(Phase::Config, Cause::Render(e.to_string())))?;
-    match &checked.schema {
-        Some(schema) => {
-            let violations = schema_violations(schema, &config, &resource.config_prefix());
-            if violations.is_empty() {
-                Ok(())
-            } else {
-                Err(ResourceError::new(Phase::Config, Cause::Schema(violations)))
-            }
-        }
-        None => Ok(()),
-    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -6,11 +6,10 @@ use std::time::Instant;
 use indexmap::IndexMap;
 use serde_json::{Value, json};
 
-use super::config::{Knowledge, render_context, schema_violations};
+use super::config::{Knowledge, rendered_config};
 use super::context::Context;
 use super::error::{Cause, Phase, ResourceError};
 use super::events::{Approver, RunEvent};
-use super::expr;
 use super::init::ResourceType;
 use super::plan::{Inputs, Ran};
 use super::protocol::{self, Action, ActionRequest, DependencyView, InitRequest, StateRequest, StateResponse, Status};
@@ -103,16 +102,7 @@ pub(crate) async fn resolve(
     may_assume: bool,
 ) -> Result<Resolved, ResourceError> {
     let resource = &ctx.manifest.resources[i];
-    let prefix = resource.config_prefix();
-    let context = render_context(&ctx.manifest, i, known);
-    let config = expr::render(&resource.config, &context, &prefix)
-        .map_err(|e| ResourceError::new(Phase::Config, Cause::Render(e.to_string())))?;
-    if let Some(schema) = &types[i].schema {
-        let violations = schema_violations(schema, &config, &prefix);
-        if !violations.is_empty() {
-            return Err(ResourceError::new(Phase::Config, Cause::Schema(violations)));
-        }
-    }
+    let config = rendered_config(&ctx.manifest, i, known, types[i].schema.as_deref())?;
     let assumed = ctx.options.assume_valid.get(&ctx.manifest.revision, &resource.name);
     if let Some(assumed) = assumed.filter(|a| may_assume && a.renders_as(&config)) {
         return Ok(Resolved { response: StateResponse::Valid { state: assumed.state() }, config });

@@ -10,8 +10,6 @@
 //! ```
 
 use std::collections::VecDeque;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -95,8 +93,6 @@ enum Slot {
     Done,
 }
 
-type Task<'a> = Pin<Box<dyn Future<Output = (usize, Standing, Option<Value>)> + Send + 'a>>;
-
 impl Prepared {
     /// Reads the state of every resource it can without running any action. Resources waiting
     /// on a dependency that is not VALID are pending, with the inputs they cannot know yet.
@@ -158,7 +154,7 @@ impl Prepared {
         let known: Arc<Knowledge> = Arc::new(entries.iter().map(known_of).collect());
         let mut slots: Vec<Slot> =
             (0..entries.len()).map(|i| if known.of(i).is_some() { Slot::Done } else { Slot::Waiting }).collect();
-        let mut running: FuturesUnordered<Task<'_>> = FuturesUnordered::new();
+        let mut running = FuturesUnordered::new();
         // Resources whose dependencies are VALID, waiting for a task. Tasks beyond what the
         // parallelism can keep busy would only hold memory (thousands of independent resources
         // are all ready at once).
@@ -175,9 +171,10 @@ impl Prepared {
                 && let Some(i) = ready.pop_front()
             {
                 slots[i] = Slot::Running(Instant::now());
-                running.push(self.start(i, &entries[i], &known, approver));
+                let (known, entry) = (known.clone(), entries[i].clone());
+                running.push(async move { (i, self.work(i, &known, entry, approver).await) });
             }
-            let Some((i, standing, config)) = running.next().await else { break };
+            let Some((i, (standing, config))) = running.next().await else { break };
             let elapsed = match slots[i] {
                 Slot::Running(started) => started.elapsed(),
                 _ => Duration::ZERO,
@@ -200,20 +197,6 @@ impl Prepared {
             }
         }
         entries
-    }
-
-    fn start<'a>(
-        &'a self,
-        i: usize,
-        entry: &ResourceEntry,
-        known: &Arc<Knowledge>,
-        approver: Option<&'a dyn Approver>,
-    ) -> Task<'a> {
-        let (known, entry) = (known.clone(), entry.clone());
-        Box::pin(async move {
-            let (standing, config) = self.work(i, &known, entry, approver).await;
-            (i, standing, config)
-        })
     }
 
     /// Everything done for one resource in one task: resolve (unless the plan already did),

@@ -112,18 +112,10 @@ impl Recorder {
         Entry { id: self.run_id.clone(), target, revision: self.revision.clone(), event, at: now_ms(), detail }
     }
 
-    fn buffer(&self, entry: Entry) {
-        self.journal.push(entry);
-    }
-
-    fn durable(&self, entry: Option<Entry>) -> Result<(), HistoryError> {
-        self.journal.durable(entry)
-    }
-
     /// `run-started` or `plan-started`, durably.
     fn start(&self) {
         let event = if self.mode == Mode::Plan { Event::PlanStarted } else { Event::RunStarted };
-        let _ = self.durable(Some(self.entry(target::MANIFEST.into(), event, json!({}))));
+        let _ = self.journal.durable(Some(self.entry(target::MANIFEST.into(), event, json!({}))));
     }
 
     /// The run's end, durably: a plan's always ends as `plan-finished`.
@@ -136,7 +128,7 @@ impl Recorder {
             Ending::Interrupted(why) => (Event::RunInterrupted, Some(why)),
         };
         let detail = message.map_or_else(|| json!({}), |m| json!({"message": cut(m)}));
-        let _ = self.durable(Some(self.entry(target::MANIFEST.into(), event, detail)));
+        let _ = self.journal.durable(Some(self.entry(target::MANIFEST.into(), event, detail)));
     }
 
     /// Resources that drifted during this run.
@@ -164,7 +156,7 @@ impl Recorder {
             Status::Missing => Event::ResourceMissing,
         };
         self.inputs.lock().expect("inputs lock").insert(resource.to_string(), inputs.clone());
-        self.buffer(self.entry(target::resource(resource), event, json!({"inputs": inputs.to_json()})));
+        self.journal.push(self.entry(target::resource(resource), event, json!({"inputs": inputs.to_json()})));
         let Some(before) = self.before.get(resource).filter(|_| status != Status::Valid) else { return };
         let differences = match &before.last_valid {
             Some((Some(was), _)) => was.differences(inputs),
@@ -182,14 +174,14 @@ impl Recorder {
             if before.valid {
                 let changed: Vec<&str> = differences.iter().map(|d| d.path.as_str()).collect();
                 let detail = json!({"was": "VALID", "now": status.to_string(), "changed": changed});
-                self.buffer(self.entry(target, Event::ChangeDetected, detail));
+                self.journal.push(self.entry(target, Event::ChangeDetected, detail));
             }
             let change = Change { resource: resource.to_string(), now: status, was_valid: before.valid, differences };
             self.changes.lock().expect("changes lock").push(change);
         } else if before.valid {
             self.drifts.lock().expect("drifts lock").push(Drift { resource: resource.to_string(), now: status });
             let detail = json!({"was": "VALID", "now": status.to_string()});
-            self.buffer(self.entry(target, Event::DriftDetected, detail));
+            self.journal.push(self.entry(target, Event::DriftDetected, detail));
         }
     }
 
@@ -210,7 +202,7 @@ impl Recorder {
         {
             detail["inputs"] = inputs.to_json();
         }
-        self.buffer(self.entry(target::resource(resource), event, detail));
+        self.journal.push(self.entry(target::resource(resource), event, detail));
     }
 }
 
@@ -285,7 +277,7 @@ impl Observer for Recorder {
             if let Standing::Pending { waiting_on, .. } = &e.standing {
                 let waiting: Vec<&str> = waiting_on.iter().map(|w| w.resource.as_str()).collect();
                 let detail = json!({"waiting_on": waiting});
-                self.buffer(self.entry(target::resource(&e.name), Event::ResourcePending, detail));
+                self.journal.push(self.entry(target::resource(&e.name), Event::ResourcePending, detail));
             }
         }
     }
@@ -298,7 +290,7 @@ impl Observer for Recorder {
                     Ok(values) => json!({"outputs": values}),
                     Err(why) => json!({"message": cut(why)}),
                 };
-                self.buffer(self.entry(target::MANIFEST.into(), Event::OutputsRecorded, detail));
+                self.journal.push(self.entry(target::MANIFEST.into(), Event::OutputsRecorded, detail));
             }
             RunEvent::Ended(ending) => self.end(ending),
             RunEvent::StateFound { resource, status, verify: false, inputs } => {
@@ -319,7 +311,7 @@ impl Observer for Recorder {
                     let pairs: Vec<Value> = results.iter().map(|(k, v)| json!({"key": k, "value": cut(v)})).collect();
                     detail["result"] = json!(pairs);
                 }
-                self.buffer(self.entry(target::action(resource, action), event, detail));
+                self.journal.push(self.entry(target::action(resource, action), event, detail));
             }
             RunEvent::Settled { resource, label, elapsed, message } => {
                 self.settled(resource, label, message.as_deref(), elapsed.as_millis())
