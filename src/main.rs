@@ -48,9 +48,7 @@ fn main() -> ExitCode {
     }
     let cli = cli::parse();
     if let Command::BuiltinType { name, args } = &cli.command {
-        // Built-in types are resource programs: no runtime, no logging set-up, just the
-        // protocol — and, like every program deployster starts, they die with it.
-        process::die_with_parent(nix::sys::signal::Signal::SIGKILL);
+        // Built-in types are resource programs: no runtime, no logging set-up, just the protocol.
         return ExitCode::from(u8::try_from(deployster::builtins::main(name, args)).unwrap_or(1));
     }
     init_logging(&cli);

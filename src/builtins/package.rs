@@ -230,7 +230,6 @@ impl Package {
             .env("LCM_CORRELATIONID", std::env::var("DEPLOYSTER_RUN_ID").unwrap_or_default())
             // What the scripts start may live on: not as part of this run.
             .env_remove("DEPLOYSTER_RUN_ID")
-            .env_remove(crate::engine::executor::process::PARENT_ENV)
             .envs(self.env.iter().map(|(k, v)| (k, v)));
         command
     }

@@ -6,6 +6,7 @@
 //! `DEPLOYSTER_PLUG_<NAME>` variables); read-only cannot be enforced on a local process. The
 //! environment is PATH, HOME and the invocation's own variables only.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, OnceLock};
@@ -26,22 +27,9 @@ pub const BUILTIN_SUBCOMMAND: &str = "__type";
 /// The hidden sub-command of the deployster binary that kills what deployster started when it
 /// dies (see [`reap`]).
 pub const REAPER_SUBCOMMAND: &str = "__reaper";
-/// The pid of the deployster that started a program, for [`die_with_parent`].
-pub const PARENT_ENV: &str = "DEPLOYSTER_PARENT_PID";
 /// The run an invocation belongs to, in every program's environment: how [`Executor::stop_run`]
 /// finds what an interrupted run left running, descendants included.
 pub const RUN_ID_ENV: &str = "DEPLOYSTER_RUN_ID";
-
-/// In a program started by deployster (built-in types): receive `signal` when that
-/// deployster dies, however it dies — `kill -9` included. Exits at once if it is already gone.
-pub fn die_with_parent(signal: Signal) {
-    let Some(parent) = std::env::var(PARENT_ENV).ok().and_then(|p| p.parse::<i32>().ok()) else { return };
-    // Set first, then check: a parent that died in between shows as a changed parent pid.
-    let armed = nix::sys::prctl::set_pdeathsig(signal).is_ok();
-    if !armed || nix::unistd::getppid().as_raw() != parent {
-        std::process::exit(125);
-    }
-}
 
 /// `deployster __reaper`: one per executor, reading from a pipe that only the deployster that
 /// started it holds. Each line registers (`+PGID`) or forgets (`-PGID`) a program's process
@@ -170,7 +158,6 @@ impl ProcessExecutor {
         for (name, default) in [("PATH", "/usr/local/bin:/usr/bin:/bin"), ("HOME", "/")] {
             command.env(name, std::env::var_os(name).unwrap_or_else(|| default.into()));
         }
-        command.env(PARENT_ENV, std::process::id().to_string());
         command
             .args(&args)
             .stdin(Stdio::piped())
@@ -187,7 +174,7 @@ impl ProcessExecutor {
         }
         command.envs(invocation.env.iter().map(|(k, v)| (k, v)));
         let reaper = self.reaper.then_some(self.builtin_program.as_path());
-        self.spawner.get_or_init(|| Spawner::start(reaper)).spawn(command).await.map_err(|source| match source.kind() {
+        self.spawner.get_or_init(|| Spawner::start(reaper)).spawn(command).map_err(|source| match source.kind() {
             std::io::ErrorKind::NotFound => ExecError::NotFound(program.display().to_string()),
             _ => ExecError::Spawn { program: program.display().to_string(), source },
         })
@@ -210,26 +197,17 @@ impl ProcessExecutor {
     }
 }
 
-/// Starts programs from one thread that lives as long as the executor, and registers each
-/// program's process group with the executor's reaper (see [`reap`]) before anything else can
-/// happen. The thread also matters for the built-in types' parent-death signal, which fires
-/// when the *thread* that started them ends; the async runtime's threads may come and go.
+/// Starts programs and registers each one's process group with the executor's reaper (see
+/// [`reap`]) as soon as it is started, in the order the groups come and go.
 struct Spawner {
-    requests: std::sync::mpsc::Sender<Request>,
-}
-
-enum Request {
-    Spawn(Box<Command>, tokio::sync::oneshot::Sender<std::io::Result<Child>>),
-    /// The program's leader ended: what is left of its group may outlive deployster.
-    Forget(u32),
+    /// The reaper's input (none: programs are not registered), or why it could not be started.
+    reaper: std::sync::Mutex<Result<Option<std::process::ChildStdin>, String>>,
 }
 
 impl Spawner {
-    /// Must be called inside the runtime: the thread registers children with it. `reaper`:
-    /// the deployster binary to run `__reaper` from; without, programs are not registered.
+    /// `reaper`: the deployster binary to run `__reaper` from; without, programs are not
+    /// registered.
     fn start(reaper: Option<&Path>) -> Spawner {
-        let (requests, incoming) = std::sync::mpsc::channel::<Request>();
-        let runtime = tokio::runtime::Handle::current();
         let reaper = reaper.map(|program| {
             use std::os::unix::process::CommandExt;
             std::process::Command::new(program)
@@ -242,47 +220,22 @@ impl Spawner {
                 .map_err(|e| format!("cannot start {} {REAPER_SUBCOMMAND}: {e}", program.display()))
                 .and_then(|mut child| child.stdin.take().ok_or_else(|| "the reaper has no input".to_string()))
         });
-        std::thread::Builder::new()
-            .name("deployster-spawner".into())
-            .spawn(move || {
-                use std::io::Write;
-                let _inside = runtime.enter();
-                let mut reaper = reaper;
-                for request in incoming {
-                    match (request, &mut reaper) {
-                        (Request::Spawn(_, reply), Some(Err(why))) => {
-                            let _ = reply.send(Err(std::io::Error::other(why.clone())));
-                        }
-                        (Request::Spawn(mut command, reply), reaper) => {
-                            let child = command.spawn();
-                            if let (Ok(child), Some(Ok(pipe))) = (&child, reaper)
-                                && let Some(pid) = child.id()
-                            {
-                                let _ = writeln!(pipe, "+{pid}");
-                            }
-                            let _ = reply.send(child);
-                        }
-                        (Request::Forget(pid), Some(Ok(pipe))) => {
-                            let _ = writeln!(pipe, "-{pid}");
-                        }
-                        (Request::Forget(_), _) => {}
-                    }
-                }
-            })
-            .expect("start the spawner thread");
-        Spawner { requests }
+        Spawner { reaper: std::sync::Mutex::new(reaper.transpose()) }
     }
 
-    async fn spawn(&self, command: Command) -> std::io::Result<Child> {
-        let (reply, answer) = tokio::sync::oneshot::channel();
-        let gone = || std::io::Error::other("the spawner thread is gone");
-        self.requests.send(Request::Spawn(Box::new(command), reply)).map_err(|_| gone())?;
-        answer.await.map_err(|_| gone())?
+    fn spawn(&self, mut command: Command) -> std::io::Result<Child> {
+        let mut reaper = self.reaper.lock().expect("reaper lock");
+        let pipe = reaper.as_mut().map_err(|why| std::io::Error::other(why.clone()))?;
+        let child = command.spawn()?;
+        if let (Some(pipe), Some(pid)) = (pipe, child.id()) {
+            let _ = writeln!(pipe, "+{pid}");
+        }
+        Ok(child)
     }
 
     fn forget(&self, pid: Option<u32>) {
-        if let Some(pid) = pid {
-            let _ = self.requests.send(Request::Forget(pid));
+        if let (Ok(Some(pipe)), Some(pid)) = (&mut *self.reaper.lock().expect("reaper lock"), pid) {
+            let _ = writeln!(pipe, "-{pid}");
         }
     }
 }
