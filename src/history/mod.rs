@@ -13,15 +13,28 @@
 pub mod recorder;
 pub mod store;
 
-use std::fmt;
 use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// What happened. The names are part of the log's format; see `docs/history.md`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    strum::Display,
+    strum::IntoStaticStr,
+    strum::EnumString,
+    strum::VariantArray,
+)]
 #[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
 pub enum Event {
     /// An apply or reconcile pass began (target: the manifest).
     RunStarted,
@@ -62,60 +75,12 @@ pub enum Event {
 }
 
 impl Event {
-    pub const ALL: [Event; 22] = [
-        Event::RunStarted,
-        Event::RunFinishedSuccessfully,
-        Event::RunFailed,
-        Event::RunInterrupted,
-        Event::RunDeclined,
-        Event::PlanStarted,
-        Event::PlanFinished,
-        Event::ResourceValid,
-        Event::ResourceStale,
-        Event::ResourceMissing,
-        Event::DriftDetected,
-        Event::ChangeDetected,
-        Event::ActionStarted,
-        Event::ActionFinishedSuccessfully,
-        Event::ActionFailed,
-        Event::ActionInterrupted,
-        Event::ResourceApplied,
-        Event::ResourceFailed,
-        Event::ResourceBlocked,
-        Event::ResourceDeclined,
-        Event::ResourcePending,
-        Event::OutputsRecorded,
-    ];
-
     pub fn as_str(self) -> &'static str {
-        match self {
-            Event::RunStarted => "run-started",
-            Event::RunFinishedSuccessfully => "run-finished-successfully",
-            Event::RunFailed => "run-failed",
-            Event::RunInterrupted => "run-interrupted",
-            Event::RunDeclined => "run-declined",
-            Event::PlanStarted => "plan-started",
-            Event::PlanFinished => "plan-finished",
-            Event::ResourceValid => "resource-valid",
-            Event::ResourceStale => "resource-stale",
-            Event::ResourceMissing => "resource-missing",
-            Event::DriftDetected => "drift-detected",
-            Event::ChangeDetected => "change-detected",
-            Event::ActionStarted => "action-started",
-            Event::ActionFinishedSuccessfully => "action-finished-successfully",
-            Event::ActionFailed => "action-failed",
-            Event::ActionInterrupted => "action-interrupted",
-            Event::ResourceApplied => "resource-applied",
-            Event::ResourceFailed => "resource-failed",
-            Event::ResourceBlocked => "resource-blocked",
-            Event::ResourceDeclined => "resource-declined",
-            Event::ResourcePending => "resource-pending",
-            Event::OutputsRecorded => "outputs-recorded",
-        }
+        self.into()
     }
 
     pub fn parse(text: &str) -> Option<Event> {
-        Event::ALL.into_iter().find(|e| e.as_str() == text)
+        text.parse().ok()
     }
 
     /// For an event that opens something (a run, a plan, an action), the events that close it.
@@ -135,12 +100,6 @@ impl Event {
         [Event::RunStarted, Event::PlanStarted, Event::ActionStarted]
             .into_iter()
             .find(|o| o.closed_by().contains(&self))
-    }
-}
-
-impl fmt::Display for Event {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 
