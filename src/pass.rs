@@ -230,26 +230,24 @@ impl Pass<'_> {
                 }
                 let decision =
                     if plan.has_changes() { self.approver.approve_plan(&plan).await } else { Decision::Apply };
-                let plan = match decision {
-                    Decision::Apply if self.recheck && plan.has_changes() => {
-                        let again = prepared.plan().await;
-                        let differences =
-                            SavedPlan::new(&plan, &self.manifest, &[]).differences(&again, &self.manifest);
-                        if !differences.is_empty() {
-                            return changed(again, differences);
-                        }
-                        again
-                    }
-                    _ => plan,
-                };
-                let report = match decision {
-                    Decision::Apply => prepared.apply(&plan, self.approver).await,
+                match decision {
+                    Decision::Apply => {}
                     Decision::Decline(why) => {
                         return (Ended::Declined { plan, why: why.clone() }, Ending::Declined(why));
                     }
                     Decision::Refuse(why) => return (Ended::Refused { plan, why: why.clone() }, Ending::Declined(why)),
+                }
+                let plan = if self.recheck && plan.has_changes() {
+                    let again = prepared.plan().await;
+                    let differences = SavedPlan::new(&plan, &self.manifest, &[]).differences(&again, &self.manifest);
+                    if !differences.is_empty() {
+                        return changed(again, differences);
+                    }
+                    again
+                } else {
+                    plan
                 };
-                let report = match report {
+                let report = match prepared.apply(&plan, self.approver).await {
                     Ok(report) => report,
                     Err(e) => return (Ended::NotApplicable(plan), Ending::Failed(e.to_string())),
                 };

@@ -4,6 +4,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use indexmap::IndexMap;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
@@ -12,7 +13,7 @@ use super::events::{IntentError, Observer, RunEvent};
 use super::executor::process::RUN_ID_ENV;
 use super::executor::{Executor, Invocation, InvocationLabels, LineSink, Mount, Outcome as ExecOutcome, Stream};
 use super::messages::{Line, Message, Progress, Reader};
-use super::protocol::Invocable;
+use super::protocol::{InitResponse, Invocable};
 use super::typeref::TypeRef;
 use super::validate::ValidatedManifest;
 
@@ -117,10 +118,21 @@ pub fn new_run_id() -> String {
     uuid::Uuid::now_v7().to_string()
 }
 
-/// What every step of a run shares. Read-only once built.
+/// What a resource's type told us at init, checked against the manifest.
+pub(crate) struct ResourceType {
+    pub init: InitResponse,
+    pub schema: Option<Arc<jsonschema::Validator>>,
+    pub mounts: Vec<Mount>,
+    /// Plug name → path as the program sees it.
+    pub plug_paths: IndexMap<String, String>,
+}
+
+/// What every step of a run shares. Read-only once prepared.
 pub(crate) struct Context {
     pub manifest: Arc<ValidatedManifest>,
     pub options: RunOptions,
+    /// Each resource's type, once every init succeeded (empty before).
+    pub(crate) types: Vec<ResourceType>,
     pub(crate) executor: Arc<dyn Executor>,
     pub(crate) observer: Arc<dyn Observer>,
     pub(crate) permits: Semaphore,
@@ -148,7 +160,6 @@ impl Context {
         i: usize,
         phase: &Phase,
         invocable: &Invocable,
-        mounts: &[Mount],
         stdin: Vec<u8>,
         stream_all: bool,
     ) -> Result<(ExecOutcome, Vec<(String, String)>), ResourceError> {
@@ -185,7 +196,7 @@ impl Context {
             entrypoint: invocable.entrypoint.clone(),
             args: invocable.args.clone(),
             stdin,
-            mounts: mounts.to_vec(),
+            mounts: self.types.get(i).map_or_else(Vec::new, |t| t.mounts.clone()),
             env: self.environment(i, phase),
             workdir: Some(resource.workspace.clone()),
             timeout: match phase {

@@ -138,21 +138,21 @@ async fn remove(
     if prepared.ctx.manifest.resources[i].readonly {
         return kept("readonly: observed, never deleted");
     }
-    let Some(delete_action) = prepared.types[i].init.delete_action.clone() else {
+    let Some(delete_action) = prepared.ctx.types[i].init.delete_action.clone() else {
         return kept("its type declares no delete_action");
     };
     let config = config.unwrap_or_else(|| json!({}));
-    let request = state_request(&prepared.ctx, i, config, known, &prepared.types);
+    let request = state_request(&prepared.ctx, i, config, known);
     let stdin = serde_json::to_vec(&ActionRequest { state: request.clone(), stale_state: current })
         .expect("requests serialize");
     let phase = Phase::Action("delete".into());
     if let Err(e) = prepared.ctx.record_intent(i, "delete").await {
         return Removal::Failed(e);
     }
-    if let Err(e) = prepared.ctx.run_program(i, &phase, &delete_action, &prepared.types[i].mounts, stdin, true).await {
+    if let Err(e) = prepared.ctx.run_program(i, &phase, &delete_action, stdin, true).await {
         return Removal::Failed(e);
     }
-    match read_state(&prepared.ctx, i, &Phase::Verify, &request, &prepared.types).await {
+    match read_state(&prepared.ctx, i, &Phase::Verify, &request).await {
         Ok(StateResponse::NeedsActions { status: Status::Missing, .. }) => Removal::Deleted,
         Ok(other) => Removal::Failed(ResourceError::new(Phase::Verify, Cause::StillPresent(other.status()))),
         Err(e) => Removal::Failed(e),

@@ -11,7 +11,7 @@ use indexmap::IndexMap;
 use serde_json::Value;
 
 use super::config::{Knowledge, rendered_config};
-use super::context::Context;
+use super::context::{Context, ResourceType};
 use super::error::{Cause, Phase, ResourceError};
 use super::executor::Mount;
 use super::protocol::{self, InitRequest, InitResponse, Invocable};
@@ -21,15 +21,6 @@ use super::validate::Resource;
 /// The `workspace` a container is told. Containers do not see the manifest's directory: mounting
 /// it would hand every type whatever lies beside the manifest, bypassing the plugs' allow-lists.
 pub const CONTAINER_WORKSPACE: &str = "/";
-
-/// What a resource's type told us at init, checked against the manifest.
-pub(crate) struct ResourceType {
-    pub init: InitResponse,
-    pub schema: Option<Arc<jsonschema::Validator>>,
-    pub mounts: Vec<Mount>,
-    /// Plug name → path as the program sees it.
-    pub plug_paths: IndexMap<String, String>,
-}
 
 /// Why a run stopped before any state was read; nothing ran after init.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -127,7 +118,7 @@ async fn init_one(ctx: &Context, i: usize) -> Result<ResourceType, ResourceError
     let resource = &ctx.manifest.resources[i];
     let request = InitRequest::for_resource(resource, ctx.options.verbose);
     let stdin = serde_json::to_vec(&request).expect("requests serialize");
-    let (outcome, _) = ctx.run_program(i, &Phase::Init, &Invocable::default(), &[], stdin, false).await?;
+    let (outcome, _) = ctx.run_program(i, &Phase::Init, &Invocable::default(), stdin, false).await?;
     let init =
         protocol::parse_init(&outcome.stdout).map_err(|e| ResourceError::protocol(Phase::Init, e.problem, &outcome))?;
     let schema = match &init.config_schema {

@@ -10,9 +10,8 @@ use super::config::{Knowledge, rendered_config};
 use super::context::Context;
 use super::error::{Cause, Phase, ResourceError};
 use super::events::{Approver, RunEvent};
-use super::init::ResourceType;
 use super::plan::{Inputs, Ran};
-use super::protocol::{self, Action, ActionRequest, DependencyView, InitRequest, StateRequest, StateResponse, Status};
+use super::protocol::{self, Action, ActionRequest, DependencyView, InitRequest, StateRequest, StateResponse};
 use super::validate::ValidatedManifest;
 
 /// How many levels of dependencies a request carries for a type that speaks the older protocol
@@ -71,13 +70,7 @@ impl From<ResourceError> for Stop {
     }
 }
 
-pub(crate) fn state_request(
-    ctx: &Context,
-    i: usize,
-    config: Value,
-    known: &Knowledge,
-    types: &[ResourceType],
-) -> StateRequest {
+pub(crate) fn state_request(ctx: &Context, i: usize, config: Value, known: &Knowledge) -> StateRequest {
     StateRequest {
         init: InitRequest::for_resource(&ctx.manifest.resources[i], ctx.options.verbose),
         config,
@@ -85,9 +78,9 @@ pub(crate) fn state_request(
             &ctx.manifest,
             i,
             known,
-            if types[i].init.older_revision { OLDER_REVISION_DEPTH } else { 1 },
+            if ctx.types[i].init.older_revision { OLDER_REVISION_DEPTH } else { 1 },
         ),
-        plugs: types[i].plug_paths.clone(),
+        plugs: ctx.types[i].plug_paths.clone(),
     }
 }
 
@@ -98,17 +91,16 @@ pub(crate) async fn resolve(
     ctx: &Context,
     i: usize,
     known: &Knowledge,
-    types: &[ResourceType],
     may_assume: bool,
 ) -> Result<Resolved, ResourceError> {
     let resource = &ctx.manifest.resources[i];
-    let config = rendered_config(&ctx.manifest, i, known, types[i].schema.as_deref())?;
+    let config = rendered_config(&ctx.manifest, i, known, ctx.types[i].schema.as_deref())?;
     let assumed = ctx.options.assume_valid.get(&ctx.manifest.revision, &resource.name);
     if let Some(assumed) = assumed.filter(|a| may_assume && a.renders_as(&config)) {
         return Ok(Resolved { response: StateResponse::Valid { state: assumed.state() }, config });
     }
-    let request = state_request(ctx, i, config.clone(), known, types);
-    let response = read_state(ctx, i, &Phase::State, &request, types).await?;
+    let request = state_request(ctx, i, config.clone(), known);
+    let response = read_state(ctx, i, &Phase::State, &request).await?;
     Ok(Resolved { config, response })
 }
 
@@ -117,11 +109,10 @@ pub(crate) async fn read_state(
     i: usize,
     phase: &Phase,
     request: &StateRequest,
-    types: &[ResourceType],
 ) -> Result<StateResponse, ResourceError> {
     let stdin = serde_json::to_vec(request).expect("requests serialize");
-    let action = &types[i].init.state_action;
-    let (outcome, _) = ctx.run_program(i, phase, action, &types[i].mounts, stdin, false).await?;
+    let action = &ctx.types[i].init.state_action;
+    let (outcome, _) = ctx.run_program(i, phase, action, stdin, false).await?;
     let response = protocol::parse_state(&outcome.stdout)
         .map_err(|e| ResourceError::protocol(phase.clone(), e.problem, &outcome).masked(&ctx.manifest.mask))?;
     ctx.emit(RunEvent::StateFound {
@@ -133,24 +124,19 @@ pub(crate) async fn read_state(
     Ok(response)
 }
 
-/// Runs the actions in order, then reads the state again, which must now be VALID.
-#[allow(clippy::too_many_arguments)]
+/// Runs the actions (of a resource approved as a whole) in order, then reads the state again,
+/// which must now be VALID.
 pub(crate) async fn apply_actions(
     ctx: &Context,
     i: usize,
     config: Value,
-    status: Status,
     stale_state: Option<Value>,
     actions: &[Action],
     known: &Knowledge,
-    types: &[ResourceType],
     approver: &dyn Approver,
 ) -> Result<(Value, Vec<Ran>), Stop> {
     let name = &ctx.manifest.resources[i].name;
-    if !approver.approve_resource(name, status, actions).await {
-        return Err(Stop::Declined);
-    }
-    let request = state_request(ctx, i, config, known, types);
+    let request = state_request(ctx, i, config, known);
     let action_request =
         ActionRequest { state: request.clone(), stale_state: stale_state.unwrap_or_else(|| json!({})) };
     let stdin = serde_json::to_vec(&action_request).expect("requests serialize");
@@ -162,7 +148,7 @@ pub(crate) async fn apply_actions(
         }
         ctx.record_intent(i, &action.name).await?;
         let started = Instant::now();
-        let result = ctx.run_program(i, &phase, &action.invocable, &types[i].mounts, stdin.clone(), true).await;
+        let result = ctx.run_program(i, &phase, &action.invocable, stdin.clone(), true).await;
         let mask = &ctx.manifest.mask;
         let results = result.as_ref().map_or_else(
             |_| Vec::new(),
@@ -178,7 +164,7 @@ pub(crate) async fn apply_actions(
         result?;
         ran.push(Ran { action: action.name.clone(), results });
     }
-    match read_state(ctx, i, &Phase::Verify, &request, types).await? {
+    match read_state(ctx, i, &Phase::Verify, &request).await? {
         StateResponse::Valid { state } => Ok((state, ran)),
         other => Err(ResourceError::new(Phase::Verify, Cause::StillNotValid(other.status())).into()),
     }

@@ -23,7 +23,7 @@ use super::context::{Context, RunOptions};
 use super::error::{Cause, Phase, ResourceError};
 use super::events::{Approver, NoObserver, Observer, RunEvent};
 use super::executor::Executor;
-use super::init::{PrepareError, ResourceType, init_all};
+use super::init::{PrepareError, init_all};
 use super::plan::{Plan, Report, ResourceEntry, Standing, pending};
 use super::protocol::StateResponse;
 use super::resource::{self, Stop};
@@ -56,16 +56,17 @@ impl Engine {
 
     /// Inits every resource and checks what each type needs. Nothing but `init` runs.
     pub async fn prepare(self) -> Result<Prepared, PrepareError> {
-        let ctx = Context {
+        let mut ctx = Context {
             permits: Semaphore::new(self.options.parallelism.max(1)),
+            types: Vec::new(),
             manifest: self.manifest,
             options: self.options,
             executor: self.executor,
             observer: self.observer,
             cancel: self.cancel,
         };
-        let types = init_all(&ctx).await?;
-        Ok(Prepared { ctx, types })
+        ctx.types = init_all(&ctx).await?;
+        Ok(Prepared { ctx })
     }
 }
 
@@ -80,7 +81,6 @@ pub struct NotApplicable {
 /// Every resource initialized and checked; ready to plan and apply.
 pub struct Prepared {
     pub(crate) ctx: Context,
-    pub(crate) types: Vec<ResourceType>,
 }
 
 /// Where the coordinator is with one resource; what the resource is, is its [`ResourceEntry`].
@@ -214,7 +214,7 @@ impl Prepared {
             }
             // Only the plan takes resources for VALID: once something was applied, whatever
             // depends on it is read.
-            _ => match resource::resolve(&self.ctx, i, known, &self.types, approver.is_none()).await {
+            _ => match resource::resolve(&self.ctx, i, known, approver.is_none()).await {
                 Err(e) => return (Standing::Failed(e), None),
                 Ok(r) => match r.response {
                     StateResponse::Valid { state } => {
@@ -236,18 +236,11 @@ impl Prepared {
         let Some(approver) = approver else {
             return (Standing::NeedsActions { status, stale_state, actions }, Some(config));
         };
-        let applied = resource::apply_actions(
-            &self.ctx,
-            i,
-            config.clone(),
-            status,
-            stale_state,
-            &actions,
-            known,
-            &self.types,
-            approver,
-        )
-        .await;
+        if !approver.approve_resource(&self.ctx.manifest.resources[i].name, status, &actions).await {
+            return (Standing::Declined, Some(config));
+        }
+        let applied =
+            resource::apply_actions(&self.ctx, i, config.clone(), stale_state, &actions, known, approver).await;
         let standing = match applied {
             Ok((state, ran)) => Standing::Valid { state, applied: Some(ran) },
             Err(Stop::Failed(e)) => Standing::Failed(e),
