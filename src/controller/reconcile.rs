@@ -163,13 +163,12 @@ async fn pass(
         }
         Ended::NotPrepared(e) => Observed::NotRun { reason: e.reason(), message: e.to_string() },
         Ended::Applied { report, .. } => Observed::Applied(report),
-        Ended::Declined { plan, .. } if manual.as_ref().and_then(|m| m.asked()).is_some() => {
-            let pending = manual.as_ref().and_then(|m| m.asked()).expect("asked, just checked");
-            Observed::AwaitingApproval { plan, pending }
-        }
+        Ended::Declined { plan, .. } => match manual.as_ref().and_then(ManualApproval::asked) {
+            Some(pending) => Observed::AwaitingApproval { plan, pending },
+            None => Observed::Unapplied(plan),
+        },
         Ended::NotApplicable(plan)
         | Ended::Planned(plan)
-        | Ended::Declined { plan, .. }
         | Ended::Refused { plan, .. }
         | Ended::PlanChanged { plan, .. }
         | Ended::Deleted { plan, .. } => Observed::Unapplied(plan),
@@ -179,14 +178,12 @@ async fn pass(
         _ => None,
     };
     let next = ctx.checks.record(obj, system_now(ctx), &revision, &assumed, entries);
-    let succeeded = matches!(&observed, Observed::Applied(r) if r.succeeded());
-    let interrupted = passed.interrupted;
     let drifts = passed.drifts;
     let still_awaiting = matches!(&observed, Observed::AwaitingApproval { pending, .. }
         if old.pending_plan.as_ref().is_some_and(|p| p.id == pending.id));
-    let no_op = (still_awaiting
-        || succeeded && drifts.is_empty() && matches!(&observed, Observed::Applied(r) if r.counts().applied == 0))
-        && old.revision.as_deref() == Some(revision.as_str());
+    let unchanged = matches!(&observed, Observed::Applied(r) if r.succeeded() && r.counts().applied == 0);
+    let no_op =
+        (still_awaiting || unchanged && drifts.is_empty()) && old.revision.as_deref() == Some(revision.as_str());
     // A pass that found everything as it was adds nothing worth keeping to the history.
     let history = if no_op { history_entries(old) } else { log.entries() };
     let mut events = pass_events(&observed, &drifts);
@@ -222,7 +219,7 @@ async fn pass(
     if let Some(why) = manual.as_ref().and_then(ManualApproval::ignored) {
         events.push((EventType::Warning, "ApprovalIgnored", why));
     }
-    if let Some(why) = interrupted {
+    if let Some(why) = passed.interrupted {
         tracing::warn!(reason = %why, "pass interrupted");
         events.push((EventType::Warning, "Interrupted", why));
     }
