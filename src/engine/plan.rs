@@ -32,9 +32,11 @@ pub struct Change {
 }
 
 /// What a resource's state was read for: its type and rendered config (sensitive values
-/// masked), and a digest of the unmasked inputs — the same digest, the same inputs.
-#[derive(Debug, Clone, PartialEq)]
+/// masked), and a digest of the unmasked inputs — the same digest, the same inputs. As the
+/// deployment log keeps it: `{type, config, digest}`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Inputs {
+    #[serde(rename = "type")]
     pub type_name: String,
     pub config: Value,
     pub digest: String,
@@ -47,17 +49,9 @@ impl Inputs {
         Inputs { type_name, config: manifest.mask.value(config), digest }
     }
 
-    /// As the deployment log keeps it.
-    pub fn to_json(&self) -> Value {
-        json!({"type": self.type_name, "config": self.config, "digest": self.digest})
-    }
-
+    /// As the deployment log kept it, if it did.
     pub fn from_json(value: &Value) -> Option<Inputs> {
-        Some(Inputs {
-            type_name: value.get("type")?.as_str()?.to_string(),
-            config: value.get("config")?.clone(),
-            digest: value.get("digest")?.as_str()?.to_string(),
-        })
+        serde::Deserialize::deserialize(value).ok()
     }
 
     /// Where `self` (before) and `now` differ: the type, and each config value by its path. A

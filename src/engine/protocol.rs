@@ -4,8 +4,6 @@
 //! fields (forward compatibility) and strictly about the fields the protocol defines: a response
 //! that breaks the rules fails the resource with a message saying which rule.
 
-use std::fmt;
-
 use indexmap::IndexMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -155,22 +153,13 @@ struct RawInitResponse {
 }
 
 /// What a state action found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema, strum::Display)]
 #[serde(rename_all = "UPPERCASE")]
+#[strum(serialize_all = "UPPERCASE")]
 pub enum Status {
     Valid,
     Stale,
     Missing,
-}
-
-impl fmt::Display for Status {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Status::Valid => "VALID",
-            Status::Stale => "STALE",
-            Status::Missing => "MISSING",
-        })
-    }
 }
 
 /// The validated state response.

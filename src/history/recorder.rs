@@ -156,7 +156,7 @@ impl Recorder {
             Status::Missing => Event::ResourceMissing,
         };
         self.inputs.lock().expect("inputs lock").insert(resource.to_string(), inputs.clone());
-        self.journal.push(self.entry(target::resource(resource), event, json!({"inputs": inputs.to_json()})));
+        self.journal.push(self.entry(target::resource(resource), event, json!({"inputs": inputs})));
         let Some(before) = self.before.get(resource).filter(|_| status != Status::Valid) else { return };
         let differences = match &before.last_valid {
             Some((Some(was), _)) => was.differences(inputs),
@@ -200,7 +200,7 @@ impl Recorder {
         }
         if let (Event::ResourceApplied, Some(inputs)) = (event, self.inputs.lock().expect("inputs lock").get(resource))
         {
-            detail["inputs"] = inputs.to_json();
+            detail["inputs"] = json!(inputs);
         }
         self.journal.push(self.entry(target::resource(resource), event, detail));
     }
@@ -484,10 +484,7 @@ mod tests {
     }
 
     fn observed(resource: &str, event: Event, config: Value) -> Entry {
-        Entry {
-            detail: json!({"inputs": inputs(config).to_json()}),
-            ..entry("r0", &target::resource(resource), "A", event, 1)
-        }
+        Entry { detail: json!({"inputs": inputs(config)}), ..entry("r0", &target::resource(resource), "A", event, 1) }
     }
 
     #[test]
