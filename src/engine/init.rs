@@ -2,7 +2,6 @@
 //! (plugs, typed dependencies, a config that matches the schema) before anything else runs.
 
 use std::collections::HashMap;
-use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -23,11 +22,13 @@ use super::validate::Resource;
 pub const CONTAINER_WORKSPACE: &str = "/";
 
 /// Why a run stopped before any state was read; nothing ran after init.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PrepareError {
     /// The executor cannot run this manifest's types at all (e.g. the Docker daemon is down).
+    #[error("manifest {manifest}: cannot run its resource types: {message}")]
     Executor { manifest: String, reason: &'static str, message: String },
     /// Some resources failed init or the checks after it.
+    #[error("manifest {manifest}: {}", listed(failures))]
     Resources { manifest: String, failures: Vec<(String, ResourceError)> },
 }
 
@@ -49,28 +50,14 @@ impl PrepareError {
     }
 }
 
-impl std::error::Error for PrepareError {}
-
-impl fmt::Display for PrepareError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            PrepareError::Executor { manifest, message, .. } => {
-                write!(f, "manifest {manifest}: cannot run its resource types: {message}")
-            }
-            PrepareError::Resources { manifest, failures } => {
-                let n = failures.len();
-                write!(
-                    f,
-                    "manifest {manifest}: {n} resource{} failed before anything ran:",
-                    if n == 1 { "" } else { "s" }
-                )?;
-                for (resource, error) in failures {
-                    write!(f, "\n  - resource `{resource}`: {}", error.to_string().replace('\n', "\n  "))?;
-                }
-                Ok(())
-            }
-        }
+/// "N resources failed before anything ran:", then each, indented.
+fn listed(failures: &[(String, ResourceError)]) -> String {
+    let n = failures.len();
+    let mut text = format!("{n} resource{} failed before anything ran:", if n == 1 { "" } else { "s" });
+    for (resource, error) in failures {
+        text.push_str(&format!("\n  - resource `{resource}`: {}", error.to_string().replace('\n', "\n  ")));
     }
+    text
 }
 
 /// The workspace path as the program sees it.
