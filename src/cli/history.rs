@@ -4,7 +4,7 @@ use serde_json::{Value, json};
 
 use super::render::print_json;
 use super::{CliError, Exit, HistoryArgs, OutputFormat, OutputsArgs};
-use crate::engine::plan::Inputs;
+use crate::engine::plan::{Difference, Inputs};
 use crate::history::store::{DATABASE, SqliteLog};
 use crate::history::{
     Entry, Event, History, Revision, format_time, in_progress, latest_applied, latest_failed, outcome, target,
@@ -253,10 +253,11 @@ pub(super) fn diff(log: &SqliteLog, from: i64, to: i64, format: OutputFormat) ->
     let mut changes = Vec::new();
     for name in names {
         let what = match (lookup(&was, name), lookup(&now, name)) {
-            (Some(w), Some(n)) => w.differences(&n).into_iter().map(|d| (d.path, d.was, d.now)).collect(),
-            (Some(_), None) => vec![("resource".to_string(), Some(json!("recorded")), None)],
-            (None, Some(_)) => vec![("resource".to_string(), None, Some(json!("recorded")))],
-            (None, None) => Vec::new(),
+            (Some(w), Some(n)) => w.differences(&n),
+            (w, n) => {
+                let recorded = |side: Option<Inputs>| side.map(|_| json!("recorded"));
+                vec![Difference { path: "resource".into(), was: recorded(w), now: recorded(n) }]
+            }
         };
         if !what.is_empty() {
             changes.push((name, what));
@@ -266,10 +267,7 @@ pub(super) fn diff(log: &SqliteLog, from: i64, to: i64, format: OutputFormat) ->
         OutputFormat::Json => print_json(&json!({
             "from": from,
             "to": to,
-            "resources": changes.iter().map(|(name, what)| json!({
-                "resource": name,
-                "differences": what.iter().map(|(path, w, n)| json!({"path": path, "was": w, "now": n})).collect::<Vec<_>>(),
-            })).collect::<Vec<_>>(),
+            "resources": changes.iter().map(|(name, what)| json!({"resource": name, "differences": what})).collect::<Vec<_>>(),
         })),
         OutputFormat::Text => {
             if changes.is_empty() {
@@ -277,9 +275,9 @@ pub(super) fn diff(log: &SqliteLog, from: i64, to: i64, format: OutputFormat) ->
             }
             for (name, what) in &changes {
                 outln!("{name}:");
-                for (path, w, n) in what {
+                for d in what {
                     let show = |v: &Option<Value>| v.as_ref().map_or_else(|| "(absent)".to_string(), Value::to_string);
-                    outln!("    {path}: {} → {}", show(w), show(n));
+                    outln!("    {}: {} → {}", d.path, show(&d.was), show(&d.now));
                 }
             }
         }

@@ -74,7 +74,7 @@ impl Inputs {
 }
 
 /// One value that differs between two inputs; `None`: absent on that side.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Difference {
     pub path: String,
     pub was: Option<Value>,
