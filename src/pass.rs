@@ -96,6 +96,8 @@ pub enum Ended {
 /// What a pass did.
 #[derive(Debug)]
 pub struct Passed {
+    /// The manifest it ran.
+    pub manifest: Arc<ValidatedManifest>,
     pub run_id: String,
     /// How the log names this revision: its number in a state directory's log.
     pub revision: String,
@@ -115,6 +117,14 @@ pub struct Passed {
 }
 
 impl Passed {
+    /// What an applying pass did to each resource.
+    pub fn report(&self) -> Option<&Report> {
+        match &self.ended {
+            Ended::Applied { report, .. } => Some(report),
+            _ => None,
+        }
+    }
+
     /// Whether the pass left (or, planning, found) every resource VALID.
     pub fn succeeded(&self) -> bool {
         match &self.ended {
@@ -181,6 +191,7 @@ impl Pass<'_> {
         let ending = interrupted.clone().map_or(ending, Ending::Interrupted);
         observers.on_event(&RunEvent::Ended(ending));
         Ok(Passed {
+            manifest: self.manifest.clone(),
             run_id,
             revision,
             recovered,

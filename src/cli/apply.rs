@@ -11,7 +11,7 @@ use super::{ApplyArgs, CliError, Exit, ManifestArgs, OutputFormat, PlanArgs, exe
 use crate::engine::context::RunOptions;
 use crate::engine::executor::Executor;
 use crate::engine::manifest::parent_dir;
-use crate::engine::plan::{Drift, Plan, Report, ResourceEntry, Standing};
+use crate::engine::plan::{Plan, Report, Standing};
 use crate::engine::saved::SavedPlan;
 use crate::engine::schedule::AssumeValid;
 use crate::history::store::{SqliteLog, StateLock};
@@ -60,19 +60,6 @@ impl State {
     }
 }
 
-/// What a pass did, for `reconcile`'s summary and the exit code.
-pub(super) struct Summary {
-    pub exit: Exit,
-    pub run_id: String,
-    pub drifts: Vec<Drift>,
-    /// Whether any resource was applied.
-    pub changed: bool,
-    /// The manifest revision the pass ran.
-    pub revision: String,
-    /// What each resource ended as, when the pass applied.
-    pub entries: Option<Vec<ResourceEntry>>,
-}
-
 /// SIGINT, SIGTERM and SIGHUP stop running programs (their whole process groups, their
 /// containers) and start no new ones, instead of leaving them running without deployster: at
 /// once, or (`reconcile`) on a second signal, the running pass finishing after the first.
@@ -115,7 +102,7 @@ pub(super) struct Saved {
     pub expected: Option<SavedPlan>,
 }
 
-/// One pass: `confirm: None` plans only.
+/// One pass: `confirm: None` plans only. Returns its exit code and what it did.
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn pass(
     args: &ManifestArgs,
@@ -126,7 +113,7 @@ pub(super) async fn pass(
     executor: Arc<dyn Executor>,
     stop: &Stop,
     assume_valid: AssumeValid,
-) -> Result<Summary, CliError> {
+) -> Result<(Exit, Passed), CliError> {
     let manifest = Arc::new(load(args)?);
     let mut options =
         RunOptions { verbose: args.verbose, timeouts: args.timeouts.timeouts(), assume_valid, ..RunOptions::default() };
@@ -159,17 +146,11 @@ pub(super) async fn pass(
     if let (Some(out), Ended::Planned(plan)) = (&saved.out, &passed.ended) {
         save_plan(out, &SavedPlan::new(plan, &manifest, &args.var_sources), progress)?;
     }
-    let exit = show(args.output, progress, &manifest.revision, &passed)?;
+    let exit = show(args.output, progress, &passed)?;
     if let Some(failure) = &passed.unrecorded {
         progress.note(&format!("warning: this run is not fully recorded in the deployment log: {failure}"));
     }
-    let changed = matches!(&passed.ended, Ended::Applied { report, .. } if report.counts().applied > 0);
-    let entries = match passed.ended {
-        Ended::Applied { report, .. } => Some(report.entries().to_vec()),
-        _ => None,
-    };
-    let revision = manifest.revision.clone();
-    Ok(Summary { exit, run_id: passed.run_id, drifts: passed.drifts, changed, revision, entries })
+    Ok((exit, passed))
 }
 
 /// Writes a plan file (whole or not at all). A plan that cannot be applied is not saved.
@@ -194,10 +175,10 @@ fn save_plan(out: &std::path::Path, plan: &SavedPlan, progress: &Progress) -> Re
 }
 
 /// Shows how the pass ended (the plan itself was shown as it was made), and its exit code.
-fn show(format: OutputFormat, progress: &Progress, hash: &str, passed: &Passed) -> Result<Exit, CliError> {
+fn show(format: OutputFormat, progress: &Progress, passed: &Passed) -> Result<Exit, CliError> {
     let json = |plan: &Plan, report: Option<&Report>, status: &str| {
         if format == OutputFormat::Json {
-            render::print_json(&render::document(plan, report, status, hash, passed));
+            render::print_json(&render::document(plan, report, status, passed));
         }
     };
     Ok(match &passed.ended {
@@ -255,7 +236,7 @@ pub(super) async fn plan(args: PlanArgs) -> Result<Exit, CliError> {
     let state = State::open(manifest, false, &progress)?;
     let stop = stop_on_signals(progress.clone(), Cancel::AtOnce)?;
     let saved = Saved { out: args.out.clone(), expected: None };
-    Ok(pass(manifest, None, saved, &progress, &state, executor(manifest)?, &stop, Default::default()).await?.exit)
+    Ok(pass(manifest, None, saved, &progress, &state, executor(manifest)?, &stop, Default::default()).await?.0)
 }
 
 pub(super) async fn apply(mut args: ApplyArgs) -> Result<Exit, CliError> {
@@ -282,5 +263,5 @@ pub(super) async fn apply(mut args: ApplyArgs) -> Result<Exit, CliError> {
     let stop = stop_on_signals(progress.clone(), Cancel::AtOnce)?;
     let saved = Saved { out: None, expected };
     let executor = executor(manifest)?;
-    Ok(pass(manifest, Some(confirm), saved, &progress, &state, executor, &stop, Default::default()).await?.exit)
+    Ok(pass(manifest, Some(confirm), saved, &progress, &state, executor, &stop, Default::default()).await?.0)
 }

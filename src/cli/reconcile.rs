@@ -6,13 +6,15 @@
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
-use super::apply::{Saved, State, Summary, pass, stop_on_signals};
+use super::apply::{Saved, State, pass, stop_on_signals};
 use super::confirm::ConfirmMode;
 use super::progress::Progress;
 use super::{CliError, Exit, ManifestArgs, ReconcileArgs, executor};
 use crate::engine::manifest::parent_dir;
+use crate::engine::plan::Report;
 use crate::engine::schedule::Schedule;
 use crate::engine::vars::{VarSource, auto_var_files};
+use crate::pass::Passed;
 use crate::stop::Cancel;
 
 /// How often the manifest's files are looked at between passes.
@@ -50,9 +52,9 @@ async fn edited(args: &ManifestArgs, seen: &[(PathBuf, Option<(SystemTime, u64)>
     }
 }
 
-fn summary(n: u64, pass: &Summary, assumed: usize, next: Duration) -> String {
+fn summary(n: u64, exit: Exit, pass: &Passed, assumed: usize, next: Duration) -> String {
     let drift: Vec<&str> = pass.drifts.iter().map(|d| d.resource.as_str()).collect();
-    let outcome = match (pass.exit, pass.changed) {
+    let outcome = match (exit, pass.report().is_some_and(|r| r.counts().applied > 0)) {
         (Exit::Ok, true) => "applied changes",
         (Exit::Ok, false) => "no changes",
         _ => "failed",
@@ -100,11 +102,12 @@ pub(super) async fn reconcile(args: ReconcileArgs) -> Result<Exit, CliError> {
         )
         .await;
         let wait = match result {
-            Ok(p) => {
-                let wait = schedule.after_pass(SystemTime::now(), &p.revision, &assumed, p.entries.as_deref());
-                let taken = p.entries.iter().flatten().filter(|e| assumed.took(&p.revision, e)).count();
-                progress.say(&summary(n, &p, taken, wait));
-                last = p.exit;
+            Ok((exit, p)) => {
+                let (revision, entries) = (&p.manifest.revision, p.report().map(Report::entries));
+                let wait = schedule.after_pass(SystemTime::now(), revision, &assumed, entries);
+                let taken = entries.into_iter().flatten().filter(|e| assumed.took(revision, e)).count();
+                progress.say(&summary(n, exit, &p, taken, wait));
+                last = exit;
                 wait
             }
             // The manifest may be mid-edit: say so and try again next interval.

@@ -163,8 +163,7 @@ fn change_json(change: &Change) -> Value {
 
 /// The JSON document `--output json` prints: the plan, what the log says of it (drift,
 /// changes), and the result when apply ran.
-/// `revision` is the revision's number in the log, `hash` its content hash.
-pub(super) fn document(plan: &Plan, report: Option<&Report>, status: &str, hash: &str, passed: &Passed) -> Value {
+pub(super) fn document(plan: &Plan, report: Option<&Report>, status: &str, passed: &Passed) -> Value {
     let drift: Vec<Value> =
         passed.drifts.iter().map(|d| json!({"resource": d.resource, "now": d.now.to_string()})).collect();
     let mut doc = json!({
@@ -172,7 +171,7 @@ pub(super) fn document(plan: &Plan, report: Option<&Report>, status: &str, hash:
         "run_id": plan.run_id,
         // The number; none where the log could not number it (a plan it may not write).
         "revision": passed.revision.parse::<i64>().ok(),
-        "hash": hash,
+        "hash": passed.manifest.revision,
         "status": status,
         "drift": drift,
         "changes": passed.changes.iter().map(change_json).collect::<Vec<_>>(),
