@@ -53,7 +53,7 @@ fn render_context(manifest: &ValidatedManifest, i: usize, known: &Knowledge) -> 
         let state = known.of(j).map_or(Value::Null, |k| k.state.clone());
         json!({"name": dep.name, "type": dep.type_name, "state": state})
     };
-    let Value::Object(mut ctx) = vars::context(&manifest.vars) else { unreachable!("context is a map") };
+    let mut ctx = vars::context(&manifest.vars);
     for (alias, &j) in &resource.aliases {
         ctx.insert(alias.clone(), view(j));
     }
@@ -95,7 +95,7 @@ pub(crate) fn render_outputs(
     if manifest.outputs.value.as_object().is_none_or(Map::is_empty) {
         return Ok(None);
     }
-    let Value::Object(mut ctx) = vars::context(&manifest.vars) else { unreachable!("context is a map") };
+    let mut ctx = vars::context(&manifest.vars);
     let resources: Map<String, Value> = entries
         .iter()
         .map(|e| {

@@ -416,7 +416,7 @@ fn check_env(
 ) -> Vec<(String, String)> {
     static NAME: OnceLock<Regex> = OnceLock::new();
     let valid = NAME.get_or_init(|| Regex::new("^[A-Za-z_][A-Za-z0-9_]*$").expect("valid pattern"));
-    let context = super::vars::context(vars);
+    let context = Value::Object(super::vars::context(vars));
     let mut rendered = Vec::new();
     for (name, value) in env {
         let at = format!("env `{name}`");

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use indexmap::IndexMap;
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 
 use super::expr;
 
@@ -107,10 +107,9 @@ pub fn resolve(
     for source in sources {
         match source {
             VarSource::Assignment { key, value } | VarSource::Sensitive { key, value } => {
-                let nested = key.rsplit('.').fold(Value::String(value.clone()), |acc, part| {
-                    Value::Object(Map::from_iter([(part.to_string(), acc)]))
-                });
-                let Value::Object(layer) = nested else { unreachable!("fold always wraps in a map") };
+                let mut parts = key.rsplit('.');
+                let innermost = Map::from_iter([(parts.next().unwrap_or_default().to_string(), json!(value))]);
+                let layer = parts.fold(innermost, |acc, part| Map::from_iter([(part.to_string(), Value::Object(acc))]));
                 deep_merge(&mut vars, layer);
             }
             VarSource::File(path) => merge_file(&mut vars, path, sensitive)?,
@@ -139,7 +138,7 @@ fn merge_file(vars: &mut Map<String, Value>, path: &Path, sensitive: &[String]) 
     let failed = |e: expr::ExprError| err(format!("{}: {}", e.path, e.reason));
     for (name, value) in layer.iter_mut() {
         let template = expr::compile(value, name).map_err(failed)?;
-        *value = expr::render(&template, &context(vars), name).map_err(failed)?;
+        *value = expr::render(&template, &Value::Object(context(vars)), name).map_err(failed)?;
     }
     deep_merge(vars, layer);
     deep_merge(vars, taken);
@@ -147,10 +146,10 @@ fn merge_file(vars: &mut Map<String, Value>, path: &Path, sensitive: &[String]) 
 }
 
 /// The expression context of variables alone: each at the top level and all under `vars`.
-pub fn context(vars: &Map<String, Value>) -> Value {
+pub fn context(vars: &Map<String, Value>) -> Map<String, Value> {
     let mut ctx = vars.clone();
     ctx.insert("vars".to_string(), Value::Object(vars.clone()));
-    Value::Object(ctx)
+    ctx
 }
 
 /// Merges `layer` into `base`: maps merge recursively, anything else replaces.
