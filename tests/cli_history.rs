@@ -617,4 +617,16 @@ fn revisions_are_numbered_listed_told_and_compared() {
     }
     let log = ws.run(&["history", "--limit", "1000", "--output", "json"]);
     assert!(!log.stdout.contains("s3cr3t"), "{}", log.stdout);
+
+    // A resource only one of the two revisions recorded is told as such.
+    ws.manifest(&format!("{SECRET_FILE}  more: {{ type: builtin/file, config: {{ path: more.txt, content: x }} }}\n"));
+    let (_, added) = apply_json(&ws, &[]);
+    assert_eq!(added["revision"], 5, "{added}");
+    let diff = ws.run(&["history", "--diff", "4", "5"]);
+    assert_eq!(diff.stdout, "more:\n    resource: (absent) → \"recorded\"\n", "{}", diff.all());
+    let json = ws.run(&["history", "--diff", "5", "4", "--output", "json"]).json();
+    assert_eq!(
+        json["resources"][0]["differences"][0],
+        serde_json::json!({"path": "resource", "was": "recorded", "now": null})
+    );
 }
