@@ -173,7 +173,8 @@ impl Pass<'_> {
             observers.on_event(&RunEvent::Recovered { description: r.describe() });
         }
         observers.on_event(&RunEvent::Started);
-        let (ended, mut ending) = self.plan_and_decide(observers.clone(), &recorder).await;
+        let ended = self.plan_and_decide(observers.clone(), &recorder).await;
+        let mut ending = ended.ending();
         let outputs = match &ended {
             Ended::Applied { report, .. } if report.succeeded() => {
                 render_outputs(&self.manifest, report.entries()).map_err(|e| e.to_string()).transpose()
@@ -204,82 +205,79 @@ impl Pass<'_> {
         })
     }
 
-    async fn plan_and_decide(&self, observers: Arc<Observers>, recorder: &Recorder) -> (Ended, Ending) {
+    async fn plan_and_decide(&self, observers: Arc<Observers>, recorder: &Recorder) -> Ended {
         let engine = Engine::new(self.manifest.clone(), self.executor.clone(), self.options.clone())
             .with_observer(observers.clone())
             .with_cancellation(self.cancel.clone());
         let prepared = match engine.prepare().await {
             Ok(prepared) => prepared,
-            Err(e) => {
-                let why = e.to_string();
-                return (Ended::NotPrepared(e), Ending::Failed(why));
-            }
+            Err(e) => return Ended::NotPrepared(e),
         };
         let plan = prepared.plan().await;
         observers.on_planned(&plan, &recorder.drifts(), &recorder.changes());
         match self.mode {
-            Mode::Plan => (Ended::Planned(plan), Ending::Planned),
-            Mode::Delete => match delete(&prepared, &plan).await {
-                Ok(report) => {
-                    let ending = match report.problems().as_slice() {
-                        [] => Ending::Succeeded,
-                        problems => Ending::Failed(problems.join("; ")),
-                    };
-                    (Ended::Deleted { plan, report }, ending)
-                }
-                Err(e) => (Ended::NotApplicable(plan), Ending::Failed(e.to_string())),
-            },
-            Mode::Apply if !plan.is_applicable() => {
-                (Ended::NotApplicable(plan), Ending::Failed("the plan has failures".into()))
+            Mode::Plan => return Ended::Planned(plan),
+            Mode::Delete => {
+                // Refused only for a plan another `Prepared` made: never this one.
+                return match delete(&prepared, &plan).await {
+                    Ok(report) => Ended::Deleted { plan, report },
+                    Err(_) => Ended::NotApplicable(plan),
+                };
             }
-            Mode::Apply => {
-                if let Some(expected) = &self.expected {
-                    let differences = expected.differences(&plan, &self.manifest);
-                    if !differences.is_empty() {
-                        return changed(plan, differences);
-                    }
-                }
-                let decision =
-                    if plan.has_changes() { self.approver.approve_plan(&plan).await } else { Decision::Apply };
-                match decision {
-                    Decision::Apply => {}
-                    Decision::Decline(why) => {
-                        return (Ended::Declined { plan, why: why.clone() }, Ending::Declined(why));
-                    }
-                    Decision::Refuse(why) => return (Ended::Refused { plan, why: why.clone() }, Ending::Declined(why)),
-                }
-                let plan = if self.recheck && plan.has_changes() {
-                    let again = prepared.plan().await;
-                    let differences = SavedPlan::new(&plan, &self.manifest, &[]).differences(&again, &self.manifest);
-                    if !differences.is_empty() {
-                        return changed(again, differences);
-                    }
-                    again
-                } else {
-                    plan
-                };
-                let report = match prepared.apply(&plan, self.approver).await {
-                    Ok(report) => report,
-                    Err(e) => return (Ended::NotApplicable(plan), Ending::Failed(e.to_string())),
-                };
-                let ending = if report.succeeded() {
-                    Ending::Succeeded
-                } else {
-                    let c = report.counts();
-                    Ending::Failed(format!(
-                        "{} failed, {} blocked, {} declined or cancelled",
-                        c.failed, c.blocked, c.declined
-                    ))
-                };
-                (Ended::Applied { plan, report }, ending)
+            Mode::Apply if !plan.is_applicable() => return Ended::NotApplicable(plan),
+            Mode::Apply => {}
+        }
+        if let Some(expected) = &self.expected {
+            let differences = expected.differences(&plan, &self.manifest);
+            if !differences.is_empty() {
+                return Ended::PlanChanged { plan, differences };
             }
+        }
+        let decision = if plan.has_changes() { self.approver.approve_plan(&plan).await } else { Decision::Apply };
+        match decision {
+            Decision::Apply => {}
+            Decision::Decline(why) => return Ended::Declined { plan, why },
+            Decision::Refuse(why) => return Ended::Refused { plan, why },
+        }
+        let plan = if self.recheck && plan.has_changes() {
+            let again = prepared.plan().await;
+            let differences = SavedPlan::new(&plan, &self.manifest, &[]).differences(&again, &self.manifest);
+            if !differences.is_empty() {
+                return Ended::PlanChanged { plan: again, differences };
+            }
+            again
+        } else {
+            plan
+        };
+        match prepared.apply(&plan, self.approver).await {
+            Ok(report) => Ended::Applied { plan, report },
+            Err(_) => Ended::NotApplicable(plan),
         }
     }
 }
 
-fn changed(plan: Plan, differences: Vec<String>) -> (Ended, Ending) {
-    let why = format!("the plan no longer holds, nothing was applied: {}", differences.join("; "));
-    (Ended::PlanChanged { plan, differences }, Ending::Failed(why))
+impl Ended {
+    /// How the deployment log records this end.
+    fn ending(&self) -> Ending {
+        match self {
+            Ended::NotPrepared(e) => Ending::Failed(e.to_string()),
+            Ended::Planned(_) => Ending::Planned,
+            Ended::NotApplicable(_) => Ending::Failed("the plan has failures".into()),
+            Ended::Declined { why, .. } | Ended::Refused { why, .. } => Ending::Declined(why.clone()),
+            Ended::PlanChanged { differences, .. } => {
+                Ending::Failed(format!("the plan no longer holds, nothing was applied: {}", differences.join("; ")))
+            }
+            Ended::Applied { report, .. } if !report.succeeded() => {
+                let c = report.counts();
+                Ending::Failed(format!(
+                    "{} failed, {} blocked, {} declined or cancelled",
+                    c.failed, c.blocked, c.declined
+                ))
+            }
+            Ended::Deleted { report, .. } if !report.succeeded() => Ending::Failed(report.problems().join("; ")),
+            Ended::Applied { .. } | Ended::Deleted { .. } => Ending::Succeeded,
+        }
+    }
 }
 
 /// A run that never recorded its end, found and dealt with by [`recover`].
