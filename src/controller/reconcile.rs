@@ -85,10 +85,9 @@ pub async fn reconcile(obj: &Manifest, ctx: &Context) -> Result<Next, Error> {
             }
             Err(e) => return Err(e.into()),
         };
-    let revision = inputs::revision(obj, &inputs);
     // The deployment log names the pass's revision as the status does.
-    let manifest = ValidatedManifest { revision: revision.clone(), ..manifest };
-    let (new, next_pass) = pass(obj, ctx, &old, manifest, revision, outputs, intervals, &term).await?;
+    let manifest = ValidatedManifest { revision: inputs::revision(obj, &inputs), ..manifest };
+    let (new, next_pass) = pass(obj, ctx, &old, manifest, outputs, intervals, &term).await?;
     Ok(match new.conditions.iter().find(|c| c.type_ == "Stalled") {
         Some(c) if c.status == "True" => Next::AwaitChange,
         _ if new.consecutive_failures == 0 => Next::Requeue((ctx.jitter)(next_pass)),
@@ -122,20 +121,15 @@ async fn invalid(obj: &Manifest, ctx: &Context, old: &ManifestStatus, error: Inp
 
 /// The engine pass: plan (reading the state of the resources due for a check), apply, record,
 /// and write what was observed. Also returns when the next pass is due.
-#[allow(clippy::too_many_arguments)]
 async fn pass(
     obj: &Manifest,
     ctx: &Context,
     old: &ManifestStatus,
     manifest: ValidatedManifest,
-    revision: String,
     outputs: Option<Target>,
     intervals: inputs::Intervals,
     term: &CancellationToken,
 ) -> Result<(ManifestStatus, Duration), Error> {
-    let run_id = new_run_id();
-    // The reconcile's span (controller::run) has a slot for it: every log line of the pass says it.
-    tracing::Span::current().record("run_id", run_id.as_str());
     let log = memory_log(ctx, old);
     let journal = Arc::new(StatusJournal::new(ctx, obj, old, &log));
     let stop_writing = CancellationToken::new();
@@ -149,11 +143,12 @@ async fn pass(
     let approver: &dyn Approver = manual.as_ref().map_or(&ApproveAll, |m| m as &dyn Approver);
     let assumed = ctx.checks.not_due(obj, intervals, system_now(ctx));
     let observers = vec![journal.clone() as Arc<dyn Observer>];
-    let passed = run_pass(ctx, manifest, Mode::Apply, run_id, log.clone(), observers, approver, term, &assumed).await;
+    let passed = run_pass(ctx, manifest, Mode::Apply, log.clone(), observers, approver, term, &assumed).await;
     // Its last write done before the pass's own: nothing written after it.
     stop_writing.cancel();
     let _ = progress.await;
     let passed = passed?;
+    let revision = passed.manifest.revision.clone();
     for recovered in &passed.recovered {
         publish(ctx, obj, EventType::Warning, "Interrupted", "Reconcile", &recovered.describe()).await;
     }
@@ -268,7 +263,6 @@ async fn run_pass(
     ctx: &Context,
     manifest: Arc<ValidatedManifest>,
     mode: Mode,
-    run_id: String,
     log: Arc<MemoryLog>,
     observers: Vec<Arc<dyn Observer>>,
     approver: &dyn Approver,
@@ -276,6 +270,9 @@ async fn run_pass(
     assume_valid: &AssumeValid,
 ) -> Result<Passed, PassError> {
     let settings = &ctx.settings;
+    let run_id = new_run_id();
+    // The reconcile's span (controller::run) has a slot for it: every log line of the pass says it.
+    tracing::Span::current().record("run_id", run_id.as_str());
     let options = RunOptions {
         parallelism: settings.parallelism,
         timeouts: settings.timeouts,
@@ -510,18 +507,9 @@ async fn delete_resources(obj: &Manifest, ctx: &Context, term: &CancellationToke
     let settings = &ctx.settings;
     let (manifest, _) = inputs::prepare(&ctx.client, obj, &settings.plug_root, settings.allow_local_programs).await?;
     let log = memory_log(ctx, &obj.status.clone().unwrap_or_default());
-    let passed = run_pass(
-        ctx,
-        Arc::new(manifest),
-        Mode::Delete,
-        new_run_id(),
-        log,
-        Vec::new(),
-        &ApproveAll,
-        term,
-        &AssumeValid::default(),
-    )
-    .await?;
+    let passed =
+        run_pass(ctx, Arc::new(manifest), Mode::Delete, log, Vec::new(), &ApproveAll, term, &AssumeValid::default())
+            .await?;
     match passed.ended {
         Ended::Deleted { report, .. } if report.succeeded() => Ok(()),
         Ended::Deleted { report, .. } => Err(DeleteError::Problems(report.problems())),
