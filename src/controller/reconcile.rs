@@ -132,21 +132,20 @@ async fn pass(
 ) -> Result<(ManifestStatus, Duration), Error> {
     let log = memory_log(ctx, old);
     let journal = Arc::new(StatusJournal::new(ctx, obj, old, &log));
-    let stop_writing = CancellationToken::new();
-    let progress = tokio::spawn({
-        let (journal, stop) = (journal.clone(), stop_writing.clone());
-        async move { journal.keep_writing(stop).await }
-    });
     let manifest = Arc::new(manifest);
     let mask = manifest.mask.clone();
     let manual = ManualApproval::of(obj, &manifest, (ctx.clock)());
     let approver: &dyn Approver = manual.as_ref().map_or(&ApproveAll, |m| m as &dyn Approver);
     let assumed = ctx.checks.not_due(obj, intervals, system_now(ctx));
     let observers = vec![journal.clone() as Arc<dyn Observer>];
-    let passed = run_pass(ctx, manifest, Mode::Apply, log.clone(), observers, approver, term, &assumed).await;
-    // Its last write done before the pass's own: nothing written after it.
-    stop_writing.cancel();
-    let _ = progress.await;
+    let stop_writing = CancellationToken::new();
+    let run = async {
+        let passed = run_pass(ctx, manifest, Mode::Apply, log.clone(), observers, approver, term, &assumed).await;
+        stop_writing.cancel();
+        passed
+    };
+    // Progress is written while the pass runs, its last write done before the pass's own.
+    let (passed, ()) = tokio::join!(run, journal.keep_writing(&stop_writing));
     let passed = passed?;
     let revision = passed.manifest.revision.clone();
     for recovered in &passed.recovered {
@@ -601,7 +600,7 @@ impl StatusJournal {
 
     /// Until `stop`: every [`PROGRESS_WRITE_EVERY`], the status when progress changed. A write
     /// that fails is logged: progress is a display, the pass goes on.
-    async fn keep_writing(&self, stop: CancellationToken) {
+    async fn keep_writing(&self, stop: &CancellationToken) {
         loop {
             tokio::select! {
                 _ = stop.cancelled() => return,
