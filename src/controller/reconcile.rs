@@ -133,7 +133,6 @@ async fn pass(
     let log = memory_log(ctx, old);
     let journal = Arc::new(StatusJournal::new(ctx, obj, old, &log));
     let manifest = Arc::new(manifest);
-    let mask = manifest.mask.clone();
     let manual = ManualApproval::of(obj, &manifest, (ctx.clock)());
     let approver: &dyn Approver = manual.as_ref().map_or(&ApproveAll, |m| m as &dyn Approver);
     let assumed = ctx.checks.not_due(obj, intervals, system_now(ctx));
@@ -167,10 +166,7 @@ async fn pass(
         | Ended::PlanChanged { plan, .. }
         | Ended::Deleted { plan, .. } => Observed::Unapplied(plan),
     };
-    let entries = match &observed {
-        Observed::Applied(report) => Some(report.entries()),
-        _ => None,
-    };
+    let entries = if let Observed::Applied(report) = &observed { Some(report.entries()) } else { None };
     let next = ctx.checks.record(obj, system_now(ctx), &revision, &assumed, entries);
     let drifts = passed.drifts;
     let still_awaiting = matches!(&observed, Observed::AwaitingApproval { pending, .. }
@@ -181,6 +177,7 @@ async fn pass(
     // A pass that found everything as it was adds nothing worth keeping to the history.
     let history = if no_op { history_entries(old) } else { log.entries() };
     let mut events = pass_events(&observed, &drifts);
+    let mask = &passed.manifest.mask;
     match (&passed.outputs, &outputs) {
         (Some(Ok(values)), Some(target)) => match super::outputs::write(ctx, obj, target, values).await {
             Ok(Written::Unchanged) => {}
