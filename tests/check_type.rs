@@ -115,6 +115,32 @@ fn a_bad_config_must_fail_and_slow_calls_are_flagged() {
 }
 
 #[test]
+fn a_bad_config_the_schema_refuses_is_deployster_s_to_refuse() {
+    // The fixture's state exits 0 for `exit: 0`; here its schema refuses that config, so the type
+    // is never asked about it (P020 passes and says why) — as `apply` refuses it before state.
+    let ws = Workspace::new();
+    let schema = r#"{"type": "object", "properties": {"exit": {"type": "integer", "minimum": 1}}}"#;
+    ws.init_response("check-type", &format!(r#"{{"config_schema": {schema}, "state_action": {{"args": ["state"]}}}}"#));
+    ws.write("bad.yaml", "exit: 0\n");
+    ws.write("loud.yaml", "exit: 2\n");
+    let run = check(&ws, "./fixture", &["--bad-config", "bad.yaml", "--bad-config", "loud.yaml"]);
+    let doc = run.json();
+    let p020: Vec<&Value> = doc["findings"].as_array().unwrap().iter().filter(|f| f["id"] == "P020").collect();
+    assert_eq!(p020.len(), 2, "{p020:?}");
+    assert_eq!((&p020[0]["level"], &p020[0]["case"]), (&"pass".into(), &"bad.yaml".into()), "{p020:?}");
+    let message = p020[0]["message"].as_str().unwrap();
+    assert!(message.contains("config_schema refuses it") && message.contains("minimum of 1"), "{message}");
+    assert!(
+        !doc["calls"].as_array().unwrap().iter().any(|c| c["phase"] == "state" && c["case"] == "bad.yaml"),
+        "{doc}"
+    );
+    // A bad config the schema accepts still goes to the type, which must refuse it itself.
+    assert_eq!(p020[1]["level"], "pass", "exit 2 with a message on stderr: {p020:?}");
+    assert!(p020[1]["message"].as_str().unwrap().is_empty(), "{p020:?}");
+    assert_eq!(run.code, 0, "{}", run.all());
+}
+
+#[test]
 fn a_missing_hanging_or_crashing_type_and_a_bad_config_file_are_reported() {
     let ws = Workspace::new();
     let run = check(&ws, "./nope", &[]);

@@ -554,6 +554,22 @@ fn outputs_go_to_a_secret_the_manifest_owns() {
         cluster.event_reasons("site").iter().any(|r| r == "OutputsNotWritten")
     });
     assert_eq!(decoded(&secret("theirs").unwrap(), "keep"), "me");
+    // Outputs that cannot be written or rendered keep the object from Ready, saying why.
+    let ready = || {
+        let manifest = cluster.get(&["manifest", "site"]).unwrap_or_default();
+        let conditions = manifest["status"]["conditions"].as_array().cloned().unwrap_or_default();
+        let ready = conditions.into_iter().find(|c| c["type"] == "Ready").unwrap_or_default();
+        (ready["status"].as_str().unwrap_or("").to_string(), ready["reason"].as_str().unwrap_or("").to_string())
+    };
+    wait_for("Ready=False (OutputsNotWritten)", Duration::from_secs(60), || {
+        ready() == ("False".to_string(), "OutputsNotWritten".to_string())
+    });
+    cluster.apply_yaml(&manifest("production", "site-outputs").replace("state.path", "state.nope"));
+    wait_for("Ready=False (OutputsFailed)", Duration::from_secs(60), || {
+        ready() == ("False".to_string(), "OutputsFailed".to_string())
+    });
+    cluster.apply_yaml(&manifest("production", "site-outputs"));
+    wait_for("Ready again once the outputs render", Duration::from_secs(60), || ready().0 == "True");
 
     cluster.must(&cluster.ns(&["delete", "manifest", "site", "--wait=false"]));
     wait_for("the outputs Secret to go with the Manifest", Duration::from_secs(60), || {

@@ -460,6 +460,7 @@ async fn malformed(ctx: &Context, invalid: &kube::core::error_boundary::InvalidO
         now_ms: (ctx.clock)(),
         approved_plan: None,
         next_checks: Default::default(),
+        outputs_failed: None,
     };
     let new = status::next_status(&crate::crd::ManifestStatus::default(), &result);
     let api: Api<Manifest> = Api::namespaced(ctx.client.clone(), &namespace);

@@ -26,9 +26,9 @@ pub struct Access {
 /// What the controller does with the API, and why.
 pub const API_ACCESS: &[Access] = &[
     // The watch cache (list, watch), each reconcile's fresh read (get) and the finalizer (a
-    // merge patch of metadata.finalizers). Setting ownerReferences with blockOwnerDeletion on
-    // objects the controller creates would need `update` on manifests/finalizers too; it creates
-    // none yet.
+    // merge patch of metadata.finalizers). The one object it creates, the outputs Secret, names
+    // its Manifest as controller owner without blockOwnerDeletion (controller_owner_ref), which
+    // is why `update` on manifests/finalizers is not needed; setting it would need that too.
     Access {
         group: "deployster.io",
         resource: "manifests",

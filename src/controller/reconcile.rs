@@ -178,21 +178,25 @@ async fn pass(
     let history = if no_op { history_entries(old) } else { log.entries() };
     let mut events = pass_events(&observed, &drifts);
     let mask = &passed.manifest.mask;
-    match (&passed.outputs, &outputs) {
+    // Outputs that fail keep the object from Ready: a consumer of the outputs Secret would
+    // otherwise read stale values while the object says all is well.
+    let outputs_failed = match (&passed.outputs, &outputs) {
         (Some(Ok(values)), Some(target)) => match super::outputs::write(ctx, obj, target, values).await {
-            Ok(Written::Unchanged) => {}
+            Ok(Written::Unchanged) => None,
             Ok(written) => {
                 let verb = if written == Written::Created { "created" } else { "updated" };
                 events.push((EventType::Normal, "OutputsWritten", format!("outputs {verb}: {}", target.describe())));
+                None
             }
-            Err(e) => events.push((EventType::Warning, "OutputsNotWritten", mask.text(&e.to_string()))),
+            Err(e) => Some(("OutputsNotWritten", mask.text(&e.to_string()))),
         },
-        (Some(Err(why)), _) => events.push((
-            EventType::Warning,
-            "OutputsFailed",
-            format!("the outputs could not be rendered: {}", mask.text(why)),
-        )),
-        _ => {}
+        (Some(Err(why)), _) => {
+            Some(("OutputsFailed", format!("the outputs could not be rendered: {}", mask.text(why))))
+        }
+        _ => None,
+    };
+    if let Some((reason, message)) = &outputs_failed {
+        events.push((EventType::Warning, reason, message.clone()));
     }
     if let Observed::AwaitingApproval { pending, .. } = &observed
         && !still_awaiting
@@ -228,6 +232,7 @@ async fn pass(
         now_ms: (ctx.clock)(),
         approved_plan,
         next_checks: next.by_resource,
+        outputs_failed,
     };
     // The status as the journal last wrote it, if it did, is what the object now holds.
     let written = journal.last_written().await;
@@ -377,6 +382,7 @@ async fn finish_unrun(
         now_ms: (ctx.clock)(),
         approved_plan: None,
         next_checks: Default::default(),
+        outputs_failed: None,
     };
     finish(obj, ctx, old, result).await
 }

@@ -53,6 +53,9 @@ pub struct PassResult {
     pub approved_plan: Option<String>,
     /// When each resource's state is next read (adaptive drift checks).
     pub next_checks: std::collections::BTreeMap<String, std::time::SystemTime>,
+    /// Why the outputs failed (reason, message), when the resources are applied but the
+    /// outputs could not be rendered or written: the object is not Ready until they are.
+    pub outputs_failed: Option<(&'static str, String)>,
 }
 
 impl PassResult {
@@ -121,7 +124,7 @@ pub fn next_status(old: &ManifestStatus, pass: &PassResult) -> ManifestStatus {
         _ => {}
     }
     status.consecutive_failures = match &pass.observed {
-        _ if pass.succeeded() => 0,
+        _ if pass.succeeded() && pass.outputs_failed.is_none() => 0,
         Observed::AwaitingApproval { .. } => 0,
         Observed::Invalid { .. } | Observed::Suspended => old.consecutive_failures,
         _ => old.consecutive_failures.saturating_add(1),
@@ -267,6 +270,13 @@ type Wanted = (&'static str, &'static str, String, String);
 
 fn conditions(status: &ManifestStatus, pass: &PassResult) -> Vec<Wanted> {
     let not_stalled = ("Stalled", "False", "Progressing".to_string(), String::new());
+    if let (true, Some((reason, message))) = (pass.succeeded(), &pass.outputs_failed) {
+        return vec![
+            ("Ready", "False", reason.to_string(), message.clone()),
+            ("Reconciling", "True", "RetryingAfterFailure".into(), message.clone()),
+            not_stalled,
+        ];
+    }
     match &pass.observed {
         Observed::Invalid { reason, message } => vec![
             ("Ready", "False", reason.to_string(), message.clone()),

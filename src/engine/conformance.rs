@@ -403,6 +403,13 @@ impl Checker<'_> {
     }
 
     async fn bad_case(&mut self, init: &InitResponse, label: &str, config: &Value) {
+        // Deployster checks a config against the type's schema before any state call: a config
+        // the schema refuses never reaches the type, so only configs it accepts test the type.
+        if let Some(why) = schema_refusal(init, config) {
+            let message =
+                format!("the type's config_schema refuses it ({why}): Deployster refuses it before state runs");
+            return self.record("P020", Level::Pass, message, Some(label));
+        }
         let (mounts, plugs) = self.plugs(init);
         let request = self.state_request(config, &plugs);
         match self.call("state", &init.state_action, &request, &mounts, Some(label)).await {
@@ -418,6 +425,14 @@ impl Checker<'_> {
             Err(e) => self.record("P020", Level::Fail, e, Some(label)),
         }
     }
+}
+
+/// Why the type's own `config_schema` refuses `config`, if it does (a schema that does not compile
+/// refuses nothing here: P005 reports it).
+fn schema_refusal(init: &InitResponse, config: &Value) -> Option<String> {
+    let validator = compile_schema(init.config_schema.as_ref()?).ok()?;
+    let errors: Vec<String> = validator.iter_errors(config).take(3).map(|e| e.to_string()).collect();
+    (!errors.is_empty()).then(|| errors.join("; "))
 }
 
 /// Checks `type_name` (resolved against `options.workspace`) on `executor`.

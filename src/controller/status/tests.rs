@@ -35,6 +35,7 @@ fn pass(observed: Observed, now_ms: i64) -> PassResult {
         now_ms,
         approved_plan: None,
         next_checks: Default::default(),
+        outputs_failed: None,
     }
 }
 
@@ -82,6 +83,30 @@ fn a_successful_first_pass_is_ready_with_every_resource_valid() {
     assert_eq!(status.resources[0].state, Some(json!({"path": "/a"})));
     assert_eq!(status.resources[0].message.as_deref(), Some("applied: create"));
     assert_eq!(status.consecutive_failures, 0);
+}
+
+#[test]
+fn outputs_that_fail_keep_the_object_from_ready_until_they_render() {
+    let ready = next_status(&ManifestStatus::default(), &pass(Observed::Applied(report(vec![applied("a")])), T0));
+    let mut failing = pass(Observed::Applied(report(vec![unchanged("a")])), T0 + 1000);
+    failing.outputs_failed =
+        Some(("OutputsFailed", "the outputs could not be rendered: outputs.url: undefined".into()));
+    let failed = next_status(&ready, &failing);
+    let condition_of = |s: &ManifestStatus, t: &str| {
+        let c = condition(s, t);
+        (c.status.clone(), c.reason.clone(), c.message.clone())
+    };
+    assert_eq!(
+        condition_of(&failed, "Ready"),
+        ("False".into(), "OutputsFailed".into(), "the outputs could not be rendered: outputs.url: undefined".into())
+    );
+    assert_eq!(condition_of(&failed, "Reconciling").1, "RetryingAfterFailure");
+    assert_eq!(condition(&failed, "Stalled").status, "False", "a retry can fix it");
+    assert_eq!(failed.consecutive_failures, 1, "retried with the failure backoff");
+    assert_eq!(failed.resources[0].status, "VALID", "the resources themselves are applied");
+    let rendered = next_status(&failed, &pass(Observed::Applied(report(vec![unchanged("a")])), T0 + 2000));
+    assert_eq!(condition(&rendered, "Ready").status, "True", "{rendered:#?}");
+    assert_eq!(rendered.consecutive_failures, 0);
 }
 
 #[test]
