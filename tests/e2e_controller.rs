@@ -578,6 +578,63 @@ fn outputs_go_to_a_secret_the_manifest_owns() {
     assert!(secret("theirs").is_some(), "what it does not own stays");
 }
 
+/// A Manifest whose template would build gigabytes fails on the render budget, naming the
+/// resource and the path, and the controller's memory stays near where it was: one Manifest's
+/// author cannot take the memory every other Manifest's reconciliation needs.
+#[test]
+fn a_template_too_large_to_build_cannot_take_the_controller_s_memory() {
+    let Some(cluster) = Cluster::new("budget") else { return };
+    let work = tempfile::tempdir().unwrap();
+    let controller =
+        ControllerProcess::start(&cluster, work.path(), "controller", &["--namespace", &cluster.namespace]);
+    let peak_kib = || {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", controller.child.id())).unwrap();
+        let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap().to_string();
+        line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap()
+    };
+    let manifest = |name: &str, content: &str| {
+        format!(
+            "apiVersion: deployster.io/v1alpha1\nkind: Manifest\nmetadata: {{name: {name}}}\nspec:\n  interval: 1h\n  resources:\n    big_file: {{type: builtin/file, config: {{path: \"{}/{name}\", content: {}}}}}\n",
+            work.path().display(),
+            serde_json::to_string(content).unwrap()
+        )
+    };
+    cluster.apply_yaml(&manifest("small", "hello"));
+    wait_for("the small Manifest to be Ready", Duration::from_secs(60), || {
+        cluster.condition("small", "Ready") == "True"
+    });
+    let baseline = peak_kib();
+    let attacks = [
+        "{% for i in range(1000) %}{{ 'a' * 1000000 }}{% endfor %}",
+        "{% set s = 'a' * 10000000 %}{% set s = s ~ s %}{% set s = s ~ s %}{% set s = s ~ s %}{{ s }}",
+        "{% set l = range(100000)|list %}{% set l = l + l %}{% set l = l + l %}{% set l = l + l %}{{ l|join(',') }}",
+    ];
+    for (i, attack) in attacks.iter().enumerate() {
+        cluster.apply_yaml(&manifest(&format!("big-{i}"), attack));
+    }
+    for i in 0..attacks.len() {
+        let name = format!("big-{i}");
+        wait_for("the budget to stop the render", Duration::from_secs(60), || {
+            cluster.get(&["manifest", &name]).is_some_and(|m| {
+                let conditions = m["status"]["conditions"].as_array().cloned().unwrap_or_default();
+                conditions.iter().any(|c| {
+                    let message = c["message"].as_str().unwrap_or("");
+                    c["type"] == "Ready"
+                        && c["status"] == "False"
+                        && message.contains("big_file")
+                        && message.contains("config.content")
+                        && message.contains("more than 16 MiB")
+                })
+            })
+        });
+    }
+    let peak = peak_kib();
+    eprintln!("controller peak RSS: {} MiB before, {} MiB after", baseline >> 10, peak >> 10);
+    // Three renders may run at once, each within its 16 MiB budget (the templates alone would
+    // take gigabytes).
+    assert!(peak < baseline + 128 * 1024, "peak {peak} KiB against {baseline} KiB before the templates");
+}
+
 /// While an action reports progress, `status.resources[].progress` and `kubectl get dm`
 /// show it; progress alone writes the status at most once per 5 s; the pass's own write clears
 /// it.

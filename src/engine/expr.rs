@@ -14,6 +14,10 @@ use std::sync::OnceLock;
 use minijinja::{Environment, UndefinedBehavior};
 use serde_json::Value;
 
+mod budget;
+mod folding;
+pub use budget::RENDER_BUDGET;
+
 /// One step of a path into a JSON value.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub enum PathSegment {
@@ -104,12 +108,8 @@ fn environment() -> &'static Environment<'static> {
         let mut env = Environment::new();
         env.set_undefined_behavior(UndefinedBehavior::Strict);
         env.set_fuel(Some(TEMPLATE_FUEL));
-        env.set_syntax(
-            minijinja::syntax::SyntaxConfig::builder()
-                .keep_trailing_newline(true)
-                .build()
-                .expect("the default delimiters are valid"),
-        );
+        env.set_syntax(budget::env_syntax());
+        budget::install(&mut env);
         env
     })
 }
@@ -166,6 +166,12 @@ fn compile_site(source: &str, path: &ValuePath, prefix: &str) -> Result<Template
         message: format!("invalid expression `{source}`: {}", describe(&e)),
         reason: format!("not a valid template: {}", describe(&e)),
     };
+    // Compiling folds constants: what they would fold into is checked first.
+    match single_expression(source) {
+        Some(expr) => budget::parse_expr(expr).map(drop),
+        None => budget::parse(source).map(drop),
+    }
+    .map_err(error)?;
     let (kind, references) = match single_expression(source) {
         Some(expr) => {
             let compiled = env.compile_expression(expr).map_err(error)?;
@@ -200,6 +206,12 @@ fn describe(e: &minijinja::Error) -> String {
     if e.kind() == minijinja::ErrorKind::OutOfFuel {
         return format!("rendering took more than {TEMPLATE_FUEL} steps and was stopped (a loop too large?)");
     }
+    if e.detail() == Some(budget::OVER_BUDGET) {
+        return format!(
+            "rendering would build or handle more than {} MiB and was stopped (a value, a filter or a loop too large?)",
+            RENDER_BUDGET >> 20
+        );
+    }
     match e.detail() {
         Some(detail) => format!("{}: {detail}", e.kind()),
         None => e.kind().to_string(),
@@ -214,19 +226,17 @@ pub fn render(template: &ConfigTemplate, context: &Value, prefix: &str) -> Resul
     let env = environment();
     let ctx = minijinja::Value::from(minijinja::value::Serde(context));
     let mut out = template.value.clone();
+    budget::start();
     for site in &template.sites {
         let error =
             |message: String, reason: String| ExprError { path: full_path(prefix, &site.path), message, reason };
         let rendered = match &site.kind {
-            SiteKind::Expression(expr) => env
-                .compile_expression(expr)
-                .and_then(|e| e.eval(ctx.clone()))
-                .map_err(|e| describe(&e))
-                .and_then(|v| to_json(&v))
-                .map_err(|why| {
-                    error(format!("cannot evaluate `{}`: {why}", site.source), format!("cannot evaluate: {why}"))
-                })?,
-            SiteKind::Text => env.render_str(&site.source, ctx.clone()).map(Value::String).map_err(|e| {
+            SiteKind::Expression(expr) => {
+                budget::eval(env, expr, ctx.clone()).map_err(|e| describe(&e)).and_then(|v| to_json(&v)).map_err(
+                    |why| error(format!("cannot evaluate `{}`: {why}", site.source), format!("cannot evaluate: {why}")),
+                )?
+            }
+            SiteKind::Text => budget::render_str(env, &site.source, ctx.clone()).map(Value::String).map_err(|e| {
                 let why = describe(&e);
                 error(format!("cannot render `{}`: {why}", site.source), format!("cannot render: {why}"))
             })?,
@@ -243,6 +253,14 @@ fn to_json(value: &minijinja::Value) -> Result<Value, String> {
         return Err("undefined value".to_string());
     }
     serde_json::to_value(value).map_err(|e| format!("the value is not representable as JSON: {e}"))
+}
+
+/// The value at `path` inside `value`.
+pub fn pointer<'a>(value: &'a Value, path: &ValuePath) -> Option<&'a Value> {
+    path.0.iter().try_fold(value, |v, segment| match segment {
+        PathSegment::Key(k) => v.get(k),
+        PathSegment::Index(i) => v.get(*i),
+    })
 }
 
 fn pointer_mut<'a>(value: &'a mut Value, path: &ValuePath) -> Option<&'a mut Value> {
@@ -271,6 +289,119 @@ mod tests {
         // An ordinary loop is nowhere near the budget.
         let ok = rendered(json!({"c": "{% for i in range(1000) %}{{ i }},{% endfor %}"}), json!({})).unwrap();
         assert!(ok["c"].as_str().unwrap().ends_with("999,"));
+    }
+
+    /// Each of these once took gigabytes (or minutes); each must fail on the budget, naming
+    /// the path, having built no more than it allows.
+    #[test]
+    fn rendering_is_bounded_in_memory() {
+        let set_s = "{% set s = 'a' * 10000000 %}";
+        let attacks = [
+            "{% for i in range(1000) %}{{ 'a' * 1000000 }}{% endfor %}".to_string(),
+            format!("{set_s}{{% set s = s ~ s %}}{{% set s = s ~ s %}}{{% set s = s ~ s %}}{{{{ s|length }}}}"),
+            format!("{set_s}{{{{ s ~ s ~ s ~ s }}}}"),
+            "{% set l = range(100000)|list %}{% set l = l + l %}{% set l = l + l %}{% set l = l + l %}{{ l|join(',') }}"
+                .to_string(),
+            "{{ ['x'] * 10000000 }}".to_string(),
+            "{{ 'a' * 100000000 }}".to_string(),
+            "{% set s = 'a' * 1000 %}{{ s|replace('', 'x' * 100000) }}".to_string(),
+            "{% set s = 'a\n' * 1000 %}{{ s|indent(100000) }}".to_string(),
+            "{{ '%.100000000f'|format(1.5) }}".to_string(),
+            "{% set s = 'a' * 100000 %}{{ [s]|join(',' * 1000000) }}{{ (range(1000)|list)|join('-' * 100000) }}"
+                .to_string(),
+            format!("{set_s}{{{{ [s, s, s, s] }}}}"),
+            format!("{set_s}{{% for i in range(10) %}}{{{{ s }}}}{{% endfor %}}"),
+            format!("{set_s}{{{{ [[s, s], [s, s]]|tojson }}}}"),
+            "{% set l = range(100000)|list %}{{ [l, l, l, l, l, l, l, l, l, l]|string|length }}".to_string(),
+        ];
+        for attack in &attacks {
+            let started = std::time::Instant::now();
+            for config in [json!({"content": attack}), json!({"value": format!("{{{{ {:?} }}}}", "x")})] {
+                let _ = rendered(config, json!({}));
+            }
+            let err = rendered(json!({"files": [{"content": attack}]}), json!({})).unwrap_err();
+            assert_eq!(err.path, "resources.r.config.files[0].content", "{attack}");
+            assert!(err.message.contains("more than 16 MiB and was stopped"), "{attack}: {err}");
+            assert!(started.elapsed() < std::time::Duration::from_secs(20), "{attack}: {:?}", started.elapsed());
+        }
+        // A single expression's value is charged whole before it becomes JSON.
+        let err = rendered(json!({"v": "{{ [s, s, s, s] }}"}), json!({"s": "a".repeat(10_000_000)})).unwrap_err();
+        assert!(err.message.contains("more than 16 MiB"), "{err}");
+    }
+
+    /// minijinja builds constant expressions while it compiles: those are refused at
+    /// validation, before anything is built.
+    #[test]
+    fn constants_too_large_are_refused_before_they_are_built() {
+        for source in [
+            "{{ 'a' * 100000000 }}",
+            "{{ ('a' * 30000000) ~ ('a' * 30000000) }}",
+            "x{{ [0] * 100000000 }}",
+            "{{ 'a' * (10000 * 10000) }}",
+            "{{ (2 ** 40) * 'a' }}",
+            "{% if x %}{% for i in ('ab' * 50000000) %}{% endfor %}{% endif %}",
+            "{{ f(k=('a' * 100000000)) }}",
+        ] {
+            let started = std::time::Instant::now();
+            let err = compile(&json!({"c": source}), "resources.r.config").unwrap_err();
+            assert_eq!(err.path, "resources.r.config.c");
+            assert!(err.message.contains("more than 16 MiB"), "{source}: {err}");
+            assert!(started.elapsed() < std::time::Duration::from_secs(5), "{source}: built before refused?");
+        }
+        let ok = rendered(json!({"c": "{{ '-' * 20 }}{{ [0] * 3 }}{{ 2 ** 10 }}"}), json!({})).unwrap();
+        assert_eq!(ok["c"], json!("--------------------[0, 0, 0]1024"));
+    }
+
+    /// The budget changes what a render may build, never what it gives.
+    #[test]
+    fn bounded_operators_and_filters_give_what_minijinja_gives() {
+        let ctx = json!({"name": "web", "ports": [80, 443], "env": {"A": "1", "B": "<2>"}, "n": 3, "text": "a\nb"});
+        let out = rendered(
+            json!({
+                "concat": "{{ name ~ '-' ~ n }}",
+                "add": "{{ n + 2 }}",
+                "addf": "{{ n + 0.5 }}",
+                "adds": "{{ name + '-x' }}",
+                "addl": "{{ ports + [8080] }}",
+                "mul": "{{ n * 4 }}",
+                "muls": "{{ '-' * n }}",
+                "mull": "{{ [0] * n }}",
+                "text": "{% for p in ports %}{{ name }}:{{ p }}{% if not loop.last %},{% endif %}{% endfor %}",
+                "filters": "{{ ports|join(',') }} {{ name|upper|replace('W', 'w') }} {{ '%s=%05.1f'|format(name, 2.5) }}",
+                "indent": "{{ text|indent(2, true) }}",
+                "tojson": "{{ env|tojson }}",
+                "pretty": "{{ env|tojson(indent=2) }}",
+                "map": "{{ ports|map('string')|join(';') }} {{ env|dictsort|first|join('=') }}",
+                "big": "{{ 'x' * 4000000 }}",
+            }),
+            ctx.clone(),
+        )
+        .unwrap();
+        let env = minijinja::Environment::new();
+        let plain = |source: &str| env.render_str(source, minijinja::value::Serde(&ctx)).unwrap();
+        assert_eq!(out["concat"], json!("web-3"));
+        assert_eq!((&out["add"], &out["addf"], &out["adds"]), (&json!(5), &json!(3.5), &json!("web-x")));
+        assert_eq!(
+            (&out["addl"], &out["mul"], &out["muls"], &out["mull"]),
+            (&json!([80, 443, 8080]), &json!(12), &json!("---"), &json!([0, 0, 0]))
+        );
+        assert_eq!(out["text"], json!("web:80,web:443"));
+        assert_eq!(
+            out["filters"],
+            json!(plain(
+                "{{ ports|join(',') }} {{ name|upper|replace('W', 'w') }} {{ '%s=%05.1f'|format(name, 2.5) }}"
+            ))
+        );
+        assert_eq!(out["indent"], json!("  a\n  b"));
+        assert_eq!(out["tojson"], json!(plain("{{ env|tojson }}")));
+        assert_eq!(out["pretty"], json!(plain("{{ env|tojson(indent=2) }}")));
+        assert_eq!(out["map"], json!("80;443 A=1"));
+        assert_eq!(out["big"].as_str().unwrap().len(), 4_000_000, "a large value within the budget renders");
+        // Strict undefined still applies to the rewritten operators.
+        let err = rendered(json!({"c": "{{ name ~ missing }}"}), ctx.clone()).unwrap_err();
+        assert!(err.message.contains("undefined"), "{err}");
+        let err = rendered(json!({"c": "{{ missing + 1 }}"}), ctx).unwrap_err();
+        assert!(err.message.contains("undefined"), "{err}");
     }
 
     #[test]

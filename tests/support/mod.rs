@@ -161,6 +161,38 @@ impl Workspace {
         Run::from(output)
     }
 
+    /// [`Workspace::run`], with the peak resident memory of the deployster process in KiB (from
+    /// `wait4`, which reaps it: the peak is the whole run's, up to its last instruction).
+    #[allow(clippy::zombie_processes)]
+    pub fn run_measured(&self, args: &[&str]) -> (Run, u64) {
+        let mut child = Command::new(deployster())
+            .args(args)
+            .current_dir(self.dir.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run deployster");
+        let read = |mut pipe: Box<dyn Read + Send>| {
+            std::thread::spawn(move || {
+                let mut text = String::new();
+                let _ = pipe.read_to_string(&mut text);
+                text
+            })
+        };
+        let stdout = read(Box::new(child.stdout.take().unwrap()));
+        let stderr = read(Box::new(child.stderr.take().unwrap()));
+        let mut status = 0;
+        // SAFETY: a zeroed rusage is a valid value for wait4 to fill in.
+        let mut usage: nix::libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: waits for our own child, whose pid we hold; both pointers are valid.
+        let waited = unsafe { nix::libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
+        assert_eq!(waited, child.id() as i32, "wait4");
+        let code = if nix::libc::WIFEXITED(status) { nix::libc::WEXITSTATUS(status) } else { -1 };
+        let run = Run { code, stdout: stdout.join().unwrap(), stderr: stderr.join().unwrap() };
+        (run, usage.ru_maxrss as u64)
+    }
+
     pub fn apply(&self, extra: &[&str]) -> Run {
         self.run(&[&["apply", "-f", "manifest.yaml", "--yes"], extra].concat())
     }
