@@ -24,11 +24,61 @@ fn a_program_that_echoes_a_secret_has_it_masked_in_output_errors_and_the_log() {
     ws.manifest("vars: { token: s3cr3t-t0ken }\nsensitive: [token]\nresources:\n  e: { type: ./echoing, config: { auth: \"Bearer {{ token }}\" } }\n");
     for run in [ws.plan(&["-v"]), ws.apply(&["--output", "json"])] {
         assert_eq!(run.code, 1, "{}", run.all());
-        assert!(run.all().contains("Bearer ***"), "the failure still says what it saw, masked:\n{}", run.all());
+        // The whole value is sensitive: it was rendered from a sensitive variable.
+        assert!(run.all().contains(r#""auth":"***""#), "the failure still says what it saw, masked:\n{}", run.all());
         assert!(!run.all().contains("s3cr3t"), "{}", run.all());
     }
     let log = ws.run(&["history", "--limit", "1000", "--output", "json"]);
-    assert!(log.stdout.contains("Bearer ***") && !log.stdout.contains("s3cr3t"), "{}", log.stdout);
+    assert!(log.stdout.contains(r#"\"auth\":\"***\""#) && !log.stdout.contains("s3cr3t"), "{}", log.stdout);
+}
+
+#[test]
+fn a_secret_is_masked_across_lines_as_json_escapes_it_and_whatever_a_filter_made_of_it() {
+    let ws = Workspace::new();
+    // This type also prints its request with the JSON escapes undone, so a multi-line secret
+    // reaches the output over several lines.
+    let script = ws.write(
+        "echoing",
+        r#"#!/bin/sh
+if [ $# -eq 0 ]; then echo '{"state_action": {"args": ["state"]}}'; exit 0; fi
+request=$(cat)
+printf 'got %s\n' "$request" >&2
+decoded=$(printf '%s' "$request" | sed 's/\\"/"/g')
+printf '%b\n' "$decoded" >&2
+printf 'got %s\n' "$request"
+exit 3
+"#,
+    );
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    ws.write(
+        "secrets.yaml",
+        "pem: \"-----BEGIN KEY-----\\nMIIBOgIBAAJBAKj34GkxFhD90vcNLYLInFEX\\n6Ppy1tPf9Cnzj4p4WGeKLs1Pt8Qu\\n-----END KEY-----\\n\"\nodd: \"q\\\"uo\\teSECRET\u{e9}\"\ntoken: t0k3n-abc\n",
+    );
+    ws.manifest(
+        "sensitive: [pem, odd, token]\nresources:\n  e: { type: ./echoing, config: { key: \"{{ pem }}\", odd: \"{{ odd }}\", shout: \"{{ token | upper }}\" } }\n",
+    );
+    let leaks = ["MIIBOg", "6Ppy1t", "eSECRET", "T0K3N-ABC", "t0k3n"];
+    for run in
+        [ws.plan(&["-v", "--var-file", "secrets.yaml"]), ws.apply(&["--output", "json", "--var-file", "secrets.yaml"])]
+    {
+        assert_eq!(run.code, 1, "{}", run.all());
+        assert!(run.all().contains("got {"), "the type's output is shown: {}", run.all());
+        for leak in leaks {
+            assert!(!run.all().contains(leak), "{leak} leaked:\n{}", run.all());
+        }
+    }
+    let log = ws.run(&["history", "--limit", "1000", "--output", "json"]);
+    assert!(log.stdout.contains("***"), "{}", log.stdout);
+    for leak in leaks {
+        assert!(!log.stdout.contains(leak), "{leak} leaked into the log:\n{}", log.stdout);
+    }
+    // The log's files as they are on disk (the database and its write-ahead log).
+    let files = std::fs::read_dir(ws.path(".deployster")).unwrap();
+    let raw: Vec<u8> = files.flat_map(|f| std::fs::read(f.unwrap().path()).unwrap_or_default()).collect();
+    assert!(!raw.is_empty());
+    for leak in leaks {
+        assert!(!String::from_utf8_lossy(&raw).contains(leak), "{leak} leaked into the log's files");
+    }
 }
 
 #[test]

@@ -79,6 +79,7 @@ pub(crate) fn rendered_config(
     let prefix = resource.config_prefix();
     let config = expr::render(&resource.config, &render_context(manifest, i, known), &prefix)
         .map_err(|e| ResourceError::new(Phase::Config, Cause::Render(e.to_string())))?;
+    mask_derived(manifest, &resource.config, &config);
     let violations = schema.map(|schema| schema_violations(schema, &config, &prefix)).unwrap_or_default();
     if !violations.is_empty() {
         return Err(ResourceError::new(Phase::Config, Cause::Schema(violations)));
@@ -104,7 +105,28 @@ pub(crate) fn render_outputs(
         })
         .collect();
     ctx.insert("resources".to_string(), Value::Object(resources));
-    expr::render(&manifest.outputs, &Value::Object(ctx), "outputs").map(Some)
+    let outputs = expr::render(&manifest.outputs, &Value::Object(ctx), "outputs")?;
+    mask_derived(manifest, &manifest.outputs, &outputs);
+    Ok(Some(outputs))
+}
+
+/// Whatever a template made of a sensitive variable is sensitive too (`{{ token | upper }}`,
+/// `{{ password | b64encode }}`): the value each such template rendered joins the mask.
+fn mask_derived(manifest: &ValidatedManifest, template: &expr::ConfigTemplate, rendered: &Value) {
+    if manifest.sensitive.is_empty() {
+        return;
+    }
+    let reads_sensitive = |reference: &str| {
+        let mut parts = reference.split('.');
+        let root = parts.next().unwrap_or_default();
+        let name = if root == "vars" { parts.next().unwrap_or_default() } else { root };
+        manifest.sensitive.iter().any(|s| s == name)
+    };
+    for site in template.sites.iter().filter(|s| s.references.iter().any(|r| reads_sensitive(r))) {
+        if let Some(value) = expr::pointer(rendered, &site.path) {
+            manifest.mask.add(value);
+        }
+    }
 }
 
 /// Every schema violation, located by config path, with values masked (they may come from
