@@ -477,7 +477,7 @@ fn time_limits_that_are_not_durations_are_refused() {
     for (timeouts, expected) in [
         ("{ state: -5s }", "timeouts.state `-5s` is not a duration such as 90s or 30m"),
         ("{ action: soon }", "timeouts.action `soon` is not a duration such as 90s or 30m"),
-        ("{ action: 0s }", "timeouts.action `0s` is not a duration"),
+        ("{ action: 0s }", "timeouts.action `0s` is zero: give a duration longer than 0"),
         ("{ progress: never }", "timeouts.progress `never` is not a duration"),
         ("{ total: 1m }", "unknown field `total`"),
     ] {
@@ -487,4 +487,24 @@ fn time_limits_that_are_not_durations_are_refused() {
     }
     let run = ws.apply(&["--timeout", "1s", "--state-timeout", "2s"]);
     assert_eq!(run.code, 2, "--timeout sets both limits: it cannot be given with either: {}", run.all());
+    // Zero is refused the same way on the command line, for every limit and interval.
+    ws.manifest(&with_bystander(""));
+    for flags in [
+        &["apply", "-f", "manifest.yaml", "--yes", "--action-timeout", "0s"][..],
+        &["apply", "-f", "manifest.yaml", "--yes", "--state-timeout", "0ms"],
+        &["apply", "-f", "manifest.yaml", "--yes", "--progress-timeout", "0s"],
+        &["apply", "-f", "manifest.yaml", "--yes", "--timeout", "0s"],
+        &["reconcile", "-f", "manifest.yaml", "--interval", "0s"],
+        &["reconcile", "-f", "manifest.yaml", "--max-interval", "0s"],
+        &["check-type", "./fixture", "--timeout", "0s"],
+    ] {
+        let run = ws.run(flags);
+        assert_eq!(run.code, 2, "{flags:?}: {}", run.all());
+        assert!(
+            run.stderr.contains("is zero: give a duration longer than 0, such as 90s or 30m"),
+            "{flags:?}: {}",
+            run.stderr
+        );
+    }
+    assert_nothing_ran(&ws);
 }

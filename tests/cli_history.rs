@@ -567,6 +567,90 @@ fn a_full_state_directory_stops_the_pass_before_the_action() {
     assert!(!ws.exists("done"), "the action did not run");
 }
 
+/// A state directory that cannot be used is the command line's fault: exit 2, naming the
+/// directory (not a file inside it) and why — a file, a path under a file, a read-only file
+/// system, a log a newer deployster wrote.
+#[test]
+fn a_state_directory_that_cannot_be_used_is_refused_with_exit_2() {
+    let ws = Workspace::new();
+    ws.manifest("resources:\n  work: { type: ./fixture, config: { marker: $WS/done } }\n");
+    ws.write("afile", "");
+    for (dir, why) in [
+        ("afile", "the state directory afile cannot be used: it is a file, not a directory"),
+        ("afile/sub", "the state directory afile/sub cannot be used: a part of its path is a file, not a directory"),
+    ] {
+        let run = ws.apply(&["--state-dir", dir]);
+        assert_eq!(run.code, 2, "{dir}: {}", run.all());
+        assert!(run.stderr.contains(why), "{dir}: {}", run.stderr);
+        assert!(!run.stderr.contains("/lock"), "names the directory, not the lock file: {}", run.stderr);
+    }
+    // A read-only file system (a tmpfs mounted read-only in a mount namespace of the test's own:
+    // root writes through mere permissions).
+    let state = ws.path("ro");
+    std::fs::create_dir(&state).unwrap();
+    let script = r#"mount -t tmpfs -o ro tmpfs "$1" && shift && exec "$@""#;
+    let output = std::process::Command::new("unshare")
+        .args(["--map-root-user", "--mount", "sh", "-c", script, "sh", state.to_str().unwrap()])
+        .arg(support::deployster())
+        .args(["apply", "-f", "manifest.yaml", "--yes", "--state-dir", "ro/state"])
+        .current_dir(ws.dir.path())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("unshare (util-linux) runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("unshare:") && !stderr.contains("mount:"), "could not set up the tmpfs: {stderr}");
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("the state directory ro/state cannot be used: it is on a read-only file system"),
+        "{stderr}"
+    );
+    assert!(!ws.exists("done"), "nothing ran");
+
+    assert_eq!(ws.apply(&["--state-dir", "newer"]).code, 0);
+    let log = rusqlite::Connection::open(ws.path("newer/log.sqlite")).unwrap();
+    log.pragma_update(None, "user_version", 99).unwrap();
+    drop(log);
+    for run in
+        [ws.apply(&["--state-dir", "newer"]), ws.run(&["history", "-f", "manifest.yaml", "--state-dir", "newer"])]
+    {
+        assert_eq!(run.code, 2, "{}", run.all());
+        assert!(
+            run.stderr.contains(
+                "the state directory newer cannot be used: its log was written by a newer deployster (schema 99"
+            ),
+            "{}",
+            run.stderr
+        );
+    }
+}
+
+/// The state directory fills while an action runs, after its intent was recorded: the action
+/// succeeds, but the run's end cannot be recorded — and such a run does not exit 0.
+#[test]
+fn a_run_whose_end_could_not_be_recorded_does_not_exit_0() {
+    let ws = Workspace::new();
+    let state = ws.path("state");
+    std::fs::create_dir(&state).unwrap();
+    ws.manifest(
+        "resources:\n  work: { type: ./fixture, config: { action_fill_disk: $WS/state/filler, marker: $WS/done } }\n",
+    );
+    let script = r#"mount -t tmpfs -o size=1m tmpfs "$1" && shift && exec "$@""#;
+    let output = std::process::Command::new("unshare")
+        .args(["--map-root-user", "--mount", "sh", "-c", script, "sh", state.to_str().unwrap()])
+        .arg(support::deployster())
+        .args(["apply", "-f", "manifest.yaml", "--yes", "--state-dir", state.to_str().unwrap()])
+        .current_dir(ws.dir.path())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("unshare (util-linux) runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("unshare:") && !stderr.contains("mount:"), "could not set up the tmpfs: {stderr}");
+    assert!(ws.exists("done"), "the action ran: {stderr}");
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("this run is not fully recorded in the deployment log"), "{stderr}");
+    assert!(stderr.contains("full"), "says why: {stderr}");
+}
+
 /// Revisions are numbered per state directory; `history` lists them, tells one, and compares
 /// two — sensitive values masked; a revision that does not exist is an error.
 #[test]

@@ -146,9 +146,22 @@ pub(super) async fn pass(
     if let (Some(out), Ended::Planned(plan)) = (&saved.out, &passed.ended) {
         save_plan(out, &SavedPlan::new(plan, &manifest, &args.var_sources), progress)?;
     }
-    let exit = show(args.output, progress, &passed)?;
-    if let Some(failure) = &passed.unrecorded {
-        progress.note(&format!("warning: this run is not fully recorded in the deployment log: {failure}"));
+    let mut exit = show(args.output, progress, &passed)?;
+    match (&passed.unrecorded, confirm) {
+        // What an apply did must be in the log: one whose end could not be recorded is not a
+        // success, whatever it applied (the next run will find it unfinished).
+        (Some(failure), Some(_)) => {
+            errln!(
+                "error: manifest {}: this run is not fully recorded in the deployment log, so the next run will \
+                 report it as interrupted: {failure}",
+                manifest.name
+            );
+            exit = Exit::Failed;
+        }
+        (Some(failure), None) => {
+            progress.note(&format!("warning: this plan is not fully recorded in the deployment log: {failure}"))
+        }
+        (None, _) => {}
     }
     Ok((exit, passed))
 }

@@ -132,17 +132,17 @@ pub struct ManifestArgs {
 #[derive(Debug, Args)]
 pub struct TimeoutArgs {
     /// Stop every program invocation after this long (both limits below at once).
-    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration, conflicts_with_all = ["action_timeout", "state_timeout"])]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, conflicts_with_all = ["action_timeout", "state_timeout"])]
     pub timeout: Option<Duration>,
     /// Stop an action after this long (a resource's `timeouts.action` wins).
-    #[arg(long, value_name = "DURATION", default_value = "15m", value_parser = humantime::parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "15m", value_parser = parse_duration)]
     pub action_timeout: Duration,
     /// Stop init and state reads after this long (a resource's `timeouts.state` wins).
-    #[arg(long, value_name = "DURATION", default_value = "2m", value_parser = humantime::parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "2m", value_parser = parse_duration)]
     pub state_timeout: Duration,
     /// Stop an action that reported progress and then no increase for this long (a resource's
     /// `timeouts.progress` wins).
-    #[arg(long, value_name = "DURATION", default_value = "1m", value_parser = humantime::parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "1m", value_parser = parse_duration)]
     pub progress_timeout: Duration,
 }
 
@@ -318,12 +318,12 @@ pub struct ReconcileArgs {
     #[command(flatten)]
     pub manifest: ManifestArgs,
     /// How often each resource's state is read at first, and again after drift or a change.
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = humantime::parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
     pub interval: Duration,
     /// A resource found VALID on 3 checks in a row is read half as often, and so on up to this
     /// [default: 4 × --interval]; between its checks it is taken for VALID with the state it was
     /// last read with. Give --interval's value for fixed checks.
-    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub max_interval: Option<Duration>,
     #[command(flatten)]
     pub budget: BudgetArgs,
@@ -423,11 +423,9 @@ pub struct CheckTypeArgs {
     pub docker: DockerArgs,
 }
 
+/// A time limit or interval: see [`crate::engine::positive_duration`].
 fn parse_duration(text: &str) -> Result<Duration, String> {
-    humantime::parse_duration(text)
-        .ok()
-        .filter(|d| !d.is_zero())
-        .ok_or_else(|| format!("`{text}` is not a duration such as 90s or 2m"))
+    crate::engine::positive_duration(text)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -536,7 +534,7 @@ impl CliError {
             CliError::Input(_)
             | CliError::Refused(_)
             | CliError::SavedPlan(_)
-            | CliError::History(HistoryError::Locked { .. }) => Exit::Invalid,
+            | CliError::History(HistoryError::Locked { .. } | HistoryError::Unusable { .. }) => Exit::Invalid,
             CliError::Prepare(e) if e.is_invalid_input() => Exit::Invalid,
             #[cfg(feature = "kube")]
             CliError::Controller(_) => Exit::Failed,

@@ -19,8 +19,8 @@ use crate::engine::validate::{Invalid, ValidatedManifest, validate};
 /// Why a Manifest's inputs could not be had.
 #[derive(Debug, thiserror::Error)]
 pub enum InputError {
-    #[error("spec.{field} `{text}` is not a duration such as 30s or 5m")]
-    Interval { field: &'static str, text: String },
+    #[error("spec.{field} {why}")]
+    Interval { field: &'static str, why: String },
     #[error("spec.maxInterval `{text}` is shorter than spec.interval `{interval}`")]
     MaxInterval { text: String, interval: String },
     #[error("plug `{plug}`: give exactly one of `secret` or `configMap`")]
@@ -288,10 +288,7 @@ pub fn check_programs(manifest: &ValidatedManifest, allow_local: bool) -> Result
 /// `interval` and `retryInterval`.
 pub fn intervals(obj: &Manifest) -> Result<Intervals, InputError> {
     let parse = |field: &'static str, text: &str| {
-        humantime::parse_duration(text)
-            .ok()
-            .filter(|d| !d.is_zero())
-            .ok_or_else(|| InputError::Interval { field, text: text.to_string() })
+        crate::engine::positive_duration(text).map_err(|why| InputError::Interval { field, why })
     };
     let check = parse("interval", &obj.spec.interval)?;
     let max = match &obj.spec.max_interval {

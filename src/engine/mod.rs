@@ -52,6 +52,17 @@ impl InputError {
 
 /// Reads manifest files, resolves variables (defaults, auto var files, then `sources` in order)
 /// and validates the result.
+/// A time limit or interval as written (`90s`, `30m`, `1h 30m`): zero is refused, since a
+/// limit of 0 would stop every program at once and an interval of 0 would pass without pause.
+/// One rule and one message for the command line, manifests and Manifest objects.
+pub fn positive_duration(text: &str) -> Result<std::time::Duration, String> {
+    match humantime::parse_duration(text.trim()) {
+        Ok(d) if d.is_zero() => Err(format!("`{text}` is zero: give a duration longer than 0, such as 90s or 30m")),
+        Ok(d) => Ok(d),
+        Err(_) => Err(format!("`{text}` is not a duration such as 90s or 30m")),
+    }
+}
+
 pub fn load_validated(
     files: &[PathBuf],
     sources: &[vars::VarSource],

@@ -457,13 +457,7 @@ fn check_resource(
     let implicit = check_references(Some(name), &config, &prefix, &aliases, names, vars, checker);
     let mut limit = |which: &str, text: Option<&str>| {
         let text = text?;
-        match humantime::parse_duration(text.trim()) {
-            Ok(d) if !d.is_zero() => Some(d),
-            _ => {
-                checker.report(at, format!("timeouts.{which} `{text}` is not a duration such as 90s or 30m"));
-                None
-            }
-        }
+        super::positive_duration(text).map_err(|why| checker.report(at, format!("timeouts.{which} {why}"))).ok()
     };
     Some(Resource {
         name: name.to_string(),

@@ -137,6 +137,10 @@ pub enum HistoryError {
     Locked { path: String, holder: String },
     #[error("the deployment log at {path}: {message}")]
     Store { path: String, message: String },
+    /// The state directory or its log cannot be used as given (a file, read-only, a newer
+    /// deployster's log): the command line or the machine must change, not a retry.
+    #[error("the state directory {path} cannot be used: {message}")]
+    Unusable { path: String, message: String },
 }
 
 impl HistoryError {
@@ -144,6 +148,7 @@ impl HistoryError {
         match self {
             HistoryError::Locked { .. } => "StateLocked",
             HistoryError::Store { .. } => "StateUnavailable",
+            HistoryError::Unusable { .. } => "StateUnusable",
         }
     }
 }

@@ -80,18 +80,12 @@ impl SqliteLog {
     pub fn open(dir: &Path) -> Result<Self, HistoryError> {
         let path = dir.join(DATABASE);
         let error = store_error(&path);
-        std::fs::create_dir_all(dir).map_err(|e| error(format!("cannot create the directory: {e}")))?;
+        usable_dir(dir)?;
         let connection = Connection::open(&path).map_err(|e| error(e.to_string()))?;
         connection.busy_timeout(std::time::Duration::from_secs(30)).map_err(|e| error(e.to_string()))?;
         connection.pragma_update(None, "journal_mode", "WAL").map_err(|e| error(e.to_string()))?;
         connection.pragma_update(None, "synchronous", "FULL").map_err(|e| error(e.to_string()))?;
-        let version: i64 =
-            connection.pragma_query_value(None, "user_version", |r| r.get(0)).map_err(|e| error(e.to_string()))?;
-        if version > SCHEMA_VERSION {
-            return Err(error(format!(
-                "written by a newer deployster (schema {version}, this one knows {SCHEMA_VERSION})"
-            )));
-        }
+        let version = known_version(&connection, dir)?;
         // A log from before revisions were numbered: its content hashes, numbered in the order
         // they first appear (their entries keep the hash; see `entries_at`). One transaction
         // with the schema, so that the new version is never recorded without them.
@@ -143,6 +137,7 @@ impl SqliteLog {
                 )));
             }
         };
+        known_version(&connection, dir)?;
         drop(error);
         Ok(Self { path, connection: Mutex::new(connection) })
     }
@@ -201,6 +196,50 @@ impl SqliteLog {
         }
         Ok(entries)
     }
+}
+
+/// The log's schema version, refused when a newer deployster wrote it.
+fn known_version(connection: &Connection, dir: &Path) -> Result<i64, HistoryError> {
+    let version: i64 = connection
+        .pragma_query_value(None, "user_version", |r| r.get(0))
+        .map_err(|e| store_error(&dir.join(DATABASE))(e.to_string()))?;
+    if version > SCHEMA_VERSION {
+        return Err(HistoryError::Unusable {
+            path: dir.display().to_string(),
+            message: format!(
+                "its log was written by a newer deployster (schema {version}, this one knows {SCHEMA_VERSION}); \
+                 use that version, or another --state-dir"
+            ),
+        });
+    }
+    Ok(version)
+}
+
+/// A state directory that cannot be created or written, said plainly (the user named it).
+fn unusable(dir: &Path, e: &std::io::Error) -> HistoryError {
+    let why = if dir.is_file() {
+        "it is a file, not a directory".to_string()
+    } else if e.raw_os_error() == Some(nix::libc::ENOTDIR) {
+        "a part of its path is a file, not a directory".to_string()
+    } else {
+        match e.kind() {
+            std::io::ErrorKind::PermissionDenied => "it is not writable (permission denied)".to_string(),
+            std::io::ErrorKind::ReadOnlyFilesystem => "it is on a read-only file system".to_string(),
+            _ => format!("cannot create or write it: {e}"),
+        }
+    };
+    HistoryError::Unusable { path: dir.display().to_string(), message: why }
+}
+
+/// Creates `dir` if needed and checks that a file can be created in it.
+fn usable_dir(dir: &Path) -> Result<(), HistoryError> {
+    std::fs::create_dir_all(dir).map_err(|e| unusable(dir, &e))?;
+    let metadata = std::fs::metadata(dir).map_err(|e| unusable(dir, &e))?;
+    if !metadata.is_dir() {
+        return Err(unusable(dir, &std::io::Error::from_raw_os_error(nix::libc::ENOTDIR)));
+    }
+    nix::unistd::access(dir, nix::unistd::AccessFlags::W_OK | nix::unistd::AccessFlags::X_OK)
+        .map_err(|e| unusable(dir, &std::io::Error::from(e)))
 }
 
 fn store_error(path: &Path) -> impl Fn(String) -> HistoryError + '_ {
@@ -348,15 +387,14 @@ impl StateLock {
     /// Takes the lock, or fails at once naming the holder.
     pub fn acquire(dir: &Path) -> Result<StateLock, HistoryError> {
         let path = dir.join(LOCK);
-        let error = store_error(&path);
-        std::fs::create_dir_all(dir).map_err(|e| error(format!("cannot create the directory: {e}")))?;
+        usable_dir(dir)?;
         let file = OpenOptions::new()
             .create(true)
             .truncate(false)
             .read(true)
             .write(true)
             .open(&path)
-            .map_err(|e| error(e.to_string()))?;
+            .map_err(|e| unusable(dir, &e))?;
         let mut lock = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
             Ok(lock) => lock,
             Err((mut file, _)) => {

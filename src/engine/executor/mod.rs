@@ -143,6 +143,10 @@ pub enum ExecError {
     NotFound(String),
     #[error("cannot start {program}: {source}")]
     Spawn { program: String, source: std::io::Error },
+    /// The program exists, but what should run it does not: a `#!` interpreter, or the dynamic
+    /// loader a binary was linked for.
+    #[error("cannot start {program}: {what} is not installed")]
+    InterpreterMissing { program: String, what: String },
     #[error("timed out after {0:?} and was killed")]
     TimedOut(Duration),
     #[error("printed more than {limit} bytes on {stream} and was stopped")]
@@ -169,6 +173,7 @@ impl ExecError {
         match self {
             ExecError::NotFound(_) => "ProgramNotFound",
             ExecError::Spawn { .. } => "SpawnFailed",
+            ExecError::InterpreterMissing { .. } => "InterpreterNotFound",
             ExecError::TimedOut(_) => "TimedOut",
             ExecError::OutputTooLarge { .. } => "OutputTooLarge",
             ExecError::Cancelled => "Cancelled",

@@ -175,6 +175,9 @@ impl ProcessExecutor {
         command.envs(invocation.env.iter().map(|(k, v)| (k, v)));
         let reaper = self.reaper.then_some(self.builtin_program.as_path());
         self.spawner.get_or_init(|| Spawner::start(reaper)).spawn(command).map_err(|source| match source.kind() {
+            std::io::ErrorKind::NotFound if program.is_file() => {
+                ExecError::InterpreterMissing { program: program.display().to_string(), what: missing_runner(&program) }
+            }
             std::io::ErrorKind::NotFound => ExecError::NotFound(program.display().to_string()),
             _ => ExecError::Spawn { program: program.display().to_string(), source },
         })
@@ -412,6 +415,23 @@ async fn capture(
     }
 }
 
+/// What runs `program` when it exists yet cannot be started ("not found"): the interpreter its
+/// `#!` line names, or else the dynamic loader a binary was linked for.
+fn missing_runner(program: &Path) -> String {
+    use std::io::Read as _;
+    let mut head = [0u8; 256];
+    let read = std::fs::File::open(program).and_then(|mut f| f.read(&mut head)).unwrap_or(0);
+    let head = &head[..read];
+    match head.strip_prefix(b"#!") {
+        Some(line) => {
+            let line = line.split(|&b| b == b'\n').next().unwrap_or_default();
+            let interpreter = String::from_utf8_lossy(line).split_whitespace().next().unwrap_or_default().to_string();
+            format!("its interpreter `{interpreter}` (named on its `#!` line)")
+        }
+        None => "the dynamic loader it was linked for (a binary built for another system?)".to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -597,5 +617,23 @@ mod tests {
         inv.entrypoint = Some("other.sh".into());
         let err = executor().invoke(inv).await.unwrap_err();
         assert!(matches!(&err, ExecError::NotFound(p) if p.ends_with("/other.sh")), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_program_whose_interpreter_is_missing_says_so() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let program = dir.path().join("t.sh");
+        std::fs::write(&program, "#!/no/such/interpreter -e\necho hi\n").unwrap();
+        std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let err = executor().invoke(invocation(program.clone())).await.unwrap_err();
+        assert_eq!(err.reason(), "InterpreterNotFound");
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "cannot start {}: its interpreter `/no/such/interpreter` (named on its `#!` line) is not installed",
+                program.display()
+            )
+        );
     }
 }

@@ -12,7 +12,8 @@
 //!     exists, MISSING with action `create` when it does not.
 //!   - `actions`: the actions to ask for when MISSING, instead of the default `create`;
 //!   - `spew_bytes`: print that many bytes on stdout first;
-//!   - `fill_disk: <path>`: first write zeros to that file until its file system is full;
+//!   - `fill_disk: <path>`: first write zeros to that file until its file system is full
+//!     (`action_fill_disk`: the same in an action, after its intent was recorded);
 //!   - `probe`: VALID, with a state telling where the program runs: `netns` (its network
 //!     namespace), `hostname`, and with `probe.connect: "ip:port"` whether a TCP connection
 //!     there succeeded (`connected`, or `connect_error`).
@@ -175,6 +176,9 @@ fn run(phase: &str, name: &str, workspace: &std::path::Path, config: &Value, tag
             None => nap(sleep_ms, config),
         }
         talk(config);
+        if let Some(path) = config["action_fill_disk"].as_str() {
+            fill_disk(path);
+        }
         let quiet = config["quiet"].as_bool() == Some(true);
         if !quiet {
             eprintln!("{action}: a note on stderr");
@@ -202,10 +206,7 @@ fn run(phase: &str, name: &str, workspace: &std::path::Path, config: &Value, tag
     }
     eprintln!("state: checking {name}");
     if let Some(path) = config["fill_disk"].as_str() {
-        // Fills the file system holding `path` (a test's tmpfs) until it refuses more.
-        let mut file = std::fs::File::create(path).expect("create the filler");
-        let chunk = vec![0u8; 64 * 1024];
-        while file.write_all(&chunk).and_then(|()| file.sync_data()).is_ok() {}
+        fill_disk(path);
     }
     if let Some(n) = config["spew_bytes"].as_u64() {
         let chunk = vec![b'x'; 64 * 1024];
@@ -353,4 +354,11 @@ fn where_am_i(probe: &Value) -> Value {
         }
     }
     state
+}
+
+/// Fills the file system holding `path` (a test's tmpfs) until it refuses more.
+fn fill_disk(path: &str) {
+    let mut file = std::fs::File::create(path).expect("create the filler");
+    let chunk = vec![0u8; 64 * 1024];
+    while file.write_all(&chunk).and_then(|()| file.sync_data()).is_ok() {}
 }
