@@ -34,6 +34,9 @@ pub enum Error {
     Signals(std::io::Error),
     #[error(transparent)]
     Pass(#[from] crate::pass::PassError),
+    /// A write refused by the lease fence: this replica no longer leads.
+    #[error("not written: {0}")]
+    NotLeader(String),
 }
 
 impl Error {
@@ -47,6 +50,7 @@ impl Error {
             Error::Forbidden { .. } => "Forbidden",
             Error::LeaseNamespace(_) => "LeaseNamespaceMissing",
             Error::Lease { .. } => "LeaderElection",
+            Error::NotLeader(_) => "NotLeader",
             Error::MetricsAddr { .. } => "MetricsAddrUnavailable",
             Error::Signals(_) => "Signals",
             Error::Pass(e) => e.reason(),

@@ -56,21 +56,52 @@ impl LeaseConfig {
 /// its token is cancelled when it ends.
 pub struct Leadership {
     term: watch::Sender<Option<CancellationToken>>,
+    /// Under election: the Lease that every write is fenced by ([`Leadership::confirm`]).
+    fence: Option<Fence>,
+}
+
+/// The Lease as fencing reads it: who must hold it for this replica's writes to go ahead.
+struct Fence {
+    api: Api<Lease>,
+    name: String,
+    identity: String,
 }
 
 impl Leadership {
     /// Without election: one term for the process's whole life, ended only by `shutdown`.
     pub fn always(shutdown: &CancellationToken) -> Arc<Self> {
-        Arc::new(Self { term: watch::Sender::new(Some(shutdown.clone())) })
+        Arc::new(Self { term: watch::Sender::new(Some(shutdown.clone())), fence: None })
     }
 
-    fn following() -> Arc<Self> {
-        Arc::new(Self { term: watch::Sender::new(None) })
+    fn following(fence: Fence) -> Arc<Self> {
+        Arc::new(Self { term: watch::Sender::new(None), fence: Some(fence) })
     }
 
     /// The current term's token, or `None` when another replica leads.
     pub fn term(&self) -> Option<CancellationToken> {
         self.term.borrow().clone()
+    }
+
+    /// Whether a write decided under this replica's leadership may still be made: it still
+    /// leads and, under election, the Lease still names it — read afresh, so that a lease taken
+    /// from it (a forced steal, a partition that outlasted the lease) stops its writes at once,
+    /// not at its next renewal. A replica that finds the Lease held by another steps down. (The
+    /// read and the write are two requests: a steal between them, within milliseconds, is the
+    /// one window left, as with any lease-fenced writer of Kubernetes objects.)
+    pub async fn confirm(&self) -> Result<(), Error> {
+        if self.term().is_none() {
+            return Err(Error::NotLeader("another replica leads".into()));
+        }
+        let Some(fence) = &self.fence else { return Ok(()) };
+        let lease = fence.api.get_opt(&fence.name).await?;
+        let holder = lease.and_then(|l| l.spec?.holder_identity).unwrap_or_default();
+        if holder == fence.identity {
+            return Ok(());
+        }
+        tracing::warn!(%holder, "the leader lease is held by another: this replica's writes stop here");
+        self.step_down();
+        let holder = if holder.is_empty() { "nobody".to_string() } else { holder };
+        Err(Error::NotLeader(format!("the leader lease is now held by {holder}")))
     }
 
     /// Yields each time this replica becomes the leader (not for a term it already had).
@@ -243,7 +274,8 @@ pub async fn elect(
         kube::Error::Api(status) if status.code == 404 => Error::LeaseNamespace(lock.config.namespace.clone()),
         e => Error::Lease { lease: format!("{}/{}", lock.config.namespace, lock.config.name), source: Box::new(e) },
     })?;
-    let leadership = Leadership::following();
+    let fence = Fence { api: lock.api.clone(), name: lock.config.name.clone(), identity: lock.config.identity.clone() };
+    let leadership = Leadership::following(fence);
     let stop = CancellationToken::new();
     let campaign = Campaign { lock, leadership: leadership.clone(), metrics, shutdown, renewed_at: None };
     let task = tokio::spawn(campaign.run(first, stop.clone()));
@@ -307,6 +339,13 @@ impl Campaign {
                 self.leadership.lead(self.shutdown.child_token());
                 self.metrics.leader.set(1);
             }
+            // A write's fence found the Lease taken and stepped down; held again now.
+            (Ok(Attempt::Held), Some(_)) if self.leadership.term().is_none() => {
+                tracing::info!(identity = %self.lock.config.identity, "leading again: reconciling");
+                self.renewed_at = Some(Instant::now());
+                self.leadership.lead(self.shutdown.child_token());
+                self.metrics.leader.set(1);
+            }
             (Ok(Attempt::Held), Some(_)) => self.renewed_at = Some(Instant::now()),
             (Ok(Attempt::HeldBy(holder)), Some(_)) => self.lose(&format!("the lease is now held by {holder}")),
             (Ok(Attempt::HeldBy(holder)), None) => tracing::debug!(%holder, "another replica leads; standing by"),
@@ -340,7 +379,7 @@ mod tests {
     #[tokio::test]
     async fn terms_start_and_end_with_leadership() {
         let shutdown = CancellationToken::new();
-        let leadership = Leadership::following();
+        let leadership = Leadership { term: watch::Sender::new(None), fence: None };
         let mut gained = Box::pin(leadership.gained());
         assert!(leadership.term().is_none(), "a follower has no term");
         leadership.lead(shutdown.child_token());
@@ -353,6 +392,30 @@ mod tests {
         assert!(gained.next().await.is_some(), "each new term is announced");
         shutdown.cancel();
         assert!(leadership.term().unwrap().is_cancelled(), "terms are children of shutdown");
+    }
+
+    /// A write is fenced by the Lease as it is now: a steal the campaign has not yet noticed
+    /// refuses it and ends the term.
+    #[tokio::test]
+    async fn writes_are_fenced_by_the_lease_as_it_is_now() {
+        let client = kube_fake_client::ClientBuilder::new().build().await.unwrap();
+        let mut me = lock(&client, "me").await;
+        assert_eq!(me.try_acquire_or_renew().await.unwrap(), Attempt::Held);
+        let fence = Fence { api: me.api.clone(), name: "deployster".into(), identity: "me".into() };
+        let leadership = Leadership { term: watch::Sender::new(None), fence: Some(fence) };
+        assert!(matches!(leadership.confirm().await, Err(Error::NotLeader(_))), "no term, no write");
+        leadership.lead(CancellationToken::new());
+        let term = leadership.term().unwrap();
+        leadership.confirm().await.expect("the Lease names this replica");
+
+        let mut lease = me.api.get("deployster").await.unwrap();
+        lease.spec.as_mut().unwrap().holder_identity = Some("intruder".into());
+        me.api.replace("deployster", &PostParams::default(), &lease).await.unwrap();
+        match leadership.confirm().await {
+            Err(Error::NotLeader(why)) => assert_eq!(why, "the leader lease is now held by intruder"),
+            other => panic!("{other:?}"),
+        }
+        assert!(term.is_cancelled() && leadership.term().is_none(), "the fence ended the term");
     }
 
     async fn lock(client: &kube::Client, identity: &str) -> LeaseLock {

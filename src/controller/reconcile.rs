@@ -407,7 +407,9 @@ fn log_pass(pass: &PassResult) {
 }
 
 /// Server-side apply of the whole status under one field manager, retried on conflicts.
+/// Writes the status, fenced by the leader lease (a replica that lost it writes nothing more).
 pub async fn write_status(ctx: &Context, obj: &Manifest, status: &ManifestStatus) -> Result<(), Error> {
+    ctx.leadership.confirm().await?;
     write_status_to(&api(ctx, obj), &obj.name_any(), status).await
 }
 
@@ -528,6 +530,7 @@ async fn delete_resources(obj: &Manifest, ctx: &Context, term: &CancellationToke
 /// [`PROGRESS_WRITE_EVERY`] by [`StatusJournal::keep_writing`].
 struct StatusJournal {
     api: Api<Manifest>,
+    leadership: Arc<super::leader::Leadership>,
     name: String,
     old: ManifestStatus,
     log: Arc<MemoryLog>,
@@ -550,6 +553,7 @@ impl StatusJournal {
             obj.spec.resources.iter().map(|(name, r)| (name.clone(), r.type_ref.clone().unwrap_or_default())).collect();
         Self {
             api: api(ctx, obj),
+            leadership: ctx.leadership.clone(),
             name: obj.name_any(),
             old: old.clone(),
             log: log.clone(),
@@ -591,6 +595,7 @@ impl StatusJournal {
         let mut written = self.writing.lock().await;
         self.dirty.store(false, std::sync::atomic::Ordering::SeqCst);
         let status = self.now();
+        self.leadership.confirm().await?;
         write_status_to(&self.api, &self.name, &status).await?;
         *written = Some(status);
         Ok(())
