@@ -646,6 +646,69 @@ fn a_template_too_large_to_build_cannot_take_the_controller_s_memory() {
     assert!(peak < baseline + 128 * 1024, "peak {peak} KiB against {baseline} KiB before the templates");
 }
 
+/// The chart's Argo CD health check, on the statuses the controller really writes: Ready →
+/// Healthy, a failing pass → Degraded, an invalid spec (Stalled) → Degraded, suspended and
+/// awaiting approval → Suspended. With `DEPLOYSTER_CAPTURE_HEALTH_FIXTURES=DIR` the objects are
+/// also written there (tests/gitops/ holds them, checked without a cluster by tests/gitops.rs).
+#[test]
+fn argo_cd_health_reads_the_statuses_the_controller_writes() {
+    let Some(cluster) = Cluster::new("health") else { return };
+    let work = tempfile::tempdir().unwrap();
+    let _controller =
+        ControllerProcess::start(&cluster, work.path(), "controller", &["--namespace", &cluster.namespace]);
+    let manifest = |name: &str, extra: &str, resources: &str| {
+        format!(
+            "apiVersion: deployster.io/v1alpha1\nkind: Manifest\nmetadata: {{name: {name}}}\nspec:\n  interval: 1h\n{extra}  resources:\n{resources}"
+        )
+    };
+    let dir = |name: &str| {
+        format!("    d: {{type: builtin/directory, config: {{path: \"{}/{name}\"}}}}\n", work.path().display())
+    };
+    let cases = [
+        ("ready", manifest("ready", "", &dir("ready")), "Healthy", "resources VALID"),
+        (
+            "failing",
+            manifest("failing", "", "    f: {type: builtin/file, config: {path: /proc/nope/x, content: x}}\n"),
+            "Degraded",
+            "action write failed",
+        ),
+        (
+            "invalid",
+            manifest(
+                "invalid",
+                "",
+                "    f: {type: builtin/file, dependencies: {x: nothere}, config: {path: /tmp/x}}\n",
+            ),
+            "Degraded",
+            "nothere",
+        ),
+        ("suspended", manifest("suspended", "  suspend: true\n", &dir("suspended")), "Suspended", "spec.suspend"),
+        ("approval", manifest("approval", "  approval: Manual\n", &dir("approval")), "Suspended", "awaits approval"),
+    ];
+    for (_, yaml, _, _) in &cases {
+        cluster.apply_yaml(yaml);
+    }
+    let capture = std::env::var_os("DEPLOYSTER_CAPTURE_HEALTH_FIXTURES").map(std::path::PathBuf::from);
+    for (name, _, status, needle) in cases {
+        let mut seen = (String::new(), String::new());
+        wait_for(&format!("{name} to be {status}"), Duration::from_secs(60), || {
+            let Some(object) = cluster.get(&["manifest", name]) else { return false };
+            if object["status"]["conditions"].is_null() {
+                return false;
+            }
+            seen = support::argocd_health(&object);
+            if seen.0 == status
+                && let Some(dir) = &capture
+            {
+                let text = serde_json::to_string_pretty(&object).unwrap();
+                std::fs::write(dir.join(format!("{name}.json")), text + "\n").unwrap();
+            }
+            seen.0 == status
+        });
+        assert!(seen.1.contains(needle), "{name}: {seen:?}");
+    }
+}
+
 /// While an action reports progress, `status.resources[].progress` and `kubectl get dm`
 /// show it; progress alone writes the status at most once per 5 s; the pass's own write clears
 /// it.

@@ -264,3 +264,52 @@ pub fn on_terminal(ws: &Workspace, args: &[&str], answer: impl Fn(&str) -> &'sta
     let status = child.wait().unwrap();
     (status.code().unwrap_or(-1), output)
 }
+
+/// The Argo CD health check the chart ships, run by `lua5.4` on `object` as Argo CD runs it (the
+/// object as a Lua table named `obj`): its (status, message).
+pub fn argocd_health(object: &Value) -> (String, String) {
+    let script =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/charts/deployster/health/argocd-health.lua"))
+            .expect("the chart's health check");
+    let program = format!(
+        "local obj = {}\nlocal function health(obj)\n{script}\nend\nlocal hs = health(obj)\nio.write(hs.status, \"\\n\", hs.message)\n",
+        lua_literal(object)
+    );
+    let output =
+        Command::new("lua5.4").args(["-"]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn();
+    let mut child = output.expect("lua5.4 runs (Debian's lua5.4 package)");
+    child.stdin.take().unwrap().write_all(program.as_bytes()).unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success(), "the health check failed: {}", String::from_utf8_lossy(&output.stderr));
+    let text = String::from_utf8(output.stdout).unwrap();
+    let (status, message) = text.split_once('\n').unwrap_or((&text, ""));
+    (status.to_string(), message.to_string())
+}
+
+/// `value` as a Lua table constructor (JSON null as nil, as Argo CD converts it).
+fn lua_literal(value: &Value) -> String {
+    let string = |s: &str| {
+        let mut out = String::from("\"");
+        for b in s.bytes() {
+            match b {
+                b'"' | b'\\' => out.push_str(&format!("\\{}", b as char)),
+                0x20..=0x7e => out.push(b as char),
+                _ => out.push_str(&format!("\\{b:03}")),
+            }
+        }
+        out.push('"');
+        out
+    };
+    match value {
+        Value::Null => "nil".into(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => n.to_string(),
+        Value::String(s) => string(s),
+        Value::Array(items) => format!("{{{}}}", items.iter().map(lua_literal).collect::<Vec<_>>().join(", ")),
+        Value::Object(map) => {
+            let fields: Vec<String> =
+                map.iter().map(|(k, v)| format!("[{}] = {}", string(k), lua_literal(v))).collect();
+            format!("{{{}}}", fields.join(", "))
+        }
+    }
+}
