@@ -85,6 +85,41 @@ fn lock_log(ws: &Workspace) -> Vec<(u32, String)> {
         .collect()
 }
 
+/// A worker an action detached (setsid: its own session and group) dies with deployster too,
+/// within a second of `kill -9` — found by the run in its environment — not only at the next run.
+#[test]
+fn after_kill_9_a_detached_worker_dies_with_deployster() {
+    let ws = Workspace::new();
+    ws.manifest(
+        "resources:\n  work: { type: ./fixture, config: { lock: $WS/lock, lock_in_child: true, detach_child: true, action_sleep_ms: 20000, marker: $WS/done } }\n",
+    );
+    for round in 0..3 {
+        let before = lock_log(&ws).len();
+        let mut apply = ws.spawn(&["apply", "-f", "manifest.yaml", "--yes"]);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let worker = loop {
+            if let Some((pid, _)) = lock_log(&ws)[before..].iter().find(|(_, w)| w == "started") {
+                break *pid;
+            }
+            assert!(Instant::now() < deadline, "round {round}: the action never started");
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let session = std::fs::read_to_string(format!("/proc/{worker}/stat")).unwrap();
+        let fields: Vec<&str> = session.rsplit(')').next().unwrap().split_whitespace().collect();
+        assert_eq!(fields[3], worker.to_string(), "round {round}: the worker leads a session of its own");
+        kill(Pid::from_raw(apply.id() as i32), Signal::SIGKILL).unwrap();
+        let killed = Instant::now();
+        apply.wait().unwrap();
+        while !ended(worker) {
+            assert!(
+                killed.elapsed() < Duration::from_secs(1),
+                "round {round}: the detached worker outlived deployster"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
 /// `kill -9` of deployster in the middle of an action, twenty times at random moments: the
 /// action's program dies with deployster within a second, and so does what it started itself
 /// (here a child holding the action's lock); the next run also stops anything of the killed

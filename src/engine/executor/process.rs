@@ -17,6 +17,7 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, Command};
+use tokio_util::sync::CancellationToken;
 
 use super::output::Capture;
 use super::{DEFAULT_OUTPUT_LIMIT, ExecError, Executor, Exit, Invocation, LineSink, Outcome, Stream, check_workdir};
@@ -43,17 +44,36 @@ pub fn reap(input: impl std::io::BufRead) -> i32 {
         held.add(signal);
     }
     let _ = held.thread_block();
-    let mut groups = std::collections::HashSet::new();
+    // Each running program's group, and the run it belongs to ("+PGID RUN", "-PGID").
+    let mut groups = std::collections::HashMap::new();
     for line in input.lines() {
         let Ok(line) = line else { break };
-        match (line.get(..1), line.get(1..).and_then(|n| n.parse::<i32>().ok())) {
-            (Some("+"), Some(group)) => groups.insert(group),
+        let (head, run) = line.split_once(' ').unwrap_or((&line, ""));
+        match (head.get(..1), head.get(1..).and_then(|n| n.parse::<i32>().ok())) {
+            (Some("+"), Some(group)) => groups.insert(group, run.to_string()),
             (Some("-"), Some(group)) => groups.remove(&group),
-            _ => false,
+            _ => None,
         };
     }
-    for group in groups {
-        let _ = killpg(Pid::from_raw(group), Signal::SIGKILL);
+    for group in groups.keys() {
+        let _ = killpg(Pid::from_raw(*group), Signal::SIGKILL);
+    }
+    // What those programs started and detached (setsid, a double fork) left their groups but
+    // kept the run in its environment: found and stopped too, until none is left (a process
+    // may fork between a scan and its kill).
+    let runs: std::collections::HashSet<&String> = groups.values().filter(|r| !r.is_empty()).collect();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        let found: Vec<(i32, i32)> = runs.iter().flat_map(|run| processes_of_run(run)).collect();
+        let others: Vec<i32> =
+            found.into_iter().map(|(pid, _)| pid).filter(|&pid| pid != std::process::id() as i32).collect();
+        if others.is_empty() {
+            break;
+        }
+        for pid in others {
+            let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+        std::thread::sleep(Duration::from_millis(10));
     }
     0
 }
@@ -212,7 +232,10 @@ impl ProcessExecutor {
         }
         command.envs(invocation.env.iter().map(|(k, v)| (k, v)));
         let reaper = self.reaper.then_some(self.builtin_program.as_path());
-        self.spawner.get_or_init(|| Spawner::start(reaper)).spawn(command).map_err(|source| match source.kind() {
+        // The run's id, as descendants inherit it (no spaces: it is a UUID or a label).
+        let run = invocation.env.iter().find(|(k, _)| k == RUN_ID_ENV).map_or("", |(_, v)| v.as_str());
+        let run = if run.contains(char::is_whitespace) { "" } else { run };
+        self.spawner.get_or_init(|| Spawner::start(reaper)).spawn(command, run).map_err(|source| match source.kind() {
             std::io::ErrorKind::NotFound if program.is_file() => {
                 ExecError::InterpreterMissing { program: program.display().to_string(), what: missing_runner(&program) }
             }
@@ -264,12 +287,14 @@ impl Spawner {
         Spawner { reaper: std::sync::Mutex::new(reaper.transpose()) }
     }
 
-    fn spawn(&self, mut command: Command) -> std::io::Result<Child> {
+    /// Starts `command` and registers its group, with the run it belongs to (`run`, from its
+    /// environment), with the reaper.
+    fn spawn(&self, mut command: Command, run: &str) -> std::io::Result<Child> {
         let mut reaper = self.reaper.lock().expect("reaper lock");
         let pipe = reaper.as_mut().map_err(|why| std::io::Error::other(why.clone()))?;
         let child = command.spawn()?;
         if let (Some(pipe), Some(pid)) = (pipe, child.id()) {
-            let _ = writeln!(pipe, "+{pid}");
+            let _ = writeln!(pipe, "+{pid} {run}");
         }
         Ok(child)
     }
@@ -390,16 +415,40 @@ impl ProcessExecutor {
         };
         let limit = self.output_limit;
         let sink = invocation.sink;
+        // Set once the program has exited and its output is still held open after
+        // PIPE_GRACE: by something it started that runs on (`daemon &`).
+        let held = CancellationToken::new();
+        let read = CancellationToken::new();
         let result = {
             let work = async {
-                let (_, out, err) = tokio::join!(
-                    write,
-                    capture(stdout, Stream::Stdout, sink.clone(), limit),
-                    capture(stderr, Stream::Stderr, sink.clone(), limit)
-                );
-                let (out, err) = (out?, err?);
-                let status = child.wait().await?;
-                Ok::<_, ExecError>((out, err, status))
+                let reading = async {
+                    let outputs = tokio::join!(
+                        write,
+                        capture(stdout, Stream::Stdout, sink.clone(), limit, &held),
+                        capture(stderr, Stream::Stderr, sink.clone(), limit, &held)
+                    );
+                    read.cancel();
+                    outputs
+                };
+                let waiting = async {
+                    let status = child.wait().await;
+                    tokio::select! {
+                        _ = read.cancelled() => {}
+                        _ = tokio::time::sleep(PIPE_GRACE) => held.cancel(),
+                    }
+                    status
+                };
+                let ((_, out, err), status) = tokio::join!(reading, waiting);
+                let (out, mut err) = (out?, err?);
+                if held.is_cancelled() {
+                    let note = format!(
+                        "deployster: the program exited, but a process it started still holds its output open; not \
+                         waiting for it (gave it {PIPE_GRACE:?}). Redirect a background process's output, or wait for it."
+                    );
+                    tracing::warn!(resource = %invocation.labels.resource, phase = %invocation.labels.phase, "{note}");
+                    err.extend_from_slice(format!("\n{note}\n").as_bytes());
+                }
+                Ok::<_, ExecError>((out, err, status?))
             };
             let mut work = std::pin::pin!(work);
             let stopped = tokio::select! {
@@ -442,18 +491,28 @@ impl ProcessExecutor {
     }
 }
 
-/// Reads a stream to its end through a [`Capture`].
+/// How long, once a program has exited, its output may stay open before deployster stops
+/// reading it: what it printed is in the pipe by then; only a process it left running can
+/// hold the pipe longer.
+const PIPE_GRACE: Duration = Duration::from_secs(2);
+
+/// Reads a stream to its end through a [`Capture`] — or until `held` (the program exited and
+/// something else keeps the stream open), with what was read by then.
 async fn capture(
     stream: Option<impl AsyncRead + Unpin>,
     which: Stream,
     sink: Option<LineSink>,
     limit: usize,
+    held: &CancellationToken,
 ) -> Result<Vec<u8>, ExecError> {
     let Some(mut stream) = stream else { return Ok(Vec::new()) };
     let mut capture = Capture::new(which, limit, sink);
     let mut chunk = vec![0u8; 64 * 1024];
     loop {
-        let n = stream.read(&mut chunk).await?;
+        let n = tokio::select! {
+            n = stream.read(&mut chunk) => n?,
+            _ = held.cancelled() => 0,
+        };
         if n == 0 {
             return Ok(capture.finish());
         }
@@ -663,6 +722,25 @@ mod tests {
         inv.entrypoint = Some("other.sh".into());
         let err = executor().invoke(inv).await.unwrap_err();
         assert!(matches!(&err, ExecError::NotFound(p) if p.ends_with("/other.sh")), "{err}");
+    }
+
+    /// A program that exits leaving a background process on its output is not waited for
+    /// beyond a short grace: its own output is kept, and the user is told why.
+    #[tokio::test]
+    async fn a_program_that_exits_leaving_its_output_held_is_not_waited_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let program = shell("echo started; sleep 8 & echo done", dir.path());
+        let started = Instant::now();
+        let outcome = executor().invoke(invocation(program)).await.unwrap();
+        assert!(started.elapsed() < PIPE_GRACE + Duration::from_secs(3), "waited {:?}", started.elapsed());
+        assert_eq!(outcome.exit, Exit::Code(0));
+        assert_eq!(String::from_utf8_lossy(&outcome.stdout), "started\ndone\n");
+        let stderr = String::from_utf8_lossy(&outcome.stderr);
+        assert!(stderr.contains("a process it started still holds its output open; not waiting for it"), "{stderr}");
+        // A program whose output closes with it is not told anything.
+        let quiet =
+            executor().invoke(invocation(shell("sleep 8 >/dev/null 2>&1 & echo done", dir.path()))).await.unwrap();
+        assert!(quiet.stderr.is_empty(), "{}", String::from_utf8_lossy(&quiet.stderr));
     }
 
     /// The kept init answers are bounded in count, and an answer many resources share is kept

@@ -21,7 +21,8 @@
 //!   `lock: <path>` holds an exclusive lock on that file while it runs and logs `<pid> started
 //!   <ms>` and `<pid> finished <ms>` to `<path>.log` — or logs `<pid> overlap <ms>` and fails when
 //!   another action holds it; with `lock_in_child: true` a child process (`hold`) does the
-//!   locking and sleeping, as a program's worker would;
+//!   locking and sleeping, as a program's worker would (`detach_child: true`: in a session of
+//!   its own, by setsid);
 //!   `stays_stale` makes `create` not create the marker; `write_file` makes it write that
 //!   path (and fail clearly if it cannot); `sleep_ms` applies too, `action_sleep_ms` only here.
 //!   Messages (seed 004): `progress_steps` progress messages `step_ms` apart, `stall_after`
@@ -158,7 +159,16 @@ fn run(phase: &str, name: &str, workspace: &std::path::Path, config: &Value, tag
             Some(lock) if config["lock_in_child"].as_bool() == Some(true) => {
                 // The work happens in a child of this program: a grandchild of deployster.
                 let exe = std::env::current_exe().expect("own path");
-                let status = std::process::Command::new(exe).args(["hold", lock, &sleep_ms.to_string()]).status();
+                // `detach_child`: the worker leaves the program's session and group (setsid), as
+                // a daemonizing worker does.
+                let mut worker = if config["detach_child"].as_bool() == Some(true) {
+                    let mut setsid = std::process::Command::new("setsid");
+                    setsid.arg(exe);
+                    setsid
+                } else {
+                    std::process::Command::new(exe)
+                };
+                let status = worker.args(["hold", lock, &sleep_ms.to_string()]).status();
                 match status.ok().and_then(|s| s.code()) {
                     Some(0) => {}
                     code => return code.unwrap_or(1),
