@@ -405,6 +405,34 @@ fn reconcile_passes_at_once_when_the_manifest_or_its_variables_change() {
     assert!(stdout.contains("Pass 5 ") && !stdout.contains("Pass 6 "), "{stdout}");
 }
 
+/// An edit inside a plug (a file, or a directory's tree) starts a pass at once too.
+#[test]
+fn reconcile_passes_at_once_when_a_plug_s_files_change() {
+    let ws = Workspace::new();
+    ws.write("secrets/nested/creds.json", "{}");
+    ws.init_response(
+        "user",
+        r#"{"state_action": {"args": ["state"]}, "plugs": {"creds": {"container_path": "/creds"}}}"#,
+    );
+    ws.manifest("plugs:\n  creds: { path: ./secrets, read_only: true }\nresources:\n  user: { type: ./fixture, config: { record: $WS/user.jsonl } }\n");
+    let child = ws.spawn(&["reconcile", "-f", "manifest.yaml", "--interval", "1h"]);
+    let states = || ws.recorded("user.jsonl").iter().filter(|r| r["phase"] == "state").count();
+    wait_until("the first pass", Duration::from_secs(15), || states() > 0);
+    std::thread::sleep(Duration::from_millis(1500));
+    let first = states();
+    ws.write("secrets/nested/creds.json", "{\"rotated\": true}");
+    wait_until("a pass after the plug's file changed", Duration::from_secs(15), || states() > first);
+    signal(&child, Signal::SIGTERM);
+    let output = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(
+        stdout.matches("A plug's files changed: passing now, reading every state afresh.").count(),
+        1,
+        "{stdout}"
+    );
+    assert!(!stdout.contains("The manifest changed"), "{stdout}");
+}
+
 #[test]
 fn reconcile_refuses_a_max_interval_below_the_interval_and_a_zero_budget() {
     let ws = Workspace::new();

@@ -1,6 +1,6 @@
 //! `deployster reconcile`: the continuous loop without Kubernetes. Each pass plans and applies
-//! what drifted, recorded in the deployment log; an edit of the manifest or its variable files
-//! starts a pass at once; the first SIGINT/SIGTERM/SIGHUP stops the loop after the running pass,
+//! what drifted, recorded in the deployment log; an edit of the manifest, its variable files or
+//! its plugs' files starts a pass at once; the first SIGINT/SIGTERM/SIGHUP stops the loop after the running pass,
 //! a second one cancels the running actions cleanly.
 
 use std::path::PathBuf;
@@ -20,10 +20,16 @@ use crate::stop::Cancel;
 /// How often the manifest's files are looked at between passes.
 const EDITS_POLL: Duration = Duration::from_secs(1);
 
+/// Files looked at, each with its modification time and size (`None`: missing).
+type Fingerprint = Vec<(PathBuf, Option<(SystemTime, u64)>)>;
+
+/// Entries of one plug directory looked at, at most: a larger tree is watched in part.
+const PLUG_ENTRIES: usize = 10_000;
+
 /// The files a pass reads the manifest from (`-f`, `--var-file`, the auto var files beside each
 /// manifest), each with its modification time and size — `None` when it is missing. Any
 /// difference, a file added or removed included, is an edit.
-fn edits_fingerprint(args: &ManifestArgs) -> Vec<(PathBuf, Option<(SystemTime, u64)>)> {
+fn edits_fingerprint(args: &ManifestArgs) -> Fingerprint {
     let mut files = args.files.clone();
     files.extend(args.var_sources.iter().filter_map(|s| match s {
         VarSource::File(path) => Some(path.clone()),
@@ -42,12 +48,45 @@ fn edits_fingerprint(args: &ManifestArgs) -> Vec<(PathBuf, Option<(SystemTime, u
         .collect()
 }
 
-/// Returns once the manifest's files differ from `seen`.
-async fn edited(args: &ManifestArgs, seen: &[(PathBuf, Option<(SystemTime, u64)>)]) {
+/// The plugs' files (a plug is a file or a directory tree), as [`edits_fingerprint`] has them.
+fn plugs_fingerprint(plugs: &[PathBuf]) -> Fingerprint {
+    fn look(path: &std::path::Path, into: &mut Fingerprint, budget: &mut usize) {
+        if *budget == 0 {
+            return;
+        }
+        *budget -= 1;
+        let metadata = std::fs::symlink_metadata(path).ok();
+        into.push((path.to_path_buf(), metadata.as_ref().and_then(|m| Some((m.modified().ok()?, m.len())))));
+        if metadata.is_some_and(|m| m.is_dir())
+            && let Ok(entries) = std::fs::read_dir(path)
+        {
+            let mut children: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
+            children.sort();
+            children.iter().for_each(|child| look(child, into, budget));
+        }
+    }
+    let mut found = Vec::new();
+    for plug in plugs {
+        look(plug, &mut found, &mut PLUG_ENTRIES.clone());
+    }
+    found
+}
+
+/// What changed between passes.
+enum Edit {
+    Manifest,
+    Plug,
+}
+
+/// Returns once the manifest's files or its plugs' differ from what was seen.
+async fn edited(args: &ManifestArgs, seen: &Fingerprint, plugs: &[PathBuf], plugs_seen: &Fingerprint) -> Edit {
     loop {
         tokio::time::sleep(EDITS_POLL).await;
-        if edits_fingerprint(args) != seen {
-            return;
+        if edits_fingerprint(args) != *seen {
+            return Edit::Manifest;
+        }
+        if plugs_fingerprint(plugs) != *plugs_seen {
+            return Edit::Plug;
         }
     }
 }
@@ -85,10 +124,13 @@ pub(super) async fn reconcile(args: ReconcileArgs) -> Result<Exit, CliError> {
     let stop = stop_on_signals(progress.clone(), Cancel::OnSecondSignal)?;
     let mut schedule = Schedule::new(args.interval, max_interval);
     let mut last = Exit::Ok;
+    // The plugs of the manifest as last loaded (their files are watched like the manifest's).
+    let mut plugs: Vec<PathBuf> = Vec::new();
     for n in 1.. {
         let saved = Saved::default();
         // Taken before the pass reads them: an edit made while it runs starts the next one.
         let seen = edits_fingerprint(&args.manifest);
+        let mut plugs_seen = plugs_fingerprint(&plugs);
         let assumed = schedule.not_due(SystemTime::now());
         let result = pass(
             &args.manifest,
@@ -103,6 +145,11 @@ pub(super) async fn reconcile(args: ReconcileArgs) -> Result<Exit, CliError> {
         .await;
         let wait = match result {
             Ok((exit, p)) => {
+                let loaded: Vec<PathBuf> = p.manifest.plugs.values().map(|plug| plug.path.clone()).collect();
+                if loaded != plugs {
+                    plugs = loaded;
+                    plugs_seen = plugs_fingerprint(&plugs);
+                }
                 let (revision, entries) = (&p.manifest.revision, p.report().map(Report::entries));
                 let wait = schedule.after_pass(SystemTime::now(), revision, &assumed, entries);
                 let taken = entries.into_iter().flatten().filter(|e| assumed.took(revision, e)).count();
@@ -122,7 +169,14 @@ pub(super) async fn reconcile(args: ReconcileArgs) -> Result<Exit, CliError> {
         }
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
-            _ = edited(&args.manifest, &seen) => progress.say("The manifest changed: passing now."),
+            edit = edited(&args.manifest, &seen, &plugs, &plugs_seen) => match edit {
+                Edit::Manifest => progress.say("The manifest changed: passing now."),
+                Edit::Plug => {
+                    // Nothing in a config says what a plug holds: every state is read afresh.
+                    schedule = Schedule::new(args.interval, max_interval);
+                    progress.say("A plug's files changed: passing now, reading every state afresh.");
+                }
+            },
             _ = stop.requested.cancelled() => break,
         }
     }
