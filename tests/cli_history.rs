@@ -567,6 +567,29 @@ fn a_reader_that_goes_away_ends_output_not_the_run() {
     assert!(!String::from_utf8_lossy(&output.stderr).contains("panicked"));
 }
 
+/// `deployster apply` with `state_dir` as its state directory, run with a tmpfs mounted (with
+/// `options`) at `mount` in a mount namespace of the test's own (`unshare`): its exit status and
+/// stderr.
+fn apply_on_tmpfs(
+    ws: &Workspace,
+    mount: &std::path::Path,
+    options: &str,
+    state_dir: &str,
+) -> (std::process::Output, String) {
+    let script = format!(r#"mount -t tmpfs -o {options} tmpfs "$1" && shift && exec "$@""#);
+    let output = std::process::Command::new("unshare")
+        .args(["--map-root-user", "--mount", "sh", "-c", &script, "sh", mount.to_str().unwrap()])
+        .arg(support::deployster())
+        .args(["apply", "-f", "manifest.yaml", "--yes", "--state-dir", state_dir])
+        .current_dir(ws.dir.path())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("unshare (util-linux) runs");
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(!stderr.contains("unshare:") && !stderr.contains("mount:"), "could not set up the tmpfs: {stderr}");
+    (output, stderr)
+}
+
 /// A state directory that is full when an action is about to run: the action's intent cannot
 /// be written, so the action does not run, and the error names the log and the cause. The
 /// directory is a small tmpfs in a mount namespace of the test's own (`unshare`).
@@ -576,17 +599,7 @@ fn a_full_state_directory_stops_the_pass_before_the_action() {
     let state = ws.path("state");
     std::fs::create_dir(&state).unwrap();
     ws.manifest("resources:\n  work: { type: ./fixture, config: { fill_disk: $WS/state/filler, marker: $WS/done } }\n");
-    let script = r#"mount -t tmpfs -o size=1m tmpfs "$1" && shift && exec "$@""#;
-    let output = std::process::Command::new("unshare")
-        .args(["--map-root-user", "--mount", "sh", "-c", script, "sh", state.to_str().unwrap()])
-        .arg(support::deployster())
-        .args(["apply", "-f", "manifest.yaml", "--yes", "--state-dir", state.to_str().unwrap()])
-        .current_dir(ws.dir.path())
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("unshare (util-linux) runs");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(!stderr.contains("unshare:") && !stderr.contains("mount:"), "could not set up the tmpfs: {stderr}");
+    let (output, stderr) = apply_on_tmpfs(&ws, &state, "size=1m", state.to_str().unwrap());
     assert_eq!(output.status.code(), Some(1), "{stderr}");
     let expected = format!("the deployment log at {}/log.sqlite", state.display());
     assert!(stderr.contains("resource `work` failed in action create"), "{stderr}");
@@ -616,17 +629,7 @@ fn a_state_directory_that_cannot_be_used_is_refused_with_exit_2() {
     // root writes through mere permissions).
     let state = ws.path("ro");
     std::fs::create_dir(&state).unwrap();
-    let script = r#"mount -t tmpfs -o ro tmpfs "$1" && shift && exec "$@""#;
-    let output = std::process::Command::new("unshare")
-        .args(["--map-root-user", "--mount", "sh", "-c", script, "sh", state.to_str().unwrap()])
-        .arg(support::deployster())
-        .args(["apply", "-f", "manifest.yaml", "--yes", "--state-dir", "ro/state"])
-        .current_dir(ws.dir.path())
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("unshare (util-linux) runs");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(!stderr.contains("unshare:") && !stderr.contains("mount:"), "could not set up the tmpfs: {stderr}");
+    let (output, stderr) = apply_on_tmpfs(&ws, &state, "ro", "ro/state");
     assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert!(
         stderr.contains("the state directory ro/state cannot be used: it is on a read-only file system"),
@@ -662,17 +665,7 @@ fn a_run_whose_end_could_not_be_recorded_does_not_exit_0() {
     ws.manifest(
         "resources:\n  work: { type: ./fixture, config: { action_fill_disk: $WS/state/filler, marker: $WS/done } }\n",
     );
-    let script = r#"mount -t tmpfs -o size=1m tmpfs "$1" && shift && exec "$@""#;
-    let output = std::process::Command::new("unshare")
-        .args(["--map-root-user", "--mount", "sh", "-c", script, "sh", state.to_str().unwrap()])
-        .arg(support::deployster())
-        .args(["apply", "-f", "manifest.yaml", "--yes", "--state-dir", state.to_str().unwrap()])
-        .current_dir(ws.dir.path())
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("unshare (util-linux) runs");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(!stderr.contains("unshare:") && !stderr.contains("mount:"), "could not set up the tmpfs: {stderr}");
+    let (output, stderr) = apply_on_tmpfs(&ws, &state, "size=1m", state.to_str().unwrap());
     assert!(ws.exists("done"), "the action ran: {stderr}");
     assert_eq!(output.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("this run is not fully recorded in the deployment log"), "{stderr}");
