@@ -24,12 +24,12 @@ fn a_program_that_echoes_a_secret_has_it_masked_in_output_errors_and_the_log() {
     ws.manifest("vars: { token: s3cr3t-t0ken }\nsensitive: [token]\nresources:\n  e: { type: ./echoing, config: { auth: \"Bearer {{ token }}\" } }\n");
     for run in [ws.plan(&["-v"]), ws.apply(&["--output", "json"])] {
         assert_eq!(run.code, 1, "{}", run.all());
-        // The whole value is sensitive: it was rendered from a sensitive variable.
-        assert!(run.all().contains(r#""auth":"***""#), "the failure still says what it saw, masked:\n{}", run.all());
+        // The template placed the secret as it is: the rest of the value still shows.
+        assert!(run.all().contains("Bearer ***"), "the failure still says what it saw, masked:\n{}", run.all());
         assert!(!run.all().contains("s3cr3t"), "{}", run.all());
     }
     let log = ws.run(&["history", "--limit", "1000", "--output", "json"]);
-    assert!(log.stdout.contains(r#"\"auth\":\"***\""#) && !log.stdout.contains("s3cr3t"), "{}", log.stdout);
+    assert!(log.stdout.contains("Bearer ***") && !log.stdout.contains("s3cr3t"), "{}", log.stdout);
 }
 
 #[test]

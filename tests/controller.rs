@@ -647,11 +647,7 @@ async fn vars_from_a_secret_are_used_and_never_shown() {
     assert!(st.resources.iter().any(|r| r.name == "broken" && r.status == "FAILED"), "{st:#?}");
     let shown = serde_json::to_string(&st).unwrap();
     assert!(!shown.contains(SECRET), "the secret is in the status: {shown}");
-    // The whole path is sensitive: it was rendered from a sensitive variable.
-    assert!(
-        shown.contains("cannot write ***: directory /proc/nope"),
-        "the failure still says what it saw, masked: {shown}"
-    );
+    assert!(shown.contains("/proc/nope/***"), "the failure still says what it saw, masked: {shown}");
     let notes: String = events(&client, "withvars").await.into_iter().map(|(r, n)| r + &n).collect();
     assert!(!notes.contains(SECRET), "the secret is in an event: {notes}");
 

@@ -77,9 +77,10 @@ pub(crate) fn rendered_config(
 ) -> Result<Value, ResourceError> {
     let resource = &manifest.resources[i];
     let prefix = resource.config_prefix();
-    let config = expr::render(&resource.config, &render_context(manifest, i, known), &prefix)
+    let context = render_context(manifest, i, known);
+    let config = expr::render(&resource.config, &context, &prefix)
         .map_err(|e| ResourceError::new(Phase::Config, Cause::Render(e.to_string())))?;
-    mask_derived(manifest, &resource.config, &config);
+    mask_derived(manifest, &resource.config, &context, &config);
     let violations = schema.map(|schema| schema_violations(schema, &config, &prefix)).unwrap_or_default();
     if !violations.is_empty() {
         return Err(ResourceError::new(Phase::Config, Cause::Schema(violations)));
@@ -105,14 +106,19 @@ pub(crate) fn render_outputs(
         })
         .collect();
     ctx.insert("resources".to_string(), Value::Object(resources));
-    let outputs = expr::render(&manifest.outputs, &Value::Object(ctx), "outputs")?;
-    mask_derived(manifest, &manifest.outputs, &outputs);
+    let context = Value::Object(ctx);
+    let outputs = expr::render(&manifest.outputs, &context, "outputs")?;
+    mask_derived(manifest, &manifest.outputs, &context, &outputs);
     Ok(Some(outputs))
 }
 
 /// Whatever a template made of a sensitive variable is sensitive too (`{{ token | upper }}`,
-/// `{{ password | b64encode }}`): the value each such template rendered joins the mask.
-fn mask_derived(manifest: &ValidatedManifest, template: &expr::ConfigTemplate, rendered: &Value) {
+/// `{{ password | b64encode }}`): the value each such template rendered joins the mask — unless
+/// the template only placed the value as it is (`Bearer {{ token }}`), which masking already
+/// hides while showing the rest. That is told by rendering again with each sensitive variable
+/// as it is shown (`***`): the same text as the rendered value masked means nothing else came
+/// of the secret.
+fn mask_derived(manifest: &ValidatedManifest, template: &expr::ConfigTemplate, context: &Value, rendered: &Value) {
     if manifest.sensitive.is_empty() {
         return;
     }
@@ -122,8 +128,28 @@ fn mask_derived(manifest: &ValidatedManifest, template: &expr::ConfigTemplate, r
         let name = if root == "vars" { parts.next().unwrap_or_default() } else { root };
         manifest.sensitive.iter().any(|s| s == name)
     };
-    for site in template.sites.iter().filter(|s| s.references.iter().any(|r| reads_sensitive(r))) {
-        if let Some(value) = expr::pointer(rendered, &site.path) {
+    let tainted: Vec<&expr::TemplateSite> =
+        template.sites.iter().filter(|s| s.references.iter().any(|r| reads_sensitive(r))).collect();
+    if tainted.is_empty() {
+        return;
+    }
+    let mut shown = context.clone();
+    for name in &manifest.sensitive {
+        let Some(value) = manifest.vars.get(name) else { continue };
+        let masked = manifest.mask.value(value);
+        if shown.get(name) == Some(value) {
+            shown[name] = masked.clone();
+        }
+        if let Some(vars) = shown.get_mut("vars").and_then(Value::as_object_mut) {
+            vars.insert(name.clone(), masked);
+        }
+    }
+    let as_shown = expr::render(template, &shown, "").ok();
+    for site in tainted {
+        let Some(value) = expr::pointer(rendered, &site.path) else { continue };
+        let placed_as_is =
+            as_shown.as_ref().and_then(|s| expr::pointer(s, &site.path)) == Some(&manifest.mask.value(value));
+        if !placed_as_is {
             manifest.mask.add(value);
         }
     }
