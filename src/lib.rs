@@ -16,4 +16,6 @@ pub mod crd;
 pub mod engine;
 pub mod history;
 pub mod pass;
+#[cfg(feature = "kube")]
+pub mod pod;
 pub mod stop;

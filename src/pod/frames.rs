@@ -1,0 +1,200 @@
+//! How a program's output comes back from a Pod, whole and verified.
+//!
+//! A container's log mixes its stdout and stderr and can lose lines (rotation, a restarted
+//! kubelet), and its termination message holds 4 KiB. So the helper that runs the type's program
+//! in the Pod ([`super::entry`]) passes the program's stderr through as it is, writes its stdout
+//! to the log as *frames* — lines carrying a per-invocation nonce, a sequence number and a
+//! base64 chunk, written as the output comes so that progress shows live — and, when the
+//! program has exited, writes a small [`Record`] to the termination message: the exit, and the
+//! length and SHA-256 of the whole stdout. The executor reassembles the frames it read from the
+//! log and holds them against the record: output that does not match is never taken as the
+//! program's.
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use sha2::{Digest, Sha256};
+
+/// What starts a frame line: `@@deployster <nonce> <seq> <base64>`.
+const FRAME: &str = "@@deployster";
+
+/// Stdout bytes per frame: lines of the log stay well under any runtime's line limit (16 KiB
+/// for containerd and Docker's json-file, which split longer lines).
+pub const FRAME_BYTES: usize = 3 * 1024;
+
+/// The frame line carrying stdout bytes `chunk`, the `seq`-th of the invocation `nonce`.
+pub fn frame(nonce: &str, seq: u64, chunk: &[u8]) -> String {
+    format!("{FRAME} {nonce} {seq} {}\n", STANDARD.encode(chunk))
+}
+
+/// What the helper leaves in the termination message once the program has exited.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Record {
+    pub nonce: String,
+    /// The program's exit code, or the signal that ended it.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub code: Option<i32>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub signal: Option<i32>,
+    pub stdout_bytes: u64,
+    /// Lowercase hex.
+    pub stdout_sha256: String,
+    pub frames: u64,
+    /// Why the helper could not run the program at all (its entrypoint missing, say), if so.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub error: Option<String>,
+}
+
+impl Record {
+    /// The record of a program that printed `stdout` in `frames` frames.
+    pub fn of(nonce: &str, stdout: &[u8], frames: u64) -> Record {
+        Record {
+            nonce: nonce.to_string(),
+            code: None,
+            signal: None,
+            stdout_bytes: stdout.len() as u64,
+            stdout_sha256: hex::encode(Sha256::digest(stdout)),
+            frames,
+            error: None,
+        }
+    }
+}
+
+/// Why the output read back cannot be taken as the program's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FrameError {
+    #[error("the termination message is not the helper's record ({0}): the program's result is unknown")]
+    Record(String),
+    #[error("the termination message belongs to another invocation")]
+    Nonce,
+    #[error("frame {seq} of the program's output is not valid base64")]
+    Encoding { seq: u64 },
+    #[error(
+        "the Pod's log lost part of the program's output: read {read_frames} of {frames} frames, {read_bytes} of \
+         {bytes} bytes"
+    )]
+    Lost { frames: u64, read_frames: u64, bytes: u64, read_bytes: u64 },
+    #[error("the program's output read from the Pod's log does not match its digest")]
+    Digest,
+}
+
+/// What the log holds once the frames are taken out of it.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Split {
+    /// Frames of `nonce` by sequence number, decoded (a frame seen twice — a log read again
+    /// from where it left off — counts once).
+    pub chunks: std::collections::BTreeMap<u64, Vec<u8>>,
+    /// Every other line: the program's stderr (and whatever else the container printed).
+    pub stderr: Vec<String>,
+}
+
+/// Splits `log` (lines, as the log API gives them) into the frames of `nonce` and the rest.
+pub fn split(log: &str, nonce: &str) -> Result<Split, FrameError> {
+    let mut split = Split::default();
+    for line in log.lines() {
+        let Some(rest) = line.strip_prefix(FRAME).and_then(|r| r.strip_prefix(' ')) else {
+            split.stderr.push(line.to_string());
+            continue;
+        };
+        let mut fields = rest.splitn(3, ' ');
+        let (Some(seen), Some(seq), chunk) = (fields.next(), fields.next(), fields.next().unwrap_or("")) else {
+            split.stderr.push(line.to_string());
+            continue;
+        };
+        let Ok(seq) = seq.parse::<u64>() else {
+            split.stderr.push(line.to_string());
+            continue;
+        };
+        if seen != nonce {
+            // Another invocation's frame (a Pod name reused by a retry): not this one's output.
+            continue;
+        }
+        let bytes = STANDARD.decode(chunk.trim_end()).map_err(|_| FrameError::Encoding { seq })?;
+        split.chunks.insert(seq, bytes);
+    }
+    Ok(split)
+}
+
+/// The program's whole stdout from the frames of `split`, held against `record` (the
+/// termination message's text).
+pub fn reassemble(split: &Split, record: &str, nonce: &str) -> Result<(Record, Vec<u8>), FrameError> {
+    let record: Record = serde_json::from_str(record.trim()).map_err(|e| FrameError::Record(e.to_string()))?;
+    if record.nonce != nonce {
+        return Err(FrameError::Nonce);
+    }
+    let stdout: Vec<u8> = split.chunks.values().flatten().copied().collect();
+    let contiguous = split.chunks.keys().copied().eq(0..split.chunks.len() as u64);
+    if !contiguous || split.chunks.len() as u64 != record.frames || stdout.len() as u64 != record.stdout_bytes {
+        return Err(FrameError::Lost {
+            frames: record.frames,
+            read_frames: split.chunks.len() as u64,
+            bytes: record.stdout_bytes,
+            read_bytes: stdout.len() as u64,
+        });
+    }
+    if hex::encode(Sha256::digest(&stdout)) != record.stdout_sha256 {
+        return Err(FrameError::Digest);
+    }
+    Ok((record, stdout))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn log_of(nonce: &str, stdout: &[u8], stderr_between: &[&str]) -> (String, String) {
+        let mut log = String::new();
+        let chunks: Vec<&[u8]> = stdout.chunks(FRAME_BYTES).collect();
+        for (seq, chunk) in chunks.iter().enumerate() {
+            if let Some(line) = stderr_between.get(seq) {
+                log.push_str(line);
+                log.push('\n');
+            }
+            log.push_str(&frame(nonce, seq as u64, chunk));
+        }
+        let mut record = Record::of(nonce, stdout, chunks.len() as u64);
+        record.code = Some(0);
+        (log, serde_json::to_string(&record).unwrap())
+    }
+
+    #[test]
+    fn stdout_comes_back_whole_and_stderr_apart() {
+        let stdout: Vec<u8> = (0..10_000u32).flat_map(|n| n.to_le_bytes()).collect();
+        let (log, record) = log_of("n1", &stdout, &["starting", "@@deployster is not a frame", "half way"]);
+        let split = split(&log, "n1").unwrap();
+        assert_eq!(split.stderr, ["starting", "@@deployster is not a frame", "half way"]);
+        let (record, read) = reassemble(&split, &record, "n1").unwrap();
+        assert_eq!((read, record.code), (stdout, Some(0)));
+    }
+
+    #[test]
+    fn a_log_read_again_from_where_it_left_off_counts_each_frame_once() {
+        let (log, record) = log_of("n1", b"{\"status\": \"VALID\"}", &[]);
+        let twice = format!("{log}{log}");
+        assert_eq!(reassemble(&split(&twice, "n1").unwrap(), &record, "n1").unwrap().1, b"{\"status\": \"VALID\"}");
+    }
+
+    #[test]
+    fn lost_altered_or_foreign_output_is_never_taken_as_the_program_s() {
+        let stdout = vec![b'x'; 3 * FRAME_BYTES];
+        let (log, record) = log_of("n1", &stdout, &[]);
+        let lost: String = log.lines().enumerate().filter(|(i, _)| *i != 1).map(|(_, l)| format!("{l}\n")).collect();
+        assert_eq!(
+            reassemble(&split(&lost, "n1").unwrap(), &record, "n1").unwrap_err(),
+            FrameError::Lost {
+                frames: 3,
+                read_frames: 2,
+                bytes: 3 * FRAME_BYTES as u64,
+                read_bytes: 2 * FRAME_BYTES as u64
+            }
+        );
+        let (other, _) = log_of("n1", &vec![b'y'; 3 * FRAME_BYTES], &[]);
+        assert_eq!(reassemble(&split(&other, "n1").unwrap(), &record, "n1").unwrap_err(), FrameError::Digest);
+        assert_eq!(reassemble(&split(&log, "n2").unwrap(), &record, "n2").unwrap_err(), FrameError::Nonce);
+        assert!(matches!(
+            reassemble(&split(&log, "n1").unwrap(), "Container main starting", "n1"),
+            Err(FrameError::Record(_))
+        ));
+        let garbled = log.replacen("@@deployster n1 0 ", "@@deployster n1 0 !!", 1);
+        assert_eq!(split(&garbled, "n1").unwrap_err(), FrameError::Encoding { seq: 0 });
+    }
+}

@@ -1,0 +1,123 @@
+//! `deployster __pod-entry`, the helper in front of a type's program in its Pod, run here as a
+//! process: the request reaches the program's stdin, its stdout comes back framed and verified
+//! against the record, its stderr passes through, SIGTERM reaches it, and a program that cannot
+//! start leaves a record saying why.
+#![cfg(feature = "kube")]
+
+mod support;
+
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use deployster::pod::frames::{Record, reassemble, split};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+struct Ran {
+    code: i32,
+    stdout: String,
+    stderr: String,
+    record: String,
+}
+
+fn entry(dir: &std::path::Path, program: &[&str]) -> Command {
+    std::fs::write(dir.join("request.json"), r#"{"name": "web", "config": {"n": 1}}"#).unwrap();
+    let mut command = Command::new(support::deployster());
+    command
+        .args(["__pod-entry", "--nonce", "n1", "--request"])
+        .arg(dir.join("request.json"))
+        .arg("--termination-log")
+        .arg(dir.join("termination-log"))
+        .arg("--")
+        .args(program)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    command
+}
+
+fn finish(dir: &std::path::Path, child: std::process::Child) -> Ran {
+    let output = child.wait_with_output().unwrap();
+    Ran {
+        code: output.status.code().unwrap_or(-1),
+        stdout: String::from_utf8(output.stdout).unwrap(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        record: std::fs::read_to_string(dir.join("termination-log")).unwrap_or_default(),
+    }
+}
+
+fn run(program: &[&str]) -> Ran {
+    let dir = tempfile::tempdir().unwrap();
+    let child = entry(dir.path(), program).spawn().unwrap();
+    finish(dir.path(), child)
+}
+
+#[test]
+fn the_request_reaches_the_program_and_its_stdout_comes_back_whole() {
+    let script = "cat; echo; echo progress >&2; head -c 100000 /dev/zero | tr '\\0' 'x'; exit 4";
+    let ran = run(&["sh", "-c", script]);
+    assert_eq!(ran.code, 4, "{}", ran.stderr);
+    assert_eq!(ran.stderr, "progress\n", "stderr passes through as it is");
+    assert!(ran.stdout.lines().all(|l| l.starts_with("@@deployster n1 ")), "only frames on stdout");
+    let parts = split(&ran.stdout, "n1").unwrap();
+    let (record, stdout) = reassemble(&parts, &ran.record, "n1").unwrap();
+    let expected = format!("{{\"name\": \"web\", \"config\": {{\"n\": 1}}}}\n{}", "x".repeat(100_000));
+    assert_eq!(String::from_utf8(stdout).unwrap(), expected);
+    assert_eq!((record.code, record.signal, record.error), (Some(4), None, None));
+    assert!(record.frames > 30, "frames as the output came: {}", record.frames);
+}
+
+#[test]
+fn a_program_that_cannot_start_or_dies_by_a_signal_says_so_in_the_record() {
+    let ran = run(&["/no/such/entrypoint"]);
+    assert_eq!(ran.code, 127);
+    let record: Record = serde_json::from_str(&ran.record).unwrap();
+    assert!(record.error.as_deref().is_some_and(|e| e.contains("cannot start `/no/such/entrypoint`")), "{record:?}");
+    assert!(ran.stderr.contains("cannot start"), "{}", ran.stderr);
+
+    let ran = run(&["sh", "-c", "echo partial; kill -KILL $$"]);
+    assert_eq!(ran.code, 128 + 9);
+    let (record, stdout) = reassemble(&split(&ran.stdout, "n1").unwrap(), &ran.record, "n1").unwrap();
+    assert_eq!((record.code, record.signal, stdout), (None, Some(9), b"partial\n".to_vec()));
+}
+
+#[test]
+fn sigterm_reaches_the_program_which_may_clean_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = "trap 'echo cleaning up >&2; exit 3' TERM; echo ready >&2; sleep 30 & wait";
+    let mut child = entry(dir.path(), &["sh", "-c", script]).spawn().unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let mut first = [0u8; 6];
+    stderr.read_exact(&mut first).unwrap();
+    assert_eq!(&first, b"ready\n");
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
+    let started = std::time::Instant::now();
+    let mut rest = String::new();
+    stderr.read_to_string(&mut rest).unwrap();
+    let ran = finish(dir.path(), child);
+    assert!(started.elapsed() < Duration::from_secs(10), "the program was not stopped");
+    assert_eq!(ran.code, 3, "{rest}");
+    assert!(rest.contains("cleaning up"), "{rest}");
+    let record: Record = serde_json::from_str(&ran.record).unwrap();
+    assert_eq!(record.code, Some(3));
+}
+
+#[test]
+fn a_bad_command_line_is_a_usage_error() {
+    let output = Command::new(support::deployster()).args(["__pod-entry", "--nonce", "n1"]).output().unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("usage: __pod-entry"), "{output:?}");
+}
+
+#[test]
+fn the_init_container_s_part_installs_the_helper() {
+    let dir = tempfile::tempdir().unwrap();
+    let output =
+        Command::new(support::deployster()).args(["__pod-entry", "--install"]).arg(dir.path()).output().unwrap();
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    let installed = dir.path().join("deployster");
+    assert_eq!(std::fs::read(&installed).unwrap(), std::fs::read(support::deployster()).unwrap());
+    let usage = Command::new(&installed).args(["__pod-entry", "--nonce", "n"]).output().unwrap();
+    assert_eq!(usage.status.code(), Some(2), "the copy runs");
+}
