@@ -59,7 +59,8 @@ fn the_request_reaches_the_program_and_its_stdout_comes_back_whole() {
     let ran = run(&["sh", "-c", script]);
     assert_eq!(ran.code, 4, "{}", ran.stderr);
     assert_eq!(ran.stderr, "progress\n", "stderr passes through as it is");
-    assert!(ran.stdout.lines().all(|l| l.starts_with("@@deployster n1 ")), "only frames on stdout");
+    assert!(ran.stdout.lines().all(|l| l.starts_with("@@deployster")), "only frames and the record on stdout");
+    assert!(ran.stdout.lines().last().unwrap().starts_with("@@deployster-record n1 {"), "the record last");
     let parts = split(&ran.stdout, "n1").unwrap();
     let (record, stdout) = reassemble(&parts, &ran.record, "n1").unwrap();
     let expected = format!("{{\"name\": \"web\", \"config\": {{\"n\": 1}}}}\n{}", "x".repeat(100_000));
@@ -120,4 +121,20 @@ fn the_init_container_s_part_installs_the_helper() {
     assert_eq!(std::fs::read(&installed).unwrap(), std::fs::read(support::deployster()).unwrap());
     let usage = Command::new(&installed).args(["__pod-entry", "--nonce", "n"]).output().unwrap();
     assert_eq!(usage.status.code(), Some(2), "the copy runs");
+}
+
+/// A termination-message file the container may not write (the test cluster gives a non-root
+/// container a root-owned 0644 one): the record still comes back, through the log.
+#[test]
+fn a_termination_message_that_cannot_be_written_still_leaves_the_record_in_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut command = entry(dir.path(), &["sh", "-c", "echo '{\"status\": \"VALID\"}'"]);
+    let args: Vec<String> = command.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
+    let at = args.iter().position(|a| a == "--termination-log").unwrap();
+    let mut command = Command::new(support::deployster());
+    command.args(&args[..=at]).arg("/proc/version").args(&args[at + 2..]);
+    let output = command.output().unwrap();
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    let (record, read) = reassemble(&split(&stdout, "n1").unwrap(), "", "n1").unwrap();
+    assert_eq!((record.code, read), (Some(0), b"{\"status\": \"VALID\"}\n".to_vec()));
 }

@@ -16,7 +16,7 @@ use sha2::{Digest, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
-use super::frames::{FRAME_BYTES, Record, frame};
+use super::frames::{FRAME_BYTES, Record, frame, record_line};
 
 /// How long, once the program has exited, its stdout may stay open (as the process executor
 /// allows: what it printed is in the pipe by then).
@@ -129,11 +129,13 @@ fn fail(entry: &Entry, why: String) -> i32 {
     127
 }
 
+/// The record, in the termination message and as the log's last line (see
+/// [`super::frames::record_line`]); a termination message that cannot be written is left.
 fn write_record(entry: &Entry, record: &Record) {
     let text = serde_json::to_string(record).expect("records serialize");
-    if let Err(e) = std::fs::write(&entry.termination_log, text) {
-        let _ = writeln!(std::io::stderr(), "deployster {ENTRY_SUBCOMMAND}: cannot write the record: {e}");
-    }
+    let _ = std::fs::write(&entry.termination_log, text);
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(record_line(record).as_bytes()).and_then(|()| out.flush());
 }
 
 async fn run(entry: &Entry) -> i32 {

@@ -17,6 +17,16 @@ use sha2::{Digest, Sha256};
 /// What starts a frame line: `@@deployster <nonce> <seq> <base64>`.
 const FRAME: &str = "@@deployster";
 
+/// What starts the record's line in the log: `@@deployster-record <nonce> <json>`. The record
+/// goes to the termination message and, last, to the log too: a runtime that gives a non-root
+/// container a termination-message file it cannot write (the test cluster does) still gets it.
+const RECORD: &str = "@@deployster-record";
+
+/// The log line carrying `record`.
+pub fn record_line(record: &Record) -> String {
+    format!("{RECORD} {} {}\n", record.nonce, serde_json::to_string(record).expect("records serialize"))
+}
+
 /// Stdout bytes per frame: lines of the log stay well under any runtime's line limit (16 KiB
 /// for containerd and Docker's json-file, which split longer lines).
 pub const FRAME_BYTES: usize = 3 * 1024;
@@ -85,12 +95,22 @@ pub struct Split {
     pub chunks: std::collections::BTreeMap<u64, Vec<u8>>,
     /// Every other line: the program's stderr (and whatever else the container printed).
     pub stderr: Vec<String>,
+    /// The record as the log carries it (the termination message is preferred).
+    pub record: Option<String>,
 }
 
 /// Splits `log` (lines, as the log API gives them) into the frames of `nonce` and the rest.
 pub fn split(log: &str, nonce: &str) -> Result<Split, FrameError> {
     let mut split = Split::default();
     for line in log.lines() {
+        if let Some(rest) = line.strip_prefix(RECORD).and_then(|r| r.strip_prefix(' ')) {
+            if let Some((seen, record)) = rest.split_once(' ')
+                && seen == nonce
+            {
+                split.record = Some(record.to_string());
+            }
+            continue;
+        }
         let Some(rest) = line.strip_prefix(FRAME).and_then(|r| r.strip_prefix(' ')) else {
             split.stderr.push(line.to_string());
             continue;
@@ -114,10 +134,14 @@ pub fn split(log: &str, nonce: &str) -> Result<Split, FrameError> {
     Ok(split)
 }
 
-/// The program's whole stdout from the frames of `split`, held against `record` (the
-/// termination message's text).
-pub fn reassemble(split: &Split, record: &str, nonce: &str) -> Result<(Record, Vec<u8>), FrameError> {
-    let record: Record = serde_json::from_str(record.trim()).map_err(|e| FrameError::Record(e.to_string()))?;
+/// The program's whole stdout from the frames of `split`, held against the record: the
+/// termination message's text (`termination`) when there is one, else the log's.
+pub fn reassemble(split: &Split, termination: &str, nonce: &str) -> Result<(Record, Vec<u8>), FrameError> {
+    let text = match (termination.trim(), &split.record) {
+        ("", Some(logged)) => logged.as_str(),
+        (text, _) => text,
+    };
+    let record: Record = serde_json::from_str(text.trim()).map_err(|e| FrameError::Record(e.to_string()))?;
     if record.nonce != nonce {
         return Err(FrameError::Nonce);
     }
@@ -164,6 +188,20 @@ mod tests {
         assert_eq!(split.stderr, ["starting", "@@deployster is not a frame", "half way"]);
         let (record, read) = reassemble(&split, &record, "n1").unwrap();
         assert_eq!((read, record.code), (stdout, Some(0)));
+    }
+
+    #[test]
+    fn the_record_in_the_log_stands_in_for_a_termination_message_that_could_not_be_written() {
+        let (log, record) = log_of("n1", b"{}", &[]);
+        let record: Record = serde_json::from_str(&record).unwrap();
+        let logged = format!("{log}{}", record_line(&record));
+        let parts = split(&logged, "n1").unwrap();
+        assert!(parts.stderr.is_empty(), "{parts:?}");
+        assert_eq!(reassemble(&parts, "", "n1").unwrap(), (record, b"{}".to_vec()));
+        assert!(
+            matches!(reassemble(&split(&log, "n1").unwrap(), "", "n1"), Err(FrameError::Record(_))),
+            "no record at all"
+        );
     }
 
     #[test]
