@@ -128,7 +128,7 @@ fn the_init_container_s_part_installs_the_helper() {
 #[test]
 fn a_termination_message_that_cannot_be_written_still_leaves_the_record_in_the_log() {
     let dir = tempfile::tempdir().unwrap();
-    let mut command = entry(dir.path(), &["sh", "-c", "echo '{\"status\": \"VALID\"}'"]);
+    let command = entry(dir.path(), &["sh", "-c", "echo '{\"status\": \"VALID\"}'"]);
     let args: Vec<String> = command.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
     let at = args.iter().position(|a| a == "--termination-log").unwrap();
     let mut command = Command::new(support::deployster());
