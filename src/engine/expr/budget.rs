@@ -234,12 +234,18 @@ fn size(value: &Value) -> Result<usize, Error> {
     })
 }
 
-/// minijinja's own operator on two values.
+/// minijinja's own operator on two values (each expression compiled once: a loop adding up
+/// numbers calls this on every turn).
 fn raw(op: &'static str, a: Value, b: Value) -> Result<Value, Error> {
-    static PLAIN: std::sync::OnceLock<Environment<'static>> = std::sync::OnceLock::new();
+    use std::sync::OnceLock;
+    type Compiled = minijinja::Expression<'static, 'static>;
+    static PLAIN: OnceLock<Environment<'static>> = OnceLock::new();
+    static ADD: OnceLock<Compiled> = OnceLock::new();
+    static MUL: OnceLock<Compiled> = OnceLock::new();
     let env = PLAIN.get_or_init(Environment::empty);
-    let expr = if op == "+" { "a + b" } else { "a * b" };
-    env.compile_expression(expr)?.eval(minijinja::context! { a, b })
+    let (cell, source) = if op == "+" { (&ADD, "a + b") } else { (&MUL, "a * b") };
+    let expr = cell.get_or_init(|| env.compile_expression(source).expect("a valid expression"));
+    expr.eval(minijinja::context! { a, b })
 }
 
 /// Runs a builtin filter if what it would build fits: its inputs are charged (the filter
