@@ -1,0 +1,336 @@
+//! The Pod and the Secret one invocation of an image type runs as: plain data from plain data,
+//! so that what a Pod gets — identity, limits, mounts, the helper in front of the program — is
+//! decided in one place and tested without a cluster.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{
+    Capabilities, ConfigMapVolumeSource, Container, EmptyDirVolumeSource, KeyToPath, PersistentVolumeClaimVolumeSource,
+    Pod, PodSecurityContext, PodSpec, SeccompProfile, Secret, SecretVolumeSource, SecurityContext, Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use sha2::{Digest, Sha256};
+
+use super::entry::{ENTRY_SUBCOMMAND, Entry};
+
+/// Where the helper is installed in the type's container, and where the request is mounted.
+const HELPER_DIR: &str = "/.deployster/bin";
+const REQUEST_DIR: &str = "/.deployster/request";
+/// The key of the invocation's Secret that holds the request.
+pub const REQUEST_KEY: &str = "request";
+/// The label every object of Deployster's carries (the sweep and the RBAC selectors use it).
+pub const OWNER_LABEL: &str = "deployster.io/owner";
+
+/// Where a plug's content comes from in the cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PlugSource {
+    /// Read-only: a Secret (one key, or all).
+    Secret { name: String, key: Option<String> },
+    /// Read-only: a ConfigMap (one key, or all).
+    ConfigMap { name: String, key: Option<String> },
+    /// Writable: a PersistentVolumeClaim.
+    Claim { name: String },
+}
+
+/// A plug as the Pod mounts it: at the `container_path` the type asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodPlug {
+    pub name: String,
+    pub container_path: String,
+    pub source: PlugSource,
+}
+
+/// What one invocation's Pod is made of.
+#[derive(Debug, Clone)]
+pub struct PodInvocation {
+    pub namespace: String,
+    /// From [`pod_name`]: the same invocation always gets the same name.
+    pub name: String,
+    /// The type's image, by digest (one pass never mixes two builds).
+    pub image: String,
+    /// The image that carries the helper (the controller's own).
+    pub helper_image: String,
+    pub entry: Entry,
+    /// `spec.serviceAccountName` of the Manifest; the namespace's `default` when `None`.
+    pub service_account: Option<String>,
+    pub plugs: Vec<PodPlug>,
+    /// The invocation's time limit; the Pod's `activeDeadlineSeconds` backs it up.
+    pub deadline: Duration,
+    pub labels: BTreeMap<String, String>,
+    /// The Manifest that owns the Pod (gone with it).
+    pub owner: Option<OwnerReference>,
+}
+
+/// A name for an invocation's Pod: the same for the same run, resource, phase and attempt (a
+/// new leader finds the Pod of an interrupted pass by it), DNS-1123, at most 63 characters.
+pub fn pod_name(run_id: &str, resource: &str, phase: &str, attempt: u32) -> String {
+    let digest = Sha256::digest(format!("{run_id}\0{resource}\0{phase}\0{attempt}"));
+    let readable: String = resource
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' })
+        .take(30)
+        .collect();
+    let readable = readable.trim_matches('-');
+    let hash = &hex::encode(digest)[..16];
+    if readable.is_empty() { format!("dst-{hash}") } else { format!("dst-{readable}-{hash}") }
+}
+
+/// What every container of Deployster's Pods runs under: the Pod Security Standards'
+/// `restricted` profile, with a read-only root file system.
+fn restricted() -> SecurityContext {
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        read_only_root_filesystem: Some(true),
+        capabilities: Some(Capabilities { drop: Some(vec!["ALL".into()]), ..Capabilities::default() }),
+        ..SecurityContext::default()
+    }
+}
+
+fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
+    VolumeMount { name: name.into(), mount_path: path.into(), read_only: Some(read_only), ..VolumeMount::default() }
+}
+
+fn volume_of(plug: &PodPlug) -> (Volume, bool) {
+    let items =
+        |key: &Option<String>| key.as_ref().map(|k| vec![KeyToPath { key: k.clone(), path: k.clone(), mode: None }]);
+    let name = format!("plug-{}", plug.name.to_ascii_lowercase().replace('_', "-"));
+    match &plug.source {
+        PlugSource::Secret { name: secret, key } => (
+            Volume {
+                name,
+                secret: Some(SecretVolumeSource {
+                    secret_name: Some(secret.clone()),
+                    items: items(key),
+                    ..SecretVolumeSource::default()
+                }),
+                ..Volume::default()
+            },
+            true,
+        ),
+        PlugSource::ConfigMap { name: map, key } => (
+            Volume {
+                name,
+                config_map: Some(ConfigMapVolumeSource {
+                    name: map.clone(),
+                    items: items(key),
+                    ..ConfigMapVolumeSource::default()
+                }),
+                ..Volume::default()
+            },
+            true,
+        ),
+        PlugSource::Claim { name: claim } => (
+            Volume {
+                name,
+                persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                    claim_name: claim.clone(),
+                    read_only: Some(false),
+                }),
+                ..Volume::default()
+            },
+            false,
+        ),
+    }
+}
+
+/// The invocation's Pod: an init container installs the helper into an `emptyDir`; the type's
+/// container runs it in front of the program, with the request Secret, a writable `/tmp` and
+/// the plugs mounted, under the Manifest's ServiceAccount without its token.
+pub fn pod(invocation: &PodInvocation, request_secret: &str) -> Pod {
+    let mut volumes = vec![
+        Volume { name: "helper".into(), empty_dir: Some(EmptyDirVolumeSource::default()), ..Volume::default() },
+        Volume {
+            name: "request".into(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(request_secret.into()),
+                ..SecretVolumeSource::default()
+            }),
+            ..Volume::default()
+        },
+        Volume { name: "tmp".into(), empty_dir: Some(EmptyDirVolumeSource::default()), ..Volume::default() },
+    ];
+    let mut mounts =
+        vec![mount("helper", HELPER_DIR, true), mount("request", REQUEST_DIR, true), mount("tmp", "/tmp", false)];
+    for plug in &invocation.plugs {
+        let (volume, read_only) = volume_of(plug);
+        mounts.push(mount(&volume.name, &plug.container_path, read_only));
+        volumes.push(volume);
+    }
+    let helper = format!("{HELPER_DIR}/deployster");
+    let mut command = vec![helper, ENTRY_SUBCOMMAND.to_string()];
+    command.extend(invocation.entry.args());
+    let init = Container {
+        name: "helper".into(),
+        image: Some(invocation.helper_image.clone()),
+        command: Some(vec!["/deployster".into(), ENTRY_SUBCOMMAND.into(), "--install".into(), HELPER_DIR.into()]),
+        volume_mounts: Some(vec![mount("helper", HELPER_DIR, false)]),
+        security_context: Some(restricted()),
+        ..Container::default()
+    };
+    let main = Container {
+        name: "main".into(),
+        image: Some(invocation.image.clone()),
+        command: Some(command),
+        volume_mounts: Some(mounts),
+        security_context: Some(restricted()),
+        termination_message_policy: Some("File".into()),
+        ..Container::default()
+    };
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(invocation.name.clone()),
+            namespace: Some(invocation.namespace.clone()),
+            labels: Some(invocation.labels.clone()),
+            owner_references: invocation.owner.clone().map(|o| vec![o]),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PodSpec {
+            restart_policy: Some("Never".into()),
+            service_account_name: invocation.service_account.clone(),
+            automount_service_account_token: Some(false),
+            active_deadline_seconds: Some(invocation.deadline.as_secs().max(1) as i64 + 30),
+            security_context: Some(PodSecurityContext {
+                run_as_non_root: Some(true),
+                seccomp_profile: Some(SeccompProfile { type_: "RuntimeDefault".into(), ..SeccompProfile::default() }),
+                ..PodSecurityContext::default()
+            }),
+            init_containers: Some(vec![init]),
+            containers: vec![main],
+            volumes: Some(volumes),
+            ..PodSpec::default()
+        }),
+        status: None,
+    }
+}
+
+/// The request's Secret: immutable, owned by the Pod (gone with it), never in the Pod's spec.
+pub fn request_secret(invocation: &PodInvocation, name: &str, pod_owner: OwnerReference, request: &[u8]) -> Secret {
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(invocation.namespace.clone()),
+            labels: Some(invocation.labels.clone()),
+            owner_references: Some(vec![pod_owner]),
+            ..ObjectMeta::default()
+        },
+        immutable: Some(true),
+        data: Some(BTreeMap::from([(REQUEST_KEY.to_string(), ByteString(request.to_vec()))])),
+        ..Secret::default()
+    }
+}
+
+/// The request's path in the type's container (for [`Entry::request`]).
+pub fn request_path() -> std::path::PathBuf {
+    std::path::Path::new(REQUEST_DIR).join(REQUEST_KEY)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn invocation(plugs: Vec<PodPlug>) -> PodInvocation {
+        PodInvocation {
+            namespace: "team-a".into(),
+            name: pod_name("run-1", "web_db", "action:create", 0),
+            image: "registry/acme/db@sha256:abc".into(),
+            helper_image: "registry/deployster/controller:0.1.0".into(),
+            entry: Entry {
+                nonce: "n1".into(),
+                request: request_path(),
+                termination_log: "/dev/termination-log".into(),
+                program: vec!["/type".into(), "create".into()],
+            },
+            service_account: Some("deployer".into()),
+            plugs,
+            deadline: Duration::from_secs(900),
+            labels: BTreeMap::from([(OWNER_LABEL.to_string(), "deployster".to_string())]),
+            owner: None,
+        }
+    }
+
+    #[test]
+    fn names_are_the_same_for_the_same_invocation_and_valid() {
+        let name = pod_name("run-1", "web_db", "action:create", 0);
+        assert_eq!(name, pod_name("run-1", "web_db", "action:create", 0));
+        assert_ne!(name, pod_name("run-1", "web_db", "action:create", 1));
+        assert_ne!(name, pod_name("run-2", "web_db", "action:create", 0));
+        assert!(name.starts_with("dst-web-db-"), "{name}");
+        let long = pod_name("r", &"Résource_".repeat(20), "state", 0);
+        assert!(long.len() <= 63, "{long}");
+        assert!(long.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'), "{long}");
+        assert!(!long.starts_with('-') && !long.ends_with('-'));
+    }
+
+    #[test]
+    fn the_pod_is_restricted_runs_the_helper_and_mounts_what_it_should() {
+        let plugs = vec![
+            PodPlug {
+                name: "creds".into(),
+                container_path: "/creds".into(),
+                source: PlugSource::Secret { name: "db".into(), key: Some("password".into()) },
+            },
+            PodPlug {
+                name: "data".into(),
+                container_path: "/data".into(),
+                source: PlugSource::Claim { name: "pvc".into() },
+            },
+        ];
+        let pod = pod(&invocation(plugs), "dst-request");
+        let spec = pod.spec.unwrap();
+        assert_eq!(spec.restart_policy.as_deref(), Some("Never"));
+        assert_eq!(spec.automount_service_account_token, Some(false), "the token is never mounted");
+        assert_eq!(spec.service_account_name.as_deref(), Some("deployer"));
+        assert_eq!(spec.active_deadline_seconds, Some(930), "a backstop behind the controller's own limit");
+        assert_eq!(spec.security_context.as_ref().unwrap().run_as_non_root, Some(true));
+        let main = &spec.containers[0];
+        let security = main.security_context.as_ref().unwrap();
+        assert_eq!(
+            (security.allow_privilege_escalation, security.read_only_root_filesystem),
+            (Some(false), Some(true))
+        );
+        assert_eq!(security.capabilities.as_ref().unwrap().drop.as_deref(), Some(&["ALL".to_string()][..]));
+        let command = main.command.as_ref().unwrap();
+        assert_eq!(command[..2], ["/.deployster/bin/deployster".to_string(), "__pod-entry".to_string()]);
+        assert_eq!(command[command.len() - 2..], ["/type".to_string(), "create".to_string()]);
+        assert_eq!(Entry::parse(&command[2..]).unwrap().request, request_path());
+        let mounts: Vec<(&str, &str, Option<bool>)> = main
+            .volume_mounts
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|m| (m.name.as_str(), m.mount_path.as_str(), m.read_only))
+            .collect();
+        assert_eq!(
+            mounts,
+            [
+                ("helper", "/.deployster/bin", Some(true)),
+                ("request", "/.deployster/request", Some(true)),
+                ("tmp", "/tmp", Some(false)),
+                ("plug-creds", "/creds", Some(true)),
+                ("plug-data", "/data", Some(false)),
+            ]
+        );
+        let init = &spec.init_containers.as_ref().unwrap()[0];
+        assert_eq!(init.image.as_deref(), Some("registry/deployster/controller:0.1.0"));
+        assert_eq!(init.command.as_ref().unwrap()[2..], ["--install".to_string(), "/.deployster/bin".to_string()]);
+        let serialized = serde_json::to_string(&spec).unwrap();
+        assert!(!serialized.contains("\"env\""), "nothing of the request in the spec: {serialized}");
+    }
+
+    #[test]
+    fn the_request_travels_in_an_immutable_secret_owned_by_the_pod() {
+        let owner = OwnerReference {
+            api_version: "v1".into(),
+            kind: "Pod".into(),
+            name: "dst-web".into(),
+            uid: "u1".into(),
+            ..OwnerReference::default()
+        };
+        let secret = request_secret(&invocation(vec![]), "dst-request", owner, b"{\"name\": \"web\"}");
+        assert_eq!(secret.immutable, Some(true));
+        assert_eq!(secret.metadata.owner_references.unwrap()[0].uid, "u1");
+        assert_eq!(secret.data.unwrap()[REQUEST_KEY].0, b"{\"name\": \"web\"}");
+    }
+}
