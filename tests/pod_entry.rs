@@ -86,7 +86,7 @@ fn a_program_that_cannot_start_or_dies_by_a_signal_says_so_in_the_record() {
 #[test]
 fn sigterm_reaches_the_program_which_may_clean_up() {
     let dir = tempfile::tempdir().unwrap();
-    let script = "trap 'echo cleaning up >&2; exit 3' TERM; echo ready >&2; sleep 30 & wait";
+    let script = "trap 'echo cleaning up >&2; kill $!; exit 3' TERM; sleep 30 >/dev/null 2>&1 & echo ready >&2; wait";
     let mut child = entry(dir.path(), &["sh", "-c", script]).spawn().unwrap();
     let mut stderr = child.stderr.take().unwrap();
     let mut first = [0u8; 6];

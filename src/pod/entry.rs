@@ -143,6 +143,9 @@ async fn run(entry: &Entry) -> i32 {
         Ok(request) => request,
         Err(e) => return fail(entry, format!("cannot read the request {}: {e}", entry.request.display())),
     };
+    // Listened for before the program starts: a SIGTERM in between must not kill the helper
+    // (it would leave no record) but reach the program.
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
     let mut command = tokio::process::Command::new(&entry.program[0]);
     command
         .args(&entry.program[1..])
@@ -194,7 +197,7 @@ async fn run(entry: &Entry) -> i32 {
     };
     let terminated = async {
         // The Pod's deletion or a timeout: the program gets the signal and may clean up.
-        if let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        if let Some(term) = term.as_mut() {
             term.recv().await;
             if let Some(pid) = pid {
                 let _ =
