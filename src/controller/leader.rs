@@ -333,20 +333,15 @@ impl Campaign {
     fn settle(&mut self, attempt: Result<Attempt, String>) {
         let deadline = self.lock.config.renew_deadline();
         match (attempt, self.renewed_at) {
-            (Ok(Attempt::Held), None) => {
+            // Held and not leading: newly, or again after a write's fence found the Lease taken
+            // and stepped down.
+            (Ok(Attempt::Held), renewed) if renewed.is_none() || self.leadership.term().is_none() => {
                 tracing::info!(identity = %self.lock.config.identity, "became the leader: reconciling");
                 self.renewed_at = Some(Instant::now());
                 self.leadership.lead(self.shutdown.child_token());
                 self.metrics.leader.set(1);
             }
-            // A write's fence found the Lease taken and stepped down; held again now.
-            (Ok(Attempt::Held), Some(_)) if self.leadership.term().is_none() => {
-                tracing::info!(identity = %self.lock.config.identity, "leading again: reconciling");
-                self.renewed_at = Some(Instant::now());
-                self.leadership.lead(self.shutdown.child_token());
-                self.metrics.leader.set(1);
-            }
-            (Ok(Attempt::Held), Some(_)) => self.renewed_at = Some(Instant::now()),
+            (Ok(Attempt::Held), _) => self.renewed_at = Some(Instant::now()),
             (Ok(Attempt::HeldBy(holder)), Some(_)) => self.lose(&format!("the lease is now held by {holder}")),
             (Ok(Attempt::HeldBy(holder)), None) => tracing::debug!(%holder, "another replica leads; standing by"),
             (Err(error), Some(at)) if at.elapsed() >= deadline => {

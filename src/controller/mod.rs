@@ -464,11 +464,7 @@ async fn malformed(ctx: &Context, invalid: &kube::core::error_boundary::InvalidO
     };
     let new = status::next_status(&crate::crd::ManifestStatus::default(), &result);
     let api: Api<Manifest> = Api::namespaced(ctx.client.clone(), &namespace);
-    let written = match ctx.leadership.confirm().await {
-        Ok(()) => reconcile::write_status_to(&api, &name, &new).await,
-        Err(e) => Err(e),
-    };
-    if let Err(e) = written {
+    if let Err(e) = reconcile::write_status_to(&ctx.leadership, &api, &name, &new).await {
         tracing::warn!(error = %e, "could not record a malformed Manifest's status");
     }
     let reference = k8s_openapi::api::core::v1::ObjectReference {

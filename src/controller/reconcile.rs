@@ -407,13 +407,19 @@ fn log_pass(pass: &PassResult) {
 }
 
 /// Server-side apply of the whole status under one field manager, retried on conflicts.
-/// Writes the status, fenced by the leader lease (a replica that lost it writes nothing more).
 pub async fn write_status(ctx: &Context, obj: &Manifest, status: &ManifestStatus) -> Result<(), Error> {
-    ctx.leadership.confirm().await?;
-    write_status_to(&api(ctx, obj), &obj.name_any(), status).await
+    write_status_to(&ctx.leadership, &api(ctx, obj), &obj.name_any(), status).await
 }
 
-pub(super) async fn write_status_to(api: &Api<Manifest>, name: &str, status: &ManifestStatus) -> Result<(), Error> {
+/// The one way a status is written: fenced by the leader lease (a replica that lost it writes
+/// nothing more), then applied server-side.
+pub(super) async fn write_status_to(
+    leadership: &super::leader::Leadership,
+    api: &Api<Manifest>,
+    name: &str,
+    status: &ManifestStatus,
+) -> Result<(), Error> {
+    leadership.confirm().await?;
     const ATTEMPTS: usize = 5;
     let patch = json!({"apiVersion": Manifest::api_version(&()), "kind": Manifest::kind(&()), "status": status});
     let params = PatchParams::apply(FIELD_MANAGER).force();
@@ -595,8 +601,7 @@ impl StatusJournal {
         let mut written = self.writing.lock().await;
         self.dirty.store(false, std::sync::atomic::Ordering::SeqCst);
         let status = self.now();
-        self.leadership.confirm().await?;
-        write_status_to(&self.api, &self.name, &status).await?;
+        write_status_to(&self.leadership, &self.api, &self.name, &status).await?;
         *written = Some(status);
         Ok(())
     }

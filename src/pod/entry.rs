@@ -17,10 +17,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
 use super::frames::{FRAME_BYTES, Record, frame, record_line};
-
-/// How long, once the program has exited, its stdout may stay open (as the process executor
-/// allows: what it printed is in the pipe by then).
-const PIPE_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+// As long as the process executor lets a program's output stay open once it has exited.
+use crate::engine::executor::process::PIPE_GRACE;
 
 /// The subcommand the type's container runs.
 pub const ENTRY_SUBCOMMAND: &str = "__pod-entry";

@@ -165,14 +165,7 @@ impl Workspace {
     /// `wait4`, which reaps it: the peak is the whole run's, up to its last instruction).
     #[allow(clippy::zombie_processes)]
     pub fn run_measured(&self, args: &[&str]) -> (Run, u64) {
-        let mut child = Command::new(deployster())
-            .args(args)
-            .current_dir(self.dir.path())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("run deployster");
+        let mut child = self.spawn(args);
         let read = |mut pipe: Box<dyn Read + Send>| {
             std::thread::spawn(move || {
                 let mut text = String::new();

@@ -494,7 +494,7 @@ impl ProcessExecutor {
 /// How long, once a program has exited, its output may stay open before deployster stops
 /// reading it: what it printed is in the pipe by then; only a process it left running can
 /// hold the pipe longer.
-const PIPE_GRACE: Duration = Duration::from_secs(2);
+pub const PIPE_GRACE: Duration = Duration::from_secs(2);
 
 /// Reads a stream to its end through a [`Capture`] — or until `held` (the program exited and
 /// something else keeps the stream open), with what was read by then.
