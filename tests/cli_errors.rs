@@ -508,3 +508,22 @@ fn time_limits_that_are_not_durations_are_refused() {
     }
     assert_nothing_ran(&ws);
 }
+
+#[test]
+fn a_plug_of_the_cluster_is_refused_for_a_type_run_here() {
+    let ws = Workspace::new();
+    ws.manifest(
+        "plugs:\n  files: {persistentVolumeClaim: {claimName: data}}\nresources:\n  page: {type: builtin/file, config: {path: out/page.txt, content: x}}\n",
+    );
+    let run = ws.apply(&[]);
+    assert_failed(
+        &run,
+        1,
+        &[
+            "resource `page`",
+            "plug `files` is the PersistentVolumeClaim `data` of the cluster: only resource types run as Pods \
+             (`--executor pod`) can have it",
+        ],
+    );
+    assert!(!ws.exists("out/page.txt"));
+}

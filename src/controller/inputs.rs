@@ -244,7 +244,10 @@ pub fn engine_manifest(obj: &Manifest, inputs: &Inputs) -> Result<ValidatedManif
         .map(|(name, p)| {
             let path = inputs.plug_paths.get(name).map(|p| p.display().to_string()).unwrap_or_default();
             let plug = PlugSpec {
-                path,
+                path: Some(path),
+                secret: None,
+                config_map: None,
+                persistent_volume_claim: None,
                 read_only: p.read_only,
                 resource_names: p.resource_names.clone(),
                 resource_types: p.resource_types.clone(),

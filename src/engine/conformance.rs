@@ -291,6 +291,7 @@ impl Checker<'_> {
                 host_path: host,
                 container_path: plug.container_path.clone(),
                 writable: plug.writable,
+                cluster: None,
             });
         }
         (mounts, paths)

@@ -186,11 +186,11 @@ fn resolve_plugs(
             problems.push(format!("asks to write to plug `{name}`, which is read_only"));
             continue;
         }
-        if !plug.path.exists() {
+        if plug.cluster.is_none() && !plug.path.exists() {
             problems.push(format!("plug `{name}`: {} does not exist", plug.path.display()));
             continue;
         }
-        let seen = if resource.type_ref.sees_host_paths() {
+        let seen = if resource.type_ref.sees_host_paths() && plug.cluster.is_none() {
             plug.path.display().to_string()
         } else {
             request.container_path.clone()
@@ -201,6 +201,7 @@ fn resolve_plugs(
             host_path: plug.path.clone(),
             container_path: request.container_path.clone(),
             writable: request.writable,
+            cluster: plug.cluster.clone(),
         });
     }
     (mounts, paths)

@@ -43,8 +43,19 @@ pub struct ManifestSpec {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PlugSpec {
-    /// Host path; relative paths resolve against the declaring manifest's directory.
-    pub path: String,
+    /// Host path; relative paths resolve against the declaring manifest's directory. A plug
+    /// names a path or one object of the cluster below, never both.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// A Secret of the namespace (one key, or every key as a file): for types run as Pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<ObjectKey>,
+    /// A ConfigMap of the namespace (one key, or every key as a file): for types run as Pods.
+    #[serde(default, rename = "configMap", skip_serializing_if = "Option::is_none")]
+    pub config_map: Option<ObjectKey>,
+    /// A PersistentVolumeClaim of the namespace, the only writable kind: for types run as Pods.
+    #[serde(default, rename = "persistentVolumeClaim", skip_serializing_if = "Option::is_none")]
+    pub persistent_volume_claim: Option<ClaimName>,
     /// When true, no resource may ask for write access to it.
     #[serde(default)]
     pub read_only: bool,
@@ -54,6 +65,22 @@ pub struct PlugSpec {
     /// Regular expressions; when non-empty, only resources whose type matches one get the plug.
     #[serde(default)]
     pub resource_types: Vec<String>,
+}
+
+/// An object of the cluster's namespace and, optionally, one of its keys.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ObjectKey {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+}
+
+/// A PersistentVolumeClaim, as a Pod's volume names it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ClaimName {
+    pub claim_name: String,
 }
 
 /// A resource as declared in the manifest. The Kubernetes custom resource embeds this type, so

@@ -167,10 +167,39 @@ impl ValidatedManifest {
 #[derive(Debug, Clone)]
 pub struct Plug {
     pub name: String,
+    /// Where it is on this machine (empty for a plug of the cluster).
     pub path: PathBuf,
+    /// The cluster's object it is, for types run as Pods.
+    pub cluster: Option<ClusterPlug>,
     pub read_only: bool,
     resource_names: Vec<Regex>,
     resource_types: Vec<Regex>,
+}
+
+/// A plug that is an object of the cluster rather than a path: what a Pod mounts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClusterPlug {
+    /// Read-only: a Secret (one key, or all).
+    Secret { name: String, key: Option<String> },
+    /// Read-only: a ConfigMap (one key, or all).
+    ConfigMap { name: String, key: Option<String> },
+    /// Writable: a PersistentVolumeClaim.
+    Claim { name: String },
+}
+
+impl ClusterPlug {
+    /// What it is, for messages: "Secret `db`".
+    pub fn describe(&self) -> String {
+        match self {
+            ClusterPlug::Secret { name, .. } => format!("the Secret `{name}`"),
+            ClusterPlug::ConfigMap { name, .. } => format!("the ConfigMap `{name}`"),
+            ClusterPlug::Claim { name } => format!("the PersistentVolumeClaim `{name}`"),
+        }
+    }
+
+    pub fn writable(&self) -> bool {
+        matches!(self, ClusterPlug::Claim { .. })
+    }
 }
 
 impl Plug {
@@ -390,12 +419,31 @@ fn check_plugs(loaded: &LoadedManifest, checker: &mut Checker) -> IndexMap<Strin
         let resource_names = compile(&spec.resource_names, "resource_names");
         let resource_types = compile(&spec.resource_types, "resource_types");
         let base = loaded.dir_of(loaded.plug_origin.get(name).copied().unwrap_or(0));
+        let cluster = [
+            spec.secret.as_ref().map(|o| ClusterPlug::Secret { name: o.name.clone(), key: o.key.clone() }),
+            spec.config_map.as_ref().map(|o| ClusterPlug::ConfigMap { name: o.name.clone(), key: o.key.clone() }),
+            spec.persistent_volume_claim.as_ref().map(|c| ClusterPlug::Claim { name: c.claim_name.clone() }),
+        ];
+        let mut given: Vec<ClusterPlug> = cluster.into_iter().flatten().collect();
+        let sources = given.len() + usize::from(spec.path.is_some());
+        if sources != 1 {
+            checker.report(
+                None,
+                format!(
+                    "plug `{name}`: give exactly one of `path`, `secret`, `configMap` or `persistentVolumeClaim` \
+                     ({sources} given)"
+                ),
+            );
+        }
+        let cluster = given.pop();
+        let path = spec.path.as_ref().map(|p| normalize(&base.join(p))).unwrap_or_default();
         plugs.insert(
             name.clone(),
             Plug {
                 name: name.clone(),
-                path: normalize(&base.join(&spec.path)),
-                read_only: spec.read_only,
+                path,
+                read_only: spec.read_only || cluster.as_ref().is_some_and(|c| !c.writable()),
+                cluster,
                 resource_names,
                 resource_types,
             },
@@ -716,6 +764,34 @@ resources:
     fn invalid_plug_patterns_are_reported() {
         let p = problems("plugs:\n  p: {path: x, resource_names: ['(']}\nresources:\n  r: {type: builtin/file}\n");
         assert!(p[0].contains("plug `p`: `resource_names` pattern `(` is invalid"), "{p:?}");
+    }
+
+    #[test]
+    fn a_plug_is_a_path_or_one_object_of_the_cluster() {
+        let m = check(
+            r#"
+plugs:
+  creds: {secret: {name: db, key: password}}
+  settings: {configMap: {name: app}}
+  data: {persistentVolumeClaim: {claimName: pvc}}
+resources:
+  r: {type: builtin/file}
+"#,
+            json!({}),
+        )
+        .unwrap();
+        assert_eq!(
+            m.plugs["creds"].cluster,
+            Some(ClusterPlug::Secret { name: "db".into(), key: Some("password".into()) })
+        );
+        assert!(m.plugs["creds"].read_only && m.plugs["settings"].read_only, "Secrets and ConfigMaps are read-only");
+        assert_eq!(m.plugs["data"].cluster, Some(ClusterPlug::Claim { name: "pvc".into() }));
+        assert!(!m.plugs["data"].read_only, "a claim can be written");
+        let p = problems(
+            "plugs:\n  both: {path: x, secret: {name: s}}\n  none: {read_only: true}\nresources:\n  r: {type: builtin/file}\n",
+        );
+        assert!(p.iter().any(|p| p.contains("plug `both`: give exactly one of `path`, `secret`")), "{p:?}");
+        assert!(p.iter().any(|p| p.contains("plug `none`: give exactly one") && p.contains("(0 given)")), "{p:?}");
     }
 }
 

@@ -40,6 +40,21 @@ pub struct Mount {
     /// The path inside a container (executors that run containers mount it there).
     pub container_path: String,
     pub writable: bool,
+    /// A plug that is an object of the cluster (`host_path` is then empty): only executors
+    /// that run Pods can mount it.
+    pub cluster: Option<super::validate::ClusterPlug>,
+}
+
+/// Refuses an invocation with a plug of the cluster: for executors that mount host paths.
+pub fn host_mounts_only(invocation: &Invocation) -> Result<(), ExecError> {
+    match invocation.mounts.iter().find_map(|m| Some((&m.name, m.cluster.as_ref()?))) {
+        Some((name, cluster)) => Err(ExecError::Unavailable(format!(
+            "plug `{name}` is {} of the cluster: only resource types run as Pods (`--executor pod`) can \
+             have it",
+            cluster.describe()
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// What an invocation is, for labels, logs and container names.
@@ -164,6 +179,9 @@ pub enum ExecError {
          each container a network of its own instead)"
     )]
     Sandbox(String),
+    /// A Pod that ran (or could not run) the program, in Kubernetes' words.
+    #[error("{message}")]
+    Pod { reason: &'static str, message: String },
     #[error("i/o error while running the program: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -181,6 +199,7 @@ impl ExecError {
             ExecError::Image { .. } => "ImageUnavailable",
             ExecError::Container { .. } => "ContainerFailed",
             ExecError::Sandbox(_) => "SandboxFailed",
+            ExecError::Pod { reason, .. } => reason,
             ExecError::Io(_) => "ExecutorIo",
         }
     }
@@ -279,7 +298,10 @@ impl Executor for Dispatch {
                 "local programs are refused here ({}); use builtin/<name> or a Docker image",
                 path.display()
             ))),
-            _ => self.local.invoke(invocation).await,
+            _ => {
+                host_mounts_only(&invocation)?;
+                self.local.invoke(invocation).await
+            }
         }
     }
 }

@@ -101,12 +101,12 @@ pub struct ProcessExecutor {
 /// (path, size and modification time: a rebuilt or replaced program is run again), the command
 /// line, the working directory and the request (which names the resource: one entry per
 /// resource).
-type InitKey = [u8; 32];
+pub(crate) type InitKey = [u8; 32];
 
 /// Kept init answers, bounded: at most [`InitCache::KEPT`] entries, the least recently used
 /// going first. An entry is a digest and a shared answer — every resource of a type gets the
 /// same answer, kept once — so 10,000 Manifests of five resources cost a few MiB, not tens.
-struct InitCache {
+pub(crate) struct InitCache {
     entries: lru::LruCache<InitKey, Arc<Outcome>>,
     /// Each distinct answer once, by its digest; answers no entry holds any more are dropped
     /// when this has doubled since it was last pruned, or after [`InitCache::KEPT`] inserts.
@@ -118,16 +118,16 @@ struct InitCache {
 impl InitCache {
     const KEPT: usize = 100_000;
 
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let kept = std::num::NonZeroUsize::new(Self::KEPT).expect("non-zero");
         Self { entries: lru::LruCache::new(kept), answers: Default::default(), pruned_at: 0, inserts: 0 }
     }
 
-    fn get(&mut self, key: &InitKey) -> Option<Outcome> {
+    pub(crate) fn get(&mut self, key: &InitKey) -> Option<Outcome> {
         self.entries.get(key).map(|answer| Outcome::clone(answer))
     }
 
-    fn insert(&mut self, key: InitKey, outcome: &Outcome) {
+    pub(crate) fn insert(&mut self, key: InitKey, outcome: &Outcome) {
         use sha2::Digest;
         let mut digest = sha2::Sha256::new();
         for part in [&outcome.stdout[..], b"\0", &outcome.stderr[..], b"\0", outcome.exit.to_string().as_bytes()] {
@@ -575,6 +575,7 @@ mod tests {
             host_path: "/h/c".into(),
             container_path: "/c".into(),
             writable: false,
+            cluster: None,
         });
         let lines = Arc::new(Mutex::new(Vec::new()));
         let seen = lines.clone();

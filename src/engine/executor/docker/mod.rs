@@ -418,6 +418,7 @@ impl Executor for DockerExecutor {
         let TypeRef::Image(image) = &invocation.program else {
             return Err(ExecError::Unavailable(format!("the Docker executor cannot run {}", invocation.program)));
         };
+        super::host_mounts_only(&invocation)?;
         let docker = self.client().await?;
         let image_id = self.ensure_image(docker, image, &invocation.labels.run_id).await?;
         let cache_key = (invocation.labels.phase == "init").then(|| InitKey {
