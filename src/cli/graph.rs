@@ -218,7 +218,7 @@ async fn live(args: &GraphArgs, manifest: ValidatedManifest) -> Result<Vec<Strin
     let options = RunOptions { timeouts: args.manifest.timeouts.timeouts(), ..RunOptions::default() };
     let passed = Pass {
         manifest: Arc::new(manifest),
-        executor: executor(&args.manifest)?,
+        executor: executor(&args.manifest).await?,
         log: state.log.clone(),
         mode: Mode::Plan,
         options,

@@ -126,6 +126,47 @@ pub struct ManifestArgs {
     #[cfg(feature = "docker")]
     #[command(flatten)]
     pub docker: DockerArgs,
+    #[cfg(feature = "kube")]
+    #[command(flatten)]
+    pub pods: PodArgs,
+}
+
+/// Where resource types that are images run.
+#[cfg(feature = "kube")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ExecutorArg {
+    /// Containers of this machine's Docker engine.
+    Docker,
+    /// Pods of the current kubeconfig's cluster.
+    Pod,
+}
+
+/// How resource types that are images run as Pods (`--executor pod`).
+#[cfg(feature = "kube")]
+#[derive(Debug, Args)]
+pub struct PodArgs {
+    /// Where resource types that are images run: `docker` (this machine's Docker engine) or
+    /// `pod` (short-lived Pods of the current kubeconfig's cluster).
+    #[arg(long, value_enum, value_name = "KIND", default_value_t = ExecutorArg::Docker)]
+    pub executor: ExecutorArg,
+    /// With `--executor pod`: the namespace the Pods run in [default: the kubeconfig's].
+    #[arg(long, value_name = "NAMESPACE")]
+    pub namespace: Option<String>,
+    /// With `--executor pod`: the ServiceAccount the Pods run as [default: the namespace's `default`].
+    #[arg(long, value_name = "NAME")]
+    pub service_account: Option<String>,
+    /// With `--executor pod`: the image that carries Deployster's helper, copied into each Pod
+    /// by an init container [default: deployster/controller:<this version>].
+    #[arg(long, value_name = "IMAGE", env = "DEPLOYSTER_HELPER_IMAGE")]
+    pub helper_image: Option<String>,
+    /// With `--executor pod`: a registry (`host:port`) to read image configs from over plain
+    /// HTTP (registries on loopback always are); repeat for several.
+    #[arg(long = "insecure-registry", value_name = "HOST:PORT")]
+    pub insecure_registries: Vec<String>,
+    /// With `--executor pod`: an image pull secret of the namespace, besides the
+    /// ServiceAccount's; repeat for several.
+    #[arg(long = "image-pull-secret", value_name = "NAME")]
+    pub image_pull_secrets: Vec<String>,
 }
 
 /// How long programs may run; past it a program gets SIGTERM, then SIGKILL.
@@ -574,9 +615,9 @@ pub async fn run(cli: Cli) -> Result<Exit, CliError> {
 }
 
 /// The executor the CLI uses: local programs and built-ins as processes, images as Docker
-/// containers (connected to only when a manifest uses one).
-fn executor(args: &ManifestArgs) -> Result<Arc<dyn Executor>, CliError> {
-    executor_with(image_executor(args))
+/// containers (connected to only when a manifest uses one) or as Pods (`--executor pod`).
+async fn executor(args: &ManifestArgs) -> Result<Arc<dyn Executor>, CliError> {
+    executor_with(image_executor(args).await?)
 }
 
 /// Local programs as processes, built-ins in this process (see [`local_executor`]), images on
@@ -603,9 +644,37 @@ fn local_executor() -> Result<Arc<dyn Executor>, CliError> {
     }
 }
 
-#[cfg(feature = "docker")]
-fn image_executor(args: &ManifestArgs) -> Option<Arc<dyn Executor>> {
-    docker_executor(&args.docker)
+async fn image_executor(args: &ManifestArgs) -> Result<Option<Arc<dyn Executor>>, CliError> {
+    #[cfg(feature = "kube")]
+    if args.pods.executor == ExecutorArg::Pod {
+        return Ok(Some(pod_executor(&args.pods).await?));
+    }
+    #[cfg(feature = "docker")]
+    return Ok(docker_executor(&args.docker));
+    #[cfg(not(feature = "docker"))]
+    {
+        let _ = args;
+        Ok(None)
+    }
+}
+
+/// Pods of the current kubeconfig's cluster, in `--namespace` or the kubeconfig's.
+#[cfg(feature = "kube")]
+async fn pod_executor(args: &PodArgs) -> Result<Arc<dyn Executor>, CliError> {
+    use crate::pod::executor::{PodExecutor, PodSettings};
+    crate::pod::install_crypto();
+    let cluster =
+        |e: &dyn std::fmt::Display| CliError::Refused(format!("--executor pod: cannot reach the cluster: {e}"));
+    let config = kube::Config::infer().await.map_err(|e| cluster(&e))?;
+    let namespace = args.namespace.clone().unwrap_or_else(|| config.default_namespace.clone());
+    let client = kube::Client::try_from(config).map_err(|e| cluster(&e))?;
+    let helper =
+        args.helper_image.clone().unwrap_or_else(|| format!("deployster/controller:{}", env!("CARGO_PKG_VERSION")));
+    let mut settings = PodSettings::new(namespace, helper);
+    settings.service_account = args.service_account.clone();
+    settings.insecure_registries = args.insecure_registries.clone();
+    settings.image_pull_secrets = args.image_pull_secrets.clone();
+    Ok(Arc::new(PodExecutor::new(client, settings)))
 }
 
 #[cfg(feature = "docker")]
@@ -617,11 +686,6 @@ fn docker_executor(args: &DockerArgs) -> Option<Arc<dyn Executor>> {
         PullArg::Never => PullPolicy::Never,
     };
     Some(Arc::new(DockerExecutor::new(pull).with_network(args.container_network.clone())))
-}
-
-#[cfg(not(feature = "docker"))]
-fn image_executor(_: &ManifestArgs) -> Option<Arc<dyn Executor>> {
-    None
 }
 
 fn load(args: &ManifestArgs) -> Result<ValidatedManifest, CliError> {

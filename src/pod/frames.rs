@@ -103,35 +103,43 @@ pub struct Split {
 pub fn split(log: &str, nonce: &str) -> Result<Split, FrameError> {
     let mut split = Split::default();
     for line in log.lines() {
+        if !split.take(line, nonce)? {
+            split.stderr.push(line.to_string());
+        }
+    }
+    Ok(split)
+}
+
+impl Split {
+    /// Takes one log line: a frame or the record of `nonce` is kept (true); a frame of another
+    /// invocation is dropped (true); anything else is left to the caller (false).
+    pub fn take(&mut self, line: &str, nonce: &str) -> Result<bool, FrameError> {
         if let Some(rest) = line.strip_prefix(RECORD).and_then(|r| r.strip_prefix(' ')) {
             if let Some((seen, record)) = rest.split_once(' ')
                 && seen == nonce
             {
-                split.record = Some(record.to_string());
+                self.record = Some(record.to_string());
             }
-            continue;
+            return Ok(true);
         }
         let Some(rest) = line.strip_prefix(FRAME).and_then(|r| r.strip_prefix(' ')) else {
-            split.stderr.push(line.to_string());
-            continue;
+            return Ok(false);
         };
         let mut fields = rest.splitn(3, ' ');
         let (Some(seen), Some(seq), chunk) = (fields.next(), fields.next(), fields.next().unwrap_or("")) else {
-            split.stderr.push(line.to_string());
-            continue;
+            return Ok(false);
         };
         let Ok(seq) = seq.parse::<u64>() else {
-            split.stderr.push(line.to_string());
-            continue;
+            return Ok(false);
         };
         if seen != nonce {
             // Another invocation's frame (a Pod name reused by a retry): not this one's output.
-            continue;
+            return Ok(true);
         }
         let bytes = STANDARD.decode(chunk.trim_end()).map_err(|_| FrameError::Encoding { seq })?;
-        split.chunks.insert(seq, bytes);
+        self.chunks.insert(seq, bytes);
+        Ok(true)
     }
-    Ok(split)
 }
 
 /// The program's whole stdout from the frames of `split`, held against the record: the

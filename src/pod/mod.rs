@@ -1,10 +1,18 @@
-//! Resource types run as Kubernetes Pods (issue 23) — under construction.
+//! Resource types run as Kubernetes Pods (issue 23).
 //!
-//! What is here so far: what runs *inside* a type's Pod and how its output comes back —
-//! [`entry`], the helper in front of the type's own program, and [`frames`], the format the
-//! helper writes and the executor reads back and verifies — and [`spec`], the Pod and Secret an
-//! invocation runs as. The executor that creates them (and `--executor pod`) builds on these.
+//! [`executor`] runs each invocation of an image type as a short-lived Pod: [`registry`] learns
+//! what the image runs, [`spec`] makes the Pod and the Secret that carries the request,
+//! [`entry`] is the helper that runs in front of the type's own program inside the Pod, and
+//! [`frames`] is how the program's stdout comes back through the Pod's log, verified.
 
 pub mod entry;
+pub mod executor;
 pub mod frames;
+pub mod registry;
 pub mod spec;
+
+/// The TLS crypto provider (ring) for this process, once: the registry client and the
+/// Kubernetes client share it.
+pub fn install_crypto() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}

@@ -24,15 +24,7 @@ pub const REQUEST_KEY: &str = "request";
 pub const OWNER_LABEL: &str = "deployster.io/owner";
 
 /// Where a plug's content comes from in the cluster.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PlugSource {
-    /// Read-only: a Secret (one key, or all).
-    Secret { name: String, key: Option<String> },
-    /// Read-only: a ConfigMap (one key, or all).
-    ConfigMap { name: String, key: Option<String> },
-    /// Writable: a PersistentVolumeClaim.
-    Claim { name: String },
-}
+pub use crate::engine::validate::ClusterPlug as PlugSource;
 
 /// A plug as the Pod mounts it: at the `container_path` the type asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,6 +53,8 @@ pub struct PodInvocation {
     pub labels: BTreeMap<String, String>,
     /// The Manifest that owns the Pod (gone with it).
     pub owner: Option<OwnerReference>,
+    /// The user the type's program runs as, when the image names no numeric non-root user.
+    pub run_as_user: Option<i64>,
 }
 
 /// A name for an invocation's Pod: the same for the same run, resource, phase and attempt (a
@@ -155,7 +149,12 @@ pub fn pod(invocation: &PodInvocation, request_secret: &str) -> Pod {
         vec![mount("helper", HELPER_DIR, true), mount("request", REQUEST_DIR, true), mount("tmp", "/tmp", false)];
     for plug in &invocation.plugs {
         let (volume, read_only) = volume_of(plug);
-        mounts.push(mount(&volume.name, &plug.container_path, read_only));
+        let mut mounted = mount(&volume.name, &plug.container_path, read_only);
+        // One key is a file at the plug's path, as the controller's own plugs are.
+        if let PlugSource::Secret { key: Some(key), .. } | PlugSource::ConfigMap { key: Some(key), .. } = &plug.source {
+            mounted.sub_path = Some(key.clone());
+        }
+        mounts.push(mounted);
         volumes.push(volume);
     }
     let helper = format!("{HELPER_DIR}/deployster");
@@ -193,6 +192,7 @@ pub fn pod(invocation: &PodInvocation, request_secret: &str) -> Pod {
             active_deadline_seconds: Some(invocation.deadline.as_secs().max(1) as i64 + 30),
             security_context: Some(PodSecurityContext {
                 run_as_non_root: Some(true),
+                run_as_user: invocation.run_as_user,
                 seccomp_profile: Some(SeccompProfile { type_: "RuntimeDefault".into(), ..SeccompProfile::default() }),
                 ..PodSecurityContext::default()
             }),
@@ -247,6 +247,7 @@ mod tests {
             deadline: Duration::from_secs(900),
             labels: BTreeMap::from([(OWNER_LABEL.to_string(), "deployster".to_string())]),
             owner: None,
+            run_as_user: Some(65532),
         }
     }
 
@@ -284,6 +285,7 @@ mod tests {
         assert_eq!(spec.service_account_name.as_deref(), Some("deployer"));
         assert_eq!(spec.active_deadline_seconds, Some(930), "a backstop behind the controller's own limit");
         assert_eq!(spec.security_context.as_ref().unwrap().run_as_non_root, Some(true));
+        assert_eq!(spec.security_context.as_ref().unwrap().run_as_user, Some(65532));
         let main = &spec.containers[0];
         let security = main.security_context.as_ref().unwrap();
         assert_eq!(
@@ -295,6 +297,7 @@ mod tests {
         assert_eq!(command[..2], ["/.deployster/bin/deployster".to_string(), "__pod-entry".to_string()]);
         assert_eq!(command[command.len() - 2..], ["/type".to_string(), "create".to_string()]);
         assert_eq!(Entry::parse(&command[2..]).unwrap().request, request_path());
+        assert_eq!(main.volume_mounts.as_ref().unwrap()[3].sub_path.as_deref(), Some("password"), "one key, one file");
         let mounts: Vec<(&str, &str, Option<bool>)> = main
             .volume_mounts
             .as_ref()

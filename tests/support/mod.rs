@@ -6,6 +6,8 @@
 pub mod cluster;
 #[cfg(feature = "docker")]
 pub mod docker;
+#[cfg(all(feature = "docker", feature = "kube"))]
+pub mod pods;
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};

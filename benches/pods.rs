@@ -1,0 +1,146 @@
+//! Pod executor benchmark on a cluster whose Pods really run; prints figures, asserts nothing.
+//! `DEPLOYSTER_E2E_CLUSTER=<kubeconfig of ../shared/cluster/up.sh> cargo bench --bench pods`
+//!
+//! * Per invocation: a state read of the fixture type as a Pod, from the Secret's and the Pod's
+//!   creation to the verified result, 30 times in a row. Targets: median ≤ 1.5 s, p95 ≤ 3 s
+//!   (a bare one-shot Pod takes about 1 s on the test cluster).
+//! * 20 independent invocations at once against one: target within 2×.
+//! * This process's CPU time per invocation (user + system), which is the controller's cost.
+
+// `pods` reaches `docker` as `super::docker`, as in the tests' `support`.
+#[path = "../tests/support/docker.rs"]
+mod docker;
+#[path = "../tests/support/pods.rs"]
+mod pods;
+
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use deployster::engine::executor::{Executor, Invocation, InvocationLabels};
+use deployster::engine::typeref::{ImageRef, TypeRef};
+use deployster::pod::executor::{PodExecutor, PodSettings};
+
+const RUNS: usize = 30;
+const PARALLEL: usize = 20;
+
+fn main() {
+    let Some(env) = pods::env() else {
+        eprintln!("no cluster (DEPLOYSTER_E2E_CLUSTER): nothing to measure");
+        return;
+    };
+    let namespace = format!("bench-pods-{}", std::process::id());
+    let kubectl = |args: &[&str]| {
+        let out = Command::new("kubectl").args(["--kubeconfig", &env.kubeconfig]).args(args).output().expect("kubectl");
+        assert!(out.status.success(), "kubectl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    kubectl(&["create", "namespace", &namespace]);
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        deployster::pod::install_crypto();
+        let config = kube::Config::from_custom_kubeconfig(
+            kube::config::Kubeconfig::read_from(&env.kubeconfig).expect("kubeconfig"),
+            &Default::default(),
+        )
+        .await
+        .expect("kubeconfig");
+        let client = kube::Client::try_from(config).expect("client");
+        let executor = Arc::new(PodExecutor::new(client.clone(), PodSettings::new(&namespace, &env.helper)));
+        let image = TypeRef::Image(ImageRef::parse(&env.fixture).expect("reference"));
+        let invocation = |n: usize| Invocation {
+            args: vec!["state".into()],
+            stdin: format!(
+                r#"{{"name":"r{n}","type":"fixture","version":"0","verbose":false,"workspace":"/","config":{{"respond":{{"status":"VALID","state":{{}}}}}},"dependencies":{{}},"plugs":{{}}}}"#
+            )
+            .into_bytes(),
+            labels: InvocationLabels {
+                resource: format!("r{n}"),
+                phase: "state".into(),
+                run_id: "bench".into(),
+                ..InvocationLabels::default()
+            },
+            ..Invocation::new(image.clone(), Duration::from_secs(120))
+        };
+        // The pass's first invocation resolves the image's tag; not counted.
+        executor.invoke(invocation(0)).await.expect("warm-up");
+        let cpu_before = cpu_time();
+        let mut times = Vec::new();
+        for n in 0..RUNS {
+            let started = Instant::now();
+            let outcome = executor.invoke(invocation(n)).await.expect("invocation");
+            assert!(outcome.exit.success(), "{outcome:?}");
+            times.push(started.elapsed());
+        }
+        let cpu = cpu_time() - cpu_before;
+        times.sort();
+        let median = times[RUNS / 2];
+        let p95 = times[(RUNS * 95).div_ceil(100) - 1];
+        println!(
+            "pod invocation, create to verified result: median {} p95 {} (targets 1500 ms, 3000 ms), min {} max {}",
+            ms(median),
+            ms(p95),
+            ms(times[0]),
+            ms(times[RUNS - 1])
+        );
+        println!("controller CPU per invocation: {} (user + system of this process)", ms(cpu / RUNS as u32));
+        let bare_one = bare_pods(&client, &namespace, "one", 1).await;
+        let bare_many = bare_pods(&client, &namespace, "many", PARALLEL).await;
+        println!(
+            "bare one-shot Pods (busybox, no init container) on this cluster: one {}, {PARALLEL} at once {} = {:.2}x",
+            ms(bare_one),
+            ms(bare_many),
+            bare_many.as_secs_f64() / bare_one.as_secs_f64()
+        );
+        let started = Instant::now();
+        let all = futures::future::join_all((0..PARALLEL).map(|n| executor.invoke(invocation(100 + n)))).await;
+        let parallel = started.elapsed();
+        assert!(all.iter().all(|o| o.as_ref().is_ok_and(|o| o.exit.success())), "{all:?}");
+        println!(
+            "{PARALLEL} independent invocations at once: {} = {:.2}x one (target 2x); {:.2}x as long as {PARALLEL} bare Pods",
+            ms(parallel),
+            parallel.as_secs_f64() / median.as_secs_f64(),
+            parallel.as_secs_f64() / bare_many.as_secs_f64()
+        );
+    });
+    kubectl(&["delete", "namespace", &namespace, "--wait=false"]);
+}
+
+/// How long `n` bare one-shot Pods created at once take to end: what the cluster itself costs.
+async fn bare_pods(client: &kube::Client, namespace: &str, tag: &str, n: usize) -> Duration {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{ListParams, PostParams};
+    let pods: kube::Api<Pod> = kube::Api::namespaced(client.clone(), namespace);
+    let started = Instant::now();
+    for i in 0..n {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": format!("bare-{tag}-{i}"), "labels": {"bench": tag}},
+            "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox:latest",
+                "imagePullPolicy": "Never", "command": ["sh", "-c", "echo hi"]}]}
+        }))
+        .expect("pod");
+        pods.create(&PostParams::default(), &pod).await.expect("create a bare Pod");
+    }
+    loop {
+        let list = pods.list(&ListParams::default().labels(&format!("bench={tag}"))).await.expect("list");
+        let done = list
+            .items
+            .iter()
+            .filter(|p| matches!(p.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed")))
+            .count();
+        if done == n {
+            return started.elapsed();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.0} ms", d.as_secs_f64() * 1000.0)
+}
+
+/// User and system CPU time of this process so far.
+fn cpu_time() -> Duration {
+    let usage = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF).expect("getrusage");
+    let tv = |t: nix::sys::time::TimeVal| Duration::new(t.tv_sec() as u64, t.tv_usec() as u32 * 1000);
+    tv(usage.user_time()) + tv(usage.system_time())
+}

@@ -1,0 +1,985 @@
+//! The Pod executor: each invocation of an image type (init, state, an action, delete) is a
+//! short-lived Pod in the namespace, and what its program printed comes back whole and verified.
+//!
+//! One invocation: resolve the image to a digest and its entrypoint ([`super::registry`]); put
+//! the request in an immutable Secret; create the Pod ([`super::spec`]) and hand the Secret to
+//! it (owner reference); watch the Pod until its program starts, failing fast on what will not
+//! get better (an image that cannot be pulled, a Pod that cannot be scheduled or started);
+//! follow its log — re-opened from the last line read whenever the stream ends early — taking
+//! stdout frames and stderr lines as they come; once the Pod has ended, hold the frames against
+//! the helper's record ([`super::frames`]); delete the Pod and the Secret.
+
+use std::collections::BTreeMap;
+use std::num::NonZeroUsize;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use futures::{AsyncBufReadExt, StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::{ConfigMap, ContainerStatus, PersistentVolumeClaim, Pod, Secret, ServiceAccount};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{DeleteParams, ListParams, LogParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+
+use super::entry::Entry;
+use super::frames::{self, FrameError, Split};
+use super::registry::{Credentials, ImageRun, Registry, read_docker_config};
+use super::spec::{self, OWNER_LABEL, PlugSource, PodInvocation, PodPlug};
+use crate::engine::executor::output::Capture;
+use crate::engine::executor::process::InitCache;
+use crate::engine::executor::{DEFAULT_OUTPUT_LIMIT, ExecError, Executor, Exit, Invocation, Outcome, Stream};
+use crate::engine::typeref::TypeRef;
+
+/// The label that names an invocation's run: what [`Executor::stop_run`] selects by.
+pub const RUN_LABEL: &str = "deployster.io/run-id";
+/// The value of [`OWNER_LABEL`] on every Pod and Secret of this executor.
+pub const OWNER_VALUE: &str = "deployster";
+/// The largest request a Secret carries (a Secret holds at most 1 MiB).
+pub const MAX_REQUEST_BYTES: usize = 1024 * 1024 - 4096;
+/// The user a type's program runs as when its image names no numeric non-root user.
+pub const DEFAULT_UID: i64 = 65532;
+
+/// How the Pods are made and watched.
+#[derive(Debug, Clone)]
+pub struct PodSettings {
+    /// Where the Pods run.
+    pub namespace: String,
+    /// The image that carries the helper (the controller's own).
+    pub helper_image: String,
+    /// The ServiceAccount the Pods run as; the namespace's `default` when `None`.
+    pub service_account: Option<String>,
+    /// Pull secrets besides the ServiceAccount's, for the Pods and for reading image configs.
+    pub image_pull_secrets: Vec<String>,
+    /// Registries (`host:port`) spoken to over plain HTTP besides loopback ones.
+    pub insecure_registries: Vec<String>,
+    /// The Manifest that owns every Pod and Secret, when there is one.
+    pub owner: Option<OwnerReference>,
+    /// A Pod the scheduler cannot place fails after this long, with the scheduler's message.
+    pub schedule_timeout: Duration,
+    /// An image the node cannot pull fails after this long, naming the image.
+    pub pull_timeout: Duration,
+    /// A scheduled Pod whose program has not started (a volume that cannot mount) fails after
+    /// this long.
+    pub start_timeout: Duration,
+    /// Between SIGTERM and SIGKILL for a Pod stopped before it ended.
+    pub kill_grace: Duration,
+    /// Each captured stream's bound.
+    pub output_limit: usize,
+    /// Quota refusals at create are retried this many times, with backoff.
+    pub create_retries: u32,
+}
+
+impl PodSettings {
+    pub fn new(namespace: impl Into<String>, helper_image: impl Into<String>) -> PodSettings {
+        PodSettings {
+            namespace: namespace.into(),
+            helper_image: helper_image.into(),
+            service_account: None,
+            image_pull_secrets: Vec::new(),
+            insecure_registries: Vec::new(),
+            owner: None,
+            schedule_timeout: Duration::from_secs(300),
+            pull_timeout: Duration::from_secs(60),
+            start_timeout: Duration::from_secs(120),
+            kill_grace: Duration::from_secs(5),
+            output_limit: DEFAULT_OUTPUT_LIMIT,
+            create_retries: 4,
+        }
+    }
+}
+
+/// Runs image types as Pods.
+pub struct PodExecutor {
+    client: Client,
+    settings: PodSettings,
+    registry: Registry,
+    init_cache: Mutex<InitCache>,
+    /// What a pass knows of its namespace (credentials), read on its first invocation.
+    passes: Mutex<lru::LruCache<String, Arc<Credentials>>>,
+    /// How many times each (pass, resource, phase) ran: a Pod name is never reused.
+    attempts: Mutex<lru::LruCache<(String, String, String), u32>>,
+}
+
+/// Why a Pod failed, as a reason and a sentence.
+fn pod_error(reason: &'static str, message: impl Into<String>) -> ExecError {
+    ExecError::Pod { reason, message: message.into() }
+}
+
+fn api_error(step: &str, error: kube::Error) -> ExecError {
+    let message = match &error {
+        kube::Error::Api(status) => format!("{step}: {} ({})", status.message, status.code),
+        other => format!("{step}: {other}"),
+    };
+    pod_error("KubernetesApi", message)
+}
+
+impl PodExecutor {
+    pub fn new(client: Client, settings: PodSettings) -> PodExecutor {
+        let registry = Registry::new(&settings.insecure_registries);
+        let kept = |n| NonZeroUsize::new(n).expect("non-zero");
+        PodExecutor {
+            client,
+            settings,
+            registry,
+            init_cache: Mutex::new(InitCache::new()),
+            passes: Mutex::new(lru::LruCache::new(kept(1024))),
+            attempts: Mutex::new(lru::LruCache::new(kept(65536))),
+        }
+    }
+
+    fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), &self.settings.namespace)
+    }
+
+    fn secrets(&self) -> Api<Secret> {
+        Api::namespaced(self.client.clone(), &self.settings.namespace)
+    }
+
+    /// The pass's registry credentials: from the ServiceAccount's pull secrets and the
+    /// configured ones. A ServiceAccount that does not exist fails here, before any Pod.
+    async fn credentials(&self, pass: &str) -> Result<Arc<Credentials>, ExecError> {
+        if let Some(known) = self.passes.lock().expect("passes lock").get(pass) {
+            return Ok(known.clone());
+        }
+        let namespace = &self.settings.namespace;
+        let account = self.settings.service_account.as_deref().unwrap_or("default");
+        let accounts: Api<ServiceAccount> = Api::namespaced(self.client.clone(), namespace);
+        let mut names = self.settings.image_pull_secrets.clone();
+        match accounts.get_opt(account).await.map_err(|e| api_error("reading the ServiceAccount", e))? {
+            Some(found) => names.extend(found.image_pull_secrets.unwrap_or_default().into_iter().map(|r| r.name)),
+            None => {
+                return Err(pod_error(
+                    "ServiceAccountNotFound",
+                    format!("the ServiceAccount `{account}` does not exist in namespace `{namespace}`"),
+                ));
+            }
+        }
+        let mut credentials = Credentials::new();
+        for name in names {
+            let secret = self
+                .secrets()
+                .get_opt(&name)
+                .await
+                .map_err(|e| api_error("reading an image pull secret", e))?
+                .ok_or_else(|| {
+                    pod_error(
+                        "PullSecretNotFound",
+                        format!("the image pull secret `{name}` does not exist in `{namespace}`"),
+                    )
+                })?;
+            let data = secret.data.unwrap_or_default();
+            let Some(config) = data.get(".dockerconfigjson").or_else(|| data.get(".dockercfg")) else { continue };
+            read_docker_config(&config.0, &mut credentials)
+                .map_err(|why| pod_error("PullSecretInvalid", format!("the image pull secret `{name}`: {why}")))?;
+        }
+        let credentials = Arc::new(credentials);
+        self.passes.lock().expect("passes lock").put(pass.to_string(), credentials.clone());
+        Ok(credentials)
+    }
+
+    /// The plugs of `invocation` as the Pod mounts them: objects of the namespace, each
+    /// checked to be there (a Pod whose volume cannot mount would only wait).
+    async fn plugs(&self, invocation: &Invocation) -> Result<Vec<PodPlug>, ExecError> {
+        let namespace = &self.settings.namespace;
+        let mut plugs = Vec::new();
+        for mount in &invocation.mounts {
+            let Some(source) = &mount.cluster else {
+                return Err(pod_error(
+                    "PlugUnavailable",
+                    format!(
+                        "plug `{}` is a path on this machine ({}), which a Pod cannot mount: name a Secret, a ConfigMap \
+                         or a PersistentVolumeClaim of namespace `{namespace}` instead",
+                        mount.name,
+                        mount.host_path.display(),
+                    ),
+                ));
+            };
+            let client = self.client.clone();
+            let keys = |data: Option<Vec<String>>| data.unwrap_or_default();
+            let found: Option<Vec<String>> = match source {
+                PlugSource::Secret { name, .. } => Api::<Secret>::namespaced(client, namespace)
+                    .get_opt(name)
+                    .await
+                    .map(|s| s.map(|s| keys(s.data.map(|d| d.into_keys().collect())))),
+                PlugSource::ConfigMap { name, .. } => Api::<ConfigMap>::namespaced(client, namespace)
+                    .get_opt(name)
+                    .await
+                    .map(|c| c.map(|c| keys(c.data.map(|d| d.into_keys().collect())))),
+                PlugSource::Claim { name } => Api::<PersistentVolumeClaim>::namespaced(client, namespace)
+                    .get_opt(name)
+                    .await
+                    .map(|c| c.map(|_| Vec::new())),
+            }
+            .map_err(|e| api_error(&format!("reading plug `{}`", mount.name), e))?;
+            let refuse = |why: String| pod_error("PlugUnavailable", format!("plug `{}`: {why}", mount.name));
+            let Some(present) = found else {
+                return Err(refuse(format!("{} does not exist in namespace `{namespace}`", source.describe())));
+            };
+            if let PlugSource::Secret { key: Some(key), .. } | PlugSource::ConfigMap { key: Some(key), .. } = source
+                && !present.contains(key)
+            {
+                return Err(refuse(format!("{} has no key `{key}`", source.describe())));
+            }
+            plugs.push(PodPlug {
+                name: mount.name.clone(),
+                container_path: mount.container_path.clone(),
+                source: source.clone(),
+            });
+        }
+        Ok(plugs)
+    }
+
+    /// A Pod name this executor has not used: the invocation's, with the number of times the
+    /// same resource and phase already ran in this pass.
+    fn next_name(&self, invocation: &Invocation) -> String {
+        let labels = &invocation.labels;
+        let key = (labels.run_id.clone(), labels.resource.clone(), labels.phase.clone());
+        let mut attempts = self.attempts.lock().expect("attempts lock");
+        let attempt = attempts.get(&key).map_or(0, |n| n + 1);
+        attempts.put(key, attempt);
+        spec::pod_name(&labels.run_id, &labels.resource, &labels.phase, attempt)
+    }
+
+    /// Runs `invocation` in a Pod, from creating it to deleting it.
+    async fn run(&self, invocation: &Invocation, image: &ImageRun) -> Result<Outcome, ExecError> {
+        if invocation.stdin.len() > MAX_REQUEST_BYTES {
+            return Err(pod_error(
+                "RequestTooLarge",
+                format!(
+                    "the request is {} bytes; a Pod's request travels in a Secret, which holds at most {} bytes",
+                    invocation.stdin.len(),
+                    MAX_REQUEST_BYTES
+                ),
+            ));
+        }
+        let plugs = self.plugs(invocation).await?;
+        let started = Instant::now();
+        let name = self.next_name(invocation);
+        let nonce = uuid::Uuid::new_v4().simple().to_string();
+        let labels = BTreeMap::from([
+            (OWNER_LABEL.to_string(), OWNER_VALUE.to_string()),
+            (RUN_LABEL.to_string(), label_value(&invocation.labels.run_id)),
+        ]);
+        let pod_invocation = PodInvocation {
+            namespace: self.settings.namespace.clone(),
+            name: name.clone(),
+            image: image.pinned.clone(),
+            helper_image: self.settings.helper_image.clone(),
+            entry: Entry {
+                nonce: nonce.clone(),
+                request: spec::request_path(),
+                termination_log: "/dev/termination-log".into(),
+                program: image.program(invocation.entrypoint.as_deref(), &invocation.args),
+            },
+            service_account: self.settings.service_account.clone(),
+            plugs,
+            deadline: invocation.timeout,
+            labels,
+            owner: self.settings.owner.clone(),
+            run_as_user: image.non_root_uid.is_none().then_some(DEFAULT_UID),
+        };
+        let secret_name = format!("{name}-request");
+        let created = self.create(&pod_invocation, &secret_name, &invocation.stdin).await;
+        let result = match created {
+            Ok(()) => {
+                let mut work = std::pin::pin!(self.follow(&name, &nonce, invocation));
+                let stopped = tokio::select! {
+                    result = work.as_mut() => Ok(result),
+                    () = tokio::time::sleep(invocation.timeout) => Err(ExecError::TimedOut(invocation.timeout)),
+                    () = invocation.cancel.cancelled() => Err(ExecError::Cancelled),
+                };
+                match stopped {
+                    Ok(result) => result,
+                    Err(why) => {
+                        // The program gets SIGTERM (the helper forwards it) and the grace to end;
+                        // nothing of this invocation may run on once this returns.
+                        self.delete_and_wait(&name, self.settings.kill_grace).await;
+                        Err(why)
+                    }
+                }
+            }
+            Err(e) => Err(e),
+        };
+        self.delete(&name, &secret_name).await;
+        result.map(|(exit, stdout, stderr)| Outcome { exit, stdout, stderr, elapsed: started.elapsed() })
+    }
+
+    /// Creates the request's Secret, the Pod, and makes the Pod the Secret's owner (so that
+    /// the Secret goes with the Pod even if this process does not live to delete it).
+    async fn create(&self, invocation: &PodInvocation, secret_name: &str, request: &[u8]) -> Result<(), ExecError> {
+        let secret_owner = self.settings.owner.clone();
+        let mut secret = spec::request_secret(invocation, secret_name, OwnerReference::default(), request);
+        secret.metadata.owner_references = secret_owner.map(|o| vec![o]);
+        self.secrets()
+            .create(&PostParams::default(), &secret)
+            .await
+            .map_err(|e| api_error("creating the request's Secret", e))?;
+        let pod = spec::pod(invocation, secret_name);
+        let mut delay = Duration::from_millis(500);
+        let mut retries = 0;
+        let created = loop {
+            match self.pods().create(&PostParams::default(), &pod).await {
+                Ok(created) => break created,
+                Err(kube::Error::Api(status)) if status.code == 403 && status.message.contains("exceeded quota") => {
+                    if retries >= self.settings.create_retries {
+                        let _ = self.secrets().delete(secret_name, &DeleteParams::default()).await;
+                        return Err(pod_error(
+                            "QuotaExceeded",
+                            format!("the namespace's quota refused the Pod {} times: {}", retries + 1, status.message),
+                        ));
+                    }
+                    tracing::info!(pod = %invocation.name, "quota refused the Pod; retrying in {delay:?}");
+                    tokio::time::sleep(delay).await;
+                    delay *= 2;
+                    retries += 1;
+                }
+                Err(e) => {
+                    let _ = self.secrets().delete(secret_name, &DeleteParams::default()).await;
+                    return Err(api_error("creating the Pod", e));
+                }
+            }
+        };
+        let owner = OwnerReference {
+            api_version: "v1".into(),
+            kind: "Pod".into(),
+            name: invocation.name.clone(),
+            uid: created.metadata.uid.unwrap_or_default(),
+            ..OwnerReference::default()
+        };
+        let patch = serde_json::json!({"metadata": {"ownerReferences": [owner]}});
+        // Not fatal: the Secret is deleted with the Pod below in any case.
+        if let Err(e) = self.secrets().patch(secret_name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+            tracing::warn!(secret = secret_name, "could not hand the request's Secret to its Pod: {e}");
+        }
+        Ok(())
+    }
+
+    /// Waits for the Pod's program to start, then follows its log until the Pod has ended;
+    /// the exit, stdout (verified) and stderr.
+    async fn follow(
+        &self,
+        name: &str,
+        nonce: &str,
+        invocation: &Invocation,
+    ) -> Result<(Exit, Vec<u8>, Vec<u8>), ExecError> {
+        let pods = self.pods();
+        let mut watch = kube::runtime::watcher::watch_object(pods.clone(), name).boxed();
+        let created = Instant::now();
+        let mut pod: Option<Pod> = None;
+        let mut tick = tokio::time::interval(Duration::from_millis(500));
+        // Until the program runs: the log API has nothing of it to give.
+        loop {
+            if let Some(current) = &pod {
+                match progress(&self.settings, current, created.elapsed())? {
+                    Progress::Waiting => {}
+                    Progress::Started | Progress::Ended => break,
+                }
+            }
+            tokio::select! {
+                event = watch.next() => pod = Some(observed(event, name)?),
+                _ = tick.tick() => {}
+            }
+        }
+        let mut log = LogFollower::new(nonce, self.settings.output_limit, invocation);
+        loop {
+            let done = pod.as_ref().is_some_and(ended);
+            log.read(&pods, name, !done).await?;
+            if done {
+                break;
+            }
+            // The stream ended with the Pod running (a test cluster's log API, or a restarted
+            // kubelet or API server): go on from where it stopped once the Pod changes or soon.
+            tokio::select! {
+                event = watch.next() => pod = Some(observed(event, name)?),
+                () = tokio::time::sleep(Duration::from_millis(250)) => {}
+            }
+            if let Some(current) = &pod
+                && !ended(current)
+                && let Some(latest) = pods.get_opt(name).await.map_err(|e| api_error("reading the Pod", e))?
+            {
+                pod = Some(latest);
+            }
+        }
+        let pod = pod.expect("the loop ends on a Pod");
+        log.finish(&pod, name)
+    }
+}
+
+/// Where the Pod is on its way to running its program; an error for what will not get
+/// better.
+fn progress(settings: &PodSettings, pod: &Pod, waited: Duration) -> Result<Progress, ExecError> {
+    if ended(pod) {
+        return Ok(Progress::Ended);
+    }
+    let status = pod.status.clone().unwrap_or_default();
+    let main = status.container_statuses.as_ref().and_then(|s| s.iter().find(|c| c.name == "main"));
+    if let Some(state) = main.and_then(|c| c.state.as_ref())
+        && (state.running.is_some() || state.terminated.is_some())
+    {
+        return Ok(Progress::Started);
+    }
+    let helper = status.init_container_statuses.as_ref().and_then(|s| s.iter().find(|c| c.name == "helper"));
+    for (container, which) in [(helper, "the helper image"), (main, "the type's image")] {
+        let Some(container) = container else { continue };
+        let Some(waiting) = container.state.as_ref().and_then(|s| s.waiting.as_ref()) else { continue };
+        let reason = waiting.reason.as_deref().unwrap_or("");
+        let message = waiting.message.as_deref().unwrap_or("");
+        let image = container.image.as_str();
+        match reason {
+            "ErrImagePull" | "ImagePullBackOff" if waited >= settings.pull_timeout => {
+                return Err(pod_error(
+                    "ImagePullFailed",
+                    format!(
+                        "the node could not pull {which} `{image}` within {:?}: {reason}: {message}",
+                        settings.pull_timeout
+                    ),
+                ));
+            }
+            "InvalidImageName" | "ErrImageNeverPull" => {
+                return Err(pod_error("ImagePullFailed", format!("{which} `{image}`: {reason}: {message}")));
+            }
+            "CreateContainerConfigError" | "CreateContainerError" | "RunContainerError" => {
+                return Err(pod_error("ContainerNotStarted", format!("{which} `{image}`: {reason}: {message}")));
+            }
+            _ => {}
+        }
+    }
+    if let Some(helper) = helper
+        && let Some(done) = helper.state.as_ref().and_then(|s| s.terminated.as_ref())
+        && done.exit_code != 0
+    {
+        return Err(pod_error(
+            "HelperFailed",
+            format!(
+                "the helper's init container (`{}`) exited with code {}: {}",
+                helper.image,
+                done.exit_code,
+                done.message.as_deref().unwrap_or("")
+            ),
+        ));
+    }
+    let unschedulable = status
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "PodScheduled" && c.status == "False" && c.reason.as_deref() == Some("Unschedulable"));
+    if let Some(condition) = unschedulable {
+        if waited >= settings.schedule_timeout {
+            return Err(pod_error(
+                "Unschedulable",
+                format!(
+                    "no node took the Pod within {:?}: {}",
+                    settings.schedule_timeout,
+                    condition.message.as_deref().unwrap_or("the scheduler gave no reason")
+                ),
+            ));
+        }
+        return Ok(Progress::Waiting);
+    }
+    let scheduled = status.conditions.iter().flatten().any(|c| c.type_ == "PodScheduled" && c.status == "True");
+    if scheduled && waited >= settings.start_timeout {
+        let why = [helper, main]
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c.state.as_ref()?.waiting.as_ref())
+            .map(|w| format!("{}: {}", w.reason.as_deref().unwrap_or(""), w.message.as_deref().unwrap_or("")))
+            .next()
+            .unwrap_or_else(|| "no reason given (a volume that cannot mount shows in the Pod's events)".into());
+        return Err(pod_error(
+            "ContainerNotStarted",
+            format!("the Pod was scheduled but its program had not started after {:?}: {why}", settings.start_timeout),
+        ));
+    }
+    if !scheduled && waited >= settings.schedule_timeout {
+        return Err(pod_error(
+            "Unschedulable",
+            format!("the Pod was not scheduled within {:?}", settings.schedule_timeout),
+        ));
+    }
+    Ok(Progress::Waiting)
+}
+
+impl PodExecutor {
+    /// Deletes the Pod and the request's Secret, trying again for a while when the API server
+    /// fails to answer: nothing of an invocation is left behind.
+    async fn delete(&self, name: &str, secret_name: &str) {
+        let background = DeleteParams::background();
+        for attempt in 0..5u32 {
+            let pod = self.pods().delete(name, &background).await.map(|_| ());
+            let secret = self.secrets().delete(secret_name, &background).await.map(|_| ());
+            let failed: Vec<kube::Error> =
+                [pod, secret].into_iter().filter_map(Result::err).filter(|e| !is_not_found(e)).collect();
+            if failed.is_empty() {
+                return;
+            }
+            tracing::warn!(pod = name, attempt, "could not delete the Pod or its request's Secret: {failed:?}");
+            tokio::time::sleep(Duration::from_millis(200) * 2u32.pow(attempt)).await;
+        }
+    }
+
+    /// Deletes the Pod with `grace` for its program to end, and waits until it is gone.
+    async fn delete_and_wait(&self, name: &str, grace: Duration) {
+        let params = DeleteParams { grace_period_seconds: Some(grace.as_secs() as u32), ..DeleteParams::background() };
+        match self.pods().delete(name, &params).await {
+            Err(e) if is_not_found(&e) => return,
+            Err(e) => tracing::warn!(pod = name, "could not delete the Pod: {e}"),
+            Ok(_) => {}
+        }
+        let gone = async {
+            let mut watch = kube::runtime::watcher::watch_object(self.pods(), name).boxed();
+            while let Some(event) = watch.next().await {
+                if matches!(event, Ok(None)) {
+                    return;
+                }
+            }
+        };
+        if tokio::time::timeout(grace + Duration::from_secs(60), gone).await.is_err() {
+            tracing::warn!(
+                pod = name,
+                "the Pod was still there {:?} after its deletion",
+                grace + Duration::from_secs(60)
+            );
+        }
+    }
+}
+
+/// Where a Pod is.
+enum Progress {
+    Waiting,
+    Started,
+    Ended,
+}
+
+fn ended(pod: &Pod) -> bool {
+    matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"))
+}
+
+fn is_not_found(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(status) if status.code == 404)
+}
+
+/// A label value: the text when it is one, else its digest.
+fn label_value(text: &str) -> String {
+    let valid = text.len() <= 63
+        && text.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && text.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
+        && text.chars().last().is_some_and(|c| c.is_ascii_alphanumeric());
+    if valid {
+        return text.to_string();
+    }
+    use sha2::Digest;
+    hex::encode(&sha2::Sha256::digest(text.as_bytes())[..16])
+}
+
+/// The Pod a watch event shows; an error when the Pod is gone or the watch failed.
+fn observed(event: Option<Result<Option<Pod>, kube::runtime::watcher::Error>>, name: &str) -> Result<Pod, ExecError> {
+    match event {
+        Some(Ok(Some(pod))) => Ok(pod),
+        Some(Ok(None)) | None => {
+            Err(pod_error("PodDeleted", format!("the Pod {name} was deleted by someone else before its program ended")))
+        }
+        Some(Err(e)) => Err(pod_error("KubernetesApi", format!("watching the Pod {name}: {e}"))),
+    }
+}
+
+/// Reads a Pod's log as it grows: frames to stdout, other lines to stderr, each line once.
+struct LogFollower<'a> {
+    nonce: &'a str,
+    split: Split,
+    stdout: Capture,
+    stderr: Capture,
+    /// Frames handed to `stdout` so far (in order).
+    delivered: u64,
+    /// The last line's timestamp, and how many lines carried it: where a re-opened log goes on.
+    since: Option<Timestamp>,
+    at_since: usize,
+}
+
+impl<'a> LogFollower<'a> {
+    fn new(nonce: &'a str, limit: usize, invocation: &Invocation) -> Self {
+        LogFollower {
+            nonce,
+            split: Split::default(),
+            stdout: Capture::new(Stream::Stdout, limit, invocation.sink.clone()),
+            stderr: Capture::new(Stream::Stderr, limit, invocation.sink.clone()),
+            delivered: 0,
+            since: None,
+            at_since: 0,
+        }
+    }
+
+    /// Reads the log from where it was left until the stream ends.
+    async fn read(&mut self, pods: &Api<Pod>, name: &str, follow: bool) -> Result<(), ExecError> {
+        let params = LogParams {
+            container: Some("main".into()),
+            follow,
+            timestamps: true,
+            since_time: self.since,
+            ..LogParams::default()
+        };
+        let stream = match pods.log_stream(name, &params).await {
+            Ok(stream) => stream,
+            // The container is not there to read yet (or any more): the next read tells.
+            Err(kube::Error::Api(status)) if status.code == 400 => return Ok(()),
+            Err(e) => return Err(api_error("reading the Pod's log", e)),
+        };
+        let mut lines = stream.lines();
+        let mut skip_at_since = self.at_since;
+        while let Some(line) =
+            lines.try_next().await.map_err(|e| pod_error("KubernetesApi", format!("reading the Pod's log: {e}")))?
+        {
+            let (stamp, text) =
+                match line.split_once(' ').and_then(|(t, rest)| Some((t.parse::<Timestamp>().ok()?, rest))) {
+                    Some(parsed) => parsed,
+                    None => (self.since.unwrap_or_default(), line.as_str()),
+                };
+            match self.since {
+                Some(since) if stamp < since => continue,
+                Some(since) if stamp == since && skip_at_since > 0 => {
+                    skip_at_since -= 1;
+                    continue;
+                }
+                Some(since) if stamp == since => self.at_since += 1,
+                _ => (self.since, self.at_since) = (Some(stamp), 1),
+            }
+            self.take(text)?;
+        }
+        Ok(())
+    }
+
+    fn take(&mut self, line: &str) -> Result<(), ExecError> {
+        let framed = self.split.take(line, self.nonce).map_err(|e| pod_error("OutputUnverified", e.to_string()))?;
+        if !framed {
+            self.stderr.push(line.as_bytes())?;
+            self.stderr.push(b"\n")?;
+            return Ok(());
+        }
+        while let Some(chunk) = self.split.chunks.get(&self.delivered) {
+            self.stdout.push(chunk)?;
+            self.delivered += 1;
+        }
+        Ok(())
+    }
+
+    /// The program's exit, its verified stdout and its stderr, once the Pod has ended.
+    fn finish(self, pod: &Pod, name: &str) -> Result<(Exit, Vec<u8>, Vec<u8>), ExecError> {
+        let status = pod.status.clone().unwrap_or_default();
+        let main: Option<&ContainerStatus> =
+            status.container_statuses.as_ref().and_then(|s| s.iter().find(|c| c.name == "main"));
+        let terminated = main.and_then(|c| c.state.as_ref()).and_then(|s| s.terminated.clone());
+        let termination = terminated.as_ref().and_then(|t| t.message.clone()).unwrap_or_default();
+        let _ = self.stdout.finish();
+        let mut stderr = self.stderr.finish();
+        // Kubernetes' own word on why the Pod or its container ended, when it is not the program's.
+        let failed = status.phase.as_deref() == Some("Failed");
+        let pod_reason = status.reason.clone().filter(|r| failed && !r.is_empty());
+        let container_reason =
+            terminated.as_ref().and_then(|t| t.reason.clone()).filter(|r| r != "Completed" && r != "Error");
+        let verified = frames::reassemble(&self.split, &termination, self.nonce);
+        let (record, stdout) = match verified {
+            Ok(read) => read,
+            Err(e) => {
+                let (reason, why) = match (&pod_reason, &container_reason) {
+                    (Some(reason), _) => (reason.clone(), status.message.clone().unwrap_or_default()),
+                    (None, Some(reason)) => {
+                        (reason.clone(), format!("exit code {}", terminated.as_ref().map_or(0, |t| t.exit_code)))
+                    }
+                    (None, None) => {
+                        let unverified = matches!(e, FrameError::Lost { .. } | FrameError::Digest | FrameError::Nonce);
+                        let reason = if unverified { "OutputUnverified" } else { "NoRecord" };
+                        return Err(pod_error(
+                            reason,
+                            format!("the Pod {name} ended ({}) but {e}", status.phase.as_deref().unwrap_or("?")),
+                        ));
+                    }
+                };
+                return Err(pod_error(
+                    static_reason(&reason),
+                    format!("the Pod {name} ended before its program did: {reason}: {why}"),
+                ));
+            }
+        };
+        if let Some(error) = &record.error {
+            stderr.extend_from_slice(
+                format!("deployster: the program could not be run in its Pod: {error}\n").as_bytes(),
+            );
+        }
+        if let Some(reason) = container_reason.or(pod_reason) {
+            stderr.extend_from_slice(format!("deployster: Kubernetes ended the container: {reason}\n").as_bytes());
+        }
+        let exit = match (record.code, record.signal) {
+            (Some(code), _) => Exit::Code(code),
+            (None, Some(signal)) => Exit::Signal(signal),
+            (None, None) => Exit::Code(127),
+        };
+        // This executor deletes its Pods only once it stopped following them.
+        if pod.metadata.deletion_timestamp.is_some() {
+            return Err(pod_error(
+                "PodDeleted",
+                format!("the Pod {name} was deleted by someone else while its program ran (it ended with {exit})"),
+            ));
+        }
+        Ok((exit, stdout, stderr))
+    }
+}
+
+/// The reasons Kubernetes gives for a Pod or container that ended early, as the executor's.
+fn static_reason(reason: &str) -> &'static str {
+    match reason {
+        "OOMKilled" => "OOMKilled",
+        "Evicted" => "Evicted",
+        "DeadlineExceeded" => "DeadlineExceeded",
+        "ContainerCannotRun" | "StartError" => "ContainerNotStarted",
+        _ => "PodFailed",
+    }
+}
+
+#[async_trait]
+impl Executor for PodExecutor {
+    async fn preflight(&self, _programs: &[TypeRef]) -> Result<(), ExecError> {
+        let namespace = &self.settings.namespace;
+        self.pods().list(&ListParams::default().limit(1)).await.map(|_| ()).map_err(|e| {
+            ExecError::Unavailable(format!("cannot list Pods in namespace `{namespace}` of the cluster: {e}"))
+        })
+    }
+
+    /// Deletes every Pod of run `run_id` and waits until they are gone.
+    async fn stop_run(&self, run_id: &str) -> Result<usize, ExecError> {
+        let selector = format!("{OWNER_LABEL}={OWNER_VALUE},{RUN_LABEL}={}", label_value(run_id));
+        let pods = self
+            .pods()
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .map_err(|e| api_error("listing Pods", e))?;
+        let names: Vec<String> = pods.items.into_iter().filter_map(|p| p.metadata.name).collect();
+        futures::future::join_all(names.iter().map(|name| self.delete_and_wait(name, self.settings.kill_grace))).await;
+        let secrets = self.secrets();
+        let _ = secrets.delete_collection(&DeleteParams::background(), &ListParams::default().labels(&selector)).await;
+        Ok(names.len())
+    }
+
+    async fn invoke(&self, invocation: Invocation) -> Result<Outcome, ExecError> {
+        let TypeRef::Image(image) = &invocation.program else {
+            return Err(ExecError::Unavailable(format!("the Pod executor cannot run {}", invocation.program)));
+        };
+        let pass = invocation.labels.run_id.clone();
+        let credentials = self.credentials(&pass).await?;
+        let reference = image.to_string();
+        let resolved = self
+            .registry
+            .resolve(&reference, &pass, &credentials)
+            .await
+            .map_err(|message| ExecError::Image { image: reference.clone(), message })?;
+        let cache_key = (invocation.labels.phase == "init").then(|| {
+            use sha2::Digest;
+            let mut digest = sha2::Sha256::new();
+            for part in
+                [resolved.pinned.as_bytes(), b"\0", invocation.entrypoint.as_deref().unwrap_or("").as_bytes(), b"\0"]
+            {
+                digest.update(part);
+            }
+            for arg in &invocation.args {
+                digest.update(arg.as_bytes());
+                digest.update(b"\0");
+            }
+            digest.update(&invocation.stdin);
+            <[u8; 32]>::from(digest.finalize())
+        });
+        if let Some(key) = &cache_key
+            && let Some(hit) = self.init_cache.lock().expect("init cache lock").get(key)
+        {
+            return Ok(hit);
+        }
+        let outcome = self.run(&invocation, &resolved).await?;
+        if let Some(key) = cache_key
+            && outcome.exit.success()
+        {
+            self.init_cache.lock().expect("init cache lock").insert(key, &outcome);
+        }
+        Ok(outcome)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(status: serde_json::Value) -> Pod {
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "dst-x"}, "status": status})).unwrap()
+    }
+
+    fn settings() -> PodSettings {
+        PodSettings::new("team-a", "helper:1")
+    }
+
+    fn waiting(reason: &str, message: &str) -> serde_json::Value {
+        serde_json::json!({"phase": "Pending",
+            "conditions": [{"type": "PodScheduled", "status": "True"}],
+            "containerStatuses": [{"name": "main", "image": "r/type@sha256:1", "imageID": "", "ready": false,
+                "restartCount": 0, "state": {"waiting": {"reason": reason, "message": message}}}]})
+    }
+
+    fn failure(result: Result<Progress, ExecError>) -> (String, String) {
+        match result {
+            Err(e) => (e.reason().to_string(), e.to_string()),
+            Ok(_) => panic!("expected a failure"),
+        }
+    }
+
+    #[test]
+    fn what_will_not_get_better_fails_and_names_its_cause() {
+        let s = settings();
+        let pull = pod(waiting("ImagePullBackOff", "manifest unknown"));
+        assert!(matches!(progress(&s, &pull, Duration::from_secs(10)), Ok(Progress::Waiting)), "pulls get a minute");
+        let (reason, text) = failure(progress(&s, &pull, Duration::from_secs(61)));
+        assert_eq!(reason, "ImagePullFailed");
+        assert!(text.contains("`r/type@sha256:1`") && text.contains("manifest unknown"), "{text}");
+        let config = pod(waiting("CreateContainerConfigError", "secret \"db\" not found"));
+        let (reason, text) = failure(progress(&s, &config, Duration::ZERO));
+        assert_eq!(reason, "ContainerNotStarted");
+        assert!(text.contains("secret \"db\" not found"), "{text}");
+        let mounting = pod(waiting("ContainerCreating", ""));
+        assert!(matches!(progress(&s, &mounting, Duration::from_secs(60)), Ok(Progress::Waiting)));
+        let (reason, _) = failure(progress(&s, &mounting, Duration::from_secs(121)));
+        assert_eq!(reason, "ContainerNotStarted");
+        let unschedulable = pod(serde_json::json!({"phase": "Pending", "conditions": [{"type": "PodScheduled",
+            "status": "False", "reason": "Unschedulable", "message": "0/1 nodes are available: node selector"}]}));
+        assert!(matches!(progress(&s, &unschedulable, Duration::from_secs(200)), Ok(Progress::Waiting)));
+        let (reason, text) = failure(progress(&s, &unschedulable, Duration::from_secs(301)));
+        assert_eq!(reason, "Unschedulable");
+        assert!(text.contains("0/1 nodes are available: node selector"), "{text}");
+        let running = serde_json::json!({"phase": "Running", "containerStatuses": [{"name": "main", "image": "i",
+            "imageID": "", "ready": true, "restartCount": 0, "state": {"running": {}}}]});
+        assert!(matches!(progress(&s, &pod(running), Duration::ZERO), Ok(Progress::Started)));
+        assert!(matches!(
+            progress(&s, &pod(serde_json::json!({"phase": "Failed"})), Duration::ZERO),
+            Ok(Progress::Ended)
+        ));
+    }
+
+    fn follower<'a>(invocation: &Invocation, nonce: &'a str, log: &str) -> LogFollower<'a> {
+        let mut follower = LogFollower::new(nonce, 1 << 20, invocation);
+        for line in log.lines() {
+            follower.take(line).unwrap();
+        }
+        follower
+    }
+
+    #[test]
+    fn kubernetes_reasons_for_an_early_end_are_the_failure() {
+        let invocation = Invocation::new(TypeRef::Builtin("x".into()), Duration::from_secs(1));
+        let evicted = pod(serde_json::json!({"phase": "Failed", "reason": "Evicted",
+            "message": "The node was low on resource: memory."}));
+        let err = follower(&invocation, "n1", "").finish(&evicted, "dst-x").unwrap_err();
+        assert_eq!(err.reason(), "Evicted");
+        assert!(err.to_string().contains("low on resource: memory"), "{err}");
+        let oom = pod(serde_json::json!({"phase": "Failed", "containerStatuses": [{"name": "main", "image": "i",
+            "imageID": "", "ready": false, "restartCount": 0,
+            "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}]}));
+        let err = follower(&invocation, "n1", "").finish(&oom, "dst-x").unwrap_err();
+        assert_eq!(err.reason(), "OOMKilled");
+        let silent = pod(serde_json::json!({"phase": "Failed"}));
+        let err = follower(&invocation, "n1", "Container main starting").finish(&silent, "dst-x").unwrap_err();
+        assert_eq!(err.reason(), "NoRecord", "placeholder log lines are never taken as output: {err}");
+    }
+
+    #[test]
+    fn stdout_stderr_and_the_exit_come_back_from_the_log() {
+        let invocation = Invocation::new(TypeRef::Builtin("x".into()), Duration::from_secs(1));
+        let mut record = frames::Record::of("n1", b"{\"status\": \"VALID\"}\n", 1);
+        record.code = Some(0);
+        let log = format!(
+            "checking\n{}{}",
+            frames::frame("n1", 0, b"{\"status\": \"VALID\"}\n"),
+            frames::record_line(&record)
+        );
+        let done = pod(serde_json::json!({"phase": "Succeeded"}));
+        let (exit, stdout, stderr) = follower(&invocation, "n1", &log).finish(&done, "dst-x").unwrap();
+        assert_eq!(
+            (exit, &stdout[..], &stderr[..]),
+            (Exit::Code(0), &b"{\"status\": \"VALID\"}\n"[..], &b"checking\n"[..])
+        );
+        let mut deleted = done.clone();
+        deleted.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::now()));
+        let err = follower(&invocation, "n1", &log).finish(&deleted, "dst-x").unwrap_err();
+        assert_eq!(err.reason(), "PodDeleted");
+    }
+
+    #[test]
+    fn label_values_are_valid_or_digested() {
+        assert_eq!(label_value("0193a1b2-run"), "0193a1b2-run");
+        let digested = label_value("a/b:c");
+        assert_eq!(digested.len(), 32);
+        assert_eq!(digested, label_value("a/b:c"));
+        assert_eq!(label_value(&"x".repeat(64)).len(), 32);
+    }
+
+    /// A client whose API server refuses every Pod as a namespace quota does; how many Pods
+    /// were asked for is counted.
+    fn quota_refusing_client() -> (Client, Arc<std::sync::atomic::AtomicUsize>) {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let creates = Arc::new(AtomicUsize::new(0));
+        let seen = creates.clone();
+        let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
+            let seen = seen.clone();
+            async move {
+                let path = request.uri().path().to_string();
+                let (code, body) = match request.method().as_str() {
+                    "POST" if path.ends_with("/pods") => {
+                        seen.fetch_add(1, Ordering::SeqCst);
+                        let message = "pods \"dst-x\" is forbidden: exceeded quota: pods, requested: pods=1, used: \
+                                       pods=10, limited: pods=10";
+                        (
+                            403,
+                            serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                            "message": message, "reason": "Forbidden", "code": 403}),
+                        )
+                    }
+                    "POST" => {
+                        (201, serde_json::json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}}))
+                    }
+                    _ => (200, serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Success"})),
+                };
+                let body = kube::client::Body::from(serde_json::to_vec(&body).expect("json"));
+                Ok::<_, std::convert::Infallible>(http::Response::builder().status(code).body(body).expect("response"))
+            }
+        });
+        (Client::new(service, "team-a"), creates)
+    }
+
+    #[tokio::test]
+    async fn a_quota_refusal_is_retried_with_backoff_then_fails_with_the_quota_s_words() {
+        let (client, creates) = quota_refusing_client();
+        let settings = PodSettings { create_retries: 2, ..settings() };
+        let executor = PodExecutor::new(client, settings);
+        let invocation = PodInvocation {
+            namespace: "team-a".into(),
+            name: "dst-x".into(),
+            image: "r/x@sha256:0".into(),
+            helper_image: "helper:1".into(),
+            entry: Entry {
+                nonce: "n".into(),
+                request: spec::request_path(),
+                termination_log: "/t".into(),
+                program: vec!["/x".into()],
+            },
+            service_account: None,
+            plugs: Vec::new(),
+            deadline: Duration::from_secs(10),
+            labels: BTreeMap::new(),
+            owner: None,
+            run_as_user: None,
+        };
+        let started = Instant::now();
+        let err = executor.create(&invocation, "dst-x-request", b"{}").await.unwrap_err();
+        assert_eq!(err.reason(), "QuotaExceeded");
+        assert!(
+            err.to_string().contains("refused the Pod 3 times: pods \"dst-x\" is forbidden: exceeded quota"),
+            "{err}"
+        );
+        assert_eq!(creates.load(std::sync::atomic::Ordering::SeqCst), 3, "two retries");
+        assert!(started.elapsed() >= Duration::from_millis(1500), "with backoff: {:?}", started.elapsed());
+    }
+}

@@ -1,0 +1,251 @@
+//! What a type's image runs, read from its registry: a Pod's `command` replaces the image's
+//! entrypoint (the helper goes in front of it), so the executor must know the image's own
+//! entrypoint and command. Tags are resolved to a digest once per pass — every invocation of
+//! a pass runs the same build — and image configs are kept per digest, so a steady drift check
+//! costs one small request per image and pass, never one per invocation.
+
+use std::collections::HashMap;
+use std::num::NonZeroUsize;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use oci_client::client::{ClientConfig, ClientProtocol};
+use oci_client::secrets::RegistryAuth;
+use oci_client::{Client, Reference};
+use serde::Deserialize;
+
+/// What the executor needs of an image: where it is pinned, and what it runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImageRun {
+    /// `registry/repository@digest`: what the Pod runs.
+    pub pinned: String,
+    /// The image's `Entrypoint` and `Cmd` (either may be empty).
+    pub entrypoint: Vec<String>,
+    pub cmd: Vec<String>,
+    /// The image's `User`, when it names a numeric user other than root.
+    pub non_root_uid: Option<i64>,
+}
+
+impl ImageRun {
+    /// The program line of an invocation: `entrypoint` and `args` when the invocation names an
+    /// entrypoint (an action's), else the image's entrypoint followed by `args` — or by the
+    /// image's own command when there are none, as a container runtime would.
+    pub fn program(&self, entrypoint: Option<&str>, args: &[String]) -> Vec<String> {
+        let mut program: Vec<String> = match entrypoint {
+            Some(entrypoint) => vec![entrypoint.to_string()],
+            None => self.entrypoint.clone(),
+        };
+        match (entrypoint, args.is_empty()) {
+            (None, true) => program.extend(self.cmd.iter().cloned()),
+            _ => program.extend(args.iter().cloned()),
+        }
+        program
+    }
+}
+
+/// The part of an image config (OCI image spec, `config` object) the executor reads.
+#[derive(Debug, Default, Deserialize)]
+struct ConfigFile {
+    #[serde(default)]
+    config: Option<RunConfig>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct RunConfig {
+    #[serde(default)]
+    entrypoint: Option<Vec<String>>,
+    #[serde(default)]
+    cmd: Option<Vec<String>>,
+    #[serde(default)]
+    user: Option<String>,
+}
+
+/// Credentials for registries, by host (from `kubernetes.io/dockerconfigjson` Secrets).
+pub type Credentials = HashMap<String, (String, String)>;
+
+/// Reads `.dockerconfigjson` (`{"auths": {"host": {"auth": base64(user:pass)} | {"username",
+/// "password"}}}`) into `credentials`; hosts already there are kept.
+pub fn read_docker_config(json: &[u8], credentials: &mut Credentials) -> Result<(), String> {
+    use base64::Engine;
+    #[derive(Deserialize)]
+    struct File {
+        #[serde(default)]
+        auths: HashMap<String, Entry>,
+    }
+    #[derive(Deserialize)]
+    struct Entry {
+        username: Option<String>,
+        password: Option<String>,
+        auth: Option<String>,
+    }
+    let file: File = serde_json::from_slice(json).map_err(|e| format!("not a Docker config: {e}"))?;
+    for (host, entry) in file.auths {
+        let pair = match (entry.username, entry.password, entry.auth) {
+            (Some(user), Some(password), _) => (user, password),
+            (_, _, Some(auth)) => {
+                let decoded = base64::engine::general_purpose::STANDARD
+                    .decode(auth.trim())
+                    .map_err(|_| format!("the `auth` of {host} is not base64"))?;
+                let text = String::from_utf8(decoded).map_err(|_| format!("the `auth` of {host} is not text"))?;
+                let (user, password) =
+                    text.split_once(':').ok_or_else(|| format!("the `auth` of {host} is not user:password"))?;
+                (user.to_string(), password.to_string())
+            }
+            _ => continue,
+        };
+        let host = host.trim_start_matches("https://").trim_start_matches("http://");
+        let host = host.split('/').next().unwrap_or(host).to_string();
+        credentials.entry(host).or_insert(pair);
+    }
+    Ok(())
+}
+
+/// Reads images' configs from their registries, keeping what it learnt.
+pub struct Registry {
+    client: Client,
+    /// For registries on this machine, which speak plain HTTP.
+    loopback: Client,
+    /// Digest → what the image runs.
+    configs: Mutex<HashMap<String, Arc<ImageRun>>>,
+    /// (pass, image) → what it resolved to in that pass.
+    resolved: Mutex<lru::LruCache<(String, String), Arc<ImageRun>>>,
+}
+
+impl Registry {
+    /// A client speaking HTTPS, except to `insecure` registries (`host:port`) and loopback ones,
+    /// which it speaks plain HTTP to (as a container runtime does by default).
+    pub fn new(insecure: &[String]) -> Registry {
+        crate::pod::install_crypto();
+        let config = |protocol| ClientConfig {
+            protocol,
+            connect_timeout: Some(Duration::from_secs(10)),
+            read_timeout: Some(Duration::from_secs(30)),
+            ..ClientConfig::default()
+        };
+        Registry {
+            client: Client::new(config(ClientProtocol::HttpsExcept(insecure.to_vec()))),
+            loopback: Client::new(config(ClientProtocol::Http)),
+            configs: Mutex::default(),
+            resolved: Mutex::new(lru::LruCache::new(NonZeroUsize::new(4096).expect("non-zero"))),
+        }
+    }
+
+    /// What `image` runs in pass `pass`: its tag resolved to a digest on the pass's first
+    /// use, its config read once per digest.
+    pub async fn resolve(&self, image: &str, pass: &str, credentials: &Credentials) -> Result<Arc<ImageRun>, String> {
+        let key = (pass.to_string(), image.to_string());
+        if let Some(known) = self.resolved.lock().expect("registry lock").get(&key) {
+            return Ok(known.clone());
+        }
+        let reference: Reference = image.parse().map_err(|e| format!("not an image reference: {e}"))?;
+        let auth = match credentials.get(reference.resolve_registry()).or_else(|| credentials.get(reference.registry()))
+        {
+            Some((user, password)) => RegistryAuth::Basic(user.clone(), password.clone()),
+            None => RegistryAuth::Anonymous,
+        };
+        let host = reference.registry().rsplit_once(':').map_or(reference.registry(), |(host, _)| host);
+        let client = match host {
+            "localhost" | "[::1]" => &self.loopback,
+            host if host.starts_with("127.") => &self.loopback,
+            _ => &self.client,
+        };
+        let digest = match reference.digest() {
+            Some(digest) => digest.to_string(),
+            None => client.fetch_manifest_digest(&reference, &auth).await.map_err(|e| describe(&e))?,
+        };
+        let known = self.configs.lock().expect("registry lock").get(&digest).cloned();
+        let run = match known {
+            Some(run) => run,
+            None => {
+                let (_, _, config) =
+                    client.pull_manifest_and_config(&reference, &auth).await.map_err(|e| describe(&e))?;
+                let file: ConfigFile =
+                    serde_json::from_str(&config).map_err(|e| format!("its image config cannot be read: {e}"))?;
+                let config = file.config.unwrap_or_default();
+                let pinned = format!("{}/{}@{digest}", reference.registry(), reference.repository());
+                let non_root_uid = config
+                    .user
+                    .as_deref()
+                    .and_then(|u| u.split(':').next())
+                    .and_then(|u| u.parse::<i64>().ok())
+                    .filter(|uid| *uid != 0);
+                let run = Arc::new(ImageRun {
+                    pinned,
+                    entrypoint: config.entrypoint.unwrap_or_default(),
+                    cmd: config.cmd.unwrap_or_default(),
+                    non_root_uid,
+                });
+                self.configs.lock().expect("registry lock").insert(digest, run.clone());
+                run
+            }
+        };
+        self.resolved.lock().expect("registry lock").put(key, run.clone());
+        Ok(run)
+    }
+}
+
+/// The registry's answer, in a sentence.
+fn describe(error: &oci_client::errors::OciDistributionError) -> String {
+    use oci_client::errors::OciDistributionError as E;
+    match error {
+        E::ImageManifestNotFoundError(_) => "the registry has no such image (manifest unknown)".into(),
+        E::AuthenticationFailure(m) => format!("the registry refused the credentials: {m}"),
+        E::UnauthorizedError { url } => format!("the registry requires credentials it was not given ({url})"),
+        E::RegistryError { envelope, .. } => {
+            let said: Vec<String> = envelope.errors.iter().map(|e| format!("{:?}: {}", e.code, e.message)).collect();
+            let unknown = envelope.errors.iter().any(|e| {
+                matches!(
+                    e.code,
+                    oci_client::errors::OciErrorCode::ManifestUnknown | oci_client::errors::OciErrorCode::NameUnknown
+                )
+            });
+            let what = if unknown { "the registry has no such image" } else { "the registry refused" };
+            format!("{what} ({})", said.join("; "))
+        }
+        E::ServerError { code, message, .. } => format!("the registry answered HTTP {code}: {message}"),
+        other => format!("the registry answered: {other}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(entrypoint: &[&str], cmd: &[&str]) -> ImageRun {
+        ImageRun {
+            pinned: "r/x@sha256:0".into(),
+            entrypoint: entrypoint.iter().map(|s| s.to_string()).collect(),
+            cmd: cmd.iter().map(|s| s.to_string()).collect(),
+            non_root_uid: None,
+        }
+    }
+
+    #[test]
+    fn the_program_line_is_what_a_container_runtime_would_run() {
+        let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let image = run(&["/type"], &["--default"]);
+        assert_eq!(image.program(None, &[]), args(&["/type", "--default"]), "init: entrypoint and command");
+        assert_eq!(image.program(None, &args(&["state"])), args(&["/type", "state"]), "args replace the command");
+        assert_eq!(image.program(Some("/other"), &args(&["go"])), args(&["/other", "go"]), "an action's entrypoint");
+        assert_eq!(image.program(Some("/other"), &[]), args(&["/other"]), "no image command after an entrypoint");
+        assert_eq!(run(&[], &["/bin/sh", "-c", "x"]).program(None, &[]), args(&["/bin/sh", "-c", "x"]));
+    }
+
+    #[test]
+    fn docker_configs_give_credentials_by_host() {
+        let mut credentials = Credentials::new();
+        let json = br#"{"auths": {
+            "https://registry.example:5000/v1/": {"auth": "dXNlcjpwYXNzOndvcmQ="},
+            "other.example": {"username": "u", "password": "p"},
+            "token-only.example": {"identitytoken": "t"}
+        }}"#;
+        read_docker_config(json, &mut credentials).unwrap();
+        assert_eq!(credentials["registry.example:5000"], ("user".to_string(), "pass:word".to_string()));
+        assert_eq!(credentials["other.example"], ("u".to_string(), "p".to_string()));
+        assert!(!credentials.contains_key("token-only.example"));
+        let err = read_docker_config(br#"{"auths": {"x": {"auth": "bm9jb2xvbg=="}}}"#, &mut credentials).unwrap_err();
+        assert!(err.contains("not user:password"), "{err}");
+        assert!(read_docker_config(b"\"text\"", &mut credentials).unwrap_err().contains("not a Docker config"));
+    }
+}

@@ -1,0 +1,190 @@
+//! Resource types run as Pods (`--executor pod`) on a cluster whose Pods really run:
+//! `DEPLOYSTER_E2E_CLUSTER` names the kubeconfig `../shared/cluster/up.sh` printed (its
+//! `cluster.env` beside it names the registry). The test type and the helper's image (the
+//! controller's, from `image/build.sh`) are built here and pushed to that registry. Without the
+//! variable these tests skip with a printed reason — unless `DEPLOYSTER_REQUIRE_CLUSTER=1`, as
+//! in CI, where they fail.
+//!
+//! Where the test cluster differs from Kubernetes (its README), the executor is written to
+//! Kubernetes' documented behaviour; the deviations met here are noted where they matter.
+#![cfg(all(feature = "docker", feature = "kube"))]
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::cluster::Cluster;
+use support::pods::{PodEnv, env};
+use support::{Run, Workspace};
+
+macro_rules! cluster_or_skip {
+    ($test:expr) => {
+        match env() {
+            Some(env) => (env, Cluster::on(env.kubeconfig.clone(), $test)),
+            None => return,
+        }
+    };
+}
+
+/// deployster `args` with `--executor pod` in the test's namespace.
+fn run(env: &PodEnv, cluster: &Cluster, ws: &Workspace, args: &[&str]) -> Run {
+    let pods = ["--executor", "pod", "--namespace", &cluster.namespace, "--helper-image", &env.helper];
+    ws.run_with_env(&[args, &pods[..]].concat(), &[("KUBECONFIG", &env.kubeconfig)])
+}
+
+/// A PersistentVolumeClaim `data` bound to a host directory this test reads (the test cluster's
+/// node is this machine); the directory.
+fn claim(cluster: &Cluster) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("deployster-pv-{}", cluster.namespace));
+    std::fs::create_dir_all(&dir).unwrap();
+    // The type runs as a non-root user.
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let pv = format!("pv-{}", cluster.namespace);
+    cluster.apply_yaml(&format!(
+        r#"
+apiVersion: v1
+kind: PersistentVolume
+metadata: {{name: {pv}}}
+spec:
+  capacity: {{storage: 1Gi}}
+  accessModes: [ReadWriteOnce]
+  hostPath: {{path: {dir}}}
+  storageClassName: manual
+  claimRef: {{namespace: {ns}, name: data}}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {{name: data}}
+spec:
+  accessModes: [ReadWriteOnce]
+  storageClassName: manual
+  volumeName: {pv}
+  resources: {{requests: {{storage: 1Gi}}}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {{name: creds}}
+stringData: {{token: s3cret}}
+"#,
+        dir = dir.display(),
+        ns = cluster.namespace
+    ));
+    dir
+}
+
+/// The plugs of the fixture's `plugs` image: the claim and the Secret of [`claim`].
+const PLUGS: &str =
+    "plugs:\n  rw: {persistentVolumeClaim: {claimName: data}}\n  ro: {secret: {name: creds, key: token}}\n";
+
+/// Pods and Secrets of Deployster's left in the test's namespace.
+fn left(cluster: &Cluster) -> Vec<String> {
+    let (ok, text) = cluster.kubectl(&cluster.ns(&["get", "pods,secrets", "-l", "deployster.io/owner", "-o", "name"]));
+    assert!(ok, "{text}");
+    text.lines().map(str::to_string).collect()
+}
+
+/// Waits (up to 60 s) for what was deleted to be gone: the test cluster's kubelet removes a
+/// deleted Pod on its next sync, seconds later.
+fn assert_nothing_left(cluster: &Cluster) {
+    let until = Instant::now() + Duration::from_secs(60);
+    while !left(cluster).is_empty() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert_eq!(left(cluster), Vec::<String>::new(), "Pods or Secrets of Deployster's were left");
+}
+
+#[test]
+fn image_types_run_as_pods_read_state_and_converge() {
+    let (env, cluster) = cluster_or_skip!("pods-converge");
+    let dir = claim(&cluster);
+    let ws = Workspace::new();
+    ws.manifest(&format!(
+        r#"{PLUGS}resources:
+  first:
+    type: {plugs}
+    config: {{marker: /rw/first.marker, content: hello}}
+  second:
+    type: {plugs}
+    config:
+      marker: /rw/second.marker
+      content: "{{{{ resources.first.state.content }}}}-2"
+"#,
+        plugs = env.fixture_plugs
+    ));
+    let started = Instant::now();
+    let applied = run(env, &cluster, &ws, &["apply", "-f", "manifest.yaml", "--yes", "-v"]);
+    assert_eq!(applied.code, 0, "{}", applied.all());
+    eprintln!("apply of two resources as Pods took {:?}", started.elapsed());
+    assert_eq!(std::fs::read_to_string(dir.join("first.marker")).unwrap(), "hello");
+    assert_eq!(std::fs::read_to_string(dir.join("second.marker")).unwrap(), "hello-2", "a dependency's state read");
+    assert!(applied.all().contains("create: a note on stderr"), "the program's stderr reaches -v:\n{}", applied.all());
+    let planned = run(env, &cluster, &ws, &["plan", "-f", "manifest.yaml", "--output", "json"]);
+    assert_eq!(planned.code, 0, "{}", planned.all());
+    assert!(!planned.stdout.contains("MISSING"), "both are VALID now:\n{}", planned.stdout);
+    // Drift: the marker removed behind Deployster's back is put back.
+    std::fs::remove_file(dir.join("first.marker")).unwrap();
+    let again = run(env, &cluster, &ws, &["apply", "-f", "manifest.yaml", "--yes"]);
+    assert_eq!(again.code, 0, "{}", again.all());
+    assert_eq!(std::fs::read_to_string(dir.join("first.marker")).unwrap(), "hello");
+    assert_nothing_left(&cluster);
+}
+
+#[test]
+fn bad_inputs_fail_clearly_and_leave_nothing() {
+    let (env, cluster) = cluster_or_skip!("pods-bad-inputs");
+    claim(&cluster);
+    let ws = Workspace::new();
+    let apply = |manifest: String| {
+        ws.manifest(&manifest);
+        let out = run(env, &cluster, &ws, &["apply", "-f", "manifest.yaml", "--yes"]);
+        assert_ne!(out.code, 0, "{}", out.all());
+        out.all()
+    };
+    // An image that does not exist: the registry's answer, at once.
+    let missing = format!("{}/deployster/no-such-type:1", env.registry);
+    let started = Instant::now();
+    let text = apply(format!("resources:\n  missing_image: {{type: \"{missing}\"}}\n"));
+    assert!(started.elapsed() < Duration::from_secs(60), "failing took {:?}", started.elapsed());
+    assert!(text.contains(&missing) && text.contains("the registry has no such image"), "names the image:\n{text}");
+    // Programs that fail, or print what is not the protocol's.
+    let text = apply(format!(
+        "resources:\n  not_json: {{type: {f}, config: {{raw: \"this is not JSON\"}}}}\n  failing: {{type: {f}, config: {{exit: 3}}}}\n",
+        f = env.fixture
+    ));
+    assert!(text.contains("not_json") && text.contains("is not a JSON object"), "stdout not JSON:\n{text}");
+    assert!(text.contains("failing") && text.contains("exit code 3"), "a failing state:\n{text}");
+    assert!(text.contains("state: failing with exit code 3 as configured"), "its stderr:\n{text}");
+    // A plug naming a Secret that does not exist: refused before any Pod.
+    let text = apply(format!(
+        "plugs:\n  rw: {{persistentVolumeClaim: {{claimName: data}}}}\n  ro: {{secret: {{name: no-such-secret}}}}\nresources:\n  no_secret: {{type: {}}}\n",
+        env.fixture_plugs
+    ));
+    assert!(text.contains("the Secret `no-such-secret` does not exist in namespace"), "{text}");
+    // A ServiceAccount that does not exist.
+    ws.manifest(&format!("resources:\n  a: {{type: {}}}\n", env.fixture));
+    let out = run(env, &cluster, &ws, &["plan", "-f", "manifest.yaml", "--service-account", "nobody"]);
+    assert!(out.all().contains("the ServiceAccount `nobody` does not exist"), "{}", out.all());
+    assert_nothing_left(&cluster);
+}
+
+#[test]
+fn a_timed_out_action_s_pod_is_gone_before_the_run_ends() {
+    let (env, cluster) = cluster_or_skip!("pods-timeout");
+    let dir = claim(&cluster);
+    let ws = Workspace::new();
+    ws.manifest(&format!(
+        r#"{PLUGS}resources:
+  slow:
+    type: {plugs}
+    config: {{marker: /rw/slow.marker, action_sleep_ms: 60000, on_term: /rw/slow.cleaned}}
+"#,
+        plugs = env.fixture_plugs
+    ));
+    let out = run(env, &cluster, &ws, &["apply", "-f", "manifest.yaml", "--yes", "--action-timeout", "4s"]);
+    assert_eq!(out.code, 1, "{}", out.all());
+    assert!(out.all().contains("timed out after 4s"), "{}", out.all());
+    // SIGTERM reached the program through the helper: it cleaned up.
+    assert_eq!(std::fs::read_to_string(dir.join("slow.cleaned")).unwrap_or_default(), "cleaned up\n");
+    assert!(left(&cluster).iter().all(|o| !o.starts_with("pod/")), "the Pod was gone when apply returned");
+    assert_nothing_left(&cluster);
+}

@@ -1,0 +1,64 @@
+//! The cluster whose Pods really run (`../shared/cluster`, named by `DEPLOYSTER_E2E_CLUSTER`)
+//! and the images the Pod tests and benchmark need, built here and pushed to its registry.
+//! Without the variable: `None` after saying why — or a failure when
+//! `DEPLOYSTER_REQUIRE_CLUSTER=1`, as in CI.
+
+#![allow(dead_code)] // shared by the tests and the Pod benchmark, which use different parts
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::OnceLock;
+
+use super::docker::{self, FIXTURE_IMAGE, FIXTURE_PLUGS_IMAGE};
+
+/// The cluster and the images pushed to its registry.
+pub struct PodEnv {
+    pub kubeconfig: String,
+    /// The helper's image (the controller's own).
+    pub helper: String,
+    /// The fixture type, and the fixture asking for plugs `ro` and `rw`.
+    pub fixture: String,
+    pub fixture_plugs: String,
+    pub registry: String,
+}
+
+pub fn env() -> Option<&'static PodEnv> {
+    static ENV: OnceLock<Option<PodEnv>> = OnceLock::new();
+    ENV.get_or_init(|| {
+        let Ok(kubeconfig) = std::env::var("DEPLOYSTER_E2E_CLUSTER") else {
+            let why = "DEPLOYSTER_E2E_CLUSTER is not set (the kubeconfig ../shared/cluster/up.sh prints)";
+            if std::env::var("DEPLOYSTER_REQUIRE_CLUSTER").as_deref() == Ok("1") {
+                panic!("DEPLOYSTER_REQUIRE_CLUSTER=1 but {why}");
+            }
+            eprintln!("skipping the Pod tests: {why}");
+            return None;
+        };
+        let cluster_env = Path::new(&kubeconfig).with_file_name("cluster.env");
+        let text = std::fs::read_to_string(&cluster_env)
+            .unwrap_or_else(|e| panic!("{} beside the kubeconfig: {e}", cluster_env.display()));
+        let registry = text
+            .lines()
+            .find_map(|l| l.strip_prefix("REGISTRY="))
+            .unwrap_or_else(|| panic!("no REGISTRY= in {}", cluster_env.display()))
+            .trim()
+            .to_string();
+        docker::env().expect("the Pod tests build their images with Docker");
+        let push = |local: &str, remote: &str| {
+            for args in [vec!["tag", local, remote], vec!["push", "--quiet", remote]] {
+                let out = Command::new("docker").args(&args).output().expect("run docker");
+                assert!(out.status.success(), "docker {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+            }
+        };
+        let helper = format!("{registry}/deployster/controller:test");
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let built = Command::new(root.join("image/build.sh")).env("IMAGE", &helper).output().expect("image/build.sh");
+        assert!(built.status.success(), "image/build.sh: {}", String::from_utf8_lossy(&built.stderr));
+        push(&helper, &helper);
+        let fixture = format!("{registry}/deployster/fixture:test");
+        let fixture_plugs = format!("{registry}/deployster/fixture:plugs");
+        push(FIXTURE_IMAGE, &fixture);
+        push(FIXTURE_PLUGS_IMAGE, &fixture_plugs);
+        Some(PodEnv { kubeconfig, helper, fixture, fixture_plugs, registry })
+    })
+    .as_ref()
+}
