@@ -138,3 +138,17 @@ fn a_termination_message_that_cannot_be_written_still_leaves_the_record_in_the_l
     let (record, read) = reassemble(&split(&stdout, "n1").unwrap(), "", "n1").unwrap();
     assert_eq!((record.code, read), (Some(0), b"{\"status\": \"VALID\"}\n".to_vec()));
 }
+
+#[test]
+fn the_environment_beside_the_request_reaches_the_program() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("env"), r#"{"GREETING": "hello there", "EMPTY": ""}"#).unwrap();
+    let child = entry(dir.path(), &["sh", "-c", "echo \"$GREETING|${EMPTY-unset}\" >&2"]).spawn().unwrap();
+    let ran = finish(dir.path(), child);
+    assert_eq!((ran.code, ran.stderr.as_str()), (0, "hello there|\n"));
+    std::fs::write(dir.path().join("env"), "not json").unwrap();
+    let child = entry(dir.path(), &["true"]).spawn().unwrap();
+    let ran = finish(dir.path(), child);
+    assert_eq!(ran.code, 127);
+    assert!(ran.record.contains("is not a JSON object"), "{}", ran.record);
+}

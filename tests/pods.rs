@@ -102,7 +102,8 @@ fn image_types_run_as_pods_read_state_and_converge() {
         r#"{PLUGS}resources:
   first:
     type: {plugs}
-    config: {{marker: /rw/first.marker, content: hello}}
+    env: {{GREETING: hi}}
+    config: {{marker: /rw/first.marker, content: hello, record: /rw/first.jsonl}}
   second:
     type: {plugs}
     config:
@@ -118,6 +119,12 @@ fn image_types_run_as_pods_read_state_and_converge() {
     assert_eq!(std::fs::read_to_string(dir.join("first.marker")).unwrap(), "hello");
     assert_eq!(std::fs::read_to_string(dir.join("second.marker")).unwrap(), "hello-2", "a dependency's state read");
     assert!(applied.all().contains("create: a note on stderr"), "the program's stderr reaches -v:\n{}", applied.all());
+    let recorded = std::fs::read_to_string(dir.join("first.jsonl")).unwrap();
+    let names = recorded.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["env_names"].clone());
+    assert!(
+        names.clone().all(|n| n.as_array().unwrap().contains(&"GREETING".into())),
+        "the resource's env: {recorded}"
+    );
     let planned = run(env, &cluster, &ws, &["plan", "-f", "manifest.yaml", "--output", "json"]);
     assert_eq!(planned.code, 0, "{}", planned.all());
     assert!(!planned.stdout.contains("MISSING"), "both are VALID now:\n{}", planned.stdout);

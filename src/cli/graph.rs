@@ -245,7 +245,7 @@ pub(super) async fn graph(args: GraphArgs) -> Result<Exit, CliError> {
     #[cfg(feature = "kube")]
     let graph = match &args.object {
         Some(name) => {
-            let (obj, _, qualified) = super::approve::fetch(name, args.namespace.as_deref()).await?;
+            let (obj, _, qualified) = super::approve::fetch(name, args.manifest.pods.namespace.as_deref()).await?;
             Some(Graph::of_object(qualified, &obj))
         }
         None => None,

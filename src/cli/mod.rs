@@ -149,8 +149,9 @@ pub struct PodArgs {
     /// `pod` (short-lived Pods of the current kubeconfig's cluster).
     #[arg(long, value_enum, value_name = "KIND", default_value_t = ExecutorArg::Docker)]
     pub executor: ExecutorArg,
-    /// With `--executor pod`: the namespace the Pods run in [default: the kubeconfig's].
-    #[arg(long, value_name = "NAMESPACE")]
+    /// The cluster's namespace: where the Pods run with `--executor pod`, and where `graph
+    /// --manifest` finds the Manifest [default: the kubeconfig's].
+    #[arg(short, long, value_name = "NAMESPACE")]
     pub namespace: Option<String>,
     /// With `--executor pod`: the ServiceAccount the Pods run as [default: the namespace's `default`].
     #[arg(long, value_name = "NAME")]
@@ -433,10 +434,6 @@ pub struct GraphArgs {
     #[cfg(feature = "kube")]
     #[arg(long = "manifest", value_name = "NAME", conflicts_with = "live")]
     pub object: Option<String>,
-    /// Its namespace [default: the kubeconfig's].
-    #[cfg(feature = "kube")]
-    #[arg(short, long, requires = "object")]
-    pub namespace: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -732,4 +729,15 @@ async fn controller(args: ControllerArgs) -> Result<Exit, CliError> {
     };
     crate::controller::run(config, executor).await?;
     Ok(Exit::Ok)
+}
+
+#[cfg(test)]
+mod tests {
+    /// clap's own checks of every command (unique names and flags, valid requirements), which
+    /// otherwise fail only when that command runs.
+    #[test]
+    fn every_command_s_arguments_are_well_formed() {
+        use clap::CommandFactory;
+        super::Cli::command().debug_assert();
+    }
 }

@@ -144,9 +144,19 @@ async fn run(entry: &Entry) -> i32 {
     // Listened for before the program starts: a SIGTERM in between must not kill the helper
     // (it would leave no record) but reach the program.
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    // The program's extra environment, from the Secret beside the request (when there is one).
+    let env_file = entry.request.with_file_name(super::spec::ENV_KEY);
+    let env: std::collections::BTreeMap<String, String> = match std::fs::read(&env_file) {
+        Ok(bytes) => match serde_json::from_slice(&bytes) {
+            Ok(env) => env,
+            Err(e) => return fail(entry, format!("the environment {} is not a JSON object: {e}", env_file.display())),
+        },
+        Err(_) => Default::default(),
+    };
     let mut command = tokio::process::Command::new(&entry.program[0]);
     command
         .args(&entry.program[1..])
+        .envs(env)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::inherit());

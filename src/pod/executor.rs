@@ -81,7 +81,7 @@ impl PodSettings {
             owner: None,
             schedule_timeout: Duration::from_secs(300),
             pull_timeout: Duration::from_secs(60),
-            start_timeout: Duration::from_secs(120),
+            start_timeout: Duration::from_secs(300),
             kill_grace: Duration::from_secs(5),
             output_limit: DEFAULT_OUTPUT_LIMIT,
             create_retries: 4,
@@ -280,7 +280,7 @@ impl PodExecutor {
             run_as_user: image.non_root_uid.is_none().then_some(DEFAULT_UID),
         };
         let secret_name = format!("{name}-request");
-        let created = self.create(&pod_invocation, &secret_name, &invocation.stdin).await;
+        let created = self.create(&pod_invocation, &secret_name, &invocation.stdin, &invocation.env).await;
         let result = match created {
             Ok(()) => {
                 let mut work = std::pin::pin!(self.follow(&name, &nonce, invocation));
@@ -307,9 +307,15 @@ impl PodExecutor {
 
     /// Creates the request's Secret, the Pod, and makes the Pod the Secret's owner (so that
     /// the Secret goes with the Pod even if this process does not live to delete it).
-    async fn create(&self, invocation: &PodInvocation, secret_name: &str, request: &[u8]) -> Result<(), ExecError> {
+    async fn create(
+        &self,
+        invocation: &PodInvocation,
+        secret_name: &str,
+        request: &[u8],
+        env: &[(String, String)],
+    ) -> Result<(), ExecError> {
         let secret_owner = self.settings.owner.clone();
-        let mut secret = spec::request_secret(invocation, secret_name, OwnerReference::default(), request);
+        let mut secret = spec::request_secret(invocation, secret_name, OwnerReference::default(), request, env);
         secret.metadata.owner_references = secret_owner.map(|o| vec![o]);
         self.secrets()
             .create(&PostParams::default(), &secret)
@@ -840,8 +846,11 @@ mod tests {
         assert_eq!(reason, "ContainerNotStarted");
         assert!(text.contains("secret \"db\" not found"), "{text}");
         let mounting = pod(waiting("ContainerCreating", ""));
-        assert!(matches!(progress(&s, &mounting, Duration::from_secs(60)), Ok(Progress::Waiting)));
-        let (reason, _) = failure(progress(&s, &mounting, Duration::from_secs(121)));
+        assert!(
+            matches!(progress(&s, &mounting, Duration::from_secs(200)), Ok(Progress::Waiting)),
+            "a slow pull is not a failure"
+        );
+        let (reason, _) = failure(progress(&s, &mounting, Duration::from_secs(301)));
         assert_eq!(reason, "ContainerNotStarted");
         let unschedulable = pod(serde_json::json!({"phase": "Pending", "conditions": [{"type": "PodScheduled",
             "status": "False", "reason": "Unschedulable", "message": "0/1 nodes are available: node selector"}]}));
@@ -973,7 +982,7 @@ mod tests {
             run_as_user: None,
         };
         let started = Instant::now();
-        let err = executor.create(&invocation, "dst-x-request", b"{}").await.unwrap_err();
+        let err = executor.create(&invocation, "dst-x-request", b"{}", &[]).await.unwrap_err();
         assert_eq!(err.reason(), "QuotaExceeded");
         assert!(
             err.to_string().contains("refused the Pod 3 times: pods \"dst-x\" is forbidden: exceeded quota"),

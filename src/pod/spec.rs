@@ -205,8 +205,23 @@ pub fn pod(invocation: &PodInvocation, request_secret: &str) -> Pod {
     }
 }
 
-/// The request's Secret: immutable, owned by the Pod (gone with it), never in the Pod's spec.
-pub fn request_secret(invocation: &PodInvocation, name: &str, pod_owner: OwnerReference, request: &[u8]) -> Secret {
+/// The key of the invocation's Secret that holds the program's extra environment (a JSON
+/// object), which the helper sets: never in the Pod's spec, where anyone who can read Pods
+/// would see it.
+pub const ENV_KEY: &str = "env";
+
+/// The request's Secret: immutable, owned by the Pod (gone with it), never in the Pod's spec;
+/// with the program's extra environment beside it.
+pub fn request_secret(
+    invocation: &PodInvocation,
+    name: &str,
+    pod_owner: OwnerReference,
+    request: &[u8],
+    env: &[(String, String)],
+) -> Secret {
+    let env: serde_json::Map<String, serde_json::Value> =
+        env.iter().map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone()))).collect();
+    let env = serde_json::to_vec(&env).expect("a map of strings serializes");
     Secret {
         metadata: ObjectMeta {
             name: Some(name.into()),
@@ -216,7 +231,10 @@ pub fn request_secret(invocation: &PodInvocation, name: &str, pod_owner: OwnerRe
             ..ObjectMeta::default()
         },
         immutable: Some(true),
-        data: Some(BTreeMap::from([(REQUEST_KEY.to_string(), ByteString(request.to_vec()))])),
+        data: Some(BTreeMap::from([
+            (REQUEST_KEY.to_string(), ByteString(request.to_vec())),
+            (ENV_KEY.to_string(), ByteString(env)),
+        ])),
         ..Secret::default()
     }
 }
@@ -331,9 +349,12 @@ mod tests {
             uid: "u1".into(),
             ..OwnerReference::default()
         };
-        let secret = request_secret(&invocation(vec![]), "dst-request", owner, b"{\"name\": \"web\"}");
+        let env = [("TOKEN".to_string(), "s3cret".to_string())];
+        let secret = request_secret(&invocation(vec![]), "dst-request", owner, b"{\"name\": \"web\"}", &env);
         assert_eq!(secret.immutable, Some(true));
         assert_eq!(secret.metadata.owner_references.unwrap()[0].uid, "u1");
-        assert_eq!(secret.data.unwrap()[REQUEST_KEY].0, b"{\"name\": \"web\"}");
+        let data = secret.data.unwrap();
+        assert_eq!(data[REQUEST_KEY].0, b"{\"name\": \"web\"}");
+        assert_eq!(data[ENV_KEY].0, b"{\"TOKEN\":\"s3cret\"}", "the environment beside it, not in the Pod");
     }
 }
