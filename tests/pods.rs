@@ -161,6 +161,15 @@ fn bad_inputs_fail_clearly_and_leave_nothing() {
     assert!(text.contains("not_json") && text.contains("is not a JSON object"), "stdout not JSON:\n{text}");
     assert!(text.contains("failing") && text.contains("exit code 3"), "a failing state:\n{text}");
     assert!(text.contains("state: failing with exit code 3 as configured"), "its stderr:\n{text}");
+    // Output past the limit (8 MiB a stream), on stdout or without end on stderr: stopped.
+    let started = Instant::now();
+    let text = apply(format!(
+        "resources:\n  big: {{type: {f}, config: {{spew_bytes: 9000000}}}}\n  noisy: {{type: {f}, config: {{stderr_forever: true}}}}\n",
+        f = env.fixture
+    ));
+    assert!(text.contains("printed more than 8388608 bytes on stdout"), "{text}");
+    assert!(text.contains("printed more than 8388608 bytes on stderr"), "{text}");
+    eprintln!("output past the limit was stopped after {:?}", started.elapsed());
     // A plug naming a Secret that does not exist: refused before any Pod.
     let text = apply(format!(
         "plugs:\n  rw: {{persistentVolumeClaim: {{claimName: data}}}}\n  ro: {{secret: {{name: no-such-secret}}}}\nresources:\n  no_secret: {{type: {}}}\n",

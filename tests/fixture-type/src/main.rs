@@ -215,6 +215,13 @@ fn run(phase: &str, name: &str, workspace: &std::path::Path, config: &Value, tag
         return 0;
     }
     eprintln!("state: checking {name}");
+    if config["stderr_forever"].as_bool() == Some(true) {
+        // A program that never stops talking: only a bound on stderr ends it.
+        let mut err = std::io::stderr().lock();
+        let line = format!("state: {name} says more{}\n", ".".repeat(200));
+        while err.write_all(line.as_bytes()).is_ok() {}
+        return 1;
+    }
     if let Some(path) = config["fill_disk"].as_str() {
         fill_disk(path);
     }
