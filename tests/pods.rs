@@ -204,3 +204,51 @@ fn a_timed_out_action_s_pod_is_gone_before_the_run_ends() {
     assert!(left(&cluster).iter().all(|o| !o.starts_with("pod/")), "the Pod was gone when apply returned");
     assert_nothing_left(&cluster);
 }
+
+#[test]
+fn a_pod_deleted_by_hand_mid_action_fails_the_action_saying_so() {
+    let (env, cluster) = cluster_or_skip!("pods-deleted");
+    let dir = claim(&cluster);
+    let ws = Workspace::new();
+    ws.manifest(&format!(
+        "{PLUGS}resources:\n  slow:\n    type: {}\n    config: {{marker: /rw/slow.marker, action_sleep_ms: 60000}}\n",
+        env.fixture_plugs
+    ));
+    let pods = ["--executor", "pod", "--namespace", &cluster.namespace, "--helper-image", &env.helper];
+    let args = [&["apply", "-f", "manifest.yaml", "--yes"][..], &pods[..]].concat();
+    let child = std::process::Command::new(support::deployster())
+        .args(&args)
+        .env("KUBECONFIG", &env.kubeconfig)
+        .current_dir(ws.dir.path())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The action's Pod is the one seen running twice, 2 s apart (init and state Pods end in
+    // about a second).
+    let until = Instant::now() + Duration::from_secs(90);
+    let mut seen_running: Vec<String> = Vec::new();
+    let action_pod = loop {
+        assert!(Instant::now() < until, "no long-running Pod appeared");
+        std::thread::sleep(Duration::from_secs(2));
+        let Some(list) = cluster.get(&["pods", "-l", "deployster.io/owner"]) else { continue };
+        let running: Vec<String> = list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["status"]["phase"] == "Running")
+            .map(|p| p["metadata"]["name"].as_str().unwrap().to_string())
+            .collect();
+        if let Some(pod) = running.iter().find(|name| seen_running.contains(name)) {
+            break pod.clone();
+        }
+        seen_running = running;
+    };
+    cluster.must(&cluster.ns(&["delete", "pod", &action_pod, "--wait=false"]));
+    let out = Run::from(child.wait_with_output().unwrap());
+    assert_eq!(out.code, 1, "{}", out.all());
+    assert!(out.all().contains("was deleted by someone else"), "{}", out.all());
+    assert!(!dir.join("slow.marker").exists(), "the action did not finish");
+    assert_nothing_left(&cluster);
+}
