@@ -225,26 +225,22 @@ fn a_pod_deleted_by_hand_mid_action_fails_the_action_saying_so() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    // The action's Pod is the one seen running twice, 2 s apart (init and state Pods end in
-    // about a second).
+    // The action's Pod: the one whose program line ends in `act create`, once it runs (a
+    // Pod's phase may lag on this cluster's kubelet; the program sleeps a minute).
     let until = Instant::now() + Duration::from_secs(90);
-    let mut seen_running: Vec<String> = Vec::new();
     let action_pod = loop {
-        assert!(Instant::now() < until, "no long-running Pod appeared");
-        std::thread::sleep(Duration::from_secs(2));
+        assert!(Instant::now() < until, "the action's Pod did not start");
+        std::thread::sleep(Duration::from_secs(1));
         let Some(list) = cluster.get(&["pods", "-l", "deployster.io/owner"]) else { continue };
-        let running: Vec<String> = list["items"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|p| p["status"]["phase"] == "Running")
-            .map(|p| p["metadata"]["name"].as_str().unwrap().to_string())
-            .collect();
-        if let Some(pod) = running.iter().find(|name| seen_running.contains(name)) {
-            break pod.clone();
+        let action = list["items"].as_array().unwrap().iter().find(|p| {
+            let command = p["spec"]["containers"][0]["command"].as_array().cloned().unwrap_or_default();
+            command.ends_with(&["act".into(), "create".into()]) && p["status"]["phase"] == "Running"
+        });
+        if let Some(pod) = action {
+            break pod["metadata"]["name"].as_str().unwrap().to_string();
         }
-        seen_running = running;
     };
+    std::thread::sleep(Duration::from_secs(2));
     cluster.must(&cluster.ns(&["delete", "pod", &action_pod, "--wait=false"]));
     let out = Run::from(child.wait_with_output().unwrap());
     assert_eq!(out.code, 1, "{}", out.all());

@@ -592,6 +592,8 @@ fn observed(event: Option<Result<Option<Pod>, kube::runtime::watcher::Error>>, n
 /// Reads a Pod's log as it grows: frames to stdout, other lines to stderr, each line once.
 struct LogFollower<'a> {
     nonce: &'a str,
+    /// Each stream's bound.
+    limit: usize,
     split: Split,
     stdout: Capture,
     stderr: Capture,
@@ -606,6 +608,7 @@ impl<'a> LogFollower<'a> {
     fn new(nonce: &'a str, limit: usize, invocation: &Invocation) -> Self {
         LogFollower {
             nonce,
+            limit,
             split: Split::default(),
             stdout: Capture::new(Stream::Stdout, limit, invocation.sink.clone()),
             stderr: Capture::new(Stream::Stderr, limit, invocation.sink.clone()),
@@ -685,6 +688,11 @@ impl<'a> LogFollower<'a> {
         let verified = frames::reassemble(&self.split, &termination, self.nonce);
         let (record, stdout) = match verified {
             Ok(read) => read,
+            // The record says the program printed past the bound: that is the failure, whatever
+            // part of it the log kept (a runtime rotates a large log).
+            Err(FrameError::Lost { bytes, .. }) if bytes > self.limit as u64 => {
+                return Err(ExecError::OutputTooLarge { limit: self.limit, stream: "stdout" });
+            }
             Err(e) => {
                 let (reason, why) = match (&pod_reason, &container_reason) {
                     (Some(reason), _) => (reason.clone(), status.message.clone().unwrap_or_default()),
@@ -888,6 +896,16 @@ mod tests {
             "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}]}));
         let err = follower(&invocation, "n1", "").finish(&oom, "dst-x").unwrap_err();
         assert_eq!(err.reason(), "OOMKilled");
+        let mut record = frames::Record::of("n1", &[b'x'; 2048], 2);
+        record.code = Some(0);
+        let part = format!("{}{}", frames::frame("n1", 0, &[b'x'; 1024]), frames::record_line(&record));
+        let mut small = LogFollower::new("n1", 1500, &invocation);
+        for line in part.lines() {
+            small.take(line).unwrap();
+        }
+        let done = pod(serde_json::json!({"phase": "Succeeded"}));
+        let err = small.finish(&done, "dst-x").unwrap_err();
+        assert!(matches!(err, ExecError::OutputTooLarge { limit: 1500, stream: "stdout" }), "past the bound: {err}");
         let silent = pod(serde_json::json!({"phase": "Failed"}));
         let err = follower(&invocation, "n1", "Container main starting").finish(&silent, "dst-x").unwrap_err();
         assert_eq!(err.reason(), "NoRecord", "placeholder log lines are never taken as output: {err}");
