@@ -5,46 +5,12 @@
 
 mod support;
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use deployster::controller::rbac;
 use serde_json::Value;
-use support::cluster::{ApiServer, Cluster, ControllerProcess, wait_for};
-
-/// `deployster_kube_api_requests_total` as exposed: (verb, group, resource) → requests.
-fn api_requests(controller: &ControllerProcess) -> BTreeMap<(String, String, String), f64> {
-    let (_, body) = controller.http("/metrics").expect("the metrics endpoint answers");
-    let label = |line: &str, name: &str| {
-        let start = line.find(&format!("{name}=\"")).map(|i| i + name.len() + 2)?;
-        Some(line[start..].split('"').next()?.to_string())
-    };
-    body.lines()
-        .filter(|l| l.starts_with("deployster_kube_api_requests_total{"))
-        .map(|l| {
-            let key = (label(l, "verb").unwrap(), label(l, "group").unwrap(), label(l, "resource").unwrap());
-            (key, l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
-        })
-        .fold(BTreeMap::new(), |mut m, (k, n)| {
-            *m.entry(k).or_default() += n;
-            m
-        })
-}
-
-/// Every request the controller made is one that `controller::rbac::API_ACCESS` lists (and the
-/// Helm chart's RBAC, held against that list by tests/helm.rs, grants).
-fn assert_api_calls_are_listed(controller: &ControllerProcess) {
-    let calls = api_requests(controller);
-    assert!(!calls.is_empty(), "the controller counted its API requests");
-    for (verb, group, resource) in calls.keys() {
-        assert!(
-            rbac::allowed(group, resource, verb),
-            "{verb} {group}/{resource} is not in controller::rbac::API_ACCESS"
-        );
-    }
-}
+use support::cluster::{ApiServer, Cluster, ControllerProcess, api_requests, assert_api_calls_are_listed, wait_for};
 
 fn leads(controller: &ControllerProcess) -> bool {
     controller.metric("deployster_leader") == Some(1.0)

@@ -79,10 +79,10 @@ fn grants(role: &Value) -> BTreeSet<(String, String, String)> {
     out
 }
 
-fn listed(scope: Scope) -> BTreeSet<(String, String, String)> {
+fn listed(scopes: &[Scope]) -> BTreeSet<(String, String, String)> {
     API_ACCESS
         .iter()
-        .filter(|a| a.scope == scope)
+        .filter(|a| scopes.contains(&a.scope))
         .flat_map(|a| a.verbs.iter().map(|v| (a.group.to_string(), a.resource.to_string(), v.to_string())))
         .collect()
 }
@@ -127,11 +127,13 @@ fn the_chart_rbac_is_exactly_what_the_controller_uses() {
     let all = render(&helm, &[]);
     let cluster_roles = of_kind(&all, "ClusterRole");
     assert_eq!(cluster_roles.len(), 1);
-    assert_eq!(grants(cluster_roles[0]), listed(Scope::Watched));
+    assert_eq!(grants(cluster_roles[0]), listed(&[Scope::Watched, Scope::Pods]), "image types run as Pods by default");
     let roles = of_kind(&all, "Role");
     assert_eq!(roles.len(), 1, "only the lease's Role");
     assert_eq!(roles[0]["metadata"]["namespace"], "ops");
-    assert_eq!(grants(roles[0]), listed(Scope::Lease));
+    assert_eq!(grants(roles[0]), listed(&[Scope::Lease]));
+    let docker = render(&helm, &["--set", "docker.enabled=true"]);
+    assert_eq!(grants(of_kind(&docker, "ClusterRole")[0]), listed(&[Scope::Watched]), "no Pods: no rights on Pods");
     assert_eq!(of_kind(&all, "ClusterRoleBinding").len(), 1);
 
     let some = render(&helm, &["--set", "watchNamespaces={team-a,team-b}"]);
@@ -140,9 +142,9 @@ fn the_chart_rbac_is_exactly_what_the_controller_uses() {
     let namespaced: Vec<&str> = roles.iter().map(|r| r["metadata"]["namespace"].as_str().unwrap()).collect();
     assert_eq!(namespaced, ["team-a", "team-b", "ops"]);
     for role in &roles[..2] {
-        assert_eq!(grants(role), listed(Scope::Watched));
+        assert_eq!(grants(role), listed(&[Scope::Watched, Scope::Pods]));
     }
-    assert_eq!(grants(roles[2]), listed(Scope::Lease));
+    assert_eq!(grants(roles[2]), listed(&[Scope::Lease]));
     let bindings = of_kind(&some, "RoleBinding");
     assert_eq!(bindings.len(), 3);
     for binding in bindings {
@@ -202,8 +204,15 @@ fn the_default_values_render_a_hardened_deployment_the_binary_accepts() {
     assert!(pod["volumes"][0]["emptyDir"].is_object(), "a writable emptyDir for scratch space");
     assert_eq!(pod["terminationGracePeriodSeconds"], 35, "shutdownGrace (20s) + 15 s");
     let args = args_of(deployment);
-    for expected in ["--leader-elect", "--lease-namespace=ops", "--metrics-addr=0.0.0.0:8080", "--plug-dir=/tmp/plugs"]
-    {
+    let helper = format!("--helper-image=deployster/controller:{}", env!("CARGO_PKG_VERSION"));
+    for expected in [
+        "--leader-elect",
+        "--lease-namespace=ops",
+        "--metrics-addr=0.0.0.0:8080",
+        "--plug-dir=/tmp/plugs",
+        "--executor=pod",
+        helper.as_str(),
+    ] {
         assert!(args.iter().any(|a| a == expected), "{expected} in {args:?}");
     }
     assert!(!args.iter().any(|a| a.starts_with("--namespace")), "every namespace by default");
@@ -239,7 +248,24 @@ fn every_option_renders_and_the_binary_accepts_it() {
         "--namespace=team-b",
         "--plug-dir=/srv/deployster/plugs",
         "--pull=always",
+        "--executor=docker",
         "--allow-local-programs",
+    ] {
+        assert!(args.iter().any(|a| a == expected), "{expected} in {args:?}");
+    }
+    assert!(!args.iter().any(|a| a.starts_with("--helper-image")), "no Pods with docker.enabled: {args:?}");
+    assert_the_binary_accepts(&args);
+    let container = &pod["containers"][0];
+    assert!(container["env"].as_array().unwrap().iter().any(|e| e["name"] == "KUBECONFIG"), "extraEnv");
+    assert!(volumes.iter().any(|v| v["secret"]["secretName"] == "controller-kubeconfig"), "extraVolumes");
+    assert!(mounts.iter().any(|m| m["mountPath"] == "/etc/deployster/kubeconfig"), "extraVolumeMounts");
+    let pods_args =
+        render(&helm, &["-f", values.to_str().unwrap(), "--api-versions", api, "--set", "docker.enabled=false"]);
+    let args = args_of(of_kind(&pods_args, "Deployment")[0]);
+    for expected in [
+        "--executor=pod",
+        "--helper-image=registry.example.com/platform/deployster-controller:0.1.0-rc1",
+        "--insecure-registry=registry.internal:5000",
     ] {
         assert!(args.iter().any(|a| a == expected), "{expected} in {args:?}");
     }
@@ -261,6 +287,7 @@ fn bad_values_are_refused_at_install_time() {
         (&["--set", "leaderElection.leaseDuration=500ms"], "leaderElection.leaseDuration: Does not match pattern"),
         (&["--set", "watchNamespaces={Team_A}"], "watchNamespaces.0: Does not match pattern"),
         (&["--set", "docker.pull=sometimes"], "docker.pull: docker.pull must be one of"),
+        (&["--set-json", r#"extraVolumeMounts=[{"name": "x"}]"#], "mountPath is required"),
         (
             &["--set", "replicas=2", "--set", "leaderElection.enabled=false"],
             "replicas > 1 needs leaderElection.enabled",

@@ -14,6 +14,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use support::cluster::Cluster;
+use support::pod_objects::{PLUGS, assert_nothing_left, claim, left};
 use support::pods::{PodEnv, env};
 use support::{Run, Workspace};
 
@@ -30,67 +31,6 @@ macro_rules! cluster_or_skip {
 fn run(env: &PodEnv, cluster: &Cluster, ws: &Workspace, args: &[&str]) -> Run {
     let pods = ["--executor", "pod", "--namespace", &cluster.namespace, "--helper-image", &env.helper];
     ws.run_with_env(&[args, &pods[..]].concat(), &[("KUBECONFIG", &env.kubeconfig)])
-}
-
-/// A PersistentVolumeClaim `data` bound to a host directory this test reads (the test cluster's
-/// node is this machine); the directory.
-fn claim(cluster: &Cluster) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("deployster-pv-{}", cluster.namespace));
-    std::fs::create_dir_all(&dir).unwrap();
-    // The type runs as a non-root user.
-    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
-    let pv = format!("pv-{}", cluster.namespace);
-    cluster.apply_yaml(&format!(
-        r#"
-apiVersion: v1
-kind: PersistentVolume
-metadata: {{name: {pv}}}
-spec:
-  capacity: {{storage: 1Gi}}
-  accessModes: [ReadWriteOnce]
-  hostPath: {{path: {dir}}}
-  storageClassName: manual
-  claimRef: {{namespace: {ns}, name: data}}
----
-apiVersion: v1
-kind: PersistentVolumeClaim
-metadata: {{name: data}}
-spec:
-  accessModes: [ReadWriteOnce]
-  storageClassName: manual
-  volumeName: {pv}
-  resources: {{requests: {{storage: 1Gi}}}}
----
-apiVersion: v1
-kind: Secret
-metadata: {{name: creds}}
-stringData: {{token: s3cret}}
-"#,
-        dir = dir.display(),
-        ns = cluster.namespace
-    ));
-    dir
-}
-
-/// The plugs of the fixture's `plugs` image: the claim and the Secret of [`claim`].
-const PLUGS: &str =
-    "plugs:\n  rw: {persistentVolumeClaim: {claimName: data}}\n  ro: {secret: {name: creds, key: token}}\n";
-
-/// Pods and Secrets of Deployster's left in the test's namespace.
-fn left(cluster: &Cluster) -> Vec<String> {
-    let (ok, text) = cluster.kubectl(&cluster.ns(&["get", "pods,secrets", "-l", "deployster.io/owner", "-o", "name"]));
-    assert!(ok, "{text}");
-    text.lines().map(str::to_string).collect()
-}
-
-/// Waits (up to 60 s) for what was deleted to be gone: the test cluster's kubelet removes a
-/// deleted Pod on its next sync, seconds later.
-fn assert_nothing_left(cluster: &Cluster) {
-    let until = Instant::now() + Duration::from_secs(60);
-    while !left(cluster).is_empty() && Instant::now() < until {
-        std::thread::sleep(Duration::from_millis(500));
-    }
-    assert_eq!(left(cluster), Vec::<String>::new(), "Pods or Secrets of Deployster's were left");
 }
 
 #[test]

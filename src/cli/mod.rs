@@ -315,6 +315,19 @@ pub struct ControllerArgs {
     /// one died; a leader that cannot renew for two thirds of it stops its passes.
     #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_lease_duration, requires = "leader_elect")]
     pub lease_duration: Duration,
+    /// Where resource types that are images run: `pod` (short-lived Pods in each Manifest's
+    /// namespace, as its `spec.serviceAccountName`; plugs are their volumes) or `docker` (the
+    /// node's Docker engine; plugs are files the controller writes for them).
+    #[arg(long, value_enum, value_name = "KIND", default_value_t = ExecutorArg::Pod)]
+    pub executor: ExecutorArg,
+    /// With `--executor pod`: the image that carries Deployster's helper, copied into each Pod
+    /// by an init container [default: deployster/controller:<this version>, the controller's own].
+    #[arg(long, value_name = "IMAGE", env = "DEPLOYSTER_HELPER_IMAGE")]
+    pub helper_image: Option<String>,
+    /// With `--executor pod`: a registry (`host:port`) to read image configs from over plain
+    /// HTTP (registries on loopback always are); repeat for several.
+    #[arg(long = "insecure-registry", value_name = "HOST:PORT")]
+    pub insecure_registries: Vec<String>,
     #[cfg(feature = "docker")]
     #[command(flatten)]
     pub docker: DockerArgs,
@@ -349,9 +362,12 @@ pub struct BudgetArgs {
 impl BudgetArgs {
     /// `executor` within the budget.
     pub fn wrap(&self, executor: Arc<dyn Executor>) -> Arc<dyn Executor> {
-        use crate::engine::executor::budget::{Budgeted, default_per_second};
-        let per_second = self.max_invocations_per_second.unwrap_or_else(default_per_second);
-        Arc::new(Budgeted::new(executor, per_second))
+        Arc::new(crate::engine::executor::budget::Budgeted::new(executor, self.per_second()))
+    }
+
+    /// Reads per second.
+    pub fn per_second(&self) -> u32 {
+        self.max_invocations_per_second.unwrap_or_else(crate::engine::executor::budget::default_per_second)
     }
 }
 
@@ -665,13 +681,20 @@ async fn pod_executor(args: &PodArgs) -> Result<Arc<dyn Executor>, CliError> {
     let config = kube::Config::infer().await.map_err(|e| cluster(&e))?;
     let namespace = args.namespace.clone().unwrap_or_else(|| config.default_namespace.clone());
     let client = kube::Client::try_from(config).map_err(|e| cluster(&e))?;
-    let helper =
-        args.helper_image.clone().unwrap_or_else(|| format!("deployster/controller:{}", env!("CARGO_PKG_VERSION")));
-    let mut settings = PodSettings::new(namespace, helper);
-    settings.service_account = args.service_account.clone();
+    let mut settings = PodSettings::new(namespace, helper_image(&args.helper_image));
+    if let Some(scope) = &mut settings.scope {
+        scope.service_account = args.service_account.clone();
+        let secrets = args.image_pull_secrets.iter().map(|name| crate::crd::LocalRef { name: name.clone() });
+        scope.options.image_pull_secrets = secrets.collect();
+    }
     settings.insecure_registries = args.insecure_registries.clone();
-    settings.image_pull_secrets = args.image_pull_secrets.clone();
     Ok(Arc::new(PodExecutor::new(client, settings)))
+}
+
+/// `--helper-image`, or the controller image of this version.
+#[cfg(feature = "kube")]
+fn helper_image(given: &Option<String>) -> String {
+    given.clone().unwrap_or_else(|| format!("deployster/controller:{}", env!("CARGO_PKG_VERSION")))
 }
 
 #[cfg(feature = "docker")]
@@ -696,16 +719,21 @@ fn interactive() -> bool {
 
 #[cfg(feature = "kube")]
 async fn controller(args: ControllerArgs) -> Result<Exit, CliError> {
-    use crate::controller::{LeaderElection, RunConfig, Settings};
+    use crate::controller::{Executors, Images, LeaderElection, RunConfig, Settings};
+    use crate::pod::executor::PodSettings;
     #[cfg(feature = "docker")]
-    let images = docker_executor(&args.docker);
+    let images = (args.executor == ExecutorArg::Docker).then(|| docker_executor(&args.docker)).flatten();
     #[cfg(not(feature = "docker"))]
     let images = None;
-    let executor = args.budget.wrap(Arc::new(Dispatch {
-        local: local_executor()?,
-        images,
-        local_programs: args.allow_local_programs,
-    }));
+    let images = match args.executor {
+        ExecutorArg::Docker => images.map_or(Images::None, Images::Here),
+        ExecutorArg::Pod => {
+            let mut settings = PodSettings::scoped_per_pass(helper_image(&args.helper_image));
+            settings.insecure_registries = args.insecure_registries;
+            Images::Pods(Box::new(settings))
+        }
+    };
+    let executors = Executors { local: local_executor()?, images, reads_per_second: args.budget.per_second() };
     let defaults = Settings::default();
     let settings = Settings {
         allow_local_programs: args.allow_local_programs,
@@ -713,6 +741,7 @@ async fn controller(args: ControllerArgs) -> Result<Exit, CliError> {
         plug_root: args.plug_dir.unwrap_or(defaults.plug_root),
         parallelism: usize::from(args.parallelism),
         timeouts: args.timeouts.timeouts(),
+        plugs: defaults.plugs,
     };
     let leader_election = args.leader_elect.then_some(LeaderElection {
         lease_name: args.lease_name,
@@ -727,7 +756,7 @@ async fn controller(args: ControllerArgs) -> Result<Exit, CliError> {
         leader_election,
         settings,
     };
-    crate::controller::run(config, executor).await?;
+    crate::controller::run(config, executors).await?;
     Ok(Exit::Ok)
 }
 

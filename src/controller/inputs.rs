@@ -12,7 +12,7 @@ use kube::{Api, Client, ResourceExt};
 use sha2::{Digest, Sha256};
 
 use crate::crd::{KeyRef, Manifest};
-use crate::engine::manifest::{LoadedManifest, ManifestSpec as EngineSpec, PlugSpec};
+use crate::engine::manifest::{ClaimName, LoadedManifest, ManifestSpec as EngineSpec, ObjectKey, PlugSpec};
 use crate::engine::typeref::TypeRef;
 use crate::engine::validate::{Invalid, ValidatedManifest, validate};
 
@@ -23,8 +23,13 @@ pub enum InputError {
     Interval { field: &'static str, why: String },
     #[error("spec.maxInterval `{text}` is shorter than spec.interval `{interval}`")]
     MaxInterval { text: String, interval: String },
-    #[error("plug `{plug}`: give exactly one of `secret` or `configMap`")]
+    #[error("plug `{plug}`: give exactly one of `secret`, `configMap` or `persistentVolumeClaim`")]
     PlugSource { plug: String },
+    #[error(
+        "plug `{plug}` names the PersistentVolumeClaim `{claim}`, which only resource types run as Pods can mount; \
+         this controller runs image types without Pods (install it with executor=pod, the chart's default)"
+    )]
+    ClaimNeedsPods { plug: String, claim: String },
     #[error("{kind} `{name}` not found in namespace `{namespace}`")]
     Missing { kind: &'static str, name: String, namespace: String },
     #[error("plug `{plug}`: {kind} `{name}` has no key `{key}`")]
@@ -53,6 +58,7 @@ impl InputError {
             InputError::Interval { .. }
             | InputError::MaxInterval { .. }
             | InputError::PlugSource { .. }
+            | InputError::ClaimNeedsPods { .. }
             | InputError::Manifest(_)
             | InputError::OutputsTarget
             | InputError::VarNotText { .. } => "InvalidManifest",
@@ -74,18 +80,29 @@ impl InputError {
     }
 }
 
-/// The object as a validated engine manifest with its plugs materialized: what a pass (or a
-/// deletion) runs on.
+/// The object as a validated engine manifest with its plugs materialized (or handed to the
+/// Pods as volumes): what a pass (or a deletion) runs on.
 pub async fn prepare(
     client: &Client,
     obj: &Manifest,
-    root: &Path,
-    allow_local: bool,
+    settings: &super::Settings,
 ) -> Result<(ValidatedManifest, Inputs), InputError> {
-    let inputs = materialize(client, obj, root).await?;
-    let manifest = engine_manifest(obj, &inputs)?;
-    check_programs(&manifest, allow_local)?;
+    let inputs = materialize(client, obj, &settings.plug_root, settings.plugs).await?;
+    let manifest = engine_manifest(obj, &inputs, settings.plugs)?;
+    check_programs(&manifest, settings.allow_local_programs)?;
     Ok((manifest, inputs))
+}
+
+/// What a Manifest's plugs become.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Plugs {
+    /// Files the controller writes for the types that run beside it (built-ins, local
+    /// programs, Docker containers). A PersistentVolumeClaim cannot be one.
+    Files,
+    /// Volumes of the Pods that image types run as: the controller reads the Secrets and
+    /// ConfigMaps (for the revision's hash, and to say at once when one is missing) but writes
+    /// nothing of them anywhere.
+    Volumes,
 }
 
 /// The materialized inputs of one pass.
@@ -128,17 +145,24 @@ pub fn object_dir(root: &Path, obj: &Manifest) -> PathBuf {
     root.join(obj.namespace().unwrap_or_default()).join(obj.name_any())
 }
 
-/// Fetches and writes every plug of `obj` (files 0600, directories 0700).
-pub async fn materialize(client: &Client, obj: &Manifest, root: &Path) -> Result<Inputs, InputError> {
+/// Fetches every plug of `obj` and, as files, writes it (files 0600, directories 0700).
+pub async fn materialize(client: &Client, obj: &Manifest, root: &Path, plugs: Plugs) -> Result<Inputs, InputError> {
     let namespace = obj.namespace().unwrap_or_default();
     let workspace = object_dir(root, obj);
     std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&workspace).map_err(InputError::Files)?;
     let mut plug_paths = IndexMap::new();
     let mut digest = Sha256::new();
     for (name, plug) in &obj.spec.plugs {
-        let (kind, reference, files) = match (&plug.secret, &plug.config_map) {
-            (Some(r), None) => ("secret", r, secret_files(client, &namespace, r).await?),
-            (None, Some(r)) => ("configMap", r, config_map_files(client, &namespace, r).await?),
+        let (kind, reference, files) = match (&plug.secret, &plug.config_map, &plug.persistent_volume_claim) {
+            (Some(r), None, None) => ("secret", r, secret_files(client, &namespace, r).await?),
+            (None, Some(r), None) => ("configMap", r, config_map_files(client, &namespace, r).await?),
+            (None, None, Some(_)) if plugs == Plugs::Volumes => {
+                // Its content is the program's to change; only its name is part of the revision.
+                continue;
+            }
+            (None, None, Some(claim)) => {
+                return Err(InputError::ClaimNeedsPods { plug: name.clone(), claim: claim.claim_name.clone() });
+            }
             _ => return Err(InputError::PlugSource { plug: name.clone() }),
         };
         let files = select_key(files, reference).map_err(|key| InputError::MissingKey {
@@ -147,14 +171,16 @@ pub async fn materialize(client: &Client, obj: &Manifest, root: &Path) -> Result
             name: reference.name.clone(),
             key,
         })?;
-        let path = workspace.join("plugs").join(name);
-        write_plug(&path, &files, reference.key.is_some()).map_err(InputError::Files)?;
         for (key, bytes) in &files {
             digest.update(name.as_bytes());
             digest.update(key.as_bytes());
             digest.update(bytes);
         }
-        plug_paths.insert(name.clone(), path);
+        if plugs == Plugs::Files {
+            let path = workspace.join("plugs").join(name);
+            write_plug(&path, &files, reference.key.is_some()).map_err(InputError::Files)?;
+            plug_paths.insert(name.clone(), path);
+        }
     }
     let mut secret_vars = Vec::new();
     for (i, source) in obj.spec.vars_from.iter().enumerate() {
@@ -236,18 +262,26 @@ fn write_plug(path: &Path, files: &BTreeMap<String, Vec<u8>>, single: bool) -> s
 }
 
 /// The object as a validated engine manifest, named `namespace/name`.
-pub fn engine_manifest(obj: &Manifest, inputs: &Inputs) -> Result<ValidatedManifest, InputError> {
+pub fn engine_manifest(obj: &Manifest, inputs: &Inputs, plugs: Plugs) -> Result<ValidatedManifest, InputError> {
     let spec = &obj.spec;
+    let as_volumes = plugs == Plugs::Volumes;
+    let key = |r: &Option<KeyRef>| {
+        r.as_ref().filter(|_| as_volumes).map(|r| ObjectKey { name: r.name.clone(), key: r.key.clone() })
+    };
     let plugs = spec
         .plugs
         .iter()
         .map(|(name, p)| {
-            let path = inputs.plug_paths.get(name).map(|p| p.display().to_string()).unwrap_or_default();
+            let path = inputs.plug_paths.get(name).map(|p| p.display().to_string());
             let plug = PlugSpec {
-                path: Some(path),
-                secret: None,
-                config_map: None,
-                persistent_volume_claim: None,
+                path: if as_volumes { None } else { Some(path.unwrap_or_default()) },
+                secret: key(&p.secret),
+                config_map: key(&p.config_map),
+                persistent_volume_claim: p
+                    .persistent_volume_claim
+                    .as_ref()
+                    .filter(|_| as_volumes)
+                    .map(|c| ClaimName { claim_name: c.claim_name.clone() }),
                 read_only: p.read_only,
                 resource_names: p.resource_names.clone(),
                 resource_types: p.resource_types.clone(),
@@ -353,5 +387,40 @@ mod tests {
         assert!(!reads(Source::ConfigMap, "team", "env"), "varsFrom names Secrets only");
         assert!(!reads(Source::Secret, "other", "db"), "another namespace");
         assert!(!reads(Source::Secret, "team", "app-outputs"), "what it writes is not an input");
+    }
+
+    fn inputs() -> Inputs {
+        let plug_paths = [("db".to_string(), PathBuf::from("/plugs/db"))].into_iter().collect();
+        Inputs { plug_paths, digest: String::new(), secret_vars: Vec::new(), workspace: PathBuf::from("/w") }
+    }
+
+    #[test]
+    fn as_volumes_plugs_stay_objects_of_the_namespace_never_paths() {
+        use crate::engine::validate::ClusterPlug;
+        let obj = manifest(
+            "team",
+            "plugs:\n  db: {secret: {name: db, key: password}}\n  data: {persistentVolumeClaim: {claimName: pvc}}\n\
+             resources: {x: {type: builtin/directory, config: {path: /tmp/x}}}\n",
+        );
+        let m = engine_manifest(&obj, &Inputs { plug_paths: IndexMap::new(), ..inputs() }, Plugs::Volumes).unwrap();
+        assert_eq!(
+            m.plugs["db"].cluster,
+            Some(ClusterPlug::Secret { name: "db".into(), key: Some("password".into()) })
+        );
+        assert_eq!(m.plugs["data"].cluster, Some(ClusterPlug::Claim { name: "pvc".into() }));
+        let as_files = manifest(
+            "team",
+            "plugs:\n  db: {secret: {name: db}}\nresources: {x: {type: builtin/directory, config: {path: /tmp/x}}}\n",
+        );
+        let m = engine_manifest(&as_files, &inputs(), Plugs::Files).unwrap();
+        assert_eq!(m.plugs["db"].cluster, None, "a file the controller wrote");
+    }
+
+    #[test]
+    fn a_claim_without_pods_is_refused_as_invalid_naming_plug_and_claim() {
+        let e = InputError::ClaimNeedsPods { plug: "data".into(), claim: "pvc".into() };
+        assert!(e.is_invalid());
+        let text = e.to_string();
+        assert!(text.contains("plug `data`") && text.contains("`pvc`") && text.contains("executor=pod"), "{text}");
     }
 }

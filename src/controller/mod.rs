@@ -33,6 +33,7 @@ use kube::core::{DeserializeGuard, PartialObjectMeta};
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::events::{EventType, Recorder as EventRecorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::utils::Predicate;
 use kube::runtime::{WatchStreamExt, predicates, reflector, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
@@ -41,7 +42,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::crd::Manifest;
-use crate::engine::executor::Executor;
+use crate::engine::executor::budget::Budgeted;
+use crate::engine::executor::{Dispatch, Executor};
+use crate::pod::executor::{PodExecutor, PodSettings};
 use crate::stop::{Cancel, Stop};
 pub use error::Error;
 use leader::{Leadership, LeaseConfig};
@@ -63,6 +66,8 @@ pub struct Settings {
     pub parallelism: usize,
     /// How long program invocations may run.
     pub timeouts: crate::engine::context::Timeouts,
+    /// What a Manifest's plugs become: files, or volumes of the Pods that image types run as.
+    pub plugs: inputs::Plugs,
 }
 
 impl Default for Settings {
@@ -73,6 +78,7 @@ impl Default for Settings {
             plug_root: std::env::temp_dir().join("deployster-controller"),
             parallelism: 4,
             timeouts: crate::engine::context::Timeouts::default(),
+            plugs: inputs::Plugs::Files,
         }
     }
 }
@@ -95,6 +101,9 @@ pub struct Context {
     pub workers: Semaphore,
     /// When each object's resources are next read (adaptive drift checks).
     pub checks: checks::Checks,
+    /// The executor of image types' Pods (also inside `executor`), when they run as Pods: each
+    /// pass enters its Manifest's scope.
+    pub pods: Option<Arc<PodExecutor>>,
 }
 
 impl Context {
@@ -113,6 +122,7 @@ impl Context {
             metrics: Arc::new(Metrics::new()),
             workers: Semaphore::new(Semaphore::MAX_PERMITS),
             checks: Default::default(),
+            pods: None,
         }
     }
 }
@@ -143,6 +153,25 @@ pub struct RunConfig {
     pub metrics_addr: SocketAddr,
     pub leader_election: Option<LeaderElection>,
     pub settings: Settings,
+}
+
+/// What runs resource types: built-ins and local programs beside the controller, images as
+/// [`Images`] says, init and state reads within a budget.
+pub struct Executors {
+    pub local: Arc<dyn Executor>,
+    pub images: Images,
+    /// Init and state reads that start a program, a container or a Pod, per second.
+    pub reads_per_second: u32,
+}
+
+/// Where resource types that are images run.
+pub enum Images {
+    /// Nowhere: this build or configuration has none.
+    None,
+    /// On an executor of this process (the node's Docker engine); plugs are files.
+    Here(Arc<dyn Executor>),
+    /// As Pods of each Manifest's namespace, as its ServiceAccount; plugs are their volumes.
+    Pods(Box<PodSettings>),
 }
 
 /// What one watch covers: a namespace, or all of them.
@@ -211,7 +240,7 @@ pub fn prune_for_cache(manifest: &mut Manifest) {
 }
 
 /// Runs the controller until SIGTERM or SIGINT.
-pub async fn run(config: RunConfig, executor: Arc<dyn Executor>) -> Result<(), Error> {
+pub async fn run(mut config: RunConfig, executors: Executors) -> Result<(), Error> {
     // First what can fail at once: the admin port, the API server, access, the lease.
     let listener = tokio::net::TcpListener::bind(config.metrics_addr)
         .await
@@ -246,8 +275,22 @@ pub async fn run(config: RunConfig, executor: Arc<dyn Executor>) -> Result<(), E
         }
     };
 
+    let (images, pods) = match executors.images {
+        Images::None => (None, None),
+        Images::Here(executor) => (Some(executor), None),
+        Images::Pods(settings) => {
+            crate::pod::install_crypto();
+            let pods = Arc::new(PodExecutor::new(client.clone(), *settings));
+            config.settings.plugs = inputs::Plugs::Volumes;
+            (Some(pods.clone() as Arc<dyn Executor>), Some(pods))
+        }
+    };
+    let local_programs = config.settings.allow_local_programs;
+    let dispatch = Arc::new(Dispatch { local: executors.local, images, local_programs });
+    let executor = Arc::new(Budgeted::new(dispatch, executors.reads_per_second));
     let executor: Arc<dyn Executor> = Arc::new(MeteredExecutor { inner: executor, metrics: metrics.clone() });
     let mut ctx = Context::new(client.clone(), executor, config.settings.clone());
+    ctx.pods = pods;
     ctx.shutdown = shutdown.clone();
     ctx.leadership = leadership;
     ctx.metrics = metrics.clone();
@@ -316,8 +359,23 @@ fn watch(
             }
         })
         .reflect(writer)
-        .applied_objects();
+        .applied_objects()
+        // What the controller writes itself (the status, progress) starts no pass: a failing
+        // Manifest's pass would otherwise start the next at once, and so on. A spec edit
+        // (generation), an approval (annotation), the finalizer and a deletion do.
+        .predicate_filter(
+            predicates::generation
+                .combine(predicates::annotations)
+                .combine(predicates::finalizers)
+                .combine(being_deleted),
+            Default::default(),
+        );
     (reader, Box::pin(stream))
+}
+
+/// A predicate that changes when the object's deletion is asked for.
+fn being_deleted(obj: &DeserializeGuard<Manifest>) -> Option<u64> {
+    Some(u64::from(obj.meta().deletion_timestamp.is_some()))
 }
 
 /// An `Api` of the `K`s in `scope`: one namespace, or all of them.

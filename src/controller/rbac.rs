@@ -11,6 +11,8 @@ pub enum Scope {
     Watched,
     /// Only in the leader lease's namespace.
     Lease,
+    /// In every watched namespace, when image types run as Pods (`--executor pod`).
+    Pods,
 }
 
 /// Verbs on one (group, resource) in one scope.
@@ -55,6 +57,17 @@ pub const API_ACCESS: &[Access] = &[
         verbs: &["get", "list", "watch", "create", "update"],
         scope: Scope::Watched,
     },
+    // The Pod executor (src/pod/executor.rs), in each Manifest's namespace: its ServiceAccount
+    // (it must exist; its image pull secrets), the plugs' PersistentVolumeClaims (they must
+    // exist; Secrets and ConfigMaps are read as above); each invocation's Pod — created,
+    // watched (a watch on its name: list and watch), read, its log followed, deleted; the
+    // sweep lists a Manifest's Pods — and its request Secret: created, handed to the Pod (a
+    // merge patch of its ownerReferences), deleted with the Pod (the sweep lists them first).
+    Access { group: "", resource: "serviceaccounts", verbs: &["get"], scope: Scope::Pods },
+    Access { group: "", resource: "persistentvolumeclaims", verbs: &["get"], scope: Scope::Pods },
+    Access { group: "", resource: "pods", verbs: &["get", "list", "watch", "create", "delete"], scope: Scope::Pods },
+    Access { group: "", resource: "pods/log", verbs: &["get"], scope: Scope::Pods },
+    Access { group: "", resource: "secrets", verbs: &["patch", "delete"], scope: Scope::Pods },
     // Leader election: read, create the first time, renew/take over with resourceVersion checks.
     Access {
         group: "coordination.k8s.io",
@@ -160,11 +173,15 @@ mod tests {
         let verbs = ["get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"];
         for (i, a) in API_ACCESS.iter().enumerate() {
             assert!(a.verbs.iter().all(|v| verbs.contains(v)), "{a:?}");
-            let again = API_ACCESS[i + 1..].iter().any(|b| (b.group, b.resource) == (a.group, a.resource));
+            let again =
+                API_ACCESS[i + 1..].iter().any(|b| (b.group, b.resource, b.scope) == (a.group, a.resource, a.scope));
             assert!(!again, "{a:?} is listed twice");
         }
         assert!(allowed("deployster.io", "manifests/status", "patch"));
         assert!(!allowed("deployster.io", "manifests/status", "update"));
-        assert!(!allowed("", "secrets", "delete"), "outputs are removed by garbage collection");
+        let watched_delete = API_ACCESS
+            .iter()
+            .any(|a| a.scope == Scope::Watched && a.resource == "secrets" && a.verbs.contains(&"delete"));
+        assert!(!watched_delete, "outputs are removed by garbage collection");
     }
 }

@@ -72,19 +72,18 @@ pub async fn reconcile(obj: &Manifest, ctx: &Context) -> Result<Next, Error> {
     };
     let (interval, retry) = (intervals.check, intervals.retry);
     let settings = &ctx.settings;
-    let (manifest, inputs) =
-        match inputs::prepare(&ctx.client, obj, &settings.plug_root, settings.allow_local_programs).await {
-            Ok(prepared) => prepared,
-            Err(e) if e.is_invalid() => return invalid(obj, ctx, &old, e).await,
-            Err(e) if e.is_unavailable() => {
-                let (reason, message) = (e.reason(), e.to_string());
-                publish(ctx, obj, EventType::Warning, reason, "Fetch", &message).await;
-                let observed = Observed::NotRun { reason, message };
-                let new = finish_unrun(obj, ctx, &old, observed).await?;
-                return Ok(Next::Requeue(backoff(retry, new.consecutive_failures, interval)));
-            }
-            Err(e) => return Err(e.into()),
-        };
+    let (manifest, inputs) = match inputs::prepare(&ctx.client, obj, settings).await {
+        Ok(prepared) => prepared,
+        Err(e) if e.is_invalid() => return invalid(obj, ctx, &old, e).await,
+        Err(e) if e.is_unavailable() => {
+            let (reason, message) = (e.reason(), e.to_string());
+            publish(ctx, obj, EventType::Warning, reason, "Fetch", &message).await;
+            let observed = Observed::NotRun { reason, message };
+            let new = finish_unrun(obj, ctx, &old, observed).await?;
+            return Ok(Next::Requeue(backoff(retry, new.consecutive_failures, interval)));
+        }
+        Err(e) => return Err(e.into()),
+    };
     // The deployment log names the pass's revision as the status does.
     let manifest = ValidatedManifest { revision: inputs::revision(obj, &inputs), ..manifest };
     let (new, next_pass) = pass(obj, ctx, &old, manifest, outputs, intervals, &term).await?;
@@ -139,7 +138,7 @@ async fn pass(
     let observers = vec![journal.clone() as Arc<dyn Observer>];
     let stop_writing = CancellationToken::new();
     let run = async {
-        let passed = run_pass(ctx, manifest, Mode::Apply, log.clone(), observers, approver, term, &assumed).await;
+        let passed = run_pass(ctx, obj, manifest, Mode::Apply, log.clone(), observers, approver, term, &assumed).await;
         stop_writing.cancel();
         passed
     };
@@ -262,6 +261,7 @@ fn memory_log(ctx: &Context, old: &ManifestStatus) -> Arc<MemoryLog> {
 #[allow(clippy::too_many_arguments)]
 async fn run_pass(
     ctx: &Context,
+    obj: &Manifest,
     manifest: Arc<ValidatedManifest>,
     mode: Mode,
     log: Arc<MemoryLog>,
@@ -274,6 +274,28 @@ async fn run_pass(
     let run_id = new_run_id();
     // The reconcile's span (controller::run) has a slot for it: every log line of the pass says it.
     tracing::Span::current().record("run_id", run_id.as_str());
+    // Image types' Pods run in the Manifest's namespace, as its ServiceAccount, owned by it —
+    // once nothing an earlier pass of it started still runs: an action never runs twice at once.
+    let _scope = match &ctx.pods {
+        Some(pods) => {
+            let scope = pod_scope(obj);
+            let selector = format!("{MANIFEST_LABEL}={}", obj.uid().unwrap_or_default());
+            let swept = pods
+                .sweep(&scope.namespace, &selector)
+                .await
+                .map_err(|source| PassError::Recovery { run: "an earlier pass of this Manifest".into(), source })?;
+            if swept > 0 {
+                let note = format!(
+                    "stopped {swept} Pod(s) an earlier pass left running (a controller that crashed or lost its \
+                     lease); an action among them is recorded as interrupted"
+                );
+                tracing::warn!("{note}");
+                publish(ctx, obj, EventType::Warning, "PodsStopped", "Reconcile", &note).await;
+            }
+            Some(pods.enter(&run_id, scope))
+        }
+        None => None,
+    };
     let options = RunOptions {
         parallelism: settings.parallelism,
         timeouts: settings.timeouts,
@@ -297,6 +319,20 @@ async fn run_pass(
         recheck: false,
     };
     pass.run().await
+}
+
+/// The label that names the Manifest (its uid) on the Pods and Secrets of its passes.
+pub const MANIFEST_LABEL: &str = "deployster.io/manifest-uid";
+
+/// Where and as whom the Pods of `obj`'s image types run.
+pub fn pod_scope(obj: &Manifest) -> crate::pod::executor::PodScope {
+    crate::pod::executor::PodScope {
+        namespace: obj.namespace().unwrap_or_default(),
+        service_account: obj.spec.service_account_name.clone(),
+        owner: obj.controller_owner_ref(&()),
+        options: obj.spec.pod.clone().unwrap_or_default(),
+        labels: [(MANIFEST_LABEL.to_string(), obj.uid().unwrap_or_default())].into(),
+    }
 }
 
 /// Why a pass's term ended under it.
@@ -515,11 +551,20 @@ enum DeleteError {
 
 async fn delete_resources(obj: &Manifest, ctx: &Context, term: &CancellationToken) -> Result<(), DeleteError> {
     let settings = &ctx.settings;
-    let (manifest, _) = inputs::prepare(&ctx.client, obj, &settings.plug_root, settings.allow_local_programs).await?;
+    let (manifest, _) = inputs::prepare(&ctx.client, obj, settings).await?;
     let log = memory_log(ctx, &obj.status.clone().unwrap_or_default());
-    let passed =
-        run_pass(ctx, Arc::new(manifest), Mode::Delete, log, Vec::new(), &ApproveAll, term, &AssumeValid::default())
-            .await?;
+    let passed = run_pass(
+        ctx,
+        obj,
+        Arc::new(manifest),
+        Mode::Delete,
+        log,
+        Vec::new(),
+        &ApproveAll,
+        term,
+        &AssumeValid::default(),
+    )
+    .await?;
     match passed.ended {
         Ended::Deleted { report, .. } if report.succeeded() => Ok(()),
         Ended::Deleted { report, .. } => Err(DeleteError::Problems(report.problems())),

@@ -2,9 +2,12 @@
 //! Kubernetes object, reconciled by the controller.
 //!
 //! The spec embeds the engine's [`ResourceSpec`], so the CLI and the controller accept the
-//! same resources. Plugs differ: in a cluster they reference a Secret or a ConfigMap, which the
-//! controller materializes to files. `crds/manifest.yaml` is generated from these types by
+//! same resources. Plugs differ: in a cluster they reference a Secret, a ConfigMap or a
+//! PersistentVolumeClaim, which the Pods of image types mount (or, without Pods, the controller
+//! materializes to files). `crds/manifest.yaml` is generated from these types by
 //! `deployster crd`; a test fails when the committed file differs.
+
+use std::collections::BTreeMap;
 
 use compact_str::CompactString;
 use indexmap::IndexMap;
@@ -85,6 +88,73 @@ pub struct ManifestSpec {
     /// status, events or logs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outputs: Option<OutputsSpec>,
+    /// The ServiceAccount of this namespace that the Pods of image types run as [default: the
+    /// namespace's `default`]: their identity (workload identity, image pull secrets). Its
+    /// token is never mounted into them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_account_name: Option<String>,
+    /// What the Pods of image types get besides the `restricted` defaults, as far as the
+    /// namespace's admission allows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<PodOptions>,
+}
+
+/// Settings for the Pods that image types run as (`spec.pod`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PodOptions {
+    /// Requests and limits of the type's container (`cpu`, `memory`, …: Kubernetes quantities).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<PodResources>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<PodToleration>,
+    /// The user the type's program runs as [default: the image's user when it is a number
+    /// other than 0, else 65532].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_as_user: Option<i64>,
+    /// `false` lets a program run as root, where the namespace's admission allows it
+    /// [default: true].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_as_non_root: Option<bool>,
+    /// Pull secrets of this namespace besides the ServiceAccount's, for the Pods and for
+    /// reading the images' configs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub image_pull_secrets: Vec<LocalRef>,
+}
+
+/// A container's requests and limits.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct PodResources {
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub requests: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub limits: BTreeMap<String, String>,
+}
+
+/// A Pod toleration, as Kubernetes spells it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PodToleration {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// `Exists` or `Equal`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operator: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    /// `NoSchedule`, `PreferNoSchedule` or `NoExecute`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effect: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub toleration_seconds: Option<i64>,
+}
+
+/// An object of the Manifest's namespace, by name.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct LocalRef {
+    pub name: String,
 }
 
 /// Where a Manifest's outputs go.
@@ -116,7 +186,8 @@ fn free_form_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
 }
 
 /// A plug in a cluster: the content of a Secret or a ConfigMap (one key, or every key as a
-/// file of a directory), handed to the resource types that ask for it.
+/// file of a directory), or a PersistentVolumeClaim (writable; for types run as Pods), handed
+/// to the resource types that ask for it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PlugRef {
@@ -124,6 +195,10 @@ pub struct PlugRef {
     pub secret: Option<KeyRef>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_map: Option<KeyRef>,
+    /// Mounted writable into the Pods of the types that ask for it (the controller must run
+    /// image types as Pods).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub persistent_volume_claim: Option<ClaimRef>,
     /// No resource may ask to write to it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub read_only: bool,
@@ -140,6 +215,13 @@ pub struct PlugRef {
 #[serde(rename_all = "camelCase")]
 pub struct VarsFrom {
     pub secret_ref: KeyRef,
+}
+
+/// A PersistentVolumeClaim of the Manifest's namespace.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimRef {
+    pub claim_name: String,
 }
 
 /// An object in the Manifest's namespace and, optionally, one of its keys.

@@ -26,6 +26,7 @@ use super::entry::Entry;
 use super::frames::{self, FrameError, Split};
 use super::registry::{Credentials, ImageRun, Registry, read_docker_config};
 use super::spec::{self, OWNER_LABEL, PlugSource, PodInvocation, PodPlug};
+use crate::crd::PodOptions;
 use crate::engine::executor::output::Capture;
 use crate::engine::executor::process::InitCache;
 use crate::engine::executor::{DEFAULT_OUTPUT_LIMIT, ExecError, Executor, Exit, Invocation, Outcome, Stream};
@@ -40,21 +41,38 @@ pub const MAX_REQUEST_BYTES: usize = 1024 * 1024 - 4096;
 /// The user a type's program runs as when its image names no numeric non-root user.
 pub const DEFAULT_UID: i64 = 65532;
 
+/// Where and as whom the Pods of one pass run: for the controller, its Manifest's namespace,
+/// `spec.serviceAccountName` and `spec.pod`, and the Manifest as their owner.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PodScope {
+    pub namespace: String,
+    /// The ServiceAccount the Pods run as; the namespace's `default` when `None`.
+    pub service_account: Option<String>,
+    /// The object that owns every Pod and Secret (they go with it), when there is one.
+    pub owner: Option<OwnerReference>,
+    /// Resources, node selection, the user, pull secrets besides the ServiceAccount's.
+    pub options: PodOptions,
+    /// Labels for every Pod and Secret besides Deployster's own (the controller's name the
+    /// Manifest, so that [`PodExecutor::sweep`] finds what an earlier pass of it left).
+    pub labels: BTreeMap<String, String>,
+}
+
+impl PodScope {
+    pub fn new(namespace: impl Into<String>) -> PodScope {
+        PodScope { namespace: namespace.into(), ..PodScope::default() }
+    }
+}
+
 /// How the Pods are made and watched.
 #[derive(Debug, Clone)]
 pub struct PodSettings {
-    /// Where the Pods run.
-    pub namespace: String,
+    /// The scope of a pass that was given none ([`PodExecutor::enter`]): the CLI's one
+    /// namespace. `None` in the controller, where each pass runs in its Manifest's.
+    pub scope: Option<PodScope>,
     /// The image that carries the helper (the controller's own).
     pub helper_image: String,
-    /// The ServiceAccount the Pods run as; the namespace's `default` when `None`.
-    pub service_account: Option<String>,
-    /// Pull secrets besides the ServiceAccount's, for the Pods and for reading image configs.
-    pub image_pull_secrets: Vec<String>,
     /// Registries (`host:port`) spoken to over plain HTTP besides loopback ones.
     pub insecure_registries: Vec<String>,
-    /// The Manifest that owns every Pod and Secret, when there is one.
-    pub owner: Option<OwnerReference>,
     /// A Pod the scheduler cannot place fails after this long, with the scheduler's message.
     pub schedule_timeout: Duration,
     /// An image the node cannot pull fails after this long, naming the image.
@@ -71,14 +89,17 @@ pub struct PodSettings {
 }
 
 impl PodSettings {
+    /// Pods in `namespace` unless a pass is given its own scope.
     pub fn new(namespace: impl Into<String>, helper_image: impl Into<String>) -> PodSettings {
+        PodSettings { scope: Some(PodScope::new(namespace)), ..PodSettings::scoped_per_pass(helper_image) }
+    }
+
+    /// Every pass must be given its scope ([`PodExecutor::enter`]).
+    pub fn scoped_per_pass(helper_image: impl Into<String>) -> PodSettings {
         PodSettings {
-            namespace: namespace.into(),
+            scope: None,
             helper_image: helper_image.into(),
-            service_account: None,
-            image_pull_secrets: Vec::new(),
             insecure_registries: Vec::new(),
-            owner: None,
             schedule_timeout: Duration::from_secs(300),
             pull_timeout: Duration::from_secs(60),
             start_timeout: Duration::from_secs(300),
@@ -97,6 +118,8 @@ pub struct PodExecutor {
     init_cache: Mutex<InitCache>,
     /// What a pass knows of its namespace (credentials), read on its first invocation.
     passes: Mutex<lru::LruCache<String, Arc<Credentials>>>,
+    /// The scopes of the passes running now, by run id.
+    scopes: Mutex<std::collections::HashMap<String, Arc<PodScope>>>,
     /// How many times each (pass, resource, phase) ran: a Pod name is never reused.
     attempts: Mutex<lru::LruCache<(String, String, String), u32>>,
 }
@@ -124,28 +147,81 @@ impl PodExecutor {
             registry,
             init_cache: Mutex::new(InitCache::new()),
             passes: Mutex::new(lru::LruCache::new(kept(1024))),
+            scopes: Mutex::default(),
             attempts: Mutex::new(lru::LruCache::new(kept(65536))),
         }
     }
 
-    fn pods(&self) -> Api<Pod> {
-        Api::namespaced(self.client.clone(), &self.settings.namespace)
+    fn pods(&self, namespace: &str) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), namespace)
     }
 
-    fn secrets(&self) -> Api<Secret> {
-        Api::namespaced(self.client.clone(), &self.settings.namespace)
+    fn secrets(&self, namespace: &str) -> Api<Secret> {
+        Api::namespaced(self.client.clone(), namespace)
+    }
+
+    /// Runs the Pods of pass `run_id` in `scope` until the guard is dropped.
+    pub fn enter(self: &Arc<Self>, run_id: &str, scope: PodScope) -> ScopeGuard {
+        self.scopes.lock().expect("scopes lock").insert(run_id.to_string(), Arc::new(scope));
+        ScopeGuard { executor: self.clone(), run_id: run_id.to_string() }
+    }
+
+    /// Stops and deletes every Pod (and request Secret) of Deployster's in `namespace` whose
+    /// labels include `selector` (`key=value,…`), waiting until the Pods are gone: what a
+    /// crashed process or an earlier leader left running. How many running Pods it stopped.
+    pub async fn sweep(&self, namespace: &str, selector: &str) -> Result<usize, ExecError> {
+        let selector = format!("{OWNER_LABEL}={OWNER_VALUE},{selector}");
+        let listed = ListParams::default().labels(&selector);
+        let pods = self.pods(namespace).list(&listed).await.map_err(|e| api_error("listing Pods", e))?;
+        // A Pod that ended runs nothing: deleted, not waited for. One that may still run its
+        // program (even one being deleted, within its grace period) is waited for.
+        let (ended, live): (Vec<Pod>, Vec<Pod>) = pods.items.into_iter().partition(ended);
+        let stopping = live.iter().filter(|p| p.metadata.deletion_timestamp.is_none()).count();
+        let grace = self.settings.kill_grace;
+        let names = |pods: Vec<Pod>| pods.into_iter().filter_map(|p| p.metadata.name).collect::<Vec<String>>();
+        let live = names(live);
+        futures::future::join_all(live.iter().map(|name| self.delete_and_wait(namespace, name, grace))).await;
+        for name in names(ended.into_iter().filter(|p| p.metadata.deletion_timestamp.is_none()).collect()) {
+            match self.pods(namespace).delete(&name, &DeleteParams::background()).await {
+                Err(e) if !is_not_found(&e) => return Err(api_error("deleting an ended Pod", e)),
+                _ => {}
+            }
+        }
+        // One by one: fewer rights than a collection's deletion, and no answer body to read.
+        let secrets = self.secrets(namespace);
+        let requests = secrets.list_metadata(&listed).await.map_err(|e| api_error("listing request Secrets", e))?;
+        for name in requests.items.into_iter().filter_map(|s| s.metadata.name) {
+            match secrets.delete(&name, &DeleteParams::background()).await {
+                Err(e) if !is_not_found(&e) => return Err(api_error("deleting a request Secret", e)),
+                _ => {}
+            }
+        }
+        Ok(stopping)
+    }
+
+    /// Where the Pods of pass `run_id` run.
+    fn scope(&self, run_id: &str) -> Result<Arc<PodScope>, ExecError> {
+        if let Some(scope) = self.scopes.lock().expect("scopes lock").get(run_id) {
+            return Ok(scope.clone());
+        }
+        match &self.settings.scope {
+            Some(scope) => Ok(Arc::new(scope.clone())),
+            None => Err(ExecError::Unavailable(format!(
+                "pass {run_id} was given no namespace to run its Pods in (a bug: the controller enters each pass)"
+            ))),
+        }
     }
 
     /// The pass's registry credentials: from the ServiceAccount's pull secrets and the
     /// configured ones. A ServiceAccount that does not exist fails here, before any Pod.
-    async fn credentials(&self, pass: &str) -> Result<Arc<Credentials>, ExecError> {
+    async fn credentials(&self, pass: &str, scope: &PodScope) -> Result<Arc<Credentials>, ExecError> {
         if let Some(known) = self.passes.lock().expect("passes lock").get(pass) {
             return Ok(known.clone());
         }
-        let namespace = &self.settings.namespace;
-        let account = self.settings.service_account.as_deref().unwrap_or("default");
+        let namespace = &scope.namespace;
+        let account = scope.service_account.as_deref().unwrap_or("default");
         let accounts: Api<ServiceAccount> = Api::namespaced(self.client.clone(), namespace);
-        let mut names = self.settings.image_pull_secrets.clone();
+        let mut names: Vec<String> = scope.options.image_pull_secrets.iter().map(|r| r.name.clone()).collect();
         match accounts.get_opt(account).await.map_err(|e| api_error("reading the ServiceAccount", e))? {
             Some(found) => names.extend(found.image_pull_secrets.unwrap_or_default().into_iter().map(|r| r.name)),
             None => {
@@ -158,7 +234,7 @@ impl PodExecutor {
         let mut credentials = Credentials::new();
         for name in names {
             let secret = self
-                .secrets()
+                .secrets(namespace)
                 .get_opt(&name)
                 .await
                 .map_err(|e| api_error("reading an image pull secret", e))?
@@ -180,8 +256,7 @@ impl PodExecutor {
 
     /// The plugs of `invocation` as the Pod mounts them: objects of the namespace, each
     /// checked to be there (a Pod whose volume cannot mount would only wait).
-    async fn plugs(&self, invocation: &Invocation) -> Result<Vec<PodPlug>, ExecError> {
-        let namespace = &self.settings.namespace;
+    async fn plugs(&self, invocation: &Invocation, namespace: &str) -> Result<Vec<PodPlug>, ExecError> {
         let mut plugs = Vec::new();
         for mount in &invocation.mounts {
             let Some(source) = &mount.cluster else {
@@ -242,7 +317,7 @@ impl PodExecutor {
     }
 
     /// Runs `invocation` in a Pod, from creating it to deleting it.
-    async fn run(&self, invocation: &Invocation, image: &ImageRun) -> Result<Outcome, ExecError> {
+    async fn run(&self, invocation: &Invocation, image: &ImageRun, scope: &PodScope) -> Result<Outcome, ExecError> {
         if invocation.stdin.len() > MAX_REQUEST_BYTES {
             return Err(pod_error(
                 "RequestTooLarge",
@@ -253,16 +328,18 @@ impl PodExecutor {
                 ),
             ));
         }
-        let plugs = self.plugs(invocation).await?;
+        let namespace = scope.namespace.as_str();
+        let plugs = self.plugs(invocation, namespace).await?;
         let started = Instant::now();
         let name = self.next_name(invocation);
         let nonce = uuid::Uuid::new_v4().simple().to_string();
-        let labels = BTreeMap::from([
+        let mut labels = scope.labels.clone();
+        labels.extend([
             (OWNER_LABEL.to_string(), OWNER_VALUE.to_string()),
             (RUN_LABEL.to_string(), label_value(&invocation.labels.run_id)),
         ]);
         let pod_invocation = PodInvocation {
-            namespace: self.settings.namespace.clone(),
+            namespace: namespace.to_string(),
             name: name.clone(),
             image: image.pinned.clone(),
             helper_image: self.settings.helper_image.clone(),
@@ -272,18 +349,19 @@ impl PodExecutor {
                 termination_log: "/dev/termination-log".into(),
                 program: image.program(invocation.entrypoint.as_deref(), &invocation.args),
             },
-            service_account: self.settings.service_account.clone(),
+            service_account: scope.service_account.clone(),
             plugs,
             deadline: invocation.timeout,
             labels,
-            owner: self.settings.owner.clone(),
-            run_as_user: image.non_root_uid.is_none().then_some(DEFAULT_UID),
+            owner: scope.owner.clone(),
+            run_as_user: scope.options.run_as_user.or(image.non_root_uid.is_none().then_some(DEFAULT_UID)),
+            options: scope.options.clone(),
         };
         let secret_name = format!("{name}-request");
         let created = self.create(&pod_invocation, &secret_name, &invocation.stdin, &invocation.env).await;
         let result = match created {
             Ok(()) => {
-                let mut work = std::pin::pin!(self.follow(&name, &nonce, invocation));
+                let mut work = std::pin::pin!(self.follow(namespace, &name, &nonce, invocation));
                 let stopped = tokio::select! {
                     result = work.as_mut() => Ok(result),
                     () = tokio::time::sleep(invocation.timeout) => Err(ExecError::TimedOut(invocation.timeout)),
@@ -294,14 +372,14 @@ impl PodExecutor {
                     Err(why) => {
                         // The program gets SIGTERM (the helper forwards it) and the grace to end;
                         // nothing of this invocation may run on once this returns.
-                        self.delete_and_wait(&name, self.settings.kill_grace).await;
+                        self.delete_and_wait(namespace, &name, self.settings.kill_grace).await;
                         Err(why)
                     }
                 }
             }
             Err(e) => Err(e),
         };
-        self.delete(&name, &secret_name).await;
+        self.delete(namespace, &name, &secret_name).await;
         result.map(|(exit, stdout, stderr)| Outcome { exit, stdout, stderr, elapsed: started.elapsed() })
     }
 
@@ -314,10 +392,10 @@ impl PodExecutor {
         request: &[u8],
         env: &[(String, String)],
     ) -> Result<(), ExecError> {
-        let secret_owner = self.settings.owner.clone();
+        let (pods, secrets) = (self.pods(&invocation.namespace), self.secrets(&invocation.namespace));
         let mut secret = spec::request_secret(invocation, secret_name, OwnerReference::default(), request, env);
-        secret.metadata.owner_references = secret_owner.map(|o| vec![o]);
-        self.secrets()
+        secret.metadata.owner_references = invocation.owner.clone().map(|o| vec![o]);
+        secrets
             .create(&PostParams::default(), &secret)
             .await
             .map_err(|e| api_error("creating the request's Secret", e))?;
@@ -325,11 +403,11 @@ impl PodExecutor {
         let mut delay = Duration::from_millis(500);
         let mut retries = 0;
         let created = loop {
-            match self.pods().create(&PostParams::default(), &pod).await {
+            match pods.create(&PostParams::default(), &pod).await {
                 Ok(created) => break created,
                 Err(kube::Error::Api(status)) if status.code == 403 && status.message.contains("exceeded quota") => {
                     if retries >= self.settings.create_retries {
-                        let _ = self.secrets().delete(secret_name, &DeleteParams::default()).await;
+                        let _ = secrets.delete(secret_name, &DeleteParams::default()).await;
                         return Err(pod_error(
                             "QuotaExceeded",
                             format!("the namespace's quota refused the Pod {} times: {}", retries + 1, status.message),
@@ -341,7 +419,7 @@ impl PodExecutor {
                     retries += 1;
                 }
                 Err(e) => {
-                    let _ = self.secrets().delete(secret_name, &DeleteParams::default()).await;
+                    let _ = secrets.delete(secret_name, &DeleteParams::default()).await;
                     return Err(api_error("creating the Pod", e));
                 }
             }
@@ -355,7 +433,7 @@ impl PodExecutor {
         };
         let patch = serde_json::json!({"metadata": {"ownerReferences": [owner]}});
         // Not fatal: the Secret is deleted with the Pod below in any case.
-        if let Err(e) = self.secrets().patch(secret_name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+        if let Err(e) = secrets.patch(secret_name, &PatchParams::default(), &Patch::Merge(&patch)).await {
             tracing::warn!(secret = secret_name, "could not hand the request's Secret to its Pod: {e}");
         }
         Ok(())
@@ -365,11 +443,12 @@ impl PodExecutor {
     /// the exit, stdout (verified) and stderr.
     async fn follow(
         &self,
+        namespace: &str,
         name: &str,
         nonce: &str,
         invocation: &Invocation,
     ) -> Result<(Exit, Vec<u8>, Vec<u8>), ExecError> {
-        let pods = self.pods();
+        let pods = self.pods(namespace);
         let mut watch = kube::runtime::watcher::watch_object(pods.clone(), name).boxed();
         let created = Instant::now();
         let mut pod: Option<Pod> = None;
@@ -509,11 +588,11 @@ fn progress(settings: &PodSettings, pod: &Pod, waited: Duration) -> Result<Progr
 impl PodExecutor {
     /// Deletes the Pod and the request's Secret, trying again for a while when the API server
     /// fails to answer: nothing of an invocation is left behind.
-    async fn delete(&self, name: &str, secret_name: &str) {
+    async fn delete(&self, namespace: &str, name: &str, secret_name: &str) {
         let background = DeleteParams::background();
         for attempt in 0..5u32 {
-            let pod = self.pods().delete(name, &background).await.map(|_| ());
-            let secret = self.secrets().delete(secret_name, &background).await.map(|_| ());
+            let pod = self.pods(namespace).delete(name, &background).await.map(|_| ());
+            let secret = self.secrets(namespace).delete(secret_name, &background).await.map(|_| ());
             let failed: Vec<kube::Error> =
                 [pod, secret].into_iter().filter_map(Result::err).filter(|e| !is_not_found(e)).collect();
             if failed.is_empty() {
@@ -525,15 +604,15 @@ impl PodExecutor {
     }
 
     /// Deletes the Pod with `grace` for its program to end, and waits until it is gone.
-    async fn delete_and_wait(&self, name: &str, grace: Duration) {
+    async fn delete_and_wait(&self, namespace: &str, name: &str, grace: Duration) {
         let params = DeleteParams { grace_period_seconds: Some(grace.as_secs() as u32), ..DeleteParams::background() };
-        match self.pods().delete(name, &params).await {
+        match self.pods(namespace).delete(name, &params).await {
             Err(e) if is_not_found(&e) => return,
             Err(e) => tracing::warn!(pod = name, "could not delete the Pod: {e}"),
             Ok(_) => {}
         }
         let gone = async {
-            let mut watch = kube::runtime::watcher::watch_object(self.pods(), name).boxed();
+            let mut watch = kube::runtime::watcher::watch_object(self.pods(namespace), name).boxed();
             while let Some(event) = watch.next().await {
                 if matches!(event, Ok(None)) {
                     return;
@@ -547,6 +626,18 @@ impl PodExecutor {
                 grace + Duration::from_secs(60)
             );
         }
+    }
+}
+
+/// Forgets a pass's scope when dropped.
+pub struct ScopeGuard {
+    executor: Arc<PodExecutor>,
+    run_id: String,
+}
+
+impl Drop for ScopeGuard {
+    fn drop(&mut self) {
+        self.executor.scopes.lock().expect("scopes lock").remove(&self.run_id);
     }
 }
 
@@ -752,25 +843,24 @@ fn static_reason(reason: &str) -> &'static str {
 #[async_trait]
 impl Executor for PodExecutor {
     async fn preflight(&self, _programs: &[TypeRef]) -> Result<(), ExecError> {
-        let namespace = &self.settings.namespace;
-        self.pods().list(&ListParams::default().limit(1)).await.map(|_| ()).map_err(|e| {
+        // The controller's passes each have their own namespace, checked on their first Pod.
+        let Some(PodScope { namespace, .. }) = &self.settings.scope else { return Ok(()) };
+        self.pods(namespace).list(&ListParams::default().limit(1)).await.map(|_| ()).map_err(|e| {
             ExecError::Unavailable(format!("cannot list Pods in namespace `{namespace}` of the cluster: {e}"))
         })
     }
 
     /// Deletes every Pod of run `run_id` and waits until they are gone.
     async fn stop_run(&self, run_id: &str) -> Result<usize, ExecError> {
-        let selector = format!("{OWNER_LABEL}={OWNER_VALUE},{RUN_LABEL}={}", label_value(run_id));
-        let pods = self
-            .pods()
-            .list(&ListParams::default().labels(&selector))
-            .await
-            .map_err(|e| api_error("listing Pods", e))?;
-        let names: Vec<String> = pods.items.into_iter().filter_map(|p| p.metadata.name).collect();
-        futures::future::join_all(names.iter().map(|name| self.delete_and_wait(name, self.settings.kill_grace))).await;
-        let secrets = self.secrets();
-        let _ = secrets.delete_collection(&DeleteParams::background(), &ListParams::default().labels(&selector)).await;
-        Ok(names.len())
+        let scope = match self.scope(run_id) {
+            Ok(scope) => scope,
+            // A run of an earlier controller process or leader: the controller sweeps every Pod
+            // of a Manifest's earlier passes before the next starts (`controller::reconcile`),
+            // so none of this run is left to stop.
+            Err(_) if self.settings.scope.is_none() => return Ok(0),
+            Err(e) => return Err(e),
+        };
+        self.sweep(&scope.namespace, &format!("{RUN_LABEL}={}", label_value(run_id))).await
     }
 
     async fn invoke(&self, invocation: Invocation) -> Result<Outcome, ExecError> {
@@ -778,7 +868,8 @@ impl Executor for PodExecutor {
             return Err(ExecError::Unavailable(format!("the Pod executor cannot run {}", invocation.program)));
         };
         let pass = invocation.labels.run_id.clone();
-        let credentials = self.credentials(&pass).await?;
+        let scope = self.scope(&pass)?;
+        let credentials = self.credentials(&pass, &scope).await?;
         let reference = image.to_string();
         let resolved = self
             .registry
@@ -805,7 +896,7 @@ impl Executor for PodExecutor {
         {
             return Ok(hit);
         }
-        let outcome = self.run(&invocation, &resolved).await?;
+        let outcome = self.run(&invocation, &resolved, &scope).await?;
         if let Some(key) = cache_key
             && outcome.exit.success()
         {
@@ -998,6 +1089,7 @@ mod tests {
             labels: BTreeMap::new(),
             owner: None,
             run_as_user: None,
+            options: PodOptions::default(),
         };
         let started = Instant::now();
         let err = executor.create(&invocation, "dst-x-request", b"{}", &[]).await.unwrap_err();

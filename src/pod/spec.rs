@@ -7,13 +7,16 @@ use std::time::Duration;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{
-    Capabilities, ConfigMapVolumeSource, Container, EmptyDirVolumeSource, KeyToPath, PersistentVolumeClaimVolumeSource,
-    Pod, PodSecurityContext, PodSpec, SeccompProfile, Secret, SecretVolumeSource, SecurityContext, Volume, VolumeMount,
+    Capabilities, ConfigMapVolumeSource, Container, EmptyDirVolumeSource, KeyToPath, LocalObjectReference,
+    PersistentVolumeClaimVolumeSource, Pod, PodSecurityContext, PodSpec, ResourceRequirements, SeccompProfile, Secret,
+    SecretVolumeSource, SecurityContext, Toleration, Volume, VolumeMount,
 };
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use sha2::{Digest, Sha256};
 
 use super::entry::{ENTRY_SUBCOMMAND, Entry};
+use crate::crd::PodOptions;
 
 /// Where the helper is installed in the type's container, and where the request is mounted.
 const HELPER_DIR: &str = "/.deployster/bin";
@@ -55,6 +58,8 @@ pub struct PodInvocation {
     pub owner: Option<OwnerReference>,
     /// The user the type's program runs as, when the image names no numeric non-root user.
     pub run_as_user: Option<i64>,
+    /// The Manifest's `spec.pod`: resources, node selection, `runAsNonRoot`, pull secrets.
+    pub options: PodOptions,
 }
 
 /// A name for an invocation's Pod: the same for the same run, resource, phase and attempt (a
@@ -157,6 +162,15 @@ pub fn pod(invocation: &PodInvocation, request_secret: &str) -> Pod {
         mounts.push(mounted);
         volumes.push(volume);
     }
+    // The helper's init container gets the same: a namespace whose quota counts CPU or memory
+    // refuses a Pod with a container that states none, and init containers cost nothing extra
+    // (a Pod's request is the larger of its init containers' and the sum of its containers').
+    let resources = invocation.options.resources.as_ref().map(|r| {
+        let quantities = |m: &BTreeMap<String, String>| {
+            (!m.is_empty()).then(|| m.iter().map(|(k, v)| (k.clone(), Quantity(v.clone()))).collect())
+        };
+        ResourceRequirements { requests: quantities(&r.requests), limits: quantities(&r.limits), ..Default::default() }
+    });
     let helper = format!("{HELPER_DIR}/deployster");
     let mut command = vec![helper, ENTRY_SUBCOMMAND.to_string()];
     command.extend(invocation.entry.args());
@@ -166,6 +180,7 @@ pub fn pod(invocation: &PodInvocation, request_secret: &str) -> Pod {
         command: Some(vec!["/deployster".into(), ENTRY_SUBCOMMAND.into(), "--install".into(), HELPER_DIR.into()]),
         volume_mounts: Some(vec![mount("helper", HELPER_DIR, false)]),
         security_context: Some(restricted()),
+        resources: resources.clone(),
         ..Container::default()
     };
     let main = Container {
@@ -175,8 +190,23 @@ pub fn pod(invocation: &PodInvocation, request_secret: &str) -> Pod {
         volume_mounts: Some(mounts),
         security_context: Some(restricted()),
         termination_message_policy: Some("File".into()),
+        resources: resources.clone(),
         ..Container::default()
     };
+    let options = &invocation.options;
+    let tolerations: Vec<Toleration> = options
+        .tolerations
+        .iter()
+        .map(|t| Toleration {
+            key: t.key.clone(),
+            operator: t.operator.clone(),
+            value: t.value.clone(),
+            effect: t.effect.clone(),
+            toleration_seconds: t.toleration_seconds,
+        })
+        .collect();
+    let pull_secrets: Vec<LocalObjectReference> =
+        options.image_pull_secrets.iter().map(|r| LocalObjectReference { name: r.name.clone() }).collect();
     Pod {
         metadata: ObjectMeta {
             name: Some(invocation.name.clone()),
@@ -190,8 +220,11 @@ pub fn pod(invocation: &PodInvocation, request_secret: &str) -> Pod {
             service_account_name: invocation.service_account.clone(),
             automount_service_account_token: Some(false),
             active_deadline_seconds: Some(invocation.deadline.as_secs().max(1) as i64 + 30),
+            node_selector: (!options.node_selector.is_empty()).then(|| options.node_selector.clone()),
+            tolerations: (!tolerations.is_empty()).then_some(tolerations),
+            image_pull_secrets: (!pull_secrets.is_empty()).then_some(pull_secrets),
             security_context: Some(PodSecurityContext {
-                run_as_non_root: Some(true),
+                run_as_non_root: Some(options.run_as_non_root.unwrap_or(true)),
                 run_as_user: invocation.run_as_user,
                 seccomp_profile: Some(SeccompProfile { type_: "RuntimeDefault".into(), ..SeccompProfile::default() }),
                 ..PodSecurityContext::default()
@@ -266,6 +299,7 @@ mod tests {
             labels: BTreeMap::from([(OWNER_LABEL.to_string(), "deployster".to_string())]),
             owner: None,
             run_as_user: Some(65532),
+            options: PodOptions::default(),
         }
     }
 
@@ -338,6 +372,33 @@ mod tests {
         assert_eq!(init.command.as_ref().unwrap()[2..], ["--install".to_string(), "/.deployster/bin".to_string()]);
         let serialized = serde_json::to_string(&spec).unwrap();
         assert!(!serialized.contains("\"env\""), "nothing of the request in the spec: {serialized}");
+    }
+
+    #[test]
+    fn the_manifest_s_pod_options_reach_the_pod() {
+        let options: PodOptions = serde_json::from_value(serde_json::json!({
+            "resources": {"requests": {"cpu": "50m"}, "limits": {"memory": "64Mi"}},
+            "nodeSelector": {"pool": "deploy"},
+            "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "deploy", "effect": "NoSchedule"}],
+            "runAsNonRoot": false,
+            "imagePullSecrets": [{"name": "regcred"}],
+        }))
+        .unwrap();
+        let mut invocation = invocation(vec![]);
+        invocation.options = options;
+        let spec = pod(&invocation, "dst-request").spec.unwrap();
+        let resources = spec.containers[0].resources.as_ref().unwrap();
+        assert_eq!(resources.requests.as_ref().unwrap()["cpu"], Quantity("50m".into()));
+        assert_eq!(resources.limits.as_ref().unwrap()["memory"], Quantity("64Mi".into()));
+        assert_eq!(spec.node_selector.unwrap()["pool"], "deploy");
+        assert_eq!(spec.tolerations.unwrap()[0].effect.as_deref(), Some("NoSchedule"));
+        assert_eq!(spec.image_pull_secrets.unwrap()[0].name, "regcred");
+        assert_eq!(spec.security_context.unwrap().run_as_non_root, Some(false));
+        assert_eq!(spec.init_containers.unwrap()[0].resources.as_ref(), Some(resources), "a quota counts it too");
+        let defaults = pod(&self::invocation(vec![]), "r").spec.unwrap();
+        assert!(
+            defaults.node_selector.is_none() && defaults.tolerations.is_none() && defaults.image_pull_secrets.is_none()
+        );
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! server's answers as JSON, never the tables `kubectl get` prints (their columns differ
 //! between servers).
 
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -139,6 +140,8 @@ impl ControllerProcess {
         let log = dir.join(format!("{name}.log"));
         let child = Command::new(super::deployster())
             .arg("controller")
+            // Built-in types with plugs: files the controller writes, unless the test runs Pods.
+            .args(if args.contains(&"--executor") { &[][..] } else { &["--executor", "docker"][..] })
             .args(["--metrics-addr", &metrics, "--plug-dir", dir.join(format!("{name}-plugs")).to_str().unwrap()])
             .args(args)
             .env("KUBECONFIG", &cluster.kubeconfig)
@@ -175,6 +178,44 @@ impl ControllerProcess {
 impl Drop for ControllerProcess {
     fn drop(&mut self) {
         self.kill();
+        if std::thread::panicking() {
+            let log = self.log_text();
+            let tail: Vec<&str> = log.lines().rev().take(60).collect();
+            eprintln!("--- the last lines of {}:", self.log.display());
+            tail.iter().rev().for_each(|l| eprintln!("{l}"));
+        }
+    }
+}
+
+/// `deployster_kube_api_requests_total` as exposed: (verb, group, resource) → requests.
+pub fn api_requests(controller: &ControllerProcess) -> BTreeMap<(String, String, String), f64> {
+    let (_, body) = controller.http("/metrics").expect("the metrics endpoint answers");
+    let label = |line: &str, name: &str| {
+        let start = line.find(&format!("{name}=\"")).map(|i| i + name.len() + 2)?;
+        Some(line[start..].split('"').next()?.to_string())
+    };
+    body.lines()
+        .filter(|l| l.starts_with("deployster_kube_api_requests_total{"))
+        .map(|l| {
+            let key = (label(l, "verb").unwrap(), label(l, "group").unwrap(), label(l, "resource").unwrap());
+            (key, l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+        })
+        .fold(BTreeMap::new(), |mut m, (k, n)| {
+            *m.entry(k).or_default() += n;
+            m
+        })
+}
+
+/// Every request the controller made is one that `controller::rbac::API_ACCESS` lists (and the
+/// Helm chart's RBAC, held against that list by tests/helm.rs, grants).
+pub fn assert_api_calls_are_listed(controller: &ControllerProcess) {
+    let calls = api_requests(controller);
+    assert!(!calls.is_empty(), "the controller counted its API requests");
+    for (verb, group, resource) in calls.keys() {
+        assert!(
+            deployster::controller::rbac::allowed(group, resource, verb),
+            "{verb} {group}/{resource} is not in controller::rbac::API_ACCESS"
+        );
     }
 }
 

@@ -7,6 +7,8 @@ pub mod cluster;
 #[cfg(feature = "docker")]
 pub mod docker;
 #[cfg(all(feature = "docker", feature = "kube"))]
+pub mod pod_objects;
+#[cfg(all(feature = "docker", feature = "kube"))]
 pub mod pods;
 
 use std::io::{Read, Write};

@@ -42,6 +42,24 @@ src/controller/rbac.rs's API_ACCESS with scope Watched (tests/helm.rs holds them
   verbs: ["get", "list", "watch", "create", "update"]
 {{- end -}}
 
+{{/* Running image types as Pods, in the watched namespaces: API_ACCESS with scope Pods. */}}
+{{- define "deployster.podRules" -}}
+- apiGroups: [""]
+  resources: ["serviceaccounts", "persistentvolumeclaims", "pods/log"]
+  verbs: ["get"]
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["get", "list", "watch", "create", "delete"]
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["patch", "delete"]
+{{- end -}}
+
+{{/* The controller's image, which also carries the helper the Pods of image types run. */}}
+{{- define "deployster.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+
 {{/* Leader election, in the release's namespace: API_ACCESS with scope Lease. */}}
 {{- define "deployster.leaseRules" -}}
 - apiGroups: ["coordination.k8s.io"]

@@ -4,7 +4,8 @@
 //! * init: prints `<workspace>/fixture-init/<name>.json` verbatim when that file exists (any
 //!   content, even garbage). Otherwise the image tag of `type` picks a profile (containers see
 //!   no workspace files): `…:plugs` asks for plug `ro` at `/ro` (read-only) and `rw` at `/rw`
-//!   (writable); anything else gets a permissive default.
+//!   (writable), with a `delete_action` (`act delete`: removes the marker); anything else gets
+//!   a permissive default.
 //! * state (`state`): driven by `config`:
 //!   - `respond`: a JSON value printed as the response; `raw`: a string printed as is;
 //!   - `exit`: exit code; `sleep_ms`: sleep first; `hang`: never finish;
@@ -137,6 +138,7 @@ fn run(phase: &str, name: &str, workspace: &std::path::Path, config: &Value, tag
             json!({"label": "Test fixture", "config_schema": {"type": "object"}, "state_action": {"args": ["state"]}});
         if tag == Some("plugs") {
             init["plugs"] = json!({"ro": {"container_path": "/ro"}, "rw": {"container_path": "/rw", "writable": true}});
+            init["delete_action"] = json!({"args": ["act", "delete"]});
         }
         match std::fs::read_to_string(&custom) {
             Ok(text) => print!("{text}"),
@@ -208,6 +210,9 @@ fn run(phase: &str, name: &str, workspace: &std::path::Path, config: &Value, tag
         {
             eprintln!("{action}: cannot write {path}: {e}");
             return 1;
+        }
+        if action == "delete" {
+            let _ = std::fs::remove_file(&marker);
         }
         if action == "create" && config["stays_stale"].as_bool() != Some(true) {
             std::fs::write(&marker, config["content"].as_str().unwrap_or("created")).expect("write marker");

@@ -1,0 +1,189 @@
+//! The controller running image types as Pods (`--executor pod`, the chart's default) on a
+//! cluster whose Pods really run: `DEPLOYSTER_E2E_CLUSTER` names the kubeconfig
+//! `../shared/cluster/up.sh` printed (see tests/pods.rs for the images it builds and pushes).
+//! The controller runs as a process of this machine against that cluster; the chart's own
+//! installation of it is tests/helm_cluster.rs.
+//!
+//! Test-cluster deviations met here: a deleted Pod disappears on the kubelet's next sync
+//! (seconds), so "nothing left" is waited for; `kubectl create secret` is refused, so objects
+//! are applied as YAML.
+#![cfg(all(feature = "docker", feature = "kube"))]
+
+mod support;
+
+use std::path::Path;
+use std::time::Duration;
+
+use support::cluster::{Cluster, ControllerProcess, assert_api_calls_are_listed, wait_for};
+use support::pod_objects::{PLUGS, assert_nothing_left, claim};
+use support::pods::{PodEnv, env};
+
+macro_rules! cluster_or_skip {
+    ($test:expr) => {
+        match env() {
+            Some(env) => (env, Cluster::on(env.kubeconfig.clone(), $test)),
+            None => return,
+        }
+    };
+}
+
+/// `deployster controller` for the test's namespace, running image types as Pods.
+fn controller(env: &PodEnv, cluster: &Cluster, dir: &Path, name: &str) -> ControllerProcess {
+    let args = ["--namespace", &cluster.namespace, "--executor", "pod", "--helper-image", &env.helper];
+    let controller = ControllerProcess::start(cluster, dir, name, &args);
+    wait_for("the controller's readiness", Duration::from_secs(30), || {
+        controller.http("/readyz").is_some_and(|(code, _)| code == 200)
+    });
+    controller
+}
+
+/// A Manifest named `name` whose `resources` (YAML, indented by four) are image types, with the
+/// plugs of [`claim`] and a short interval.
+fn manifest(name: &str, extra_spec: &str, resources: &str) -> String {
+    let plugs: String = PLUGS.lines().map(|l| format!("  {l}\n")).collect();
+    format!(
+        "apiVersion: deployster.io/v1alpha1\nkind: Manifest\nmetadata: {{name: {name}}}\nspec:\n  interval: 3s\n\
+         {extra_spec}{plugs}  resources:\n{resources}"
+    )
+}
+
+fn status(cluster: &Cluster, name: &str) -> serde_json::Value {
+    cluster.get(&["manifest", name]).map(|m| m["status"].clone()).unwrap_or_default()
+}
+
+/// The Ready condition's reason and message.
+fn not_ready_because(cluster: &Cluster, name: &str) -> Option<(String, String)> {
+    let status = status(cluster, name);
+    let ready = status["conditions"].as_array()?.iter().find(|c| c["type"] == "Ready")?.clone();
+    (ready["status"] == "False")
+        .then(|| (ready["reason"].as_str().unwrap_or("").into(), ready["message"].as_str().unwrap_or("").into()))
+}
+
+/// The status line of resource `resource`.
+fn resource_message(cluster: &Cluster, name: &str, resource: &str) -> String {
+    let status = status(cluster, name);
+    let found = status["resources"].as_array().into_iter().flatten().find(|r| r["name"] == resource);
+    found.map(|r| format!("{} {}", r["status"], r["message"])).unwrap_or_default()
+}
+
+/// A Manifest of image types is applied in Pods of its namespace — its ServiceAccount, its
+/// Secret and PersistentVolumeClaim plugs, `spec.pod` — kept (drift corrected), reports failing
+/// actions, missing images and ServiceAccounts on the object, is deleted with its delete
+/// actions run in Pods, and leaves no Pod or Secret behind; every API call is in the RBAC list.
+#[test]
+fn the_controller_runs_image_types_as_pods_and_leaves_nothing() {
+    let (env, cluster) = cluster_or_skip!("ctl-pods");
+    let dir = claim(&cluster);
+    let work = tempfile::tempdir().unwrap();
+    cluster.apply_yaml("apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: deployer}\n");
+    let controller = controller(env, &cluster, work.path(), "controller");
+    let fixture = &env.fixture_plugs;
+    cluster.apply_yaml(&manifest(
+        "app",
+        "  serviceAccountName: deployer\n  deletionPolicy: Delete\n  pod: {resources: {limits: {memory: 64Mi}}}\n",
+        &format!(
+            "    first: {{type: {fixture}, config: {{marker: /rw/first.marker, content: hello}}}}\n    \
+             second:\n      type: {fixture}\n      config: {{marker: /rw/second.marker, content: \
+             \"{{{{ resources.first.state.content }}}}-2\"}}\n"
+        ),
+    ));
+    wait_for("app to be Ready", Duration::from_secs(120), || cluster.condition("app", "Ready") == "True");
+    assert_eq!(std::fs::read_to_string(dir.join("first.marker")).unwrap(), "hello");
+    assert_eq!(std::fs::read_to_string(dir.join("second.marker")).unwrap(), "hello-2", "a dependency's state read");
+    assert_eq!(status(&cluster, "app")["resourcesSummary"], "2/2");
+
+    // Drift, corrected by a later pass in a Pod.
+    std::fs::remove_file(dir.join("first.marker")).unwrap();
+    wait_for("the drift to be corrected", Duration::from_secs(60), || dir.join("first.marker").exists());
+    wait_for("the DriftCorrected event", Duration::from_secs(30), || {
+        cluster.event_reasons("app").iter().any(|r| r == "DriftCorrected")
+    });
+
+    // A failing action, an image that does not exist, a ServiceAccount that does not exist:
+    // each on its object, with the reason.
+    cluster.apply_yaml(&manifest(
+        "broken",
+        "",
+        &format!("    fails: {{type: {fixture}, config: {{marker: /rw/never.marker, action_exit: 3}}}}\n"),
+    ));
+    let missing_image = format!("{}/deployster/does-not-exist:1", env.registry);
+    cluster.apply_yaml(&manifest("no-image", "", &format!("    x: {{type: {missing_image}}}\n")));
+    cluster.apply_yaml(&manifest(
+        "no-account",
+        "  serviceAccountName: nobody\n",
+        &format!("    x: {{type: {fixture}, config: {{marker: /rw/x.marker}}}}\n"),
+    ));
+    wait_for("the failures on their objects", Duration::from_secs(90), || {
+        ["broken", "no-image", "no-account"].iter().all(|m| not_ready_because(&cluster, m).is_some())
+    });
+    let fails = resource_message(&cluster, "broken", "fails");
+    assert!(fails.contains("exit") && fails.contains('3'), "the failing action's exit: {fails}");
+    assert!(fails.contains("failing with exit code 3 as configured"), "its stderr: {fails}");
+    let (_, message) = not_ready_because(&cluster, "no-image").unwrap();
+    assert!(
+        message.contains("deployster/does-not-exist:1") && message.contains("the registry has no such image"),
+        "the image and the registry's answer: {message}"
+    );
+    let (_, message) = not_ready_because(&cluster, "no-account").unwrap();
+    assert!(message.contains("the ServiceAccount `nobody` does not exist"), "{message}");
+    for broken in ["broken", "no-image", "no-account"] {
+        cluster.must(&cluster.ns(&["delete", "manifest", broken, "--wait=false"]));
+    }
+
+    // Deleted with deletionPolicy: Delete: the delete actions run in Pods, dependents first.
+    cluster.must(&cluster.ns(&["delete", "manifest", "app", "--wait=false"]));
+    wait_for("app to go", Duration::from_secs(120), || cluster.get(&["manifest", "app"]).is_none());
+    assert!(!dir.join("first.marker").exists() && !dir.join("second.marker").exists(), "the delete actions ran");
+    for gone in ["broken", "no-image", "no-account"] {
+        wait_for("the broken Manifests to go", Duration::from_secs(60), || cluster.get(&["manifest", gone]).is_none());
+    }
+    assert_nothing_left(&cluster);
+    assert_api_calls_are_listed(&controller);
+    let calls = support::cluster::api_requests(&controller);
+    for used in [("create", "", "pods"), ("get", "", "pods/log"), ("get", "", "serviceaccounts"), ("list", "", "pods")]
+    {
+        let key = (used.0.to_string(), used.1.to_string(), used.2.to_string());
+        assert!(calls.contains_key(&key), "{used:?} was used: {calls:?}");
+    }
+}
+
+/// The controller is killed (SIGKILL) while an action runs in a Pod; the next controller stops
+/// that Pod before anything starts the action again — the action holds a lock on a file of the
+/// claim and logs `overlap` when it finds it taken — records the pass interrupted, and
+/// converges.
+#[test]
+fn a_controller_killed_mid_action_never_runs_it_twice_at_once() {
+    let (env, cluster) = cluster_or_skip!("ctl-pods-crash");
+    let dir = claim(&cluster);
+    let work = tempfile::tempdir().unwrap();
+    let mut first = controller(env, &cluster, work.path(), "first");
+    cluster.apply_yaml(&manifest(
+        "slow",
+        "",
+        &format!(
+            "    slow: {{type: {}, config: {{marker: /rw/slow.marker, lock: /rw/lock, action_sleep_ms: 20000}}}}\n",
+            env.fixture_plugs
+        ),
+    ));
+    let lock_log = dir.join("lock.log");
+    let started = || std::fs::read_to_string(&lock_log).unwrap_or_default().matches(" started ").count();
+    wait_for("the action to start in its Pod", Duration::from_secs(90), || started() == 1);
+    first.kill();
+    let second = controller(env, &cluster, work.path(), "second");
+    wait_for("slow to be Ready", Duration::from_secs(120), || cluster.condition("slow", "Ready") == "True");
+    let log = std::fs::read_to_string(&lock_log).unwrap();
+    assert!(!log.contains("overlap"), "the action ran twice at once:\n{log}");
+    assert_eq!(started(), 2, "the interrupted action ran again, once:\n{log}");
+    assert!(dir.join("slow.marker").exists());
+    let reasons = cluster.event_reasons("slow");
+    assert!(reasons.iter().any(|r| r == "PodsStopped"), "the earlier Pod was stopped: {reasons:?}");
+    let history = cluster.history("slow");
+    assert!(
+        history.iter().any(|e| e["event"].as_str().is_some_and(|e| e.contains("interrupted"))),
+        "the interrupted pass is recorded: {history:#?}"
+    );
+    cluster.must(&cluster.ns(&["delete", "manifest", "slow", "--wait=false"]));
+    wait_for("slow to go", Duration::from_secs(60), || cluster.get(&["manifest", "slow"]).is_none());
+    assert_nothing_left(&cluster);
+    drop(second);
+}
