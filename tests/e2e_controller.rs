@@ -278,6 +278,9 @@ fn a_leader_that_loses_its_lease_mid_pass_cancels_its_actions() {
     let after_steal = version();
     wait_for("the action to be cancelled", Duration::from_secs(6), || !alive(action));
     let cancelled = stolen.elapsed();
+    // Counted now: the next leader's first pass records the interruption and starts the action
+    // again at once, so a count taken once the history shows the interruption may include it.
+    let before = starts(work.path());
     assert!(cancelled < Duration::from_secs(6), "cancelled after {cancelled:?}, beyond the lease duration");
     assert!(!leads(&first));
     // The intruder's lease (6 s) has not expired: no replica may write, and the old leader's
@@ -291,7 +294,6 @@ fn a_leader_that_loses_its_lease_mid_pass_cancels_its_actions() {
 
     // The intruder never renews: once its lease expires, a replica takes over and runs the
     // action again — never while the cancelled one ran.
-    let before = starts(work.path());
     wait_for("the action to run again", Duration::from_secs(60), || starts(work.path()) > before);
     let log = lock_log(work.path());
     assert!(log.iter().all(|(_, what, _)| what != "overlap"), "an action ran twice at once: {log:?}");
