@@ -12,6 +12,11 @@ RUSTFLAGS='-C target-feature=+crt-static' cargo build --quiet --release --target
 context=$(mktemp -d)
 trap 'rm -rf "$context"' EXIT
 cp "target/$target/release/deployster" image/Dockerfile "$context/"
+# The certificate authorities the controller checks registries (and API servers) against: the
+# HTTP client of the registry reads the system's store, which a scratch image lacks.
+bundle=/etc/ssl/certs/ca-certificates.crt
+[[ -s $bundle ]] || { echo "image/build.sh: $bundle is missing: install ca-certificates" >&2; exit 1; }
+cp "$bundle" "$context/"
 mkdir -m 0700 "$context/tmp"
 # The classic builder: BuildKit needs the buildx plugin, which a plain Docker engine may lack.
 DOCKER_BUILDKIT=0 docker build --quiet --tag "$image" "$context" >&2

@@ -113,7 +113,8 @@ fn the_image_holds_one_static_binary_run_as_a_numeric_non_root_user() {
     let config = inspected.config.expect("an image config");
     assert_eq!(config.user.as_deref(), Some("65532:65532"), "a numeric UID:GID, so runAsNonRoot can verify it");
     assert_eq!(config.entrypoint, Some(vec!["/deployster".to_string()]));
-    assert_eq!(files_in(env, &image), BTreeSet::from(["deployster".to_string(), "tmp".to_string()]));
+    let files = ["deployster", "tmp", "etc", "etc/ssl", "etc/ssl/certs", "etc/ssl/certs/ca-certificates.crt"];
+    assert_eq!(files_in(env, &image), files.iter().map(|f| f.to_string()).collect(), "the binary and a CA bundle");
 
     let (code, output) = run(env, &image, &["--version"]);
     assert_eq!((code, output.trim()), (0, format!("deployster {}", env!("CARGO_PKG_VERSION")).as_str()));
