@@ -15,17 +15,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use support::cluster::{Cluster, ControllerProcess, assert_api_calls_are_listed, wait_for};
-use support::pod_objects::{PLUGS, assert_nothing_left, claim};
-use support::pods::{PodEnv, env};
-
-macro_rules! cluster_or_skip {
-    ($test:expr) => {
-        match env() {
-            Some(env) => (env, Cluster::on(env.kubeconfig.clone(), $test)),
-            None => return,
-        }
-    };
-}
+use support::pod_objects::{PLUGS, assert_nothing_left, claim, on_cluster};
+use support::pods::PodEnv;
 
 /// `deployster controller` for the test's namespace, running image types as Pods.
 fn controller(env: &PodEnv, cluster: &Cluster, dir: &Path, name: &str) -> ControllerProcess {
@@ -72,7 +63,7 @@ fn resource_message(cluster: &Cluster, name: &str, resource: &str) -> String {
 /// actions run in Pods, and leaves no Pod or Secret behind; every API call is in the RBAC list.
 #[test]
 fn the_controller_runs_image_types_as_pods_and_leaves_nothing() {
-    let (env, cluster) = cluster_or_skip!("ctl-pods");
+    let Some((env, cluster)) = on_cluster("ctl-pods") else { return };
     let dir = claim(&cluster);
     let work = tempfile::tempdir().unwrap();
     cluster.apply_yaml("apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: deployer}\n");
@@ -113,8 +104,10 @@ fn the_controller_runs_image_types_as_pods_and_leaves_nothing() {
         "  serviceAccountName: nobody\n",
         &format!("    x: {{type: {fixture}, config: {{marker: /rw/x.marker}}}}\n"),
     ));
+    // Not Ready is also what a pass in progress says: wait for the failing resource's own line.
     wait_for("the failures on their objects", Duration::from_secs(90), || {
-        ["broken", "no-image", "no-account"].iter().all(|m| not_ready_because(&cluster, m).is_some())
+        resource_message(&cluster, "broken", "fails").starts_with("\"FAILED\"")
+            && ["no-image", "no-account"].iter().all(|m| not_ready_because(&cluster, m).is_some())
     });
     let fails = resource_message(&cluster, "broken", "fails");
     assert!(fails.contains("exit") && fails.contains('3'), "the failing action's exit: {fails}");
@@ -153,7 +146,7 @@ fn the_controller_runs_image_types_as_pods_and_leaves_nothing() {
 /// converges.
 #[test]
 fn a_controller_killed_mid_action_never_runs_it_twice_at_once() {
-    let (env, cluster) = cluster_or_skip!("ctl-pods-crash");
+    let Some((env, cluster)) = on_cluster("ctl-pods-crash") else { return };
     let dir = claim(&cluster);
     let work = tempfile::tempdir().unwrap();
     let mut first = controller(env, &cluster, work.path(), "first");

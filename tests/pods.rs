@@ -14,18 +14,9 @@ mod support;
 use std::time::{Duration, Instant};
 
 use support::cluster::Cluster;
-use support::pod_objects::{PLUGS, assert_nothing_left, claim, left};
-use support::pods::{PodEnv, env};
+use support::pod_objects::{PLUGS, assert_nothing_left, claim, left, on_cluster};
+use support::pods::PodEnv;
 use support::{Run, Workspace};
-
-macro_rules! cluster_or_skip {
-    ($test:expr) => {
-        match env() {
-            Some(env) => (env, Cluster::on(env.kubeconfig.clone(), $test)),
-            None => return,
-        }
-    };
-}
 
 /// deployster `args` with `--executor pod` in the test's namespace.
 fn run(env: &PodEnv, cluster: &Cluster, ws: &Workspace, args: &[&str]) -> Run {
@@ -35,7 +26,7 @@ fn run(env: &PodEnv, cluster: &Cluster, ws: &Workspace, args: &[&str]) -> Run {
 
 #[test]
 fn image_types_run_as_pods_read_state_and_converge() {
-    let (env, cluster) = cluster_or_skip!("pods-converge");
+    let Some((env, cluster)) = on_cluster("pods-converge") else { return };
     let dir = claim(&cluster);
     let ws = Workspace::new();
     ws.manifest(&format!(
@@ -78,7 +69,7 @@ fn image_types_run_as_pods_read_state_and_converge() {
 
 #[test]
 fn bad_inputs_fail_clearly_and_leave_nothing() {
-    let (env, cluster) = cluster_or_skip!("pods-bad-inputs");
+    let Some((env, cluster)) = on_cluster("pods-bad-inputs") else { return };
     claim(&cluster);
     let ws = Workspace::new();
     let apply = |manifest: String| {
@@ -125,7 +116,7 @@ fn bad_inputs_fail_clearly_and_leave_nothing() {
 
 #[test]
 fn a_timed_out_action_s_pod_is_gone_before_the_run_ends() {
-    let (env, cluster) = cluster_or_skip!("pods-timeout");
+    let Some((env, cluster)) = on_cluster("pods-timeout") else { return };
     let dir = claim(&cluster);
     let ws = Workspace::new();
     ws.manifest(&format!(
@@ -149,7 +140,7 @@ fn a_timed_out_action_s_pod_is_gone_before_the_run_ends() {
 
 #[test]
 fn a_pod_deleted_by_hand_mid_action_fails_the_action_saying_so() {
-    let (env, cluster) = cluster_or_skip!("pods-deleted");
+    let Some((env, cluster)) = on_cluster("pods-deleted") else { return };
     let dir = claim(&cluster);
     let ws = Workspace::new();
     ws.manifest(&format!(

@@ -852,14 +852,10 @@ impl Executor for PodExecutor {
 
     /// Deletes every Pod of run `run_id` and waits until they are gone.
     async fn stop_run(&self, run_id: &str) -> Result<usize, ExecError> {
-        let scope = match self.scope(run_id) {
-            Ok(scope) => scope,
-            // A run of an earlier controller process or leader: the controller sweeps every Pod
-            // of a Manifest's earlier passes before the next starts (`controller::reconcile`),
-            // so none of this run is left to stop.
-            Err(_) if self.settings.scope.is_none() => return Ok(0),
-            Err(e) => return Err(e),
-        };
+        // Only the controller's executor has no scope for a run it was not given: a run of an
+        // earlier controller process or leader. The controller sweeps every Pod of a Manifest's
+        // earlier passes before the next starts (`controller::reconcile`), so none is left.
+        let Ok(scope) = self.scope(run_id) else { return Ok(0) };
         self.sweep(&scope.namespace, &format!("{RUN_LABEL}={}", label_value(run_id))).await
     }
 

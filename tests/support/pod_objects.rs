@@ -4,6 +4,13 @@
 use std::time::{Duration, Instant};
 
 use super::cluster::Cluster;
+use super::pods::{PodEnv, env};
+
+/// The cluster whose Pods really run, with a fresh namespace named after `test`; `None` (after
+/// saying why) when none was given.
+pub fn on_cluster(test: &str) -> Option<(&'static PodEnv, Cluster)> {
+    env().map(|env| (env, Cluster::on(env.kubeconfig.clone(), test)))
+}
 
 /// A PersistentVolumeClaim `data` bound to a host directory this test reads (the test cluster's
 /// node is this machine); the directory.
