@@ -15,7 +15,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use support::cluster::{Cluster, ControllerProcess, assert_api_calls_are_listed, wait_for};
-use support::pod_objects::{PLUGS, assert_nothing_left, claim, on_cluster};
+use support::pod_objects::{assert_nothing_left, claim, dependent_pair, manifest, on_cluster};
 use support::pods::PodEnv;
 
 /// `deployster controller` for the test's namespace, running image types as Pods.
@@ -26,16 +26,6 @@ fn controller(env: &PodEnv, cluster: &Cluster, dir: &Path, name: &str) -> Contro
         controller.http("/readyz").is_some_and(|(code, _)| code == 200)
     });
     controller
-}
-
-/// A Manifest named `name` whose `resources` (YAML, indented by four) are image types, with the
-/// plugs of [`claim`] and a short interval.
-fn manifest(name: &str, extra_spec: &str, resources: &str) -> String {
-    let plugs: String = PLUGS.lines().map(|l| format!("  {l}\n")).collect();
-    format!(
-        "apiVersion: deployster.io/v1alpha1\nkind: Manifest\nmetadata: {{name: {name}}}\nspec:\n  interval: 3s\n\
-         {extra_spec}{plugs}  resources:\n{resources}"
-    )
 }
 
 fn status(cluster: &Cluster, name: &str) -> serde_json::Value {
@@ -72,11 +62,7 @@ fn the_controller_runs_image_types_as_pods_and_leaves_nothing() {
     cluster.apply_yaml(&manifest(
         "app",
         "  serviceAccountName: deployer\n  deletionPolicy: Delete\n  pod: {resources: {limits: {memory: 64Mi}}}\n",
-        &format!(
-            "    first: {{type: {fixture}, config: {{marker: /rw/first.marker, content: hello}}}}\n    \
-             second:\n      type: {fixture}\n      config: {{marker: /rw/second.marker, content: \
-             \"{{{{ resources.first.state.content }}}}-2\"}}\n"
-        ),
+        &dependent_pair(fixture),
     ));
     wait_for("app to be Ready", Duration::from_secs(120), || cluster.condition("app", "Ready") == "True");
     assert_eq!(std::fs::read_to_string(dir.join("first.marker")).unwrap(), "hello");

@@ -3,15 +3,14 @@
 //! the binary accepts, bad values are refused at install time, and it installs into (and
 //! uninstalls cleanly from) the test API server.
 //!
-//! Needs `helm` (`DEPLOYSTER_HELM`, or on PATH; `../shared/tools/install-helm` installs it):
-//! without it these tests skip with a reason, and `DEPLOYSTER_REQUIRE_HELM=1` (as `.ci/run`
-//! sets) makes them fail instead.
+//! Needs `helm` (see tests/support/helm.rs). Its installation on a cluster whose Pods run is
+//! tests/helm_cluster.rs.
 #![cfg(feature = "kube")]
 
 mod support;
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
@@ -19,34 +18,7 @@ use deployster::controller::rbac::{API_ACCESS, Scope};
 use serde::Deserialize;
 use serde_json::Value;
 use support::cluster::{Cluster, free_port, wait_for};
-
-fn chart() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("charts/deployster")
-}
-
-fn helm() -> Option<PathBuf> {
-    let candidate = std::env::var_os("DEPLOYSTER_HELM").map(PathBuf::from).unwrap_or_else(|| "helm".into());
-    let works = Command::new(&candidate).arg("version").output().is_ok_and(|o| o.status.success());
-    match works {
-        true => Some(candidate),
-        false if std::env::var("DEPLOYSTER_REQUIRE_HELM").is_ok_and(|v| v == "1") => {
-            panic!("DEPLOYSTER_REQUIRE_HELM=1 but helm is not available ({})", candidate.display())
-        }
-        false => {
-            eprintln!(
-                "skipping: helm is not available; ../shared/tools/install-helm installs it (set DEPLOYSTER_HELM)"
-            );
-            None
-        }
-    }
-}
-
-/// `helm ARGS`: whether it succeeded, stdout, stderr.
-fn run_helm(helm: &Path, args: &[&str]) -> (bool, String, String) {
-    let output = Command::new(helm).args(args).output().expect("run helm");
-    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-    (output.status.success(), text(&output.stdout), text(&output.stderr))
-}
+use support::helm::{chart, helm, run_helm};
 
 /// The chart rendered with `extra` arguments, as JSON documents.
 fn render(helm: &Path, extra: &[&str]) -> Vec<Value> {

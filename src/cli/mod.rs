@@ -315,6 +315,14 @@ pub struct ControllerArgs {
     /// one died; a leader that cannot renew for two thirds of it stops its passes.
     #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_lease_duration, requires = "leader_elect")]
     pub lease_duration: Duration,
+    /// The name of the Pod the controller runs in (with `--pod-uid`; the chart sets both from
+    /// the downward API): under `--leader-elect`, the Lease it holds is owned by that Pod, and
+    /// goes with it.
+    #[arg(long, value_name = "NAME", env = "DEPLOYSTER_POD_NAME", requires = "pod_uid")]
+    pub pod_name: Option<String>,
+    /// The uid of the Pod the controller runs in (with `--pod-name`).
+    #[arg(long, value_name = "UID", env = "DEPLOYSTER_POD_UID", requires = "pod_name")]
+    pub pod_uid: Option<String>,
     /// Where resource types that are images run: `pod` (short-lived Pods in each Manifest's
     /// namespace, as its `spec.serviceAccountName`; plugs are their volumes) or `docker` (the
     /// node's Docker engine; plugs are files the controller writes for them).
@@ -719,7 +727,7 @@ fn interactive() -> bool {
 
 #[cfg(feature = "kube")]
 async fn controller(args: ControllerArgs) -> Result<Exit, CliError> {
-    use crate::controller::{Executors, Images, LeaderElection, RunConfig, Settings};
+    use crate::controller::{Executors, Images, LeaderElection, OwnPod, RunConfig, Settings};
     use crate::pod::executor::PodSettings;
     #[cfg(feature = "docker")]
     let images = (args.executor == ExecutorArg::Docker).then(|| docker_executor(&args.docker)).flatten();
@@ -747,6 +755,7 @@ async fn controller(args: ControllerArgs) -> Result<Exit, CliError> {
         lease_name: args.lease_name,
         lease_namespace: args.lease_namespace,
         lease_duration: args.lease_duration,
+        pod: args.pod_name.zip(args.pod_uid).map(|(name, uid)| OwnPod { name, uid }),
     });
     let config = RunConfig {
         namespaces: args.namespaces,

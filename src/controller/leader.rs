@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use futures::Stream;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, OwnerReference};
 use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, Client, ResourceExt};
 use tokio::sync::watch;
@@ -34,6 +34,11 @@ pub struct LeaseConfig {
     /// Unique per process: `<hostname>_<random>`.
     pub identity: String,
     pub duration: Duration,
+    /// The replica's own Pod, when it runs in one: the Lease it writes is owned by that Pod,
+    /// so that the Lease goes with the last replica (`helm uninstall` leaves nothing behind)
+    /// — a leader that writes it after its Pod was deleted only makes it the garbage
+    /// collector's at once.
+    pub owner: Option<OwnerReference>,
 }
 
 impl LeaseConfig {
@@ -190,6 +195,9 @@ impl LeaseLock {
         }
         spec.renew_time = Some(now());
         spec.lease_duration_seconds = Some(self.config.duration_seconds());
+        if let Some(owner) = &self.config.owner {
+            lease.metadata.owner_references = Some(vec![owner.clone()]);
+        }
         Ok(lease)
     }
 
@@ -211,6 +219,7 @@ impl LeaseLock {
             metadata: ObjectMeta {
                 name: Some(self.config.name.clone()),
                 namespace: Some(self.config.namespace.clone()),
+                owner_references: self.config.owner.clone().map(|owner| vec![owner]),
                 ..ObjectMeta::default()
             },
             spec: Some(LeaseSpec {
@@ -413,12 +422,23 @@ mod tests {
         assert!(term.is_cancelled() && leadership.term().is_none(), "the fence ended the term");
     }
 
+    fn pod(name: &str) -> OwnerReference {
+        OwnerReference {
+            api_version: "v1".into(),
+            kind: "Pod".into(),
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            ..OwnerReference::default()
+        }
+    }
+
     async fn lock(client: &kube::Client, identity: &str) -> LeaseLock {
         let config = LeaseConfig {
             name: "deployster".into(),
             namespace: "default".into(),
             identity: identity.into(),
             duration: Duration::from_secs(1),
+            owner: Some(pod(identity)),
         };
         LeaseLock { api: Api::namespaced(client.clone(), "default"), config, observed: None }
     }
@@ -428,6 +448,8 @@ mod tests {
         let client = kube_fake_client::ClientBuilder::new().build().await.unwrap();
         let (mut a, mut b, mut c) = (lock(&client, "a").await, lock(&client, "b").await, lock(&client, "c").await);
         assert_eq!(a.try_acquire_or_renew().await.unwrap(), Attempt::Held, "the first creates the Lease");
+        let created: Lease = Api::namespaced(client.clone(), "default").get("deployster").await.unwrap();
+        assert_eq!(created.metadata.owner_references, Some(vec![pod("a")]), "owned by its creator's Pod");
         assert_eq!(b.try_acquire_or_renew().await.unwrap(), Attempt::HeldBy("a".into()));
         assert_eq!(c.try_acquire_or_renew().await.unwrap(), Attempt::HeldBy("a".into()));
         for _ in 0..3 {
@@ -444,6 +466,7 @@ mod tests {
         assert_eq!(b.try_acquire_or_renew().await.unwrap(), Attempt::Held);
         assert_eq!(c.write(&stale_claim).await.unwrap(), Attempt::HeldBy("another replica".into()));
         let lease: Lease = Api::namespaced(client.clone(), "default").get("deployster").await.unwrap();
+        assert_eq!(lease.metadata.owner_references, Some(vec![pod("b")]), "owned by the holder's Pod");
         let spec = lease.spec.unwrap();
         assert_eq!(spec.holder_identity.as_deref(), Some("b"));
         assert_eq!(spec.lease_transitions, Some(1));
@@ -470,6 +493,7 @@ mod tests {
             namespace: "missing".into(),
             identity: identity(),
             duration: Duration::from_secs(15),
+            owner: None,
         };
         let Err(error) = elect(client, config, Arc::new(Metrics::new()), CancellationToken::new()).await else {
             panic!("elected in a namespace that does not exist");
@@ -485,6 +509,7 @@ mod tests {
             namespace: "n".into(),
             identity: identity(),
             duration: Duration::from_secs(15),
+            owner: None,
         };
         assert_eq!(config.renew_deadline(), Duration::from_secs(10));
         assert!(config.retry_period() * 4 <= config.renew_deadline(), "several renewals fit in the deadline");

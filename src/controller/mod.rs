@@ -138,6 +138,27 @@ pub struct LeaderElection {
     /// Default: the namespace of the controller's own kubeconfig context or pod.
     pub lease_namespace: Option<String>,
     pub lease_duration: Duration,
+    /// The Pod this controller runs in, when it does.
+    pub pod: Option<OwnPod>,
+}
+
+/// The controller's own Pod (the chart passes it through the downward API).
+#[derive(Debug, Clone)]
+pub struct OwnPod {
+    pub name: String,
+    pub uid: String,
+}
+
+impl OwnPod {
+    fn owner_reference(&self) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+            api_version: "v1".into(),
+            kind: "Pod".into(),
+            name: self.name.clone(),
+            uid: self.uid.clone(),
+            ..Default::default()
+        }
+    }
 }
 
 /// How `deployster controller` was asked to run.
@@ -265,6 +286,7 @@ pub async fn run(mut config: RunConfig, executors: Executors) -> Result<(), Erro
                 namespace: election.lease_namespace.clone().unwrap_or(default_namespace),
                 identity: leader::identity(),
                 duration: election.lease_duration,
+                owner: election.pod.as_ref().map(OwnPod::owner_reference),
             };
             let (leadership, elector) = leader::elect(client.clone(), lease, metrics.clone(), shutdown.clone()).await?;
             (leadership, Some(elector))

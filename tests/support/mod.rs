@@ -6,6 +6,8 @@
 pub mod cluster;
 #[cfg(feature = "docker")]
 pub mod docker;
+#[cfg(feature = "kube")]
+pub mod helm;
 #[cfg(all(feature = "docker", feature = "kube"))]
 pub mod pod_objects;
 #[cfg(all(feature = "docker", feature = "kube"))]

@@ -72,3 +72,24 @@ pub fn assert_nothing_left(cluster: &Cluster) {
     }
     assert_eq!(left(cluster), Vec::<String>::new(), "Pods or Secrets of Deployster's were left");
 }
+
+/// A Manifest named `name` whose `resources` (YAML, indented by four) are image types, with the
+/// plugs of [`claim`] and a short interval.
+pub fn manifest(name: &str, extra_spec: &str, resources: &str) -> String {
+    let plugs: String = PLUGS.lines().map(|l| format!("  {l}\n")).collect();
+    format!(
+        "apiVersion: deployster.io/v1alpha1\nkind: Manifest\nmetadata: {{name: {name}}}\nspec:\n  interval: 3s\n\
+         {extra_spec}{plugs}  resources:\n{resources}"
+    )
+}
+
+/// Resources `first` and `second` of image `fixture` (the fixture's `plugs` tag), writing
+/// markers `first.marker` ("hello") and `second.marker` (first's state read: "hello-2") to the
+/// claim.
+pub fn dependent_pair(fixture: &str) -> String {
+    format!(
+        "    first: {{type: {fixture}, config: {{marker: /rw/first.marker, content: hello}}}}\n    \
+         second:\n      type: {fixture}\n      config: {{marker: /rw/second.marker, content: \
+         \"{{{{ resources.first.state.content }}}}-2\"}}\n"
+    )
+}

@@ -20,6 +20,8 @@ pub struct PodEnv {
     pub fixture: String,
     pub fixture_plugs: String,
     pub registry: String,
+    /// The node's own Docker daemon (`CLUSTER_DOCKER_HOST`), where the kubelet runs containers.
+    pub node_docker: String,
 }
 
 pub fn env() -> Option<&'static PodEnv> {
@@ -36,12 +38,14 @@ pub fn env() -> Option<&'static PodEnv> {
         let cluster_env = Path::new(&kubeconfig).with_file_name("cluster.env");
         let text = std::fs::read_to_string(&cluster_env)
             .unwrap_or_else(|e| panic!("{} beside the kubeconfig: {e}", cluster_env.display()));
-        let registry = text
-            .lines()
-            .find_map(|l| l.strip_prefix("REGISTRY="))
-            .unwrap_or_else(|| panic!("no REGISTRY= in {}", cluster_env.display()))
-            .trim()
-            .to_string();
+        let setting = |name: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix('='))
+                .unwrap_or_else(|| panic!("no {name}= in {}", cluster_env.display()))
+                .trim()
+                .to_string()
+        };
+        let (registry, node_docker) = (setting("REGISTRY"), setting("CLUSTER_DOCKER_HOST"));
         docker::env().expect("the Pod tests build their images with Docker");
         let push = |local: &str, remote: &str| {
             for args in [vec!["tag", local, remote], vec!["push", "--quiet", remote]] {
@@ -58,7 +62,7 @@ pub fn env() -> Option<&'static PodEnv> {
         let fixture_plugs = format!("{registry}/deployster/fixture:plugs");
         push(FIXTURE_IMAGE, &fixture);
         push(FIXTURE_PLUGS_IMAGE, &fixture_plugs);
-        Some(PodEnv { kubeconfig, helper, fixture, fixture_plugs, registry })
+        Some(PodEnv { kubeconfig, helper, fixture, fixture_plugs, registry, node_docker })
     })
     .as_ref()
 }

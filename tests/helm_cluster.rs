@@ -1,0 +1,209 @@
+//! The chart installed by `helm install` on a cluster whose Pods really run
+//! (`DEPLOYSTER_E2E_CLUSTER`, the kubeconfig `../shared/cluster/up.sh` printed): the controller
+//! runs as a Pod of the chart's Deployment, from the image `image/build.sh` builds, pushed to the
+//! cluster's registry, and runs image types as Pods of the Manifest's namespace.
+//!
+//! Test-cluster deviations met here (see its README): it has no in-cluster configuration, so
+//! the controller reads the kubeconfig Secret the cluster provides, through the chart's general
+//! `extraVolumes`, `extraVolumeMounts` and `extraEnv` — what a user whose API server needs a
+//! kubeconfig would give; Pods share the host's network, so the metrics port is a free one; a
+//! deleted Pod disappears on the kubelet's next sync, so "gone" is waited for.
+#![cfg(all(feature = "docker", feature = "kube"))]
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::Value;
+use support::cluster::{Cluster, free_port, wait_for};
+use support::helm::{chart, helm, run_helm};
+use support::pod_objects::{assert_nothing_left, claim, dependent_pair, manifest, on_cluster};
+
+/// The namespace's copy of the cluster's kubeconfig Secret (`default/cluster-kubeconfig`).
+fn copy_kubeconfig_secret(cluster: &Cluster) {
+    let secret = cluster.get(&["-n", "default", "secret", "cluster-kubeconfig"]).expect("default/cluster-kubeconfig");
+    let copy = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "cluster-kubeconfig"},
+        "data": secret["data"],
+    });
+    cluster.apply_yaml(&copy.to_string());
+}
+
+/// The chart's values: the controller image from the cluster's registry, watching the test's
+/// namespace, with the kubeconfig Secret mounted.
+fn values(image: &str, namespace: &str) -> String {
+    let (repository, tag) = image.rsplit_once(':').unwrap();
+    format!(
+        r#"
+image: {{repository: "{repository}", tag: "{tag}", pullPolicy: Always}}
+watchNamespaces: [{namespace}]
+metrics: {{port: {port}}}
+leaderElection: {{leaseDuration: 8s}}
+shutdownGrace: 2s
+logLevel: info,deployster=debug
+extraEnv:
+  - {{name: KUBECONFIG, value: /etc/kube/config}}
+extraVolumes:
+  - {{name: kube, secret: {{secretName: cluster-kubeconfig}}}}
+extraVolumeMounts:
+  - {{name: kube, mountPath: /etc/kube, readOnly: true}}
+"#,
+        port = free_port()
+    )
+}
+
+/// Name and `status.phase` of the controller's Pods, the deleted ones aside.
+fn controller_pods(cluster: &Cluster) -> Vec<(String, String)> {
+    let list = cluster.get(&["pods", "-l", "app.kubernetes.io/name=deployster"]).unwrap_or_default();
+    let pods = list["items"].as_array().cloned().unwrap_or_default();
+    pods.iter()
+        .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+        .map(|p| {
+            let name = p["metadata"]["name"].as_str().unwrap_or_default().to_string();
+            (name, p["status"]["phase"].as_str().unwrap_or_default().to_string())
+        })
+        .collect()
+}
+
+fn ready(pod: &Value) -> bool {
+    pod["status"]["conditions"]
+        .as_array()
+        .is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+}
+
+/// Waits (up to 2 minutes) for one controller Pod other than `not` to run and be ready; its
+/// name. Fails with the Pods' states and the logs of their controller containers.
+fn wait_for_controller(cluster: &Cluster, not: Option<&str>) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let candidates = controller_pods(cluster).into_iter().filter(|(n, _)| Some(n.as_str()) != not);
+        if let Some((name, _)) =
+            candidates.into_iter().find(|(name, _)| cluster.get(&["pod", name]).is_some_and(|p| ready(&p)))
+        {
+            return name;
+        }
+        if std::time::Instant::now() > deadline {
+            let (_, pods) = cluster.kubectl(&cluster.ns(&["get", "pods", "-o", "wide"]));
+            let (_, logs) =
+                cluster.kubectl(&cluster.ns(&["logs", "-l", "app.kubernetes.io/name=deployster", "--tail", "30"]));
+            panic!("no ready controller Pod (other than {not:?}) after 2 minutes:\n{pods}\n{logs}");
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// SIGKILLs the controller container of Pod `pod` on the node's Docker daemon `host`.
+fn kill_container(host: &str, pod: &str) {
+    let docker = |args: &[&str]| {
+        let out = std::process::Command::new("docker").args(["-H", host]).args(args).output().expect("run docker");
+        assert!(out.status.success(), "docker {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let id = docker(&["ps", "--quiet", "--filter", &format!("name={pod}_controller")]);
+    assert!(!id.is_empty() && !id.contains('\n'), "one running controller container of {pod}: {id:?}");
+    docker(&["kill", "--signal", "KILL", &id]);
+}
+
+/// `helm install` runs the controller as a Pod that applies image types in Pods (a dependency's
+/// state read, delete actions run); its Pod killed mid-action, the Deployment's next Pod never
+/// runs the action twice at once and converges; `helm uninstall` leaves nothing behind.
+#[test]
+fn the_chart_installed_by_helm_runs_image_types_as_pods_and_uninstalls_cleanly() {
+    let Some(helm) = helm() else { return };
+    let Some((env, cluster)) = on_cluster("helm-pods") else { return };
+    let ns = cluster.namespace.as_str();
+    let dir = claim(&cluster);
+    copy_kubeconfig_secret(&cluster);
+    let values_file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(values_file.path(), values(&env.helper, ns)).unwrap();
+    let release = format!("pods-{}", std::process::id());
+    let kube = ["--kubeconfig", cluster.kubeconfig.as_str(), "--namespace", ns];
+    let chart = chart();
+    let install = [
+        &["install", release.as_str(), chart.to_str().unwrap(), "--values", values_file.path().to_str().unwrap()],
+        &kube[..],
+    ]
+    .concat();
+    let (ok, out, err) = run_helm(&helm, &install);
+    assert!(ok, "helm install: {out}{err}");
+    let first = wait_for_controller(&cluster, None);
+
+    let fixture = &env.fixture_plugs;
+    cluster.apply_yaml(&manifest("app", "  deletionPolicy: Delete\n", &dependent_pair(fixture)));
+    wait_for("app to be Ready", Duration::from_secs(120), || cluster.condition("app", "Ready") == "True");
+    assert_eq!(std::fs::read_to_string(dir.join("second.marker")).unwrap(), "hello-2", "a dependency's state read");
+
+    // The controller's Pod is killed in the middle of a long action: its process by SIGKILL, as
+    // a crash would, and the Pod deleted at once, as with a node lost; the Deployment's next Pod
+    // takes the lease, finds the action's Pod and stops it before anything starts the action
+    // again. (Deviation: this cluster's kubelet does not restart a container that exited, and
+    // with the host's network a new Pod cannot bind the metrics port while the old process
+    // lives — so the process is killed, through the node's Docker daemon, before the Pod goes.)
+    cluster.apply_yaml(&manifest(
+        "slow",
+        "",
+        &format!("    slow: {{type: {fixture}, config: {{marker: /rw/slow.marker, lock: /rw/lock, action_sleep_ms: 20000}}}}\n"),
+    ));
+    let lock_log = dir.join("lock.log");
+    let started = || std::fs::read_to_string(&lock_log).unwrap_or_default().matches(" started ").count();
+    wait_for("the action to start in its Pod", Duration::from_secs(90), || started() == 1);
+    kill_container(&env.node_docker, &first);
+    cluster.must(&cluster.ns(&["delete", "pod", &first, "--grace-period=0", "--force"]));
+    let second = wait_for_controller(&cluster, Some(&first));
+    wait_for("slow to be Ready", Duration::from_secs(180), || cluster.condition("slow", "Ready") == "True");
+    let log = std::fs::read_to_string(&lock_log).unwrap();
+    assert!(!log.contains("overlap"), "the action ran twice at once:\n{log}");
+    assert_eq!(started(), 2, "the interrupted action ran again, once:\n{log}");
+    assert!(dir.join("slow.marker").exists());
+    let history = cluster.history("slow");
+    assert!(
+        history.iter().any(|e| e["event"].as_str().is_some_and(|e| e.contains("interrupted") || e.contains("cancel"))),
+        "the interrupted pass is recorded: {history:#?}"
+    );
+
+    // Deleted, `app` runs its delete actions in Pods of the new controller.
+    for name in ["app", "slow"] {
+        cluster.must(&cluster.ns(&["delete", "manifest", name, "--wait=false"]));
+    }
+    for name in ["app", "slow"] {
+        wait_for("the Manifests to go", Duration::from_secs(120), || cluster.get(&["manifest", name]).is_none());
+    }
+    assert!(!dir.join("first.marker").exists() && !dir.join("second.marker").exists(), "the delete actions ran");
+    assert_nothing_left(&cluster);
+
+    let (ok, out, err) = run_helm(&helm, &[&["uninstall", release.as_str(), "--wait"], &kube[..]].concat());
+    assert!(ok, "helm uninstall: {out}{err}");
+    wait_for("the controller's Pods to go", Duration::from_secs(60), || controller_pods(&cluster).is_empty());
+    let (ok, rest) = cluster.kubectl(&cluster.ns(&[
+        "get",
+        "deployments.apps,replicasets.apps,serviceaccounts,services,roles.rbac.authorization.k8s.io,\
+         rolebindings.rbac.authorization.k8s.io,leases.coordination.k8s.io",
+        "-l",
+        &format!("app.kubernetes.io/instance={release}"),
+        "-o",
+        "name",
+    ]));
+    assert!(ok, "{rest}");
+    assert_eq!(rest.trim(), "", "the release's objects are gone");
+    // The Lease is the controller's, owned by the leader's Pod: Kubernetes' garbage collector
+    // removes it once that Pod is gone. (Deviation: this cluster's collector leaves Leases — it
+    // removes Secrets and ConfigMaps — so a Lease still there must be owned only by Pods that
+    // no longer exist, which Kubernetes would collect.)
+    wait_for("the leader-election Lease to be the garbage collector's", Duration::from_secs(60), || {
+        let Some(lease) = cluster.get(&["leases.coordination.k8s.io", "deployster-controller"]) else { return true };
+        let owners = lease["metadata"]["ownerReferences"].as_array().cloned().unwrap_or_default();
+        !owners.is_empty()
+            && owners.iter().all(|o| {
+                o["kind"] == "Pod"
+                    && cluster
+                        .get(&["pod", o["name"].as_str().unwrap_or_default()])
+                        .is_none_or(|pod| pod["metadata"]["uid"] != o["uid"])
+            })
+    });
+    let (ok, everywhere) =
+        cluster.kubectl(&["get", "pods,secrets", "--all-namespaces", "-l", "deployster.io/owner", "-o", "name"]);
+    assert!(ok && everywhere.trim().is_empty(), "nothing of Deployster's in any namespace: {everywhere}");
+    drop(second);
+}
