@@ -92,6 +92,12 @@ fn bad_inputs_fail_clearly_and_leave_nothing() {
     assert!(text.contains("not_json") && text.contains("is not a JSON object"), "stdout not JSON:\n{text}");
     assert!(text.contains("failing") && text.contains("exit code 3"), "a failing state:\n{text}");
     assert!(text.contains("state: failing with exit code 3 as configured"), "its stderr:\n{text}");
+    // A type whose state program exits at once, printing nothing, without reading its request.
+    let text = apply(format!("resources:\n  eager: {{type: {}}}\n", env.fixture_eager));
+    assert!(
+        text.contains("eager") && text.contains("state: invalid response: printed nothing on stdout"),
+        "exits without reading:\n{text}"
+    );
     // Output past the limit (8 MiB a stream), on stdout or without end on stderr: stopped.
     let started = Instant::now();
     let text = apply(format!(
@@ -111,6 +117,15 @@ fn bad_inputs_fail_clearly_and_leave_nothing() {
     ws.manifest(&format!("resources:\n  a: {{type: {}}}\n", env.fixture));
     let out = run(env, &cluster, &ws, &["plan", "-f", "manifest.yaml", "--service-account", "nobody"]);
     assert!(out.all().contains("the ServiceAccount `nobody` does not exist"), "{}", out.all());
+    // A node that never takes the Pod: failed after the schedule timeout, saying so.
+    let started = Instant::now();
+    let selector = ["--node-selector", "deployster.io/no-such=node", "--schedule-timeout", "5s"];
+    let out = run(env, &cluster, &ws, &[&["plan", "-f", "manifest.yaml"][..], &selector[..]].concat());
+    assert_ne!(out.code, 0, "{}", out.all());
+    let text = out.all();
+    assert!(text.contains("resource `a`: init failed: no node took the Pod within 5s:"), "{text}");
+    assert!(text.contains("nodes are available"), "with the scheduler's message: {text}");
+    assert!(started.elapsed() < Duration::from_secs(60), "failing took {:?}", started.elapsed());
     assert_nothing_left(&cluster);
 }
 

@@ -168,6 +168,21 @@ pub struct PodArgs {
     /// ServiceAccount's; repeat for several.
     #[arg(long = "image-pull-secret", value_name = "NAME")]
     pub image_pull_secrets: Vec<String>,
+    /// With `--executor pod`: a label the Pods' node must carry; repeat for several.
+    #[arg(long = "node-selector", value_name = "KEY=VALUE", value_parser = parse_label)]
+    pub node_selector: Vec<(String, String)>,
+    /// With `--executor pod`: a Pod no node takes fails after this long, with the scheduler's
+    /// message.
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
+    pub schedule_timeout: Duration,
+}
+
+/// `KEY=VALUE`, both non-empty.
+fn parse_label(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((key, value)) if !key.is_empty() && !value.is_empty() => Ok((key.into(), value.into())),
+        _ => Err(format!("`{text}` is not KEY=VALUE")),
+    }
 }
 
 /// How long programs may run; past it a program gets SIGTERM, then SIGKILL.
@@ -336,6 +351,10 @@ pub struct ControllerArgs {
     /// HTTP (registries on loopback always are); repeat for several.
     #[arg(long = "insecure-registry", value_name = "HOST:PORT")]
     pub insecure_registries: Vec<String>,
+    /// With `--executor pod`: a Pod no node takes fails after this long, with the scheduler's
+    /// message.
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
+    pub schedule_timeout: Duration,
     #[cfg(feature = "docker")]
     #[command(flatten)]
     pub docker: DockerArgs,
@@ -694,8 +713,10 @@ async fn pod_executor(args: &PodArgs) -> Result<Arc<dyn Executor>, CliError> {
         scope.service_account = args.service_account.clone();
         let secrets = args.image_pull_secrets.iter().map(|name| crate::crd::LocalRef { name: name.clone() });
         scope.options.image_pull_secrets = secrets.collect();
+        scope.options.node_selector = args.node_selector.iter().cloned().collect();
     }
     settings.insecure_registries = args.insecure_registries.clone();
+    settings.schedule_timeout = args.schedule_timeout;
     Ok(Arc::new(PodExecutor::new(client, settings)))
 }
 
@@ -738,6 +759,7 @@ async fn controller(args: ControllerArgs) -> Result<Exit, CliError> {
         ExecutorArg::Pod => {
             let mut settings = PodSettings::scoped_per_pass(helper_image(&args.helper_image));
             settings.insecure_registries = args.insecure_registries;
+            settings.schedule_timeout = args.schedule_timeout;
             Images::Pods(Box::new(settings))
         }
     };

@@ -16,9 +16,11 @@ pub struct PodEnv {
     pub kubeconfig: String,
     /// The helper's image (the controller's own).
     pub helper: String,
-    /// The fixture type, and the fixture asking for plugs `ro` and `rw`.
+    /// The fixture type, the fixture asking for plugs `ro` and `rw`, and the fixture whose
+    /// state exits without reading its request.
     pub fixture: String,
     pub fixture_plugs: String,
+    pub fixture_eager: String,
     pub registry: String,
     /// The node's own Docker daemon (`CLUSTER_DOCKER_HOST`), where the kubelet runs containers.
     pub node_docker: String,
@@ -62,7 +64,9 @@ pub fn env() -> Option<&'static PodEnv> {
         let fixture_plugs = format!("{registry}/deployster/fixture:plugs");
         push(FIXTURE_IMAGE, &fixture);
         push(FIXTURE_PLUGS_IMAGE, &fixture_plugs);
-        Some(PodEnv { kubeconfig, helper, fixture, fixture_plugs, registry, node_docker })
+        let fixture_eager = format!("{registry}/deployster/fixture:eager");
+        push(FIXTURE_IMAGE, &fixture_eager);
+        Some(PodEnv { kubeconfig, helper, fixture, fixture_plugs, fixture_eager, registry, node_docker })
     })
     .as_ref()
 }

@@ -4,8 +4,9 @@
 //! * init: prints `<workspace>/fixture-init/<name>.json` verbatim when that file exists (any
 //!   content, even garbage). Otherwise the image tag of `type` picks a profile (containers see
 //!   no workspace files): `…:plugs` asks for plug `ro` at `/ro` (read-only) and `rw` at `/rw`
-//!   (writable), with a `delete_action` (`act delete`: removes the marker); anything else gets
-//!   a permissive default.
+//!   (writable), with a `delete_action` (`act delete`: removes the marker); `…:eager` has a
+//!   state action (`exit-at-once`) that exits at once, printing nothing, without reading its
+//!   request; anything else gets a permissive default.
 //! * state (`state`): driven by `config`:
 //!   - `respond`: a JSON value printed as the response; `raw`: a string printed as is;
 //!   - `exit`: exit code; `sleep_ms`: sleep first; `hang`: never finish;
@@ -68,6 +69,10 @@ const KNOWN_FIELDS: [&str; 9] =
     ["name", "type", "version", "verbose", "workspace", "config", "dependencies", "plugs", "staleState"];
 
 fn main() {
+    if std::env::args().nth(1).as_deref() == Some("exit-at-once") {
+        // The `eager` profile's state: a program that never reads its request.
+        return;
+    }
     let mut input = String::new();
     std::io::stdin().read_to_string(&mut input).expect("read stdin");
     // Requests nest dependencies recursively: no recursion limit for long chains.
@@ -139,6 +144,9 @@ fn run(phase: &str, name: &str, workspace: &std::path::Path, config: &Value, tag
         if tag == Some("plugs") {
             init["plugs"] = json!({"ro": {"container_path": "/ro"}, "rw": {"container_path": "/rw", "writable": true}});
             init["delete_action"] = json!({"args": ["act", "delete"]});
+        }
+        if tag == Some("eager") {
+            init["state_action"] = json!({"args": ["exit-at-once"]});
         }
         match std::fs::read_to_string(&custom) {
             Ok(text) => print!("{text}"),
