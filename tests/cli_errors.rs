@@ -403,7 +403,7 @@ fn duplicate_names_across_files_are_an_error() {
 #[test]
 fn a_custom_resource_given_to_the_cli_is_recognised() {
     let ws = Workspace::new();
-    let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/k8s/manifest.yaml");
+    let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/k8s/builtins.yaml");
     let run = ws.run(&["plan", "-f", example.to_str().unwrap()]);
     assert_failed(
         &run,

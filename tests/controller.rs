@@ -536,7 +536,7 @@ async fn a_client_for_a_tls_api_server_can_be_made_whatever_crypto_features_the_
 
 #[tokio::test]
 async fn the_bundled_example_reconciles_to_ready() {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/k8s/manifest.yaml");
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/k8s/builtins.yaml");
     let mut example: Manifest = serde_norway::from_str(&std::fs::read_to_string(path).unwrap()).expect("a Manifest");
     let dir = tempfile::tempdir().unwrap();
     example.spec.vars.insert("base".into(), serde_json::json!(dir.path().join("demo")));

@@ -17,7 +17,7 @@ fn leads(controller: &ControllerProcess) -> bool {
 }
 
 /// Installs the CRD, starts `deployster controller` (built-in types, acting on this machine's
-/// filesystem) for a fresh namespace, applies `examples/k8s/manifest.yaml` with plugs from a
+/// filesystem) for a fresh namespace, applies `examples/k8s/builtins.yaml` with plugs from a
 /// Secret and a ConfigMap, waits for Ready, causes drift and waits for its correction and
 /// event, then deletes the Manifest and waits for its resources to be deleted and the object
 /// to go. Along the way: health, readiness, the documented metrics, and API calls only from the
@@ -36,7 +36,7 @@ fn a_manifest_is_applied_kept_and_deleted_by_the_controller() {
     cluster.must(&cluster.ns(&["create", "configmap", "settings", "--from-literal=level=debug"]));
     // The example, with its files in this test's directory, a short interval, and plugs.
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let example = std::fs::read_to_string(root.join("examples/k8s/manifest.yaml"))
+    let example = std::fs::read_to_string(root.join("examples/k8s/builtins.yaml"))
         .unwrap()
         .replace("/tmp/deployster-k8s-demo", base.to_str().unwrap())
         .replace("interval: 1m", "interval: 3s")
@@ -382,7 +382,7 @@ fn a_manual_manifest_waits_for_deployster_approve() {
     let _controller =
         ControllerProcess::start(&cluster, work.path(), "controller", &["--namespace", &cluster.namespace]);
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let example = std::fs::read_to_string(root.join("examples/k8s/manifest.yaml"))
+    let example = std::fs::read_to_string(root.join("examples/k8s/builtins.yaml"))
         .unwrap()
         .replace("/tmp/deployster-k8s-demo", base.to_str().unwrap())
         .replace("interval: 1m", "interval: 3s")

@@ -12,12 +12,13 @@
 
 mod support;
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::Value;
 use support::cluster::{Cluster, free_port, wait_for};
 use support::helm::{chart, helm, run_helm};
-use support::pod_objects::{assert_nothing_left, claim, dependent_pair, manifest, on_cluster};
+use support::pod_objects::{assert_nothing_left, claim, manifest, on_cluster};
 
 /// The namespace's copy of the cluster's kubeconfig Secret (`default/cluster-kubeconfig`).
 fn copy_kubeconfig_secret(cluster: &Cluster) {
@@ -106,11 +107,57 @@ fn kill_container(host: &str, pod: &str) {
     docker(&["kill", "--signal", "KILL", &id]);
 }
 
-/// `helm install` runs the controller as a Pod that applies image types in Pods (a dependency's
-/// state read, delete actions run); its Pod killed mid-action, the Deployment's next Pod never
-/// runs the action twice at once and converges; `helm uninstall` leaves nothing behind.
+/// A Helm release, uninstalled when dropped (a failed test must not leave its controller
+/// running: it would keep the namespace's Manifests' finalizers).
+struct Release<'a> {
+    helm: &'a Path,
+    name: String,
+    kube: [&'a str; 4],
+    installed: bool,
+}
+
+impl Release<'_> {
+    fn uninstall(&mut self) -> (bool, String) {
+        self.installed = false;
+        let (ok, out, err) =
+            run_helm(self.helm, &[&["uninstall", self.name.as_str(), "--wait"], &self.kube[..]].concat());
+        (ok, format!("{out}{err}"))
+    }
+}
+
+impl Drop for Release<'_> {
+    fn drop(&mut self) {
+        if self.installed {
+            let _ = self.uninstall();
+        }
+    }
+}
+
+/// `examples/k8s/push.sh`, pushing to the cluster's registry, applied as a cluster user would.
+fn apply_the_example(cluster: &Cluster, registry: &str) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = std::process::Command::new(root.join("examples/k8s/push.sh")).arg(registry).output().unwrap();
+    assert!(out.status.success(), "examples/k8s/push.sh: {}", String::from_utf8_lossy(&out.stderr));
+    let example = String::from_utf8(out.stdout).unwrap();
+    assert!(example.contains(&format!("type: {registry}/deployster/file:local")), "{example}");
+    cluster.apply_yaml(&example);
+}
+
+/// The directory on this machine behind claim `name` (the test cluster provisions hostPath
+/// volumes).
+fn claim_dir(cluster: &Cluster, name: &str) -> PathBuf {
+    let claim = cluster.get(&["pvc", name]).expect("the claim");
+    let volume = claim["spec"]["volumeName"].as_str().expect("a bound claim");
+    let pv = cluster.get(&["pv", volume]).expect("the bound volume");
+    PathBuf::from(pv["spec"]["hostPath"]["path"].as_str().expect("a hostPath volume on the test cluster"))
+}
+
+/// `helm install` runs the controller as a Pod that applies `examples/k8s/` (image types in
+/// Pods, a claim plugged in, a dependency's state read, delete actions run); its Pod killed
+/// mid-action, the Deployment's next Pod never runs the action twice at once and converges;
+/// `helm uninstall` leaves nothing behind.
 #[test]
-fn the_chart_installed_by_helm_runs_image_types_as_pods_and_uninstalls_cleanly() {
+fn the_chart_installed_by_helm_runs_the_k8s_example_in_pods_and_uninstalls_cleanly() {
     let Some(helm) = helm() else { return };
     let Some((env, cluster)) = on_cluster("helm-pods") else { return };
     let ns = cluster.namespace.as_str();
@@ -118,22 +165,33 @@ fn the_chart_installed_by_helm_runs_image_types_as_pods_and_uninstalls_cleanly()
     copy_kubeconfig_secret(&cluster);
     let values_file = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(values_file.path(), values(&env.helper, ns)).unwrap();
-    let release = format!("pods-{}", std::process::id());
     let kube = ["--kubeconfig", cluster.kubeconfig.as_str(), "--namespace", ns];
+    let mut release = Release { helm: &helm, name: format!("pods-{}", std::process::id()), kube, installed: true };
     let chart = chart();
-    let install = [
-        &["install", release.as_str(), chart.to_str().unwrap(), "--values", values_file.path().to_str().unwrap()],
-        &kube[..],
-    ]
-    .concat();
-    let (ok, out, err) = run_helm(&helm, &install);
+    let values = values_file.path().to_str().unwrap();
+    let (ok, out, err) = run_helm(
+        &helm,
+        &[&["install", &release.name, chart.to_str().unwrap(), "--values", values], &kube[..]].concat(),
+    );
     assert!(ok, "helm install: {out}{err}");
     let first = wait_for_controller(&cluster, None);
 
-    let fixture = &env.fixture_plugs;
-    cluster.apply_yaml(&manifest("app", "  deletionPolicy: Delete\n", &dependent_pair(fixture)));
-    wait_for("app to be Ready", Duration::from_secs(120), || cluster.condition("app", "Ready") == "True");
-    assert_eq!(std::fs::read_to_string(dir.join("second.marker")).unwrap(), "hello-2", "a dependency's state read");
+    apply_the_example(&cluster, &env.registry);
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while cluster.condition("demo", "Ready") != "True" {
+        if std::time::Instant::now() > deadline {
+            let status = cluster.get(&["manifest", "demo"]).map(|m| m["status"].clone());
+            panic!("the example was not Ready after 2 minutes: {status:#?}");
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let files = claim_dir(&cluster, "demo-files");
+    let app = files.join("demo-staging/app.json");
+    assert_eq!(
+        std::fs::read_to_string(&app).unwrap(),
+        "{\"env\": \"staging\"}\n",
+        "written through a dependency's state"
+    );
 
     // The controller's Pod is killed in the middle of a long action: its process by SIGKILL, as
     // a crash would, and the Pod deleted at once, as with a node lost; the Deployment's next Pod
@@ -141,6 +199,7 @@ fn the_chart_installed_by_helm_runs_image_types_as_pods_and_uninstalls_cleanly()
     // again. (Deviation: this cluster's kubelet does not restart a container that exited, and
     // with the host's network a new Pod cannot bind the metrics port while the old process
     // lives — so the process is killed, through the node's Docker daemon, before the Pod goes.)
+    let fixture = &env.fixture_plugs;
     cluster.apply_yaml(&manifest(
         "slow",
         "",
@@ -151,7 +210,7 @@ fn the_chart_installed_by_helm_runs_image_types_as_pods_and_uninstalls_cleanly()
     wait_for("the action to start in its Pod", Duration::from_secs(90), || started() == 1);
     kill_container(&env.node_docker, &first);
     cluster.must(&cluster.ns(&["delete", "pod", &first, "--grace-period=0", "--force"]));
-    let second = wait_for_controller(&cluster, Some(&first));
+    wait_for_controller(&cluster, Some(&first));
     wait_for("slow to be Ready", Duration::from_secs(180), || cluster.condition("slow", "Ready") == "True");
     let log = std::fs::read_to_string(&lock_log).unwrap();
     assert!(!log.contains("overlap"), "the action ran twice at once:\n{log}");
@@ -163,25 +222,25 @@ fn the_chart_installed_by_helm_runs_image_types_as_pods_and_uninstalls_cleanly()
         "the interrupted pass is recorded: {history:#?}"
     );
 
-    // Deleted, `app` runs its delete actions in Pods of the new controller.
-    for name in ["app", "slow"] {
+    // Deleted, the example runs its delete actions in Pods of the new controller.
+    for name in ["demo", "slow"] {
         cluster.must(&cluster.ns(&["delete", "manifest", name, "--wait=false"]));
     }
-    for name in ["app", "slow"] {
+    for name in ["demo", "slow"] {
         wait_for("the Manifests to go", Duration::from_secs(120), || cluster.get(&["manifest", name]).is_none());
     }
-    assert!(!dir.join("first.marker").exists() && !dir.join("second.marker").exists(), "the delete actions ran");
+    assert!(!app.exists() && !files.join("demo-staging").exists(), "the delete actions ran");
     assert_nothing_left(&cluster);
 
-    let (ok, out, err) = run_helm(&helm, &[&["uninstall", release.as_str(), "--wait"], &kube[..]].concat());
-    assert!(ok, "helm uninstall: {out}{err}");
+    let (ok, out) = release.uninstall();
+    assert!(ok, "helm uninstall: {out}");
     wait_for("the controller's Pods to go", Duration::from_secs(60), || controller_pods(&cluster).is_empty());
     let (ok, rest) = cluster.kubectl(&cluster.ns(&[
         "get",
         "deployments.apps,replicasets.apps,serviceaccounts,services,roles.rbac.authorization.k8s.io,\
          rolebindings.rbac.authorization.k8s.io,leases.coordination.k8s.io",
         "-l",
-        &format!("app.kubernetes.io/instance={release}"),
+        &format!("app.kubernetes.io/instance={}", release.name),
         "-o",
         "name",
     ]));
@@ -205,5 +264,4 @@ fn the_chart_installed_by_helm_runs_image_types_as_pods_and_uninstalls_cleanly()
     let (ok, everywhere) =
         cluster.kubectl(&["get", "pods,secrets", "--all-namespaces", "-l", "deployster.io/owner", "-o", "name"]);
     assert!(ok && everywhere.trim().is_empty(), "nothing of Deployster's in any namespace: {everywhere}");
-    drop(second);
 }

@@ -82,10 +82,22 @@ fn the_k8s_example_matches_the_crd_schema() {
     let crd = serde_json::to_value(Manifest::crd()).unwrap();
     let schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"].clone();
     let validator = jsonschema::draft4::new(&schema).expect("the CRD schema compiles");
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/k8s/manifest.yaml");
-    let example: Value = serde_norway::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    let errors: Vec<String> = validator.iter_errors(&example).map(|e| format!("{}: {e}", e.instance_path())).collect();
-    assert!(errors.is_empty(), "{errors:#?}");
+    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/k8s");
+    let mut manifests = 0;
+    for file in ["manifest.yaml", "builtins.yaml"] {
+        let text = std::fs::read_to_string(examples.join(file)).unwrap();
+        for document in serde_norway::Deserializer::from_str(&text) {
+            let object = Value::deserialize(document).unwrap();
+            if object["kind"] != "Manifest" {
+                continue;
+            }
+            manifests += 1;
+            let errors: Vec<String> =
+                validator.iter_errors(&object).map(|e| format!("{file}{}: {e}", e.instance_path())).collect();
+            assert!(errors.is_empty(), "{errors:#?}");
+        }
+    }
+    assert_eq!(manifests, 2, "a Manifest in each example");
     let wrong = serde_json::json!({"spec": {"resources": {}, "deletionPolicy": "Destroy", "suspend": "yes"}});
     assert_eq!(validator.iter_errors(&wrong).count(), 2, "the schema does reject what a server would");
 }

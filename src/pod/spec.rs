@@ -226,6 +226,12 @@ pub fn pod(invocation: &PodInvocation, request_secret: &str) -> Pod {
             security_context: Some(PodSecurityContext {
                 run_as_non_root: Some(options.run_as_non_root.unwrap_or(true)),
                 run_as_user: invocation.run_as_user,
+                // The user chosen here gets a group of the same id, and a writable claim's
+                // volume is made that group's (where the volume type supports it), so that a
+                // non-root type can write to a fresh volume.
+                run_as_group: invocation.run_as_user,
+                fs_group: invocation.run_as_user,
+                fs_group_change_policy: invocation.run_as_user.map(|_| "OnRootMismatch".into()),
                 seccomp_profile: Some(SeccompProfile { type_: "RuntimeDefault".into(), ..SeccompProfile::default() }),
                 ..PodSecurityContext::default()
             }),
@@ -338,6 +344,8 @@ mod tests {
         assert_eq!(spec.active_deadline_seconds, Some(930), "a backstop behind the controller's own limit");
         assert_eq!(spec.security_context.as_ref().unwrap().run_as_non_root, Some(true));
         assert_eq!(spec.security_context.as_ref().unwrap().run_as_user, Some(65532));
+        assert_eq!(spec.security_context.as_ref().unwrap().fs_group, Some(65532), "a claim is writable");
+        assert_eq!(spec.security_context.as_ref().unwrap().run_as_group, Some(65532));
         let main = &spec.containers[0];
         let security = main.security_context.as_ref().unwrap();
         assert_eq!(
