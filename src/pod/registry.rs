@@ -152,14 +152,14 @@ impl Registry {
         };
         let digest = match reference.digest() {
             Some(digest) => digest.to_string(),
-            None => client.fetch_manifest_digest(&reference, &auth).await.map_err(|e| describe(&e))?,
+            None => client.fetch_manifest_digest(&reference, &auth).await.map_err(|e| describe(&e, &auth))?,
         };
         let known = self.configs.lock().expect("registry lock").get(&digest).cloned();
         let run = match known {
             Some(run) => run,
             None => {
                 let (_, _, config) =
-                    client.pull_manifest_and_config(&reference, &auth).await.map_err(|e| describe(&e))?;
+                    client.pull_manifest_and_config(&reference, &auth).await.map_err(|e| describe(&e, &auth))?;
                 let file: ConfigFile =
                     serde_json::from_str(&config).map_err(|e| format!("its image config cannot be read: {e}"))?;
                 let config = file.config.unwrap_or_default();
@@ -186,12 +186,15 @@ impl Registry {
 }
 
 /// The registry's answer, in a sentence.
-fn describe(error: &oci_client::errors::OciDistributionError) -> String {
+fn describe(error: &oci_client::errors::OciDistributionError, auth: &RegistryAuth) -> String {
     use oci_client::errors::OciDistributionError as E;
     match error {
         E::ImageManifestNotFoundError(_) => "the registry has no such image (manifest unknown)".into(),
         E::AuthenticationFailure(m) => format!("the registry refused the credentials: {m}"),
-        E::UnauthorizedError { url } => format!("the registry requires credentials it was not given ({url})"),
+        E::UnauthorizedError { url } if matches!(auth, RegistryAuth::Anonymous) => {
+            format!("the registry requires credentials it was not given: no image pull secret names it ({url})")
+        }
+        E::UnauthorizedError { url } => format!("the registry refused the credentials it was given ({url})"),
         E::RegistryError { envelope, .. } => {
             let said: Vec<String> = envelope.errors.iter().map(|e| format!("{:?}: {}", e.code, e.message)).collect();
             let unknown = envelope.errors.iter().any(|e| {
@@ -230,6 +233,42 @@ mod tests {
         assert_eq!(image.program(Some("/other"), &args(&["go"])), args(&["/other", "go"]), "an action's entrypoint");
         assert_eq!(image.program(Some("/other"), &[]), args(&["/other"]), "no image command after an entrypoint");
         assert_eq!(run(&[], &["/bin/sh", "-c", "x"]).program(None, &[]), args(&["/bin/sh", "-c", "x"]));
+    }
+
+    /// A registry on loopback that refuses every request as one needing credentials does.
+    async fn refusing_registry() -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let mut request = [0u8; 4096];
+                let _ = stream.read(&mut request).await;
+                let body = r#"{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}"#;
+                let response = format!(
+                    "HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Basic realm=\"test\"\r\n\
+                     Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = stream.write_all(response.as_bytes()).await;
+            }
+        });
+        address
+    }
+
+    /// A registry that refuses (no pull secret, or a wrong one) is a failure saying so, at once.
+    #[tokio::test]
+    async fn a_registry_that_refuses_is_a_clear_error() {
+        let address = refusing_registry().await;
+        let registry = Registry::new(&[]);
+        let image = format!("{address}/team/app:1");
+        let anonymous = registry.resolve(&image, "pass", &Credentials::new()).await.unwrap_err();
+        assert!(anonymous.starts_with("the registry requires credentials it was not given"), "{anonymous}");
+        assert!(anonymous.contains("/team/app/manifests/1"), "it names what was asked: {anonymous}");
+        let mut credentials = Credentials::new();
+        credentials.insert(address.clone(), ("user".into(), "wrong".into()));
+        let wrong = registry.resolve(&image, "pass", &credentials).await.unwrap_err();
+        assert!(wrong.starts_with("the registry refused the credentials it was given"), "{wrong}");
     }
 
     #[test]
