@@ -325,11 +325,18 @@ async fn run_pass(
 pub const MANIFEST_LABEL: &str = "deployster.io/manifest-uid";
 
 /// Where and as whom the Pods of `obj`'s image types run.
+///
+/// They are owned by the Manifest, so that they go with it — except once it is being deleted.
+/// A Manifest deleted with foreground propagation has the garbage collector delete every object
+/// it owns, and so would the Pods of its own delete actions, created after that began: those
+/// carry only the Manifest's label, are deleted once read as every Pod is, and the finalizer
+/// holds the Manifest (and its next pass sweeps them) until its delete actions have run.
 pub fn pod_scope(obj: &Manifest) -> crate::pod::executor::PodScope {
+    let deleting = obj.metadata.deletion_timestamp.is_some();
     crate::pod::executor::PodScope {
         namespace: obj.namespace().unwrap_or_default(),
         service_account: obj.spec.service_account_name.clone(),
-        owner: obj.controller_owner_ref(&()),
+        owner: obj.controller_owner_ref(&()).filter(|_| !deleting),
         options: obj.spec.pod.clone().unwrap_or_default(),
         labels: [(MANIFEST_LABEL.to_string(), obj.uid().unwrap_or_default())].into(),
     }
@@ -717,5 +724,23 @@ mod tests {
         let waits: Vec<u64> = (1..=6).map(|n| backoff(retry, n, interval).as_secs()).collect();
         assert_eq!(waits, [30, 60, 120, 240, 300, 300]);
         assert_eq!(backoff(retry, 3, Duration::from_secs(10)), retry, "never below the retry interval");
+    }
+
+    #[test]
+    fn pods_are_owned_by_their_manifest_until_it_is_being_deleted() {
+        let mut obj = Manifest::new("app", serde_norway::from_str("resources: {}\n").unwrap());
+        obj.metadata.namespace = Some("team".into());
+        obj.metadata.uid = Some("u1".into());
+        let scope = pod_scope(&obj);
+        assert_eq!(scope.owner.map(|o| o.uid), Some("u1".to_string()));
+        assert_eq!(scope.labels.get(MANIFEST_LABEL).map(String::as_str), Some("u1"));
+
+        // Foreground deletion would have the garbage collector delete its delete actions' Pods.
+        obj.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+        let scope = pod_scope(&obj);
+        assert_eq!(scope.owner, None);
+        assert_eq!(scope.labels.get(MANIFEST_LABEL).map(String::as_str), Some("u1"), "still swept by label");
+        assert_eq!(scope.namespace, "team");
     }
 }

@@ -27,8 +27,8 @@ use super::frames::{self, FrameError, Split};
 use super::registry::{Credentials, ImageRun, Registry, read_docker_config};
 use super::spec::{self, OWNER_LABEL, PlugSource, PodInvocation, PodPlug};
 use crate::crd::PodOptions;
+use crate::engine::executor::init_cache::{InitAnswers, InitKey};
 use crate::engine::executor::output::Capture;
-use crate::engine::executor::process::InitCache;
 use crate::engine::executor::{DEFAULT_OUTPUT_LIMIT, ExecError, Executor, Exit, Invocation, Outcome, Stream};
 use crate::engine::typeref::TypeRef;
 
@@ -115,7 +115,7 @@ pub struct PodExecutor {
     client: Client,
     settings: PodSettings,
     registry: Registry,
-    init_cache: Mutex<InitCache>,
+    init_cache: InitAnswers,
     /// What a pass knows of its namespace (credentials), read on its first invocation.
     passes: Mutex<lru::LruCache<String, Arc<Credentials>>>,
     /// The scopes of the passes running now, by run id.
@@ -145,7 +145,7 @@ impl PodExecutor {
             client,
             settings,
             registry,
-            init_cache: Mutex::new(InitCache::new()),
+            init_cache: InitAnswers::default(),
             passes: Mutex::new(lru::LruCache::new(kept(1024))),
             scopes: Mutex::default(),
             attempts: Mutex::new(lru::LruCache::new(kept(65536))),
@@ -475,15 +475,10 @@ impl PodExecutor {
             }
             // The stream ended with the Pod running (a test cluster's log API, or a restarted
             // kubelet or API server): go on from where it stopped once the Pod changes or soon.
+            // The watch says when it ended; no read of the Pod per turn.
             tokio::select! {
                 event = watch.next() => pod = Some(observed(event, name)?),
                 () = tokio::time::sleep(Duration::from_millis(250)) => {}
-            }
-            if let Some(current) = &pod
-                && !ended(current)
-                && let Some(latest) = pods.get_opt(name).await.map_err(|e| api_error("reading the Pod", e))?
-            {
-                pod = Some(latest);
             }
         }
         let pod = pod.expect("the loop ends on a Pod");
@@ -873,32 +868,9 @@ impl Executor for PodExecutor {
             .await
             .map_err(|message| ExecError::Image { image: reference.clone(), message })?;
         let cache_key = (invocation.labels.phase == "init").then(|| {
-            use sha2::Digest;
-            let mut digest = sha2::Sha256::new();
-            for part in
-                [resolved.pinned.as_bytes(), b"\0", invocation.entrypoint.as_deref().unwrap_or("").as_bytes(), b"\0"]
-            {
-                digest.update(part);
-            }
-            for arg in &invocation.args {
-                digest.update(arg.as_bytes());
-                digest.update(b"\0");
-            }
-            digest.update(&invocation.stdin);
-            <[u8; 32]>::from(digest.finalize())
+            InitKey::of(&[resolved.pinned.as_bytes()], invocation.entrypoint.as_deref(), &invocation.args, &invocation)
         });
-        if let Some(key) = &cache_key
-            && let Some(hit) = self.init_cache.lock().expect("init cache lock").get(key)
-        {
-            return Ok(hit);
-        }
-        let outcome = self.run(&invocation, &resolved, &scope).await?;
-        if let Some(key) = cache_key
-            && outcome.exit.success()
-        {
-            self.init_cache.lock().expect("init cache lock").insert(key, &outcome);
-        }
-        Ok(outcome)
+        self.init_cache.get_or_run(cache_key, self.run(&invocation, &resolved, &scope)).await
     }
 }
 

@@ -9,6 +9,7 @@ pub mod budget;
 #[cfg(feature = "docker")]
 pub mod docker;
 pub mod fake;
+pub(crate) mod init_cache;
 pub mod output;
 pub mod process;
 

@@ -19,6 +19,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, Command};
 use tokio_util::sync::CancellationToken;
 
+use super::init_cache::{InitAnswers, InitKey};
 use super::output::Capture;
 use super::{DEFAULT_OUTPUT_LIMIT, ExecError, Executor, Exit, Invocation, LineSink, Outcome, Stream, check_workdir};
 use crate::engine::typeref::TypeRef;
@@ -92,60 +93,9 @@ pub struct ProcessExecutor {
     reaper: bool,
     /// Successful `init` outcomes: a reconcile loop or the controller does not re-run `init`
     /// on every pass — until the program file changes.
-    init_cache: Arc<std::sync::Mutex<InitCache>>,
+    init_cache: Arc<InitAnswers>,
     /// Programs started so far (cached inits are not started).
     started: Arc<std::sync::atomic::AtomicU64>,
-}
-
-/// What makes two `init` invocations the same, as a digest: the program file as it is now
-/// (path, size and modification time: a rebuilt or replaced program is run again), the command
-/// line, the working directory and the request (which names the resource: one entry per
-/// resource).
-pub(crate) type InitKey = [u8; 32];
-
-/// Kept init answers, bounded: at most [`InitCache::KEPT`] entries, the least recently used
-/// going first. An entry is a digest and a shared answer — every resource of a type gets the
-/// same answer, kept once — so 10,000 Manifests of five resources cost a few MiB, not tens.
-pub(crate) struct InitCache {
-    entries: lru::LruCache<InitKey, Arc<Outcome>>,
-    /// Each distinct answer once, by its digest; answers no entry holds any more are dropped
-    /// when this has doubled since it was last pruned, or after [`InitCache::KEPT`] inserts.
-    answers: std::collections::HashMap<[u8; 32], Arc<Outcome>>,
-    pruned_at: usize,
-    inserts: usize,
-}
-
-impl InitCache {
-    const KEPT: usize = 100_000;
-
-    pub(crate) fn new() -> Self {
-        let kept = std::num::NonZeroUsize::new(Self::KEPT).expect("non-zero");
-        Self { entries: lru::LruCache::new(kept), answers: Default::default(), pruned_at: 0, inserts: 0 }
-    }
-
-    pub(crate) fn get(&mut self, key: &InitKey) -> Option<Outcome> {
-        self.entries.get(key).map(|answer| Outcome::clone(answer))
-    }
-
-    pub(crate) fn insert(&mut self, key: InitKey, outcome: &Outcome) {
-        use sha2::Digest;
-        let mut digest = sha2::Sha256::new();
-        for part in [&outcome.stdout[..], b"\0", &outcome.stderr[..], b"\0", outcome.exit.to_string().as_bytes()] {
-            digest.update(part);
-        }
-        let answer = self.answers.entry(digest.finalize().into()).or_insert_with(|| Arc::new(outcome.clone())).clone();
-        self.entries.put(key, answer);
-        self.inserts += 1;
-        if self.answers.len() > 2 * self.pruned_at.max(16) || self.inserts >= Self::KEPT {
-            self.answers.retain(|_, answer| Arc::strong_count(answer) > 1);
-            (self.pruned_at, self.inserts) = (self.answers.len(), 0);
-        }
-    }
-
-    #[cfg(test)]
-    fn len(&self) -> (usize, usize) {
-        (self.entries.len(), self.answers.len())
-    }
 }
 
 impl ProcessExecutor {
@@ -154,7 +104,7 @@ impl ProcessExecutor {
             builtin_program,
             output_limit: DEFAULT_OUTPUT_LIMIT,
             kill_grace: Duration::from_secs(5),
-            init_cache: Arc::new(std::sync::Mutex::new(InitCache::new())),
+            init_cache: Arc::default(),
             started: Default::default(),
             spawner: Arc::default(),
             reaper: true,
@@ -354,43 +304,25 @@ impl Executor for ProcessExecutor {
 
     async fn invoke(&self, invocation: Invocation) -> Result<Outcome, ExecError> {
         let key = (invocation.labels.phase == "init").then(|| self.init_key(&invocation)).flatten();
-        if let Some(key) = &key
-            && let Some(hit) = self.init_cache.lock().expect("init cache lock").get(key)
-        {
-            return Ok(hit.clone());
-        }
-        let outcome = self.run(invocation).await?;
-        if let Some(key) = key
-            && outcome.exit.success()
-        {
-            self.init_cache.lock().expect("init cache lock").insert(key, &outcome);
-        }
-        Ok(outcome)
+        self.init_cache.get_or_run(key, self.run(invocation)).await
     }
 }
 
 impl ProcessExecutor {
-    /// The cache key of an init invocation; `None` when the program cannot be looked at (the
-    /// run then says why).
+    /// The cache key of an init invocation: the program file as it is now (path, size and
+    /// modification time: a rebuilt or replaced program is run again) and the invocation;
+    /// `None` when the program cannot be looked at (the run then says why).
     fn init_key(&self, invocation: &Invocation) -> Option<InitKey> {
-        use sha2::Digest;
         let (program, args) = self.command_line(invocation).ok()?;
         let metadata = std::fs::metadata(&program).ok()?;
         let modified = metadata.modified().ok().and_then(|m| m.duration_since(std::time::UNIX_EPOCH).ok());
-        let mut digest = sha2::Sha256::new();
-        // Each part with its length first, so that no two different keys write the same bytes.
-        let mut part = |bytes: &[u8]| {
-            digest.update((bytes.len() as u64).to_le_bytes());
-            digest.update(bytes);
-        };
-        part(program.as_os_str().as_encoded_bytes());
-        part(&metadata.len().to_le_bytes());
-        part(&modified.map_or(u128::MAX, |m| m.as_nanos()).to_le_bytes());
-        part(&(args.len() as u64).to_le_bytes());
-        args.iter().for_each(|a| part(a.as_bytes()));
-        part(invocation.workdir.as_ref().map_or(&b""[..], |w| w.as_os_str().as_encoded_bytes()));
-        part(&invocation.stdin);
-        Some(digest.finalize().into())
+        let program = [
+            program.as_os_str().as_encoded_bytes(),
+            &metadata.len().to_le_bytes(),
+            &modified.map_or(u128::MAX, |m| m.as_nanos()).to_le_bytes(),
+        ];
+        // The command line as run (a built-in's subcommand included), not as asked.
+        Some(InitKey::of(&program, None, &args, invocation))
     }
 
     /// How many programs this executor (and its clones) started.
@@ -742,40 +674,6 @@ mod tests {
         let quiet =
             executor().invoke(invocation(shell("sleep 8 >/dev/null 2>&1 & echo done", dir.path()))).await.unwrap();
         assert!(quiet.stderr.is_empty(), "{}", String::from_utf8_lossy(&quiet.stderr));
-    }
-
-    /// The kept init answers are bounded in count, and an answer many resources share is kept
-    /// once: 10,000 Manifests of program types cost a few MiB.
-    #[test]
-    fn kept_init_answers_are_bounded_and_shared() {
-        let mut cache = InitCache::new();
-        let answer = |text: &str| Outcome {
-            exit: Exit::Code(0),
-            stdout: text.as_bytes().to_vec(),
-            stderr: vec![],
-            elapsed: Duration::ZERO,
-        };
-        let key = |n: usize| -> InitKey {
-            let mut key = [0u8; 32];
-            key[..8].copy_from_slice(&(n as u64).to_le_bytes());
-            key
-        };
-        for n in 0..InitCache::KEPT + 10 {
-            cache.insert(key(n), &answer(if n % 2 == 0 { "{\"state_action\": {}}" } else { "{}" }));
-        }
-        assert_eq!(cache.len(), (InitCache::KEPT, 2), "bounded; two distinct answers kept once each");
-        assert!(cache.get(&key(0)).is_none(), "the least recently used went first");
-        assert_eq!(cache.get(&key(InitCache::KEPT + 9)).unwrap().stdout, b"{}");
-        // Answers no entry holds any more go too: the distinct answers kept stay bounded.
-        for n in 0..InitCache::KEPT {
-            cache.insert(key(n), &answer(&format!("{{\"n\": {n}}}")));
-            assert!(cache.len().1 <= 2 * InitCache::KEPT, "{:?}", cache.len());
-        }
-        // Once every entry holds the same answer, the next prune (within KEPT inserts) keeps it alone.
-        for n in 0..2 * InitCache::KEPT {
-            cache.insert(key(n % InitCache::KEPT), &answer("{}"));
-        }
-        assert_eq!(cache.len(), (InitCache::KEPT, 1), "every answer but the one all entries share was dropped");
     }
 
     #[tokio::test]

@@ -32,6 +32,7 @@ use futures::StreamExt;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::OnceCell;
 
+use super::init_cache::{InitAnswers, InitKey};
 use super::output::Capture;
 use super::{DEFAULT_OUTPUT_LIMIT, ExecError, Executor, Exit, Invocation, Outcome, Stream};
 use crate::engine::typeref::{ImageRef, TypeRef};
@@ -105,19 +106,9 @@ pub struct DockerExecutor {
     /// Image reference → (image ID, run that last pulled it).
     images: Mutex<HashMap<String, (String, Option<String>)>>,
     /// Successful `init` outcomes: a reconcile loop does not re-run `init` on every pass.
-    init_cache: Mutex<HashMap<InitKey, Outcome>>,
+    init_cache: InitAnswers,
     /// Between SIGTERM and SIGKILL for a container stopped before it ended.
     kill_grace: Duration,
-}
-
-/// What makes two `init` invocations the same: the image ID (not its name, which may move),
-/// the command line and the request.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-struct InitKey {
-    image_id: String,
-    entrypoint: Option<String>,
-    args: Vec<String>,
-    request: Vec<u8>,
 }
 
 impl DockerExecutor {
@@ -130,7 +121,7 @@ impl DockerExecutor {
             owner: this_process_owner(),
             client: OnceCell::new(),
             images: Mutex::default(),
-            init_cache: Mutex::default(),
+            init_cache: InitAnswers::default(),
             kill_grace: Duration::from_secs(5),
         }
     }
@@ -421,34 +412,24 @@ impl Executor for DockerExecutor {
         super::host_mounts_only(&invocation)?;
         let docker = self.client().await?;
         let image_id = self.ensure_image(docker, image, &invocation.labels.run_id).await?;
-        let cache_key = (invocation.labels.phase == "init").then(|| InitKey {
-            image_id,
-            entrypoint: invocation.entrypoint.clone(),
-            args: invocation.args.clone(),
-            request: invocation.stdin.clone(),
+        let cache_key = (invocation.labels.phase == "init").then(|| {
+            InitKey::of(&[image_id.as_bytes()], invocation.entrypoint.as_deref(), &invocation.args, &invocation)
         });
-        if let Some(key) = &cache_key
-            && let Some(hit) = self.init_cache.lock().expect("init cache lock").get(key)
-        {
-            return Ok(hit.clone());
-        }
         let image = image.to_string();
-        let network = self.network_mode(docker).await?;
-        let outcome = match self.run_container(docker, &image, &invocation, network.clone()).await {
-            Err(ExecError::Container { step: "create" | "start", .. })
-                if self.sandbox_was_lost(docker, network.as_deref()).await =>
-            {
+        self.init_cache
+            .get_or_run(cache_key, async {
                 let network = self.network_mode(docker).await?;
-                self.run_container(docker, &image, &invocation, network).await?
-            }
-            result => result?,
-        };
-        if let Some(key) = cache_key
-            && outcome.exit.success()
-        {
-            self.init_cache.lock().expect("init cache lock").insert(key, outcome.clone());
-        }
-        Ok(outcome)
+                match self.run_container(docker, &image, &invocation, network.clone()).await {
+                    Err(ExecError::Container { step: "create" | "start", .. })
+                        if self.sandbox_was_lost(docker, network.as_deref()).await =>
+                    {
+                        let network = self.network_mode(docker).await?;
+                        self.run_container(docker, &image, &invocation, network).await
+                    }
+                    result => result,
+                }
+            })
+            .await
     }
 }
 
