@@ -15,6 +15,8 @@ pub mod controller;
 pub mod crd;
 pub mod engine;
 pub mod history;
+#[cfg(feature = "kube")]
+pub mod kubernetes;
 pub mod pass;
 #[cfg(feature = "kube")]
 pub mod pod;

@@ -108,6 +108,12 @@ fn dispatch(name: &str, args: &[String], input: &str, said: &mut Vec<String>) ->
         ("file", Some(action)) => file::act(action, &Request::new(&request)?, said).map(|()| None),
         ("package", None) => Ok(Some(package::init())),
         ("package", Some("state")) => package::state(&Request::new(&request)?).map(Some),
+        // Answered by `kubernetes::KubeObjects`, which holds the client; what reaches here is
+        // a front end that has none.
+        ("kubernetes", _) => Err("builtin/kubernetes runs only from the command line for now (deployster \
+             plan|apply|reconcile, built with the kube feature): the controller does not yet act as a \
+             Manifest's ServiceAccount, and a `__type` program has no client"
+            .into()),
         (other, _) => Err(format!("unknown built-in type `{other}`")),
     }
 }

@@ -663,7 +663,11 @@ async fn executor(args: &ManifestArgs) -> Result<Arc<dyn Executor>, CliError> {
 /// Local programs as processes, built-ins in this process (see [`local_executor`]), images on
 /// `images`.
 fn executor_with(images: Option<Arc<dyn Executor>>) -> Result<Arc<dyn Executor>, CliError> {
-    Ok(Arc::new(Dispatch { local: local_executor()?, images, local_programs: true }))
+    let local = local_executor()?;
+    // `builtin/kubernetes` with the current kubeconfig's cluster, connected to on its first call.
+    #[cfg(feature = "kube")]
+    let local: Arc<dyn Executor> = Arc::new(crate::kubernetes::KubeObjects::new(local));
+    Ok(Arc::new(Dispatch { local, images, local_programs: true }))
 }
 
 /// Chooses how built-in types run: `in-process` (the default) or `process` (each call a

@@ -230,18 +230,13 @@ pub async fn check_crd(client: &Client) -> Result<(), Error> {
 /// crate features: when a build enables both of its providers (another crate in the build may
 /// ask for aws-lc-rs), rustls cannot choose and panics on the first connection.
 pub fn connect(config: kube::Config) -> Result<Client, Error> {
-    install_crypto_provider();
+    crate::pod::install_crypto();
     Ok(Client::try_from(config)?)
-}
-
-fn install_crypto_provider() {
-    // Fails only when a provider is already installed, which is as good.
-    let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
 /// A client whose every request is counted and tells readiness whether the API answers.
 fn connect_metered(config: kube::Config, layer: ApiMeteringLayer) -> Result<Client, Error> {
-    install_crypto_provider();
+    crate::pod::install_crypto();
     Ok(kube::client::ClientBuilder::try_from(config)?.with_layer(&layer).build())
 }
 

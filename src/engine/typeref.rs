@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 use regex::Regex;
 
 /// Built-in resource types carried by the deployster binary.
-pub const BUILTIN_TYPES: &[&str] = &["directory", "file", "package"];
+pub const BUILTIN_TYPES: &[&str] = &["directory", "file", "package", "kubernetes"];
 
 /// What runs a resource type.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -1,0 +1,414 @@
+//! `builtin/kubernetes`: one Kubernetes object as a resource, answered inside deployster with
+//! the API server's own answers.
+//!
+//! - `init`: the config is `{object, force?, prune?, adopt?}`.
+//! - `state`: `MISSING` when the object does not exist; `STALE` when a field the config sets
+//!   holds another value, each such field listed (Secret data only as "differs"); `VALID`
+//!   otherwise, with the live object as the state (no managed fields, no Secret data), so that
+//!   dependents read what the server filled in. Only what the config sets is compared: a
+//!   server default or a field another manager owns is never drift, and a check that finds
+//!   nothing changed costs one GET.
+//! - `apply`: server-side apply as field manager `deployster`; a conflict with another manager
+//!   fails, naming the field and the manager, unless `force: true`. The object is annotated
+//!   with the resource that owns it (the manifest's file name and the resource's name); one
+//!   that exists without that annotation is not adopted unless `adopt: true`.
+//! - `delete` (the delete action): foreground deletion, waiting until the object is gone;
+//!   nothing when `prune: false`, and never an object Deployster did not create or adopt.
+//!
+//! Not yet: readiness (`wait`), lists of objects, acting as the Manifest's ServiceAccount in
+//! the controller (so the controller refuses the type), a dry-run apply to confirm drift.
+
+mod diff;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::discovery::{ApiCapabilities, Scope};
+use serde_json::{Value, json};
+use tokio::sync::OnceCell;
+
+use crate::engine::executor::{ExecError, Executor, Exit, Invocation, Outcome, Stream};
+use crate::engine::typeref::TypeRef;
+
+/// The built-in type's name (`builtin/kubernetes`).
+pub const NAME: &str = "kubernetes";
+/// The field manager of every apply.
+pub const FIELD_MANAGER: &str = "deployster";
+/// The annotation naming the manifest and resource an object belongs to.
+pub const OWNER_ANNOTATION: &str = "deployster.io/resource";
+
+/// Answers `builtin/kubernetes` with a client of the current kubeconfig, made when the first
+/// such call comes (a manifest without the type needs no cluster); everything else goes to
+/// `others`.
+pub struct KubeObjects {
+    others: Arc<dyn Executor>,
+    client: OnceCell<Result<kube::Client, String>>,
+}
+
+impl KubeObjects {
+    pub fn new(others: Arc<dyn Executor>) -> Self {
+        Self { others, client: OnceCell::new() }
+    }
+
+    /// A type whose client is given (tests, and later the controller's impersonating one).
+    pub fn with_client(others: Arc<dyn Executor>, client: kube::Client) -> Self {
+        Self { others, client: OnceCell::new_with(Some(Ok(client))) }
+    }
+
+    async fn client(&self) -> Result<kube::Client, String> {
+        self.client
+            .get_or_init(|| async {
+                let config = kube::Config::infer().await.map_err(|e| {
+                    format!("no cluster to talk to (KUBECONFIG, ~/.kube/config or in-cluster configuration): {e}")
+                })?;
+                crate::controller::connect(config).map_err(|e| format!("cannot make a client of the kubeconfig: {e}"))
+            })
+            .await
+            .clone()
+    }
+
+    async fn answer(&self, invocation: Invocation) -> Outcome {
+        let started = Instant::now();
+        let mut said = Vec::new();
+        let verb = invocation.args.first().cloned();
+        let result = match verb.as_deref() {
+            None => Ok(Some(init())),
+            Some(verb) => match self.client().await {
+                Err(e) => Err(e),
+                Ok(client) => {
+                    let work = async {
+                        let call = Call::new(client, &invocation).await?;
+                        tokio::select! {
+                            result = call.run(verb, &mut said) => result,
+                            () = invocation.cancel.cancelled() => Err("cancelled".to_string()),
+                        }
+                    };
+                    match tokio::time::timeout(invocation.timeout, work).await {
+                        Ok(result) => result,
+                        Err(_) => Err(format!("timed out after {:?}", invocation.timeout)),
+                    }
+                }
+            },
+        };
+        let mut stdout: String = said.iter().map(|line| format!("{line}\n")).collect();
+        let (code, stderr) = match result {
+            Ok(Some(response)) => {
+                stdout.push_str(&format!("{response}\n"));
+                (0, String::new())
+            }
+            Ok(None) => (0, String::new()),
+            Err(message) => (1, format!("builtin/{NAME}: {message}\n")),
+        };
+        if let Some(sink) = &invocation.sink {
+            stdout.lines().for_each(|line| sink(Stream::Stdout, line));
+            stderr.lines().for_each(|line| sink(Stream::Stderr, line));
+        }
+        Outcome {
+            exit: Exit::Code(code),
+            stdout: stdout.into_bytes(),
+            stderr: stderr.into_bytes(),
+            elapsed: started.elapsed(),
+        }
+    }
+}
+
+#[async_trait]
+impl Executor for KubeObjects {
+    async fn preflight(&self, programs: &[TypeRef]) -> Result<(), ExecError> {
+        self.others.preflight(programs).await
+    }
+
+    fn starts_program(&self, invocation: &Invocation) -> bool {
+        !answered_here(invocation) && self.others.starts_program(invocation)
+    }
+
+    async fn invoke(&self, invocation: Invocation) -> Result<Outcome, ExecError> {
+        if !answered_here(&invocation) {
+            return self.others.invoke(invocation).await;
+        }
+        if invocation.cancel.is_cancelled() {
+            return Err(ExecError::Cancelled);
+        }
+        Ok(self.answer(invocation).await)
+    }
+
+    async fn stop_run(&self, run_id: &str) -> Result<usize, ExecError> {
+        self.others.stop_run(run_id).await
+    }
+}
+
+fn answered_here(invocation: &Invocation) -> bool {
+    matches!(&invocation.program, TypeRef::Builtin(name) if name == NAME) && invocation.entrypoint.is_none()
+}
+
+fn init() -> Value {
+    json!({
+        "label": "Kubernetes object",
+        "config_schema": {
+            "type": "object",
+            "properties": {
+                "object": {
+                    "type": "object",
+                    "description": "one Kubernetes object, of any kind the server knows",
+                    "properties": {
+                        "apiVersion": {"type": "string", "minLength": 1},
+                        "kind": {"type": "string", "minLength": 1},
+                        "metadata": {
+                            "type": "object",
+                            "properties": {"name": {"type": "string", "minLength": 1}, "namespace": {"type": "string"}},
+                            "required": ["name"]
+                        }
+                    },
+                    "required": ["apiVersion", "kind", "metadata"]
+                },
+                "force": {"type": "boolean", "description": "take fields other field managers own"},
+                "prune": {"type": "boolean", "description": "delete the object when the resource is deleted (default true)"},
+                "adopt": {"type": "boolean", "description": "take over an object Deployster did not create"}
+            },
+            "required": ["object"],
+            "additionalProperties": false
+        },
+        "state_action": {"args": ["state"]},
+        "delete_action": {"args": ["delete"]}
+    })
+}
+
+/// One call's object, options and API.
+struct Call {
+    api: Api<DynamicObject>,
+    wanted: Value,
+    /// `Deployment team-a/web`.
+    shown: String,
+    name: String,
+    owner: String,
+    force: bool,
+    prune: bool,
+    adopt: bool,
+    is_secret: bool,
+    /// A CustomResourceDefinition: applied once its kind is served.
+    is_crd: bool,
+}
+
+impl Call {
+    /// The request's object, found on the server by its kind. Fails before the work starts.
+    async fn new(client: kube::Client, invocation: &Invocation) -> Result<Self, String> {
+        let request: Value =
+            serde_json::from_slice(&invocation.stdin).map_err(|e| format!("the request is not JSON: {e}"))?;
+        let config = request.get("config").ok_or("the request has no `config`")?;
+        let object = config.get("object").ok_or("config.object is required")?;
+        let text = |field: &str| object.get(field).and_then(Value::as_str).filter(|s| !s.is_empty());
+        let api_version = text("apiVersion").ok_or("config.object has no apiVersion")?;
+        let kind = text("kind").ok_or("config.object has no kind")?;
+        let name = object
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .ok_or("config.object has no metadata.name")?
+            .to_string();
+        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+        let gvk = GroupVersionKind::gvk(group, version, kind);
+        let (resource, capabilities): (ApiResource, ApiCapabilities) =
+            kube::discovery::pinned_kind(&client, &gvk).await.map_err(|e| match e {
+                kube::Error::Api(status) if status.code == 404 => {
+                    format!("the server knows no kind `{kind}` in `{api_version}` ({})", status.message)
+                }
+                kube::Error::Discovery(_) => format!("the server knows no kind `{kind}` in `{api_version}`"),
+                other => format!("cannot look up kind `{kind}` in `{api_version}`: {other}"),
+            })?;
+        let mut wanted = object.clone();
+        let (api, shown) = match capabilities.scope {
+            Scope::Namespaced => {
+                let namespace = object
+                    .pointer("/metadata/namespace")
+                    .and_then(Value::as_str)
+                    .map_or_else(|| client.default_namespace().to_string(), str::to_string);
+                wanted["metadata"]["namespace"] = Value::String(namespace.clone());
+                (Api::namespaced_with(client, &namespace, &resource), format!("{kind} {namespace}/{name}"))
+            }
+            Scope::Cluster => {
+                if let Some(namespace) = object.pointer("/metadata/namespace").and_then(Value::as_str) {
+                    return Err(format!("{kind} is not namespaced, yet config.object names namespace `{namespace}`"));
+                }
+                (Api::all_with(client, &resource), format!("{kind} {name}"))
+            }
+        };
+        let is_secret = kind == "Secret" && group.is_empty();
+        if is_secret {
+            wanted = diff::secret_as_data(wanted);
+        }
+        let flag = |field: &str, default: bool| config.get(field).and_then(Value::as_bool).unwrap_or(default);
+        // The manifest's file name, not its path: the same whether it is given as `m.yaml`,
+        // `./m.yaml` or an absolute path, and from a laptop or CI.
+        let manifest = std::path::Path::new(&invocation.labels.manifest)
+            .file_name()
+            .map_or_else(|| invocation.labels.manifest.clone(), |n| n.to_string_lossy().into_owned());
+        let owner = format!("{manifest}/{}", invocation.labels.resource);
+        Ok(Call {
+            api,
+            wanted,
+            shown,
+            name,
+            owner,
+            force: flag("force", false),
+            prune: flag("prune", true),
+            adopt: flag("adopt", false),
+            is_secret,
+            is_crd: kind == "CustomResourceDefinition" && group == "apiextensions.k8s.io",
+        })
+    }
+
+    async fn run(&self, verb: &str, said: &mut Vec<String>) -> Result<Option<Value>, String> {
+        match verb {
+            "state" => self.state().await.map(Some),
+            "apply" => self.apply(said).await.map(|()| None),
+            "delete" => self.delete(said).await.map(|()| None),
+            other => Err(format!("unknown action `{other}`")),
+        }
+    }
+
+    async fn live(&self) -> Result<Option<Value>, String> {
+        let live = self.api.get_opt(&self.name).await.map_err(|e| self.api_error("reading", e))?;
+        Ok(live.map(|object| serde_json::to_value(object).expect("an object serializes")))
+    }
+
+    /// Whether `live` is this resource's own (created or adopted by it).
+    fn ours(&self, live: &Value) -> bool {
+        live.pointer(&format!("/metadata/annotations/{}", OWNER_ANNOTATION.replace('/', "~1"))).and_then(Value::as_str)
+            == Some(&self.owner)
+    }
+
+    async fn state(&self) -> Result<Value, String> {
+        let Some(live) = self.live().await? else {
+            return Ok(json!({"status": "MISSING", "actions": [
+                {"name": "apply", "description": format!("Create {}", self.shown), "args": ["apply"]}
+            ]}));
+        };
+        if !self.ours(&live) && !self.adopt {
+            return Err(format!(
+                "{} exists and was not created by this resource ({OWNER_ANNOTATION} is not `{}`): \
+                 refusing to take it over; set `adopt: true` to manage it",
+                self.shown, self.owner
+            ));
+        }
+        let mut found = diff::changes(&self.wanted, &live, self.is_secret);
+        if !self.ours(&live) {
+            found.push(diff::Change {
+                path: format!("metadata.annotations.{OWNER_ANNOTATION}"),
+                live: None,
+                wanted: Value::String(self.owner.clone()),
+                secret: false,
+            });
+        }
+        let state = diff::shown(&live, self.is_secret);
+        if found.is_empty() {
+            return Ok(json!({"status": "VALID", "state": state}));
+        }
+        let fields: Vec<String> = found.iter().map(ToString::to_string).collect();
+        Ok(json!({
+            "status": "STALE",
+            "staleState": state,
+            "actions": [{"name": "apply", "description": format!("Update {}: {}", self.shown, fields.join("; ")), "args": ["apply"]}]
+        }))
+    }
+
+    async fn apply(&self, said: &mut Vec<String>) -> Result<(), String> {
+        let mut object = self.wanted.clone();
+        object["metadata"]["annotations"][OWNER_ANNOTATION] = Value::String(self.owner.clone());
+        let mut params = PatchParams::apply(FIELD_MANAGER);
+        if self.force {
+            params = params.force();
+        }
+        if let Some(live) = self.live().await?
+            && !self.ours(&live)
+            && !self.adopt
+        {
+            return Err(format!(
+                "{} exists and was not created by this resource: set `adopt: true` to manage it",
+                self.shown
+            ));
+        }
+        let applied = self
+            .api
+            .patch(&self.name, &params, &Patch::Apply(&object))
+            .await
+            .map_err(|e| self.api_error("applying", e))?;
+        said.push(format!("applied {}", self.shown));
+        if self.is_crd {
+            // Its kind is served once it is Established: a dependent's object of that kind
+            // waits until then, as it waits for the action itself.
+            let established = |object: &DynamicObject| {
+                object.data.pointer("/status/conditions").and_then(Value::as_array).is_some_and(|conditions| {
+                    conditions.iter().any(|c| c["type"] == "Established" && c["status"] == "True")
+                })
+            };
+            let mut current = applied;
+            while !established(&current) {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                current = self.api.get(&self.name).await.map_err(|e| self.api_error("reading", e))?;
+            }
+            said.push(format!("{} is established", self.shown));
+        }
+        Ok(())
+    }
+
+    async fn delete(&self, said: &mut Vec<String>) -> Result<(), String> {
+        if !self.prune {
+            said.push(format!("left {} in place (prune: false)", self.shown));
+            return Ok(());
+        }
+        let Some(live) = self.live().await? else {
+            said.push(format!("{} is already gone", self.shown));
+            return Ok(());
+        };
+        if !self.ours(&live) {
+            said.push(format!("left {}: it was not created by this resource", self.shown));
+            return Ok(());
+        }
+        match self.api.delete(&self.name, &DeleteParams::foreground()).await {
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(e) => return Err(self.api_error("deleting", e)),
+            Ok(_) => {}
+        }
+        // Foreground: gone once its dependents are. The action's time limit bounds the wait.
+        let uid = live.pointer("/metadata/uid").cloned();
+        while let Some(now) = self.live().await? {
+            if now.pointer("/metadata/uid") != uid.as_ref() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        said.push(format!("deleted {}", self.shown));
+        Ok(())
+    }
+
+    /// The API's refusal, with what was refused: a 422's causes each with its field, a
+    /// conflict's manager, a 403's verb and resource.
+    fn api_error(&self, doing: &str, error: kube::Error) -> String {
+        match error {
+            kube::Error::Api(status) => {
+                let causes: Vec<String> = status
+                    .details
+                    .iter()
+                    .flat_map(|d| d.causes.iter())
+                    .map(|c| match c.field.as_str() {
+                        "" => c.message.clone(),
+                        field => format!("{field}: {}", c.message),
+                    })
+                    .collect();
+                let mut message =
+                    format!("{doing} {}: {} ({} {})", self.shown, status.message, status.code, status.reason);
+                if !causes.is_empty() && !causes.iter().all(|c| status.message.contains(c.as_str())) {
+                    message.push_str(&format!("; {}", causes.join("; ")));
+                }
+                if status.code == 409 && doing == "applying" {
+                    message.push_str("; set `force: true` to take those fields from the other manager");
+                }
+                message
+            }
+            other => format!("{doing} {}: {other}", self.shown),
+        }
+    }
+}

@@ -1,0 +1,395 @@
+//! `builtin/kubernetes` against a real API server (`DEPLOYSTER_E2E_KUBECONFIG`, started by
+//! `.ci/run` from `../shared/apiserver`): objects created by server-side apply, a second apply
+//! that writes nothing, drift found field by field and corrected, a dependent reading what the
+//! server filled in, Secret data never shown, adoption refused, deletion, and bad input.
+#![cfg(feature = "kube")]
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use deployster::engine::executor::fake::{FakeCall, FakeExecutor, FakeReply};
+use deployster::engine::executor::{Executor, Invocation, InvocationLabels};
+use deployster::engine::typeref::TypeRef;
+use deployster::kubernetes::KubeObjects;
+use serde_json::{Value, json};
+use support::Workspace;
+use support::cluster::Cluster;
+
+fn deployster(ws: &Workspace, cluster: &Cluster, args: &[&str]) -> support::Run {
+    ws.run_with_env(args, &[("KUBECONFIG", &cluster.kubeconfig)])
+}
+
+fn resource_version(cluster: &Cluster, object: &[&str]) -> String {
+    let live = cluster.get(object).unwrap_or_else(|| panic!("{object:?} exists"));
+    live["metadata"]["resourceVersion"].as_str().unwrap().to_string()
+}
+
+/// A ConfigMap and a Secret, and a ConfigMap reading what the server filled in the first.
+fn manifest(namespace: &str, setting: &str, password: &str) -> String {
+    format!(
+        r#"vars: {{password: "{password}"}}
+sensitive: [password]
+resources:
+  settings:
+    type: builtin/kubernetes
+    config:
+      object:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {{name: settings, namespace: {namespace}, labels: {{team: a}}}}
+        data: {{setting: "{setting}"}}
+  password:
+    type: builtin/kubernetes
+    config:
+      object:
+        apiVersion: v1
+        kind: Secret
+        metadata: {{name: db, namespace: {namespace}}}
+        stringData: {{password: "{{{{ password }}}}"}}
+  app:
+    type: builtin/kubernetes
+    dependencies: {{cfg: settings, secret: password}}
+    config:
+      object:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {{name: app, namespace: {namespace}}}
+        data:
+          settingsVersion: "{{{{ cfg.state.metadata.resourceVersion }}}}"
+          secretKeys: "{{{{ secret.state.dataKeys | join(',') }}}}"
+"#
+    )
+}
+
+#[test]
+fn objects_are_applied_checked_field_by_field_and_corrected() {
+    let Some(cluster) = Cluster::new("kube-type") else { return };
+    let ns = cluster.namespace.clone();
+    let ws = Workspace::new();
+    ws.manifest(&manifest(&ns, "one", "hunter2"));
+
+    let out = deployster(&ws, &cluster, &["apply", "-f", "manifest.yaml", "--yes"]);
+    assert_eq!(out.code, 0, "{}", out.all());
+    let settings = cluster.get(&["configmap", "settings"]).expect("created");
+    assert_eq!(settings["data"]["setting"], "one");
+    assert_eq!(settings["metadata"]["annotations"]["deployster.io/resource"], "manifest.yaml/settings");
+    let app = cluster.get(&["configmap", "app"]).expect("created");
+    // The server's own field (the test server gives objects created by server-side apply no
+    // uid, so the resourceVersion stands for what the server fills in).
+    let version = &settings["metadata"]["resourceVersion"];
+    assert!(version.as_str().is_some_and(|v| !v.is_empty()), "{settings}");
+    assert_eq!(&app["data"]["settingsVersion"], version, "read from what the server filled in");
+    assert_eq!(app["data"]["secretKeys"], "password");
+    assert!(!out.all().contains("hunter2"), "{}", out.all());
+
+    // Nothing changed: nothing is written.
+    let before =
+        [resource_version(&cluster, &["configmap", "settings"]), resource_version(&cluster, &["secret", "db"])];
+    let out = deployster(&ws, &cluster, &["apply", "-f", "manifest.yaml", "--yes"]);
+    assert_eq!(out.code, 0, "{}", out.all());
+    let after = [resource_version(&cluster, &["configmap", "settings"]), resource_version(&cluster, &["secret", "db"])];
+    assert_eq!(before, after, "a second apply wrote nothing: {}", out.all());
+
+    // Drift by hand: found field by field, Secret data only as "differs", then corrected.
+    cluster.must(&cluster.ns(&[
+        "patch",
+        "configmap",
+        "settings",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"data":{"setting":"two"}}"#,
+    ]));
+    let patched = json!({"data": {"password": "c3dvcmRmaXNo"}}).to_string(); // "swordfish"
+    cluster.must(&cluster.ns(&["patch", "secret", "db", "--type", "merge", "-p", &patched]));
+    let out = deployster(&ws, &cluster, &["plan", "-f", "manifest.yaml"]);
+    let text = out.all();
+    assert!(text.contains(r#"data.setting: "two" → "one""#), "{text}");
+    assert!(text.contains("data.password differs (Secret data is not shown)"), "{text}");
+    for secret in ["hunter2", "swordfish", "aHVudGVyMg", "c3dvcmRmaXNo"] {
+        assert!(!text.contains(secret), "Secret data shown ({secret}): {text}");
+    }
+    let out = deployster(&ws, &cluster, &["apply", "-f", "manifest.yaml", "--yes", "-v"]);
+    assert_eq!(out.code, 0, "{}", out.all());
+    assert_eq!(cluster.get(&["configmap", "settings"]).unwrap()["data"]["setting"], "one");
+    assert_eq!(cluster.get(&["secret", "db"]).unwrap()["data"]["password"], "aHVudGVyMg==");
+    for secret in ["hunter2", "swordfish", "aHVudGVyMg", "c3dvcmRmaXNo"] {
+        assert!(!out.all().contains(secret), "Secret data shown ({secret}): {}", out.all());
+    }
+
+    // Nor in the deployment log.
+    let log = std::fs::read(ws.path(".deployster/log.sqlite")).unwrap();
+    for secret in ["hunter2", "swordfish", "aHVudGVyMg", "c3dvcmRmaXNo"] {
+        assert!(!log.windows(secret.len()).any(|w| w == secret.as_bytes()), "Secret data ({secret}) in the log");
+    }
+
+    // A field the config does not set (another manager's label, a server default) is not drift.
+    cluster.must(&cluster.ns(&["label", "configmap", "settings", "owner=someone-else"]));
+    let out = deployster(&ws, &cluster, &["plan", "-f", "manifest.yaml"]);
+    assert_eq!(out.code, 0, "{}", out.all());
+    assert!(out.all().contains("VALID     settings"), "{}", out.all());
+    assert!(!out.all().contains(&format!("Update ConfigMap {ns}/settings")), "{}", out.all());
+    assert_eq!(cluster.get(&["configmap", "settings"]).unwrap()["metadata"]["labels"]["owner"], "someone-else");
+}
+
+#[test]
+fn an_object_deployster_did_not_create_is_not_taken_over_unless_adopted() {
+    let Some(cluster) = Cluster::new("kube-adopt") else { return };
+    let ns = cluster.namespace.clone();
+    cluster.apply_yaml("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: theirs}\ndata: {a: '1'}\n");
+    let ws = Workspace::new();
+    let object =
+        format!("{{apiVersion: v1, kind: ConfigMap, metadata: {{name: theirs, namespace: {ns}}}, data: {{a: '2'}}}}");
+    ws.manifest(&format!("resources:\n  mine:\n    type: builtin/kubernetes\n    config: {{object: {object}}}\n"));
+    let out = deployster(&ws, &cluster, &["apply", "-f", "manifest.yaml", "--yes"]);
+    assert_eq!(out.code, 1, "{}", out.all());
+    let text = out.all();
+    assert!(text.contains("resource `mine`"), "{text}");
+    assert!(text.contains(&format!("ConfigMap {ns}/theirs exists and was not created by this resource")), "{text}");
+    assert!(text.contains("adopt: true"), "{text}");
+    assert_eq!(cluster.get(&["configmap", "theirs"]).unwrap()["data"]["a"], "1", "left alone");
+
+    ws.manifest(&format!(
+        "resources:\n  mine:\n    type: builtin/kubernetes\n    config: {{object: {object}, adopt: true}}\n"
+    ));
+    let out = deployster(&ws, &cluster, &["apply", "-f", "manifest.yaml", "--yes"]);
+    assert_eq!(out.code, 0, "{}", out.all());
+    let live = cluster.get(&["configmap", "theirs"]).unwrap();
+    assert_eq!(live["data"]["a"], "2");
+    assert_eq!(live["metadata"]["annotations"]["deployster.io/resource"], "manifest.yaml/mine");
+}
+
+#[test]
+fn bad_objects_fail_clearly_and_nothing_is_applied() {
+    let Some(cluster) = Cluster::new("kube-bad") else { return };
+    let ns = cluster.namespace.clone();
+    let ws = Workspace::new();
+    let cases = [
+        // The config schema: every required part, named.
+        ("{kind: ConfigMap, metadata: {name: x}}", "apiVersion"),
+        ("{apiVersion: v1, metadata: {name: x}}", "kind"),
+        ("{apiVersion: v1, kind: ConfigMap, metadata: {}}", "name"),
+        // A kind the server does not know, named.
+        (
+            "{apiVersion: example.com/v1, kind: Gizmo, metadata: {name: x}}",
+            "the server knows no kind `Gizmo` in `example.com/v1`",
+        ),
+        ("{apiVersion: v1, kind: Gizmo, metadata: {name: x}}", "the server knows no kind `Gizmo` in `v1`"),
+        // A namespace on a kind that has none.
+        (
+            &*format!("{{apiVersion: v1, kind: Namespace, metadata: {{name: x, namespace: {ns}}}}}"),
+            "Namespace is not namespaced",
+        ),
+    ];
+    for (object, expected) in cases {
+        ws.manifest(&format!(
+            "resources:\n  fine:\n    type: builtin/kubernetes\n    config: {{object: {{apiVersion: v1, kind: ConfigMap, \
+             metadata: {{name: fine, namespace: {ns}}}}}}}\n  bad:\n    type: builtin/kubernetes\n    config: {{object: {object}}}\n"
+        ));
+        let out = deployster(&ws, &cluster, &["apply", "-f", "manifest.yaml", "--yes"]);
+        let text = out.all();
+        assert_ne!(out.code, 0, "{object}: {text}");
+        assert!(text.contains("`bad`"), "{object}: names the resource: {text}");
+        assert!(text.contains(expected), "{object}: expected `{expected}`: {text}");
+        assert!(cluster.get(&["configmap", "fine"]).is_none(), "{object}: nothing applied: {text}");
+    }
+}
+
+#[test]
+fn an_api_server_that_is_down_fails_the_state_and_applies_nothing() {
+    let ws = Workspace::new();
+    // A kubeconfig naming a port nothing listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let kubeconfig = ws.write(
+        "kubeconfig",
+        &format!(
+            "apiVersion: v1\nkind: Config\nclusters: [{{name: c, cluster: {{server: 'http://127.0.0.1:{port}'}}}}]\n\
+             users: [{{name: u, user: {{}}}}]\ncontexts: [{{name: c, context: {{cluster: c, user: u}}}}]\ncurrent-context: c\n"
+        ),
+    );
+    ws.manifest("resources:\n  cm:\n    type: builtin/kubernetes\n    config: {object: {apiVersion: v1, kind: ConfigMap, metadata: {name: x}}}\n");
+    let out =
+        ws.run_with_env(&["apply", "-f", "manifest.yaml", "--yes"], &[("KUBECONFIG", kubeconfig.to_str().unwrap())]);
+    let text = out.all();
+    assert_ne!(out.code, 0, "{text}");
+    assert!(text.contains("resource `cm`") && text.contains("state"), "names the resource and the phase: {text}");
+    assert!(text.contains("cannot look up kind `ConfigMap` in `v1`"), "{text}");
+}
+
+/// The delete action, called as the controller's deletion would: foreground deletion, waiting
+/// until the object is gone; an object Deployster did not create is left, as is one with
+/// `prune: false`.
+#[tokio::test]
+async fn the_delete_action_removes_only_what_deployster_created() {
+    let Some(cluster) = Cluster::new("kube-delete") else { return };
+    let ns = cluster.namespace.clone();
+    let config = kube::config::Kubeconfig::read_from(&cluster.kubeconfig).unwrap();
+    let options = kube::config::KubeConfigOptions::default();
+    let client =
+        deployster::controller::connect(kube::Config::from_custom_kubeconfig(config, &options).await.unwrap()).unwrap();
+    let objects = KubeObjects::with_client(
+        Arc::new(FakeExecutor::new(|_: &FakeCall| -> FakeReply { unreachable!("no other type") })),
+        client,
+    );
+    let call = |verb: &str, name: &str, extra: Value| {
+        let mut config =
+            json!({"object": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": ns}}});
+        config.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        let request = json!({"name": name, "type": "builtin/kubernetes", "config": config});
+        Invocation {
+            args: vec![verb.to_string()],
+            stdin: request.to_string().into_bytes(),
+            labels: InvocationLabels { manifest: "m".into(), resource: name.into(), ..InvocationLabels::default() },
+            ..Invocation::new(TypeRef::Builtin("kubernetes".into()), Duration::from_secs(30))
+        }
+    };
+    let stdout = |outcome: &deployster::engine::executor::Outcome| String::from_utf8_lossy(&outcome.stdout).to_string();
+
+    let applied = objects.invoke(call("apply", "ours", json!({}))).await.unwrap();
+    assert!(applied.exit.success(), "{}", String::from_utf8_lossy(&applied.stderr));
+    let deleted = objects.invoke(call("delete", "ours", json!({}))).await.unwrap();
+    assert!(deleted.exit.success(), "{}", String::from_utf8_lossy(&deleted.stderr));
+    assert!(stdout(&deleted).contains(&format!("deleted ConfigMap {ns}/ours")), "{}", stdout(&deleted));
+    assert!(cluster.get(&["configmap", "ours"]).is_none(), "gone when the action ends");
+    let state = objects.invoke(call("state", "ours", json!({}))).await.unwrap();
+    assert!(stdout(&state).contains(r#""status":"MISSING""#), "{}", stdout(&state));
+    let again = objects.invoke(call("delete", "ours", json!({}))).await.unwrap();
+    assert!(again.exit.success() && stdout(&again).contains("already gone"), "{}", stdout(&again));
+
+    cluster.apply_yaml("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: theirs}\n");
+    let left = objects.invoke(call("delete", "theirs", json!({}))).await.unwrap();
+    assert!(left.exit.success() && stdout(&left).contains("not created by this resource"), "{}", stdout(&left));
+    assert!(cluster.get(&["configmap", "theirs"]).is_some());
+
+    objects.invoke(call("apply", "kept", json!({}))).await.unwrap();
+    let kept = objects.invoke(call("delete", "kept", json!({"prune": false}))).await.unwrap();
+    assert!(kept.exit.success() && stdout(&kept).contains("prune: false"), "{}", stdout(&kept));
+    assert!(cluster.get(&["configmap", "kept"]).is_some());
+}
+
+#[test]
+fn a_field_another_manager_owns_is_a_conflict_unless_forced() {
+    let Some(cluster) = Cluster::new("kube-conflict") else { return };
+    let ns = cluster.namespace.clone();
+    let theirs = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: shared}\ndata: {setting: theirs}\n";
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), theirs).unwrap();
+    cluster.must(&cluster.ns(&[
+        "apply",
+        "--server-side",
+        "--field-manager",
+        "other",
+        "-f",
+        file.path().to_str().unwrap(),
+    ]));
+    let ws = Workspace::new();
+    let object = format!(
+        "{{apiVersion: v1, kind: ConfigMap, metadata: {{name: shared, namespace: {ns}}}, data: {{setting: mine}}}}"
+    );
+    ws.manifest(&format!(
+        "resources:\n  shared:\n    type: builtin/kubernetes\n    config: {{object: {object}, adopt: true}}\n"
+    ));
+    let out = deployster(&ws, &cluster, &["apply", "-f", "manifest.yaml", "--yes"]);
+    let text = out.all();
+    assert_eq!(out.code, 1, "{text}");
+    assert!(text.contains("resource `shared` failed in action apply"), "{text}");
+    assert!(
+        text.contains("409") && text.contains("'other'") && text.contains("data"),
+        "names the field and the manager: {text}"
+    );
+    assert!(text.contains("set `force: true`"), "{text}");
+    assert_eq!(cluster.get(&["configmap", "shared"]).unwrap()["data"]["setting"], "theirs");
+
+    ws.manifest(&format!(
+        "resources:\n  shared:\n    type: builtin/kubernetes\n    config: {{object: {object}, adopt: true, force: true}}\n"
+    ));
+    let out = deployster(&ws, &cluster, &["apply", "-f", "manifest.yaml", "--yes"]);
+    assert_eq!(out.code, 0, "{}", out.all());
+    assert_eq!(cluster.get(&["configmap", "shared"]).unwrap()["data"]["setting"], "mine");
+}
+
+/// A CRD and an object of its kind in one manifest; the server's 422 for a field its schema
+/// refuses, with the field.
+#[test]
+fn a_crd_and_an_object_of_its_kind_apply_in_one_manifest() {
+    let Some(cluster) = Cluster::new("kube-crd") else { return };
+    let ns = cluster.namespace.clone();
+    // Named after the test's namespace: the CRD is cluster-wide, and test runs share a server.
+    let group = format!("{ns}.example.com");
+    let ws = Workspace::new();
+    let manifest = |size: &str| {
+        format!(
+            r#"resources:
+  gizmos:
+    type: builtin/kubernetes
+    config:
+      object:
+        apiVersion: apiextensions.k8s.io/v1
+        kind: CustomResourceDefinition
+        metadata: {{name: gizmos.{group}}}
+        spec:
+          group: {group}
+          names: {{kind: Gizmo, plural: gizmos, singular: gizmo, listKind: GizmoList}}
+          scope: Namespaced
+          versions:
+            - name: v1
+              served: true
+              storage: true
+              schema:
+                openAPIV3Schema:
+                  type: object
+                  properties:
+                    spec: {{type: object, properties: {{size: {{type: integer}}}}}}
+  gizmo:
+    type: builtin/kubernetes
+    dependencies: {{crd: gizmos}}
+    config:
+      object:
+        apiVersion: "{{{{ crd.state.spec.group }}}}/v1"
+        kind: Gizmo
+        metadata: {{name: first, namespace: {ns}}}
+        spec: {{size: {size}}}
+"#
+        )
+    };
+    ws.manifest(&manifest("3"));
+    let out = deployster(&ws, &cluster, &["apply", "-f", "manifest.yaml", "--yes"]);
+    assert_eq!(out.code, 0, "{}", out.all());
+    let plural = format!("gizmos.{group}");
+    let gizmo = cluster.get(&[plural.as_str(), "first"]).expect("the custom resource");
+    assert_eq!(gizmo["spec"]["size"], 3);
+
+    ws.manifest(&manifest("big"));
+    let out = deployster(&ws, &cluster, &["apply", "-f", "manifest.yaml", "--yes"]);
+    let text = out.all();
+    assert_eq!(out.code, 1, "{text}");
+    assert!(text.contains("resource `gizmo` failed in action apply"), "{text}");
+    assert!(text.contains("422") && text.contains("spec.size"), "the server's reason, with the field: {text}");
+    let _ = cluster.kubectl(&["delete", "crd", &format!("gizmos.{group}"), "--wait=false"]);
+}
+
+/// `examples/kubernetes`: a Deployment reads the Service's cluster IP, filled in by the
+/// server, from the Service's state; the manifest named by another path is the same owner;
+/// a second apply changes nothing.
+#[test]
+fn the_example_wires_a_service_s_state_into_a_deployment() {
+    let Some(cluster) = Cluster::new("kube-example") else { return };
+    let ws = Workspace::new();
+    let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/kubernetes/manifest.yaml");
+    let namespace = format!("namespace={}", cluster.namespace);
+    let out = deployster(&ws, &cluster, &["apply", "-f", example.to_str().unwrap(), "--var", &namespace, "--yes"]);
+    assert_eq!(out.code, 0, "{}", out.all());
+    let ip = cluster.get(&["service", "db"]).expect("the Service")["spec"]["clusterIP"].as_str().unwrap().to_string();
+    assert!(!ip.is_empty());
+    let deployment = cluster.get(&["deployment", "web"]).expect("the Deployment");
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(container["env"][0], json!({"name": "DB_HOST", "value": ip}));
+    assert_eq!(cluster.get(&["configmap", "web"]).unwrap()["data"]["DB_HOST"], ip.as_str());
+
+    std::fs::copy(&example, ws.path("manifest.yaml")).unwrap();
+    let out = deployster(&ws, &cluster, &["plan", "-f", "./manifest.yaml", "--var", &namespace]);
+    assert_eq!(out.code, 0, "{}", out.all());
+    assert!(out.all().contains("Plan: 0 to apply, 0 pending, 3 valid."), "{}", out.all());
+}
