@@ -291,5 +291,8 @@ mod tests {
         let err = call("file", Some("explode"), json!({"path": "f", "content": ""}), ws.path()).unwrap_err();
         assert!(err.contains("unknown action `explode`"), "{err}");
         assert!(dispatch("nope", &[], "{}", &mut Vec::new()).unwrap_err().contains("unknown built-in type"));
+        // What holds no client (the controller, a `__type` program) says why it cannot run it.
+        let refused = dispatch("kubernetes", &["state".into()], "{}", &mut Vec::new()).unwrap_err();
+        assert!(refused.contains("runs only from the command line for now"), "{refused}");
     }
 }
