@@ -393,3 +393,65 @@ fn the_example_wires_a_service_s_state_into_a_deployment() {
     assert_eq!(out.code, 0, "{}", out.all());
     assert!(out.all().contains("Plan: 0 to apply, 0 pending, 3 valid."), "{}", out.all());
 }
+
+/// The controller applies a Manifest's objects as its ServiceAccount (an object without a
+/// namespace goes to the Manifest's), corrects drift, and deleting the Manifest deletes them.
+/// (The test server has no authorization, so what the impersonated account may do is not
+/// checked here; `kubernetes::tests` checks the impersonation itself.)
+#[test]
+fn the_controller_keeps_a_manifest_s_objects() {
+    use support::cluster::{ControllerProcess, assert_api_calls_are_listed, wait_for};
+    let Some(cluster) = Cluster::new("kube-controller") else { return };
+    let work = tempfile::tempdir().unwrap();
+    let controller =
+        ControllerProcess::start(&cluster, work.path(), "controller", &["--namespace", &cluster.namespace]);
+    cluster.apply_yaml(
+        r#"apiVersion: deployster.io/v1alpha1
+kind: Manifest
+metadata: {name: objects}
+spec:
+  interval: 3s
+  deletionPolicy: Delete
+  serviceAccountName: deployer
+  resources:
+    settings:
+      type: builtin/kubernetes
+      config:
+        object: {apiVersion: v1, kind: ConfigMap, metadata: {name: settings}, data: {level: info}}
+    app:
+      type: builtin/kubernetes
+      dependencies: {cfg: settings}
+      config:
+        object:
+          apiVersion: v1
+          kind: ConfigMap
+          metadata: {name: app}
+          data: {settingsIn: "{{ cfg.state.metadata.namespace }}"}
+"#,
+    );
+    wait_for("the Manifest to be Ready", Duration::from_secs(120), || cluster.condition("objects", "Ready") == "True");
+    let settings = cluster.get(&["configmap", "settings"]).expect("in the Manifest's namespace");
+    assert_eq!(settings["data"]["level"], "info");
+    assert_eq!(cluster.get(&["configmap", "app"]).unwrap()["data"]["settingsIn"], cluster.namespace.as_str());
+    let owner = format!("{}/objects/settings", cluster.namespace);
+    assert_eq!(settings["metadata"]["annotations"]["deployster.io/resource"], owner.as_str());
+
+    cluster.must(&cluster.ns(&[
+        "patch",
+        "configmap",
+        "settings",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"data":{"level":"debug"}}"#,
+    ]));
+    wait_for("the drift to be corrected", Duration::from_secs(60), || {
+        cluster.get(&["configmap", "settings"]).is_some_and(|c| c["data"]["level"] == "info")
+    });
+
+    cluster.must(&cluster.ns(&["delete", "manifest", "objects", "--wait=false"]));
+    wait_for("the Manifest to go", Duration::from_secs(120), || cluster.get(&["manifest", "objects"]).is_none());
+    assert!(cluster.get(&["configmap", "settings"]).is_none(), "deletionPolicy: Delete deleted it");
+    assert!(cluster.get(&["configmap", "app"]).is_none(), "deletionPolicy: Delete deleted it");
+    assert_api_calls_are_listed(&controller);
+}

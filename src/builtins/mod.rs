@@ -108,11 +108,10 @@ fn dispatch(name: &str, args: &[String], input: &str, said: &mut Vec<String>) ->
         ("file", Some(action)) => file::act(action, &Request::new(&request)?, said).map(|()| None),
         ("package", None) => Ok(Some(package::init())),
         ("package", Some("state")) => package::state(&Request::new(&request)?).map(Some),
-        // Answered by `kubernetes::KubeObjects`, which holds the client; what reaches here is
-        // a front end that has none.
-        ("kubernetes", _) => Err("builtin/kubernetes runs only from the command line for now (deployster \
-             plan|apply|reconcile, built with the kube feature): the controller does not yet act as a \
-             Manifest's ServiceAccount, and a `__type` program has no client"
+        // Answered by `kubernetes::KubeObjects`, which holds the clients: a `__type` program
+        // (DEPLOYSTER_BUILTINS=process) or a build without the kube feature has none.
+        ("kubernetes", _) => Err("builtin/kubernetes is answered inside deployster (built with the kube \
+             feature), which holds its clients; it has no `__type` program"
             .into()),
         (other, _) => Err(format!("unknown built-in type `{other}`")),
     }
@@ -291,8 +290,8 @@ mod tests {
         let err = call("file", Some("explode"), json!({"path": "f", "content": ""}), ws.path()).unwrap_err();
         assert!(err.contains("unknown action `explode`"), "{err}");
         assert!(dispatch("nope", &[], "{}", &mut Vec::new()).unwrap_err().contains("unknown built-in type"));
-        // What holds no client (the controller, a `__type` program) says why it cannot run it.
+        // What holds no client (a `__type` program) says why it cannot run it.
         let refused = dispatch("kubernetes", &["state".into()], "{}", &mut Vec::new()).unwrap_err();
-        assert!(refused.contains("runs only from the command line for now"), "{refused}");
+        assert!(refused.contains("answered inside deployster"), "{refused}");
     }
 }

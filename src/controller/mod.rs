@@ -104,6 +104,9 @@ pub struct Context {
     /// The executor of image types' Pods (also inside `executor`), when they run as Pods: each
     /// pass enters its Manifest's scope.
     pub pods: Option<Arc<PodExecutor>>,
+    /// The executor of `builtin/kubernetes` (also inside `executor`): each pass enters its
+    /// Manifest's ServiceAccount.
+    pub kube_objects: Option<Arc<crate::kubernetes::KubeObjects>>,
 }
 
 impl Context {
@@ -123,6 +126,7 @@ impl Context {
             workers: Semaphore::new(Semaphore::MAX_PERMITS),
             checks: Default::default(),
             pods: None,
+            kube_objects: None,
         }
     }
 }
@@ -268,6 +272,9 @@ pub async fn run(mut config: RunConfig, executors: Executors) -> Result<(), Erro
     let url = kube_config.cluster_url.to_string();
     let default_namespace = kube_config.default_namespace.clone();
     let layer = ApiMeteringLayer { metrics: metrics.clone(), readiness: readiness.clone() };
+    // builtin/kubernetes acts as each Manifest's ServiceAccount: its clients are made from
+    // this configuration, with no metering (their rights are the ServiceAccount's).
+    let acting_config = kube_config.clone();
     let client = connect_metered(kube_config, layer)?;
     check_access(&client, &config.namespaces).await.map_err(|e| e.unreachable_at(&url))?;
     // The first SIGINT/SIGTERM/SIGHUP stops starting passes; running ones may finish for the
@@ -303,11 +310,13 @@ pub async fn run(mut config: RunConfig, executors: Executors) -> Result<(), Erro
         }
     };
     let local_programs = config.settings.allow_local_programs;
-    let dispatch = Arc::new(Dispatch { local: executors.local, images, local_programs });
+    let kube_objects = Arc::new(crate::kubernetes::KubeObjects::impersonating(executors.local, acting_config));
+    let dispatch = Arc::new(Dispatch { local: kube_objects.clone(), images, local_programs });
     let executor = Arc::new(Budgeted::new(dispatch, executors.reads_per_second));
     let executor: Arc<dyn Executor> = Arc::new(MeteredExecutor { inner: executor, metrics: metrics.clone() });
     let mut ctx = Context::new(client.clone(), executor, config.settings.clone());
     ctx.pods = pods;
+    ctx.kube_objects = Some(kube_objects);
     ctx.shutdown = shutdown.clone();
     ctx.leadership = leadership;
     ctx.metrics = metrics.clone();

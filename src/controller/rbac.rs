@@ -57,6 +57,9 @@ pub const API_ACCESS: &[Access] = &[
         verbs: &["get", "list", "watch", "create", "update"],
         scope: Scope::Watched,
     },
+    // builtin/kubernetes (src/kubernetes): each pass acts as its Manifest's ServiceAccount by
+    // impersonation; what it may do is that account's, none of the controller's.
+    Access { group: "", resource: "serviceaccounts", verbs: &["impersonate"], scope: Scope::Watched },
     // The Pod executor (src/pod/executor.rs), in each Manifest's namespace: its ServiceAccount
     // (it must exist; its image pull secrets), the plugs' PersistentVolumeClaims (they must
     // exist; Secrets and ConfigMaps are read as above); each invocation's Pod — created,

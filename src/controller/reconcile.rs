@@ -296,6 +296,10 @@ async fn run_pass(
         }
         None => None,
     };
+    // builtin/kubernetes acts as the Manifest's ServiceAccount, never as the controller.
+    let namespace = obj.namespace().unwrap_or_default();
+    let account = obj.spec.service_account_name.as_deref();
+    let _identity = ctx.kube_objects.as_ref().map(|objects| objects.enter(&run_id, &namespace, account));
     let options = RunOptions {
         parallelism: settings.parallelism,
         timeouts: settings.timeouts,

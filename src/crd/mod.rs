@@ -90,7 +90,7 @@ pub struct ManifestSpec {
     pub outputs: Option<OutputsSpec>,
     /// The ServiceAccount of this namespace that the Pods of image types run as [default: the
     /// namespace's `default`]: their identity (workload identity, image pull secrets). Its
-    /// token is never mounted into them.
+    /// token is never mounted into them. `builtin/kubernetes` acts as it too, by impersonation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_account_name: Option<String>,
     /// What the Pods of image types get besides the `restricted` defaults, as far as the

@@ -10,17 +10,24 @@
 //!   nothing changed costs one GET.
 //! - `apply`: server-side apply as field manager `deployster`; a conflict with another manager
 //!   fails, naming the field and the manager, unless `force: true`. The object is annotated
-//!   with the resource that owns it (the manifest's file name and the resource's name); one
-//!   that exists without that annotation is not adopted unless `adopt: true`.
+//!   with the resource that owns it (the manifest's file name — a Manifest's `namespace/name`
+//!   — and the resource's name); one that exists without that annotation is not adopted
+//!   unless `adopt: true`.
 //! - `delete` (the delete action): foreground deletion, waiting until the object is gone;
 //!   nothing when `prune: false`, and never an object Deployster did not create or adopt.
 //!
-//! Not yet: readiness (`wait`), lists of objects, acting as the Manifest's ServiceAccount in
-//! the controller (so the controller refuses the type), a dry-run apply to confirm drift.
+//! Identity: the CLI acts with the current kubeconfig. The controller never acts with its own
+//! rights — that would let anyone who may create a Manifest create anything the controller
+//! may: each pass acts as its Manifest's ServiceAccount (`spec.serviceAccountName`, else the
+//! namespace's `default`) by impersonation, and an object without a namespace goes to the
+//! Manifest's.
+//!
+//! Not yet: readiness (`wait`), lists of objects, a dry-run apply to confirm drift.
 
 mod diff;
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -40,22 +47,81 @@ pub const FIELD_MANAGER: &str = "deployster";
 /// The annotation naming the manifest and resource an object belongs to.
 pub const OWNER_ANNOTATION: &str = "deployster.io/resource";
 
-/// Answers `builtin/kubernetes` with a client of the current kubeconfig, made when the first
-/// such call comes (a manifest without the type needs no cluster); everything else goes to
-/// `others`.
+/// Answers `builtin/kubernetes`; everything else goes to `others`. A call acts as the identity
+/// its pass entered ([`KubeObjects::enter`]), else with the default client: the current
+/// kubeconfig's, made when the first such call comes (a manifest without the type needs no
+/// cluster).
 pub struct KubeObjects {
     others: Arc<dyn Executor>,
     client: OnceCell<Result<kube::Client, String>>,
+    /// Each running pass's identity, by run id.
+    identities: Mutex<HashMap<String, Arc<Identity>>>,
+    /// The controller's configuration, from which clients acting as a ServiceAccount are made,
+    /// and those made so far by `namespace/account`.
+    impersonation: Option<(kube::Config, Mutex<HashMap<String, kube::Client>>)>,
+}
+
+/// Who one pass acts as, and where its objects without a namespace go.
+struct Identity {
+    client: Result<kube::Client, String>,
+    namespace: String,
 }
 
 impl KubeObjects {
     pub fn new(others: Arc<dyn Executor>) -> Self {
-        Self { others, client: OnceCell::new() }
+        Self { others, client: OnceCell::new(), identities: Mutex::default(), impersonation: None }
     }
 
-    /// A type whose client is given (tests, and later the controller's impersonating one).
+    /// A type whose default client is given.
     pub fn with_client(others: Arc<dyn Executor>, client: kube::Client) -> Self {
-        Self { others, client: OnceCell::new_with(Some(Ok(client))) }
+        Self { client: OnceCell::new_with(Some(Ok(client))), ..Self::new(others) }
+    }
+
+    /// The controller's: no default client — a call outside a pass that entered its
+    /// ServiceAccount ([`KubeObjects::enter`]) is refused — and clients made from `config`.
+    pub fn impersonating(others: Arc<dyn Executor>, config: kube::Config) -> Self {
+        let none = Err("the controller acts only as a Manifest's ServiceAccount, and this pass entered none".into());
+        Self {
+            client: OnceCell::new_with(Some(none)),
+            impersonation: Some((config, Mutex::default())),
+            ..Self::new(others)
+        }
+    }
+
+    /// Until the guard is dropped, pass `run_id`'s calls act as ServiceAccount `account` (else
+    /// `default`) of `namespace`, where its objects without a namespace go.
+    pub fn enter(self: &Arc<Self>, run_id: &str, namespace: &str, account: Option<&str>) -> IdentityGuard {
+        let account = account.unwrap_or("default");
+        let client = match &self.impersonation {
+            None => Err("this front end cannot act as a ServiceAccount".to_string()),
+            Some((config, clients)) => {
+                let mut clients = clients.lock().expect("clients lock");
+                match clients.get(&format!("{namespace}/{account}")) {
+                    Some(client) => Ok(client.clone()),
+                    None => crate::controller::connect(acting_as(config, namespace, account))
+                        .map(|client| clients.entry(format!("{namespace}/{account}")).or_insert(client).clone())
+                        .map_err(|e| {
+                            format!("cannot make a client acting as ServiceAccount {namespace}/{account}: {e}")
+                        }),
+                }
+            }
+        };
+        let identity = Identity { client, namespace: namespace.to_string() };
+        self.identities.lock().expect("identities lock").insert(run_id.to_string(), Arc::new(identity));
+        IdentityGuard { objects: self.clone(), run_id: run_id.to_string() }
+    }
+
+    /// The client and default namespace a call of pass `run_id` acts with, and whether the pass
+    /// entered them (the controller's) rather than running from a file (the CLI's).
+    async fn identity(&self, run_id: &str) -> Result<(kube::Client, String, bool), String> {
+        let entered = self.identities.lock().expect("identities lock").get(run_id).cloned();
+        match entered {
+            Some(identity) => identity.client.clone().map(|client| (client, identity.namespace.clone(), true)),
+            None => self.client().await.map(|client| {
+                let namespace = client.default_namespace().to_string();
+                (client, namespace, false)
+            }),
+        }
     }
 
     async fn client(&self) -> Result<kube::Client, String> {
@@ -76,11 +142,11 @@ impl KubeObjects {
         let verb = invocation.args.first().cloned();
         let result = match verb.as_deref() {
             None => Ok(Some(init())),
-            Some(verb) => match self.client().await {
+            Some(verb) => match self.identity(&invocation.labels.run_id).await {
                 Err(e) => Err(e),
-                Ok(client) => {
+                Ok((client, namespace, entered)) => {
                     let work = async {
-                        let call = Call::new(client, &invocation).await?;
+                        let call = Call::new(client, &namespace, entered, &invocation).await?;
                         tokio::select! {
                             result = call.run(verb, &mut said) => result,
                             () = invocation.cancel.cancelled() => Err("cancelled".to_string()),
@@ -140,6 +206,29 @@ impl Executor for KubeObjects {
     }
 }
 
+/// Forgets a pass's identity when dropped.
+pub struct IdentityGuard {
+    objects: Arc<KubeObjects>,
+    run_id: String,
+}
+
+impl Drop for IdentityGuard {
+    fn drop(&mut self) {
+        self.objects.identities.lock().expect("identities lock").remove(&self.run_id);
+    }
+}
+
+/// `config`, acting as ServiceAccount `account` of `namespace`: the API server authorizes each
+/// request as that account (and its groups) once it has checked that `config`'s user may
+/// `impersonate` it.
+fn acting_as(config: &kube::Config, namespace: &str, account: &str) -> kube::Config {
+    let mut config = config.clone();
+    config.auth_info.impersonate = Some(format!("system:serviceaccount:{namespace}:{account}"));
+    config.auth_info.impersonate_groups = None;
+    config.default_namespace = namespace.to_string();
+    config
+}
+
 fn answered_here(invocation: &Invocation) -> bool {
     matches!(&invocation.program, TypeRef::Builtin(name) if name == NAME) && invocation.entrypoint.is_none()
 }
@@ -194,7 +283,14 @@ struct Call {
 
 impl Call {
     /// The request's object, found on the server by its kind. Fails before the work starts.
-    async fn new(client: kube::Client, invocation: &Invocation) -> Result<Self, String> {
+    /// `object_named`: whether the manifest's name names the object it came from (a Manifest's
+    /// `namespace/name`) rather than a file (the CLI's path, of which only the file name counts).
+    async fn new(
+        client: kube::Client,
+        namespace: &str,
+        object_named: bool,
+        invocation: &Invocation,
+    ) -> Result<Self, String> {
         let request: Value =
             serde_json::from_slice(&invocation.stdin).map_err(|e| format!("the request is not JSON: {e}"))?;
         let config = request.get("config").ok_or("the request has no `config`")?;
@@ -221,10 +317,8 @@ impl Call {
         let mut wanted = object.clone();
         let (api, shown) = match capabilities.scope {
             Scope::Namespaced => {
-                let namespace = object
-                    .pointer("/metadata/namespace")
-                    .and_then(Value::as_str)
-                    .map_or_else(|| client.default_namespace().to_string(), str::to_string);
+                let namespace =
+                    object.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or(namespace).to_string();
                 wanted["metadata"]["namespace"] = Value::String(namespace.clone());
                 (Api::namespaced_with(client, &namespace, &resource), format!("{kind} {namespace}/{name}"))
             }
@@ -242,9 +336,10 @@ impl Call {
         let flag = |field: &str, default: bool| config.get(field).and_then(Value::as_bool).unwrap_or(default);
         // The manifest's file name, not its path: the same whether it is given as `m.yaml`,
         // `./m.yaml` or an absolute path, and from a laptop or CI.
-        let manifest = std::path::Path::new(&invocation.labels.manifest)
-            .file_name()
-            .map_or_else(|| invocation.labels.manifest.clone(), |n| n.to_string_lossy().into_owned());
+        let manifest = match std::path::Path::new(&invocation.labels.manifest).file_name() {
+            Some(file) if !object_named => file.to_string_lossy().into_owned(),
+            _ => invocation.labels.manifest.clone(),
+        };
         let owner = format!("{manifest}/{}", invocation.labels.resource);
         Ok(Call {
             api,
@@ -410,5 +505,39 @@ impl Call {
             }
             other => format!("{doing} {}: {other}", self.shown),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_controller_acts_as_the_manifest_s_service_account() {
+        let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
+        let acting = acting_as(&config, "team-a", "deployer");
+        assert_eq!(acting.auth_info.impersonate.as_deref(), Some("system:serviceaccount:team-a:deployer"));
+        assert_eq!(acting.default_namespace, "team-a");
+        assert_eq!(config.auth_info.impersonate, None, "the controller's own configuration is untouched");
+    }
+
+    #[tokio::test]
+    async fn a_pass_acts_as_what_it_entered_and_the_controller_never_as_itself() {
+        crate::pod::install_crypto();
+        let others: Arc<dyn Executor> =
+            Arc::new(crate::engine::executor::fake::FakeExecutor::new(|_| unreachable!("no other type")));
+        let objects =
+            Arc::new(KubeObjects::impersonating(others, kube::Config::new("http://127.0.0.1:1".parse().unwrap())));
+        let Err(refused) = objects.identity("outside-a-pass").await else { panic!("acted as the controller") };
+        assert!(refused.contains("acts only as a Manifest's ServiceAccount"), "{refused}");
+        let guard = objects.enter("run-1", "team-a", None);
+        let (_, namespace, entered) = objects.identity("run-1").await.unwrap();
+        assert_eq!((namespace.as_str(), entered), ("team-a", true));
+        assert_eq!(
+            objects.impersonation.as_ref().unwrap().1.lock().unwrap().keys().collect::<Vec<_>>(),
+            ["team-a/default"]
+        );
+        drop(guard);
+        assert!(objects.identity("run-1").await.is_err(), "forgotten with its pass");
     }
 }

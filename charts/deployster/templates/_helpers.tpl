@@ -40,6 +40,9 @@ src/controller/rbac.rs's API_ACCESS with scope Watched (tests/helm.rs holds them
 - apiGroups: [""]
   resources: ["secrets", "configmaps"]
   verbs: ["get", "list", "watch", "create", "update"]
+- apiGroups: [""]
+  resources: ["serviceaccounts"]
+  verbs: ["impersonate"]
 {{- end -}}
 
 {{/* Running image types as Pods, in the watched namespaces: API_ACCESS with scope Pods. */}}
