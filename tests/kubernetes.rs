@@ -455,3 +455,114 @@ spec:
     assert!(cluster.get(&["configmap", "app"]).is_none(), "deletionPolicy: Delete deleted it");
     assert_api_calls_are_listed(&controller);
 }
+
+/// `wait: {ready: true}`: a custom resource's `Ready` condition decides. Not ready, a plan
+/// shows a `wait` action and its dependent waits; a short timeout fails with the object's own
+/// reason and nothing after it runs; the apply goes on once it is ready; `Stalled` fails the
+/// state at once.
+#[test]
+fn wait_ready_waits_for_the_object_s_own_conditions() {
+    let Some(cluster) = Cluster::new("kube-wait") else { return };
+    let ns = cluster.namespace.clone();
+    let group = format!("{ns}.example.com");
+    let ws = Workspace::new();
+    let manifest = |wait: &str| {
+        format!(
+            r#"resources:
+  widgets:
+    type: builtin/kubernetes
+    config:
+      object:
+        apiVersion: apiextensions.k8s.io/v1
+        kind: CustomResourceDefinition
+        metadata: {{name: widgets.{group}}}
+        spec:
+          group: {group}
+          names: {{kind: Widget, plural: widgets, singular: widget, listKind: WidgetList}}
+          scope: Namespaced
+          versions:
+            - name: v1
+              served: true
+              storage: true
+              subresources: {{status: {{}}}}
+              schema:
+                openAPIV3Schema:
+                  type: object
+                  x-kubernetes-preserve-unknown-fields: true
+  widget:
+    type: builtin/kubernetes
+    dependencies: {{crd: widgets}}
+    config:
+      object:
+        apiVersion: "{{{{ crd.state.spec.group }}}}/v1"
+        kind: Widget
+        metadata: {{name: w, namespace: {ns}}}
+        spec: {{size: 1}}
+      {wait}
+  user:
+    type: builtin/kubernetes
+    dependencies: {{w: widget}}
+    config:
+      object:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {{name: user, namespace: {ns}}}
+        data: {{widget: "{{{{ w.state.metadata.name }}}}"}}
+"#
+        )
+    };
+    let apply = |ws: &Workspace| deployster(ws, &cluster, &["apply", "-f", "manifest.yaml", "--yes"]);
+    let plural = format!("widgets.{group}");
+    let set_status = |status: &str| {
+        let patch = format!(r#"{{"status": {status}}}"#);
+        cluster.must(&cluster.ns(&["patch", &plural, "w", "--subresource=status", "--type", "merge", "-p", &patch]));
+    };
+    ws.manifest(&manifest(""));
+    let out = apply(&ws);
+    assert_eq!(out.code, 0, "{}", out.all());
+    cluster.must(&cluster.ns(&["delete", "configmap", "user"]));
+    set_status(r#"{"conditions": [{"type": "Ready", "status": "False", "reason": "Provisioning"}]}"#);
+
+    ws.manifest(&manifest("wait: {ready: true, timeout: 2s}"));
+    let out = deployster(&ws, &cluster, &["plan", "-f", "manifest.yaml"]);
+    let text = out.all();
+    assert!(
+        text.contains(&format!("wait: Wait for Widget {ns}/w to be ready: Ready is False: Provisioning")),
+        "{text}"
+    );
+    assert!(text.contains("waits on widget (STALE)"), "the dependent waits: {text}");
+    let out = apply(&ws);
+    let text = out.all();
+    assert_eq!(out.code, 1, "{text}");
+    assert!(text.contains("resource `widget` failed in action wait"), "{text}");
+    assert!(text.contains(&format!("Widget {ns}/w was not ready within 2s: Ready is False: Provisioning")), "{text}");
+    assert!(cluster.get(&["configmap", "user"]).is_none(), "nothing after it ran: {text}");
+
+    ws.manifest(&manifest("wait: {ready: true, timeout: 60s}"));
+    let mut child = std::process::Command::new(support::deployster())
+        .args(["apply", "-f", "manifest.yaml", "--yes"])
+        .env("KUBECONFIG", &cluster.kubeconfig)
+        .current_dir(ws.path(""))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(child.try_wait().unwrap().is_none(), "the apply waits for the Widget");
+    set_status(r#"{"conditions": [{"type": "Ready", "status": "True"}]}"#);
+    let output = child.wait_with_output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert!(output.status.success(), "{text}");
+    assert!(text.contains(&format!("waiting for Widget {ns}/w: Ready is False: Provisioning")), "{text}");
+    assert!(text.contains(&format!("Widget {ns}/w is ready")), "{text}");
+    assert_eq!(cluster.get(&["configmap", "user"]).expect("the dependent ran")["data"]["widget"], "w");
+
+    set_status(r#"{"conditions": [{"type": "Stalled", "status": "True", "message": "out of quota"}]}"#);
+    let out = deployster(&ws, &cluster, &["plan", "-f", "manifest.yaml"]);
+    let text = out.all();
+    assert_ne!(out.code, 0, "{text}");
+    assert!(text.contains("resource `widget` failed in state"), "{text}");
+    assert!(text.contains("is not ready, and waiting will not make it so: Stalled: out of quota"), "{text}");
+    let _ = cluster.kubectl(&["delete", "crd", &plural, "--wait=false"]);
+}

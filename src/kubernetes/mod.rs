@@ -22,9 +22,15 @@
 //! namespace's `default`) by impersonation, and an object without a namespace goes to the
 //! Manifest's.
 //!
-//! Not yet: readiness (`wait`), lists of objects, a dry-run apply to confirm drift.
+//! - `wait: {ready: true, timeout: 5m}`: after apply, wait until the object is ready by the
+//!   kstatus rules ([`ready`]), saying why not as it waits; a later state that finds it not
+//!   ready is STALE with a `wait` action, so that a dependent waits. A CRD is always waited for
+//!   until Established.
+//!
+//! Not yet: lists of objects, a dry-run apply to confirm drift.
 
 mod diff;
+mod ready;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -59,7 +65,12 @@ pub struct KubeObjects {
     /// The controller's configuration, from which clients acting as a ServiceAccount are made,
     /// and those made so far by `namespace/account`.
     impersonation: Option<(kube::Config, Mutex<HashMap<String, kube::Client>>)>,
+    /// What discovery said of each kind: looked up once, not on every call. A kind the server
+    /// did not know is asked again (its CRD may come).
+    kinds: Kinds,
 }
+
+type Kinds = Mutex<HashMap<GroupVersionKind, (ApiResource, ApiCapabilities)>>;
 
 /// Who one pass acts as, and where its objects without a namespace go.
 struct Identity {
@@ -69,7 +80,13 @@ struct Identity {
 
 impl KubeObjects {
     pub fn new(others: Arc<dyn Executor>) -> Self {
-        Self { others, client: OnceCell::new(), identities: Mutex::default(), impersonation: None }
+        Self {
+            others,
+            client: OnceCell::new(),
+            identities: Mutex::default(),
+            impersonation: None,
+            kinds: Mutex::default(),
+        }
     }
 
     /// A type whose default client is given.
@@ -138,7 +155,7 @@ impl KubeObjects {
 
     async fn answer(&self, invocation: Invocation) -> Outcome {
         let started = Instant::now();
-        let mut said = Vec::new();
+        let mut said = Said { lines: Vec::new(), sink: invocation.sink.clone() };
         let verb = invocation.args.first().cloned();
         let result = match verb.as_deref() {
             None => Ok(Some(init())),
@@ -146,7 +163,7 @@ impl KubeObjects {
                 Err(e) => Err(e),
                 Ok((client, namespace, entered)) => {
                     let work = async {
-                        let call = Call::new(client, &namespace, entered, &invocation).await?;
+                        let call = Call::new(client, &namespace, entered, &invocation, &self.kinds).await?;
                         tokio::select! {
                             result = call.run(verb, &mut said) => result,
                             () = invocation.cancel.cancelled() => Err("cancelled".to_string()),
@@ -159,9 +176,13 @@ impl KubeObjects {
                 }
             },
         };
-        let mut stdout: String = said.iter().map(|line| format!("{line}\n")).collect();
+        let mut stdout: String = said.lines.iter().map(|line| format!("{line}\n")).collect();
         let (code, stderr) = match result {
             Ok(Some(response)) => {
+                let response = response.to_string();
+                if let Some(sink) = &invocation.sink {
+                    sink(Stream::Stdout, &response);
+                }
                 stdout.push_str(&format!("{response}\n"));
                 (0, String::new())
             }
@@ -169,7 +190,6 @@ impl KubeObjects {
             Err(message) => (1, format!("builtin/{NAME}: {message}\n")),
         };
         if let Some(sink) = &invocation.sink {
-            stdout.lines().for_each(|line| sink(Stream::Stdout, line));
             stderr.lines().for_each(|line| sink(Stream::Stderr, line));
         }
         Outcome {
@@ -229,6 +249,22 @@ fn acting_as(config: &kube::Config, namespace: &str, account: &str) -> kube::Con
     config
 }
 
+/// What a call says on stdout: kept for its outcome, and shown as it is said (a wait for
+/// readiness reports as it goes).
+struct Said {
+    lines: Vec<String>,
+    sink: Option<crate::engine::executor::LineSink>,
+}
+
+impl Said {
+    fn push(&mut self, line: String) {
+        if let Some(sink) = &self.sink {
+            sink(Stream::Stdout, &line);
+        }
+        self.lines.push(line);
+    }
+}
+
 fn answered_here(invocation: &Invocation) -> bool {
     matches!(&invocation.program, TypeRef::Builtin(name) if name == NAME) && invocation.entrypoint.is_none()
 }
@@ -255,7 +291,16 @@ fn init() -> Value {
                 },
                 "force": {"type": "boolean", "description": "take fields other field managers own"},
                 "prune": {"type": "boolean", "description": "delete the object when the resource is deleted (default true)"},
-                "adopt": {"type": "boolean", "description": "take over an object Deployster did not create"}
+                "adopt": {"type": "boolean", "description": "take over an object Deployster did not create"},
+                "wait": {
+                    "type": "object",
+                    "description": "wait until the object is ready (kstatus rules) after applying it; a dependent waits too",
+                    "properties": {
+                        "ready": {"type": "boolean"},
+                        "timeout": {"type": "string", "description": "how long, e.g. 5m (default 5m)"}
+                    },
+                    "additionalProperties": false
+                }
             },
             "required": ["object"],
             "additionalProperties": false
@@ -279,6 +324,8 @@ struct Call {
     is_secret: bool,
     /// A CustomResourceDefinition: applied once its kind is served.
     is_crd: bool,
+    /// How long to wait for readiness after applying (`wait.ready`).
+    wait: Option<Duration>,
 }
 
 impl Call {
@@ -290,6 +337,7 @@ impl Call {
         namespace: &str,
         object_named: bool,
         invocation: &Invocation,
+        kinds: &Kinds,
     ) -> Result<Self, String> {
         let request: Value =
             serde_json::from_slice(&invocation.stdin).map_err(|e| format!("the request is not JSON: {e}"))?;
@@ -306,14 +354,21 @@ impl Call {
             .to_string();
         let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
         let gvk = GroupVersionKind::gvk(group, version, kind);
-        let (resource, capabilities): (ApiResource, ApiCapabilities) =
-            kube::discovery::pinned_kind(&client, &gvk).await.map_err(|e| match e {
-                kube::Error::Api(status) if status.code == 404 => {
-                    format!("the server knows no kind `{kind}` in `{api_version}` ({})", status.message)
-                }
-                kube::Error::Discovery(_) => format!("the server knows no kind `{kind}` in `{api_version}`"),
-                other => format!("cannot look up kind `{kind}` in `{api_version}`: {other}"),
-            })?;
+        let known = kinds.lock().expect("kinds lock").get(&gvk).cloned();
+        let (resource, capabilities) = match known {
+            Some(known) => known,
+            None => {
+                let found = kube::discovery::pinned_kind(&client, &gvk).await.map_err(|e| match e {
+                    kube::Error::Api(status) if status.code == 404 => {
+                        format!("the server knows no kind `{kind}` in `{api_version}` ({})", status.message)
+                    }
+                    kube::Error::Discovery(_) => format!("the server knows no kind `{kind}` in `{api_version}`"),
+                    other => format!("cannot look up kind `{kind}` in `{api_version}`: {other}"),
+                })?;
+                kinds.lock().expect("kinds lock").insert(gvk, found.clone());
+                found
+            }
+        };
         let mut wanted = object.clone();
         let (api, shown) = match capabilities.scope {
             Scope::Namespaced => {
@@ -333,6 +388,16 @@ impl Call {
         if is_secret {
             wanted = diff::secret_as_data(wanted);
         }
+        let wait =
+            match config.get("wait") {
+                Some(wait) if wait.get("ready").and_then(Value::as_bool) == Some(true) => {
+                    let timeout = wait.get("timeout").and_then(Value::as_str).unwrap_or("5m");
+                    Some(humantime::parse_duration(timeout).map_err(|e| {
+                        format!("config.wait.timeout `{timeout}` is not a duration such as 5m or 90s: {e}")
+                    })?)
+                }
+                _ => None,
+            };
         let flag = |field: &str, default: bool| config.get(field).and_then(Value::as_bool).unwrap_or(default);
         // The manifest's file name, not its path: the same whether it is given as `m.yaml`,
         // `./m.yaml` or an absolute path, and from a laptop or CI.
@@ -352,14 +417,16 @@ impl Call {
             adopt: flag("adopt", false),
             is_secret,
             is_crd: kind == "CustomResourceDefinition" && group == "apiextensions.k8s.io",
+            wait,
         })
     }
 
-    async fn run(&self, verb: &str, said: &mut Vec<String>) -> Result<Option<Value>, String> {
+    async fn run(&self, verb: &str, said: &mut Said) -> Result<Option<Value>, String> {
         match verb {
             "state" => self.state().await.map(Some),
             "apply" => self.apply(said).await.map(|()| None),
             "delete" => self.delete(said).await.map(|()| None),
+            "wait" => self.wait_ready(said).await.map(|()| None),
             other => Err(format!("unknown action `{other}`")),
         }
     }
@@ -399,7 +466,18 @@ impl Call {
         }
         let state = diff::shown(&live, self.is_secret);
         if found.is_empty() {
-            return Ok(json!({"status": "VALID", "state": state}));
+            // As asked, and (with `wait`) ready: else a dependent waits for the `wait` action.
+            return Ok(match self.wait.map(|_| ready::readiness(&live)) {
+                None | Some(ready::Readiness::Ready) => json!({"status": "VALID", "state": state}),
+                Some(ready::Readiness::Waiting(why)) => json!({
+                    "status": "STALE",
+                    "staleState": state,
+                    "actions": [{"name": "wait", "description": format!("Wait for {} to be ready: {why}", self.shown), "args": ["wait"]}]
+                }),
+                Some(ready::Readiness::Failed(why)) => {
+                    return Err(format!("{} is not ready, and waiting will not make it so: {why}", self.shown));
+                }
+            });
         }
         let fields: Vec<String> = found.iter().map(ToString::to_string).collect();
         Ok(json!({
@@ -409,7 +487,7 @@ impl Call {
         }))
     }
 
-    async fn apply(&self, said: &mut Vec<String>) -> Result<(), String> {
+    async fn apply(&self, said: &mut Said) -> Result<(), String> {
         let mut object = self.wanted.clone();
         object["metadata"]["annotations"][OWNER_ANNOTATION] = Value::String(self.owner.clone());
         let mut params = PatchParams::apply(FIELD_MANAGER);
@@ -425,31 +503,49 @@ impl Call {
                 self.shown
             ));
         }
-        let applied = self
-            .api
-            .patch(&self.name, &params, &Patch::Apply(&object))
-            .await
-            .map_err(|e| self.api_error("applying", e))?;
+        self.api.patch(&self.name, &params, &Patch::Apply(&object)).await.map_err(|e| self.api_error("applying", e))?;
         said.push(format!("applied {}", self.shown));
-        if self.is_crd {
-            // Its kind is served once it is Established: a dependent's object of that kind
+        if self.is_crd || self.wait.is_some() {
+            // A CRD's kind is served once it is Established: a dependent's object of that kind
             // waits until then, as it waits for the action itself.
-            let established = |object: &DynamicObject| {
-                object.data.pointer("/status/conditions").and_then(Value::as_array).is_some_and(|conditions| {
-                    conditions.iter().any(|c| c["type"] == "Established" && c["status"] == "True")
-                })
-            };
-            let mut current = applied;
-            while !established(&current) {
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                current = self.api.get(&self.name).await.map_err(|e| self.api_error("reading", e))?;
-            }
-            said.push(format!("{} is established", self.shown));
+            self.wait_ready(said).await?;
         }
         Ok(())
     }
 
-    async fn delete(&self, said: &mut Vec<String>) -> Result<(), String> {
+    /// Waits until the object is ready (kstatus rules), saying why not whenever that changes;
+    /// fails at once on what waiting will not mend, and after `wait.timeout` (default 5m).
+    async fn wait_ready(&self, said: &mut Said) -> Result<(), String> {
+        let timeout = self.wait.unwrap_or(Duration::from_secs(300));
+        let deadline = Instant::now() + timeout;
+        let mut last = String::new();
+        loop {
+            let live = self.live().await?.ok_or_else(|| format!("{} is gone", self.shown))?;
+            match ready::readiness(&live) {
+                ready::Readiness::Ready => {
+                    said.push(format!("{} is ready", self.shown));
+                    return Ok(());
+                }
+                ready::Readiness::Failed(why) => return Err(format!("{} will not be ready: {why}", self.shown)),
+                ready::Readiness::Waiting(why) if Instant::now() >= deadline => {
+                    return Err(format!(
+                        "{} was not ready within {}: {why}",
+                        self.shown,
+                        humantime::format_duration(timeout)
+                    ));
+                }
+                ready::Readiness::Waiting(why) => {
+                    if why != last {
+                        said.push(format!("waiting for {}: {why}", self.shown));
+                        last = why;
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    async fn delete(&self, said: &mut Said) -> Result<(), String> {
         if !self.prune {
             said.push(format!("left {} in place (prune: false)", self.shown));
             return Ok(());
