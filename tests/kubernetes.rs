@@ -566,3 +566,64 @@ fn wait_ready_waits_for_the_object_s_own_conditions() {
     assert!(text.contains("is not ready, and waiting will not make it so: Stalled: out of quota"), "{text}");
     let _ = cluster.kubectl(&["delete", "crd", &plural, "--wait=false"]);
 }
+
+/// Readiness of a Deployment whose Pods really run (`DEPLOYSTER_E2E_CLUSTER`, the cluster of
+/// `../shared/cluster`): the apply waits until it is rolled out, and one that cannot roll out
+/// fails after its timeout with its replicas' count.
+#[test]
+fn a_deployment_is_waited_for_until_rolled_out() {
+    let Ok(kubeconfig) = std::env::var("DEPLOYSTER_E2E_CLUSTER") else {
+        assert!(
+            std::env::var("DEPLOYSTER_REQUIRE_CLUSTER").is_err(),
+            "DEPLOYSTER_REQUIRE_CLUSTER is set but DEPLOYSTER_E2E_CLUSTER names no cluster"
+        );
+        eprintln!("skipping: set DEPLOYSTER_E2E_CLUSTER to the kubeconfig of ../shared/cluster/up.sh");
+        return;
+    };
+    let cluster = Cluster::on(kubeconfig, "kube-rollout");
+    let ns = cluster.namespace.clone();
+    let ws = Workspace::new();
+    // busybox is on the test cluster's node already (imagePullPolicy: Never).
+    let deployment = |name: &str, image: &str, timeout: &str| {
+        format!(
+            r#"  {name}:
+    type: builtin/kubernetes
+    config:
+      wait: {{ready: true, timeout: {timeout}}}
+      object:
+        apiVersion: apps/v1
+        kind: Deployment
+        metadata: {{name: {name}, namespace: {ns}}}
+        spec:
+          replicas: 2
+          selector: {{matchLabels: {{app: {name}}}}}
+          template:
+            metadata: {{labels: {{app: {name}}}}}
+            spec:
+              terminationGracePeriodSeconds: 1
+              containers:
+                - {{name: main, image: "{image}", imagePullPolicy: Never, command: ["sleep", "3600"]}}
+"#
+        )
+    };
+    ws.manifest(&format!("resources:\n{}", deployment("web", "busybox:latest", "120s")));
+    let out = deployster(&ws, &cluster, &["apply", "-f", "manifest.yaml", "--yes"]);
+    let text = out.all();
+    assert_eq!(out.code, 0, "{text}");
+    assert!(text.contains(&format!("waiting for Deployment {ns}/web:")), "{text}");
+    assert!(text.contains(&format!("Deployment {ns}/web is ready")), "{text}");
+    let status = cluster.get(&["deployment", "web"]).unwrap()["status"].clone();
+    assert_eq!(status["availableReplicas"], 2, "{status}");
+
+    ws.manifest(&format!("resources:\n{}", deployment("broken", "deployster/no-such-image:1", "8s")));
+    let out = deployster(&ws, &cluster, &["apply", "-f", "manifest.yaml", "--yes"]);
+    let text = out.all();
+    assert_eq!(out.code, 1, "{text}");
+    assert!(
+        text.contains(&format!("Deployment {ns}/broken was not ready within 8s: 0 of 2 replicas available")),
+        "{text}"
+    );
+    for name in ["web", "broken"] {
+        let _ = cluster.kubectl(&cluster.ns(&["delete", "deployment", name, "--wait=false"]));
+    }
+}
