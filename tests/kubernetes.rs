@@ -627,3 +627,100 @@ fn a_deployment_is_waited_for_until_rolled_out() {
         let _ = cluster.kubectl(&cluster.ns(&["delete", "deployment", name, "--wait=false"]));
     }
 }
+
+/// `config.objects`: a Namespace, a CRD, an object in the Namespace and a custom resource of
+/// the CRD, listed in the wrong order, are applied Namespace and CRD first as one resource;
+/// its state lists them; the delete action deletes them in reverse.
+#[tokio::test]
+async fn a_list_of_objects_is_one_resource_applied_in_the_order_of_its_kinds() {
+    let Some(cluster) = Cluster::new("kube-list") else { return };
+    let ns = cluster.namespace.clone();
+    let (group, inner) = (format!("{ns}.example.com"), format!("{ns}-inner"));
+    let ws = Workspace::new();
+    let objects = format!(
+        r#"resources:
+  bundle:
+    type: builtin/kubernetes
+    config:
+      objects:
+        - {{apiVersion: "{group}/v1", kind: Gadget, metadata: {{name: g, namespace: {inner}}}, spec: {{size: 2}}}}
+        - {{apiVersion: v1, kind: ConfigMap, metadata: {{name: settings, namespace: {inner}}}, data: {{a: "1"}}}}
+        - {{apiVersion: v1, kind: Namespace, metadata: {{name: {inner}}}}}
+        - apiVersion: apiextensions.k8s.io/v1
+          kind: CustomResourceDefinition
+          metadata: {{name: gadgets.{group}}}
+          spec:
+            group: {group}
+            names: {{kind: Gadget, plural: gadgets, singular: gadget, listKind: GadgetList}}
+            scope: Namespaced
+            versions:
+              - name: v1
+                served: true
+                storage: true
+                schema: {{openAPIV3Schema: {{type: object, x-kubernetes-preserve-unknown-fields: true}}}}
+  count:
+    type: builtin/kubernetes
+    dependencies: {{b: bundle}}
+    config:
+      object:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {{name: count, namespace: {ns}}}
+        data: {{objects: "{{{{ b.state.objects | length | string }}}}", first: "{{{{ b.state.objects[0].kind }}}}"}}
+"#
+    );
+    ws.manifest(&objects);
+    let out = deployster(&ws, &cluster, &["plan", "-f", "manifest.yaml"]);
+    let text = out.all();
+    let order = [
+        format!("Create Namespace {inner}"),
+        format!("Create CustomResourceDefinition gadgets.{group}"),
+        "Create Gadget g".to_string(),
+        format!("Create ConfigMap {inner}/settings"),
+    ];
+    assert!(text.contains(&order.join("; ")), "one action, Namespace and CRD first, the rest as listed: {text}");
+
+    let out = deployster(&ws, &cluster, &["apply", "-f", "manifest.yaml", "--yes"]);
+    assert_eq!(out.code, 0, "{}", out.all());
+    let count = cluster.get(&["configmap", "count"]).expect("the dependent");
+    assert_eq!((count["data"]["objects"].as_str(), count["data"]["first"].as_str()), (Some("4"), Some("Namespace")));
+    let gadget = cluster.must(&["get", &format!("gadgets.{group}"), "g", "-n", &inner, "-o", "jsonpath={.spec.size}"]);
+    assert_eq!(gadget, "2");
+    let out = deployster(&ws, &cluster, &["plan", "-f", "manifest.yaml"]);
+    assert!(out.all().contains("Plan: 0 to apply, 0 pending, 2 valid."), "{}", out.all());
+
+    // The delete action, as the controller's deletion calls it: reverse order, all gone.
+    let config = kube::config::Kubeconfig::read_from(&cluster.kubeconfig).unwrap();
+    let options = kube::config::KubeConfigOptions::default();
+    let client =
+        deployster::controller::connect(kube::Config::from_custom_kubeconfig(config, &options).await.unwrap()).unwrap();
+    let others = Arc::new(FakeExecutor::new(|_: &FakeCall| -> FakeReply { unreachable!("no other type") }));
+    let executor = KubeObjects::with_client(others, client);
+    let manifest: Value = serde_norway::from_str(&objects).unwrap();
+    let request = json!({"name": "bundle", "config": manifest["resources"]["bundle"]["config"]});
+    let deleted = executor
+        .invoke(Invocation {
+            args: vec!["delete".into()],
+            stdin: request.to_string().into_bytes(),
+            labels: InvocationLabels {
+                manifest: "manifest.yaml".into(),
+                resource: "bundle".into(),
+                ..Default::default()
+            },
+            ..Invocation::new(TypeRef::Builtin("kubernetes".into()), Duration::from_secs(60))
+        })
+        .await
+        .unwrap();
+    let said = String::from_utf8_lossy(&deleted.stdout).to_string();
+    assert!(deleted.exit.success(), "{said}{}", String::from_utf8_lossy(&deleted.stderr));
+    let lines: Vec<&str> = said.lines().filter(|l| l.starts_with("deleted")).collect();
+    assert_eq!(
+        lines,
+        [
+            format!("deleted ConfigMap {inner}/settings"),
+            format!("deleted Gadget {inner}/g"),
+            format!("deleted CustomResourceDefinition gadgets.{group}"),
+            format!("deleted Namespace {inner}"),
+        ]
+    );
+}

@@ -27,7 +27,9 @@
 //!   ready is STALE with a `wait` action, so that a dependent waits. A CRD is always waited for
 //!   until Established.
 //!
-//! Not yet: lists of objects, a dry-run apply to confirm drift.
+//! - `objects: [...]`: several objects as one resource ([`Bundle`]).
+//!
+//! Not yet: a dry-run apply to confirm drift.
 
 mod diff;
 mod ready;
@@ -163,9 +165,9 @@ impl KubeObjects {
                 Err(e) => Err(e),
                 Ok((client, namespace, entered)) => {
                     let work = async {
-                        let call = Call::new(client, &namespace, entered, &invocation, &self.kinds).await?;
+                        let bundle = Bundle::new(client, &namespace, entered, &invocation, &self.kinds).await?;
                         tokio::select! {
-                            result = call.run(verb, &mut said) => result,
+                            result = bundle.run(verb, &mut said) => result,
                             () = invocation.cancel.cancelled() => Err("cancelled".to_string()),
                         }
                     };
@@ -270,31 +272,38 @@ fn answered_here(invocation: &Invocation) -> bool {
 }
 
 fn init() -> Value {
+    let object = json!({
+        "type": "object",
+        "description": "one Kubernetes object, of any kind the server knows",
+        "properties": {
+            "apiVersion": {"type": "string", "minLength": 1},
+            "kind": {"type": "string", "minLength": 1},
+            "metadata": {
+                "type": "object",
+                "properties": {"name": {"type": "string", "minLength": 1}, "namespace": {"type": "string"}},
+                "required": ["name"]
+            }
+        },
+        "required": ["apiVersion", "kind", "metadata"]
+    });
     json!({
         "label": "Kubernetes object",
         "config_schema": {
             "type": "object",
             "properties": {
-                "object": {
-                    "type": "object",
-                    "description": "one Kubernetes object, of any kind the server knows",
-                    "properties": {
-                        "apiVersion": {"type": "string", "minLength": 1},
-                        "kind": {"type": "string", "minLength": 1},
-                        "metadata": {
-                            "type": "object",
-                            "properties": {"name": {"type": "string", "minLength": 1}, "namespace": {"type": "string"}},
-                            "required": ["name"]
-                        }
-                    },
-                    "required": ["apiVersion", "kind", "metadata"]
+                "object": object,
+                "objects": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": object,
+                    "description": "several objects as one resource: Namespaces, then CRDs, then the rest as listed"
                 },
                 "force": {"type": "boolean", "description": "take fields other field managers own"},
-                "prune": {"type": "boolean", "description": "delete the object when the resource is deleted (default true)"},
-                "adopt": {"type": "boolean", "description": "take over an object Deployster did not create"},
+                "prune": {"type": "boolean", "description": "delete the objects when the resource is deleted (default true)"},
+                "adopt": {"type": "boolean", "description": "take over objects Deployster did not create"},
                 "wait": {
                     "type": "object",
-                    "description": "wait until the object is ready (kstatus rules) after applying it; a dependent waits too",
+                    "description": "wait until the objects are ready (kstatus rules) after applying them; a dependent waits too",
                     "properties": {
                         "ready": {"type": "boolean"},
                         "timeout": {"type": "string", "description": "how long, e.g. 5m (default 5m)"}
@@ -302,7 +311,7 @@ fn init() -> Value {
                     "additionalProperties": false
                 }
             },
-            "required": ["object"],
+            "oneOf": [{"required": ["object"]}, {"required": ["objects"]}],
             "additionalProperties": false
         },
         "state_action": {"args": ["state"]},
@@ -310,26 +319,66 @@ fn init() -> Value {
     })
 }
 
-/// One call's object, options and API.
+/// A resource's objects: `config.object`, or `config.objects` in the order they are applied
+/// (Namespaces, then CustomResourceDefinitions, then the rest as listed).
+///
+/// Each object is looked up on the server when it is needed, in that order: a custom resource
+/// whose CustomResourceDefinition comes earlier in the list is MISSING until the CRD is
+/// applied, not an unknown kind.
+struct Bundle<'a> {
+    client: kube::Client,
+    /// Where objects without a namespace go.
+    namespace: String,
+    /// Each object, with where it is in the config (`config.objects[2]`).
+    objects: Vec<(String, Value)>,
+    options: Arc<Options>,
+    kinds: &'a Kinds,
+    /// `config.objects`: the state is `{objects: [...]}`.
+    list: bool,
+}
+
+/// What the config says besides the objects, and whose they are.
+struct Options {
+    /// `manifest/resource`: the annotation's value.
+    owner: String,
+    force: bool,
+    prune: bool,
+    adopt: bool,
+    /// How long to wait for readiness after applying (`wait.ready`).
+    wait: Option<Duration>,
+}
+
+/// One object of a resource, and its API.
 struct Call {
     api: Api<DynamicObject>,
     wanted: Value,
     /// `Deployment team-a/web`.
     shown: String,
     name: String,
-    owner: String,
-    force: bool,
-    prune: bool,
-    adopt: bool,
+    options: Arc<Options>,
     is_secret: bool,
     /// A CustomResourceDefinition: applied once its kind is served.
     is_crd: bool,
-    /// How long to wait for readiness after applying (`wait.ready`).
-    wait: Option<Duration>,
 }
 
-impl Call {
-    /// The request's object, found on the server by its kind. Fails before the work starts.
+/// Where one object stands.
+enum Standing {
+    Missing,
+    /// The fields that differ, as said.
+    Stale {
+        state: Value,
+        fields: Vec<String>,
+    },
+    NotReady {
+        state: Value,
+        why: String,
+    },
+    Valid {
+        state: Value,
+    },
+}
+
+impl<'a> Bundle<'a> {
     /// `object_named`: whether the manifest's name names the object it came from (a Manifest's
     /// `namespace/name`) rather than a file (the CLI's path, of which only the file name counts).
     async fn new(
@@ -337,20 +386,168 @@ impl Call {
         namespace: &str,
         object_named: bool,
         invocation: &Invocation,
-        kinds: &Kinds,
+        kinds: &'a Kinds,
     ) -> Result<Self, String> {
         let request: Value =
             serde_json::from_slice(&invocation.stdin).map_err(|e| format!("the request is not JSON: {e}"))?;
         let config = request.get("config").ok_or("the request has no `config`")?;
-        let object = config.get("object").ok_or("config.object is required")?;
+        let wait =
+            match config.get("wait") {
+                Some(wait) if wait.get("ready").and_then(Value::as_bool) == Some(true) => {
+                    let timeout = wait.get("timeout").and_then(Value::as_str).unwrap_or("5m");
+                    Some(humantime::parse_duration(timeout).map_err(|e| {
+                        format!("config.wait.timeout `{timeout}` is not a duration such as 5m or 90s: {e}")
+                    })?)
+                }
+                _ => None,
+            };
+        let flag = |field: &str, default: bool| config.get(field).and_then(Value::as_bool).unwrap_or(default);
+        // The manifest's file name, not its path: the same whether it is given as `m.yaml`,
+        // `./m.yaml` or an absolute path, and from a laptop or CI.
+        let manifest = match std::path::Path::new(&invocation.labels.manifest).file_name() {
+            Some(file) if !object_named => file.to_string_lossy().into_owned(),
+            _ => invocation.labels.manifest.clone(),
+        };
+        let options = Arc::new(Options {
+            owner: format!("{manifest}/{}", invocation.labels.resource),
+            force: flag("force", false),
+            prune: flag("prune", true),
+            adopt: flag("adopt", false),
+            wait,
+        });
+        let objects: Vec<(String, Value)> = match (config.get("object"), config.get("objects")) {
+            (Some(object), None) => vec![("config.object".into(), object.clone())],
+            (None, Some(Value::Array(objects))) if !objects.is_empty() => {
+                let mut listed: Vec<(String, Value)> =
+                    objects.iter().enumerate().map(|(i, o)| (format!("config.objects[{i}]"), o.clone())).collect();
+                let rank = |object: &Value| match object["kind"].as_str() {
+                    Some("Namespace") => 0,
+                    Some("CustomResourceDefinition") => 1,
+                    _ => 2,
+                };
+                listed.sort_by_key(|(_, object)| rank(object));
+                listed
+            }
+            (None, Some(_)) => return Err("config.objects must be a non-empty list of objects".into()),
+            (Some(_), Some(_)) => return Err("config has both `object` and `objects`: give one".into()),
+            (None, None) => return Err("config.object (or config.objects) is required".into()),
+        };
+        let list = config.get("objects").is_some();
+        Ok(Bundle { client, namespace: namespace.to_string(), objects, options, kinds, list })
+    }
+
+    /// Object `i`, looked up on the server.
+    async fn call(&self, i: usize) -> Result<Call, String> {
+        let (at, object) = &self.objects[i];
+        Call::new(self.client.clone(), &self.namespace, object, at, &self.options, self.kinds).await
+    }
+
+    /// Whether a CustomResourceDefinition of this bundle defines the kind of `object`.
+    fn defines(&self, object: &Value) -> bool {
+        let group = object["apiVersion"].as_str().and_then(|v| v.rsplit_once('/')).map(|(g, _)| g);
+        self.objects.iter().any(|(_, crd)| {
+            crd["kind"] == "CustomResourceDefinition"
+                && crd.pointer("/spec/group").and_then(Value::as_str) == group
+                && crd.pointer("/spec/names/kind") == object.get("kind")
+        })
+    }
+
+    async fn run(&self, verb: &str, said: &mut Said) -> Result<Option<Value>, String> {
+        match verb {
+            "state" => self.state().await.map(Some),
+            "apply" => {
+                for i in 0..self.objects.len() {
+                    self.call(i).await?.apply(said).await?;
+                }
+                Ok(None)
+            }
+            "wait" => {
+                for i in 0..self.objects.len() {
+                    self.call(i).await?.wait_ready(said).await?;
+                }
+                Ok(None)
+            }
+            // What the list made first goes last (a Namespace after what is in it), and the
+            // objects of a CRD already gone with it are gone.
+            "delete" => {
+                for i in (0..self.objects.len()).rev() {
+                    match self.call(i).await {
+                        Ok(call) => call.delete(said).await?,
+                        Err(_) if self.defines(&self.objects[i].1) => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                Ok(None)
+            }
+            other => Err(format!("unknown action `{other}`")),
+        }
+    }
+
+    /// MISSING when every object is; STALE with `apply` when one is missing or differs, or with
+    /// `wait` when all are as asked but one is not ready; else VALID — with the live object, or
+    /// `{objects: [...]}` for a list.
+    async fn state(&self) -> Result<Value, String> {
+        let mut states = Vec::new();
+        let (mut to_apply, mut to_wait) = (Vec::new(), Vec::new());
+        for (i, (_, object)) in self.objects.iter().enumerate() {
+            let call = match self.call(i).await {
+                Ok(call) => call,
+                // Its kind comes with a CRD of this bundle, not applied yet.
+                Err(_) if self.defines(object) => {
+                    let (kind, name) = (object["kind"].as_str().unwrap_or("?"), &object["metadata"]["name"]);
+                    to_apply.push(format!("Create {kind} {}", name.as_str().unwrap_or("?")));
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            match call.standing().await? {
+                Standing::Missing => to_apply.push(format!("Create {}", call.shown)),
+                Standing::Stale { state, fields } => {
+                    states.push(state);
+                    to_apply.push(format!("Update {}: {}", call.shown, fields.join("; ")));
+                }
+                Standing::NotReady { state, why } => {
+                    states.push(state);
+                    to_wait.push(format!("Wait for {} to be ready: {why}", call.shown));
+                }
+                Standing::Valid { state } => states.push(state),
+            }
+        }
+        let state = if self.list { json!({"objects": states}) } else { states.first().cloned().unwrap_or(Value::Null) };
+        let action =
+            |name: &str, said: &[String]| json!([{"name": name, "description": said.join("; "), "args": [name]}]);
+        Ok(if states.is_empty() {
+            json!({"status": "MISSING", "actions": action("apply", &to_apply)})
+        } else if !to_apply.is_empty() {
+            json!({"status": "STALE", "staleState": state, "actions": action("apply", &to_apply)})
+        } else if !to_wait.is_empty() {
+            json!({"status": "STALE", "staleState": state, "actions": action("wait", &to_wait)})
+        } else {
+            json!({"status": "VALID", "state": state})
+        })
+    }
+}
+
+impl Call {
+    /// The request's object, found on the server by its kind. Fails before the work starts.
+    /// The object at `at` (`config.object`, `config.objects[2]`), found on the server by its
+    /// kind. Fails before the work starts.
+    async fn new(
+        client: kube::Client,
+        namespace: &str,
+        object: &Value,
+        at: &str,
+        options: &Arc<Options>,
+        kinds: &Kinds,
+    ) -> Result<Self, String> {
         let text = |field: &str| object.get(field).and_then(Value::as_str).filter(|s| !s.is_empty());
-        let api_version = text("apiVersion").ok_or("config.object has no apiVersion")?;
-        let kind = text("kind").ok_or("config.object has no kind")?;
+        let api_version = text("apiVersion").ok_or_else(|| format!("{at} has no apiVersion"))?;
+        let kind = text("kind").ok_or_else(|| format!("{at} has no kind"))?;
         let name = object
             .pointer("/metadata/name")
             .and_then(Value::as_str)
             .filter(|s| !s.is_empty())
-            .ok_or("config.object has no metadata.name")?
+            .ok_or_else(|| format!("{at} has no metadata.name"))?
             .to_string();
         let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
         let gvk = GroupVersionKind::gvk(group, version, kind);
@@ -379,7 +576,7 @@ impl Call {
             }
             Scope::Cluster => {
                 if let Some(namespace) = object.pointer("/metadata/namespace").and_then(Value::as_str) {
-                    return Err(format!("{kind} is not namespaced, yet config.object names namespace `{namespace}`"));
+                    return Err(format!("{kind} is not namespaced, yet {at} names namespace `{namespace}`"));
                 }
                 (Api::all_with(client, &resource), format!("{kind} {name}"))
             }
@@ -388,47 +585,15 @@ impl Call {
         if is_secret {
             wanted = diff::secret_as_data(wanted);
         }
-        let wait =
-            match config.get("wait") {
-                Some(wait) if wait.get("ready").and_then(Value::as_bool) == Some(true) => {
-                    let timeout = wait.get("timeout").and_then(Value::as_str).unwrap_or("5m");
-                    Some(humantime::parse_duration(timeout).map_err(|e| {
-                        format!("config.wait.timeout `{timeout}` is not a duration such as 5m or 90s: {e}")
-                    })?)
-                }
-                _ => None,
-            };
-        let flag = |field: &str, default: bool| config.get(field).and_then(Value::as_bool).unwrap_or(default);
-        // The manifest's file name, not its path: the same whether it is given as `m.yaml`,
-        // `./m.yaml` or an absolute path, and from a laptop or CI.
-        let manifest = match std::path::Path::new(&invocation.labels.manifest).file_name() {
-            Some(file) if !object_named => file.to_string_lossy().into_owned(),
-            _ => invocation.labels.manifest.clone(),
-        };
-        let owner = format!("{manifest}/{}", invocation.labels.resource);
         Ok(Call {
             api,
             wanted,
             shown,
             name,
-            owner,
-            force: flag("force", false),
-            prune: flag("prune", true),
-            adopt: flag("adopt", false),
+            options: options.clone(),
             is_secret,
             is_crd: kind == "CustomResourceDefinition" && group == "apiextensions.k8s.io",
-            wait,
         })
-    }
-
-    async fn run(&self, verb: &str, said: &mut Said) -> Result<Option<Value>, String> {
-        match verb {
-            "state" => self.state().await.map(Some),
-            "apply" => self.apply(said).await.map(|()| None),
-            "delete" => self.delete(said).await.map(|()| None),
-            "wait" => self.wait_ready(said).await.map(|()| None),
-            other => Err(format!("unknown action `{other}`")),
-        }
     }
 
     async fn live(&self) -> Result<Option<Value>, String> {
@@ -439,20 +604,17 @@ impl Call {
     /// Whether `live` is this resource's own (created or adopted by it).
     fn ours(&self, live: &Value) -> bool {
         live.pointer(&format!("/metadata/annotations/{}", OWNER_ANNOTATION.replace('/', "~1"))).and_then(Value::as_str)
-            == Some(&self.owner)
+            == Some(&self.options.owner)
     }
 
-    async fn state(&self) -> Result<Value, String> {
-        let Some(live) = self.live().await? else {
-            return Ok(json!({"status": "MISSING", "actions": [
-                {"name": "apply", "description": format!("Create {}", self.shown), "args": ["apply"]}
-            ]}));
-        };
-        if !self.ours(&live) && !self.adopt {
+    async fn standing(&self) -> Result<Standing, String> {
+        let Some(live) = self.live().await? else { return Ok(Standing::Missing) };
+        let options = &self.options;
+        if !self.ours(&live) && !options.adopt {
             return Err(format!(
                 "{} exists and was not created by this resource ({OWNER_ANNOTATION} is not `{}`): \
                  refusing to take it over; set `adopt: true` to manage it",
-                self.shown, self.owner
+                self.shown, options.owner
             ));
         }
         let mut found = diff::changes(&self.wanted, &live, self.is_secret);
@@ -460,43 +622,34 @@ impl Call {
             found.push(diff::Change {
                 path: format!("metadata.annotations.{OWNER_ANNOTATION}"),
                 live: None,
-                wanted: Value::String(self.owner.clone()),
+                wanted: Value::String(options.owner.clone()),
                 secret: false,
             });
         }
         let state = diff::shown(&live, self.is_secret);
-        if found.is_empty() {
-            // As asked, and (with `wait`) ready: else a dependent waits for the `wait` action.
-            return Ok(match self.wait.map(|_| ready::readiness(&live)) {
-                None | Some(ready::Readiness::Ready) => json!({"status": "VALID", "state": state}),
-                Some(ready::Readiness::Waiting(why)) => json!({
-                    "status": "STALE",
-                    "staleState": state,
-                    "actions": [{"name": "wait", "description": format!("Wait for {} to be ready: {why}", self.shown), "args": ["wait"]}]
-                }),
-                Some(ready::Readiness::Failed(why)) => {
-                    return Err(format!("{} is not ready, and waiting will not make it so: {why}", self.shown));
-                }
-            });
+        if !found.is_empty() {
+            return Ok(Standing::Stale { state, fields: found.iter().map(ToString::to_string).collect() });
         }
-        let fields: Vec<String> = found.iter().map(ToString::to_string).collect();
-        Ok(json!({
-            "status": "STALE",
-            "staleState": state,
-            "actions": [{"name": "apply", "description": format!("Update {}: {}", self.shown, fields.join("; ")), "args": ["apply"]}]
-        }))
+        // As asked, and (with `wait`) ready: else a dependent waits for the `wait` action.
+        match options.wait.map(|_| ready::readiness(&live)) {
+            None | Some(ready::Readiness::Ready) => Ok(Standing::Valid { state }),
+            Some(ready::Readiness::Waiting(why)) => Ok(Standing::NotReady { state, why }),
+            Some(ready::Readiness::Failed(why)) => {
+                Err(format!("{} is not ready, and waiting will not make it so: {why}", self.shown))
+            }
+        }
     }
 
     async fn apply(&self, said: &mut Said) -> Result<(), String> {
         let mut object = self.wanted.clone();
-        object["metadata"]["annotations"][OWNER_ANNOTATION] = Value::String(self.owner.clone());
+        object["metadata"]["annotations"][OWNER_ANNOTATION] = Value::String(self.options.owner.clone());
         let mut params = PatchParams::apply(FIELD_MANAGER);
-        if self.force {
+        if self.options.force {
             params = params.force();
         }
         if let Some(live) = self.live().await?
             && !self.ours(&live)
-            && !self.adopt
+            && !self.options.adopt
         {
             return Err(format!(
                 "{} exists and was not created by this resource: set `adopt: true` to manage it",
@@ -505,7 +658,7 @@ impl Call {
         }
         self.api.patch(&self.name, &params, &Patch::Apply(&object)).await.map_err(|e| self.api_error("applying", e))?;
         said.push(format!("applied {}", self.shown));
-        if self.is_crd || self.wait.is_some() {
+        if self.is_crd || self.options.wait.is_some() {
             // A CRD's kind is served once it is Established: a dependent's object of that kind
             // waits until then, as it waits for the action itself.
             self.wait_ready(said).await?;
@@ -516,7 +669,7 @@ impl Call {
     /// Waits until the object is ready (kstatus rules), saying why not whenever that changes;
     /// fails at once on what waiting will not mend, and after `wait.timeout` (default 5m).
     async fn wait_ready(&self, said: &mut Said) -> Result<(), String> {
-        let timeout = self.wait.unwrap_or(Duration::from_secs(300));
+        let timeout = self.options.wait.unwrap_or(Duration::from_secs(300));
         let deadline = Instant::now() + timeout;
         let mut last = String::new();
         loop {
@@ -546,7 +699,7 @@ impl Call {
     }
 
     async fn delete(&self, said: &mut Said) -> Result<(), String> {
-        if !self.prune {
+        if !self.options.prune {
             said.push(format!("left {} in place (prune: false)", self.shown));
             return Ok(());
         }
