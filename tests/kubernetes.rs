@@ -724,3 +724,26 @@ async fn a_list_of_objects_is_one_resource_applied_in_the_order_of_its_kinds() {
         ]
     );
 }
+
+/// `--kubeconfig` and `--context` choose the cluster over KUBECONFIG; a context the file does
+/// not have is a clear error.
+#[test]
+fn kubeconfig_and_context_choose_the_cluster() {
+    let Some(cluster) = Cluster::new("kube-config") else { return };
+    let ns = cluster.namespace.clone();
+    let ws = Workspace::new();
+    ws.manifest(&format!(
+        "resources:\n  cm:\n    type: builtin/kubernetes\n    config: {{object: {{apiVersion: v1, kind: ConfigMap, metadata: {{name: chosen, namespace: {ns}}}}}}}\n"
+    ));
+    let nowhere = ws.write("nowhere", "apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n");
+    let env = [("KUBECONFIG", nowhere.to_str().unwrap())];
+    let out = ws.run_with_env(&["apply", "-f", "manifest.yaml", "--yes", "--kubeconfig", &cluster.kubeconfig], &env);
+    assert_eq!(out.code, 0, "{}", out.all());
+    assert!(cluster.get(&["configmap", "chosen"]).is_some());
+
+    let args = ["plan", "-f", "manifest.yaml", "--kubeconfig", &cluster.kubeconfig, "--context", "nope"];
+    let out = ws.run_with_env(&args, &env);
+    assert_ne!(out.code, 0, "{}", out.all());
+    assert!(out.all().contains("resource `cm` failed in state"), "{}", out.all());
+    assert!(out.all().contains("cannot use context `nope` of the kubeconfig"), "{}", out.all());
+}

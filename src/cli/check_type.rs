@@ -34,7 +34,7 @@ pub(super) async fn check_type(args: CheckTypeArgs) -> Result<Exit, CliError> {
     let images = super::docker_executor(&args.docker);
     #[cfg(not(feature = "docker"))]
     let images = None;
-    let executor = executor_with(images)?;
+    let executor = executor_with(images, Default::default())?;
     let report = conformance::check(executor.as_ref(), &args.type_ref, &options).await;
     let _ = std::fs::remove_dir_all(&scratch);
     match args.output {

@@ -175,9 +175,17 @@ pub struct PodArgs {
     /// message.
     #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
     pub schedule_timeout: Duration,
+    /// The kubeconfig file of the cluster that `--executor pod` and `builtin/kubernetes` use
+    /// [default: KUBECONFIG, then ~/.kube/config, then in-cluster configuration].
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig's context to use [default: its current context].
+    #[arg(long, value_name = "NAME")]
+    pub context: Option<String>,
 }
 
 /// `KEY=VALUE`, both non-empty.
+#[cfg(feature = "kube")]
 fn parse_label(text: &str) -> Result<(String, String), String> {
     match text.split_once('=') {
         Some((key, value)) if !key.is_empty() && !value.is_empty() => Ok((key.into(), value.into())),
@@ -657,16 +665,27 @@ pub async fn run(cli: Cli) -> Result<Exit, CliError> {
 /// The executor the CLI uses: local programs and built-ins as processes, images as Docker
 /// containers (connected to only when a manifest uses one) or as Pods (`--executor pod`).
 async fn executor(args: &ManifestArgs) -> Result<Arc<dyn Executor>, CliError> {
-    executor_with(image_executor(args).await?)
+    #[cfg(feature = "kube")]
+    let cluster =
+        crate::kubernetes::Kubeconfig { file: args.pods.kubeconfig.clone(), context: args.pods.context.clone() };
+    #[cfg(not(feature = "kube"))]
+    let cluster = ();
+    executor_with(image_executor(args).await?, cluster)
 }
 
+#[cfg(feature = "kube")]
+type Cluster = crate::kubernetes::Kubeconfig;
+#[cfg(not(feature = "kube"))]
+type Cluster = ();
+
 /// Local programs as processes, built-ins in this process (see [`local_executor`]), images on
-/// `images`.
-fn executor_with(images: Option<Arc<dyn Executor>>) -> Result<Arc<dyn Executor>, CliError> {
+/// `images`; `builtin/kubernetes` with `cluster`, connected to on its first call.
+fn executor_with(images: Option<Arc<dyn Executor>>, cluster: Cluster) -> Result<Arc<dyn Executor>, CliError> {
     let local = local_executor()?;
-    // `builtin/kubernetes` with the current kubeconfig's cluster, connected to on its first call.
     #[cfg(feature = "kube")]
-    let local: Arc<dyn Executor> = Arc::new(crate::kubernetes::KubeObjects::new(local));
+    let local: Arc<dyn Executor> = Arc::new(crate::kubernetes::KubeObjects::new(local, cluster));
+    #[cfg(not(feature = "kube"))]
+    let () = cluster;
     Ok(Arc::new(Dispatch { local, images, local_programs: true }))
 }
 
@@ -709,7 +728,8 @@ async fn pod_executor(args: &PodArgs) -> Result<Arc<dyn Executor>, CliError> {
     crate::pod::install_crypto();
     let cluster =
         |e: &dyn std::fmt::Display| CliError::Refused(format!("--executor pod: cannot reach the cluster: {e}"));
-    let config = kube::Config::infer().await.map_err(|e| cluster(&e))?;
+    let kubeconfig = crate::kubernetes::Kubeconfig { file: args.kubeconfig.clone(), context: args.context.clone() };
+    let config = kubeconfig.load().await.map_err(|e| cluster(&e))?;
     let namespace = args.namespace.clone().unwrap_or_else(|| config.default_namespace.clone());
     let client = kube::Client::try_from(config).map_err(|e| cluster(&e))?;
     let mut settings = PodSettings::new(namespace, helper_image(&args.helper_image));

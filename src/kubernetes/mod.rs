@@ -70,6 +70,8 @@ pub struct KubeObjects {
     /// What discovery said of each kind: looked up once, not on every call. A kind the server
     /// did not know is asked again (its CRD may come).
     kinds: Kinds,
+    /// Where the default client connects.
+    cluster: Kubeconfig,
 }
 
 type Kinds = Mutex<HashMap<GroupVersionKind, (ApiResource, ApiCapabilities)>>;
@@ -80,9 +82,40 @@ struct Identity {
     namespace: String,
 }
 
+/// Which cluster: a kubeconfig file and context, each else the usual default.
+#[derive(Debug, Clone, Default)]
+pub struct Kubeconfig {
+    /// [default: KUBECONFIG, then ~/.kube/config, then in-cluster configuration]
+    pub file: Option<std::path::PathBuf>,
+    /// [default: the kubeconfig's current context]
+    pub context: Option<String>,
+}
+
+impl Kubeconfig {
+    pub async fn load(&self) -> Result<kube::Config, String> {
+        let Kubeconfig { file, context } = self;
+        if file.is_none() && context.is_none() {
+            return kube::Config::infer().await.map_err(|e| {
+                format!("no cluster to talk to (KUBECONFIG, ~/.kube/config or in-cluster configuration): {e}")
+            });
+        }
+        let read = match file {
+            Some(file) => kube::config::Kubeconfig::read_from(file)
+                .map_err(|e| format!("cannot read the kubeconfig {}: {e}", file.display())),
+            None => kube::config::Kubeconfig::read().map_err(|e| format!("cannot read the kubeconfig: {e}")),
+        }?;
+        let options = kube::config::KubeConfigOptions { context: context.clone(), ..Default::default() };
+        kube::Config::from_custom_kubeconfig(read, &options).await.map_err(|e| match context {
+            Some(context) => format!("cannot use context `{context}` of the kubeconfig: {e}"),
+            None => format!("cannot use the kubeconfig: {e}"),
+        })
+    }
+}
+
 impl KubeObjects {
-    pub fn new(others: Arc<dyn Executor>) -> Self {
+    pub fn new(others: Arc<dyn Executor>, cluster: Kubeconfig) -> Self {
         Self {
+            cluster,
             others,
             client: OnceCell::new(),
             identities: Mutex::default(),
@@ -93,7 +126,7 @@ impl KubeObjects {
 
     /// A type whose default client is given.
     pub fn with_client(others: Arc<dyn Executor>, client: kube::Client) -> Self {
-        Self { client: OnceCell::new_with(Some(Ok(client))), ..Self::new(others) }
+        Self { client: OnceCell::new_with(Some(Ok(client))), ..Self::new(others, Kubeconfig::default()) }
     }
 
     /// The controller's: no default client — a call outside a pass that entered its
@@ -103,7 +136,7 @@ impl KubeObjects {
         Self {
             client: OnceCell::new_with(Some(none)),
             impersonation: Some((config, Mutex::default())),
-            ..Self::new(others)
+            ..Self::new(others, Kubeconfig::default())
         }
     }
 
@@ -146,9 +179,7 @@ impl KubeObjects {
     async fn client(&self) -> Result<kube::Client, String> {
         self.client
             .get_or_init(|| async {
-                let config = kube::Config::infer().await.map_err(|e| {
-                    format!("no cluster to talk to (KUBECONFIG, ~/.kube/config or in-cluster configuration): {e}")
-                })?;
+                let config = self.cluster.load().await?;
                 crate::controller::connect(config).map_err(|e| format!("cannot make a client of the kubeconfig: {e}"))
             })
             .await
