@@ -539,6 +539,10 @@ fn wait_ready_waits_for_the_object_s_own_conditions() {
     assert!(cluster.get(&["configmap", "user"]).is_none(), "nothing after it ran: {text}");
 
     ws.manifest(&manifest("wait: {ready: true, timeout: 60s}"));
+    // The action's own time limit ends the wait as it ends a program.
+    let out = deployster(&ws, &cluster, &["apply", "-f", "manifest.yaml", "--yes", "--action-timeout", "1s"]);
+    assert_eq!(out.code, 1, "{}", out.all());
+    assert!(out.all().contains("timed out after 1s"), "{}", out.all());
     let mut child = std::process::Command::new(support::deployster())
         .args(["apply", "-f", "manifest.yaml", "--yes"])
         .env("KUBECONFIG", &cluster.kubeconfig)

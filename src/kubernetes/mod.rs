@@ -186,7 +186,9 @@ impl KubeObjects {
             .clone()
     }
 
-    async fn answer(&self, invocation: Invocation) -> Outcome {
+    /// The call's outcome, as a program's would be; its time limit and cancellation end it as
+    /// they end a program.
+    async fn answer(&self, invocation: Invocation) -> Result<Outcome, ExecError> {
         let started = Instant::now();
         let mut said = Said { lines: Vec::new(), sink: invocation.sink.clone() };
         let verb = invocation.args.first().cloned();
@@ -197,14 +199,13 @@ impl KubeObjects {
                 Ok((client, namespace, entered)) => {
                     let work = async {
                         let bundle = Bundle::new(client, &namespace, entered, &invocation, &self.kinds).await?;
-                        tokio::select! {
-                            result = bundle.run(verb, &mut said) => result,
-                            () = invocation.cancel.cancelled() => Err("cancelled".to_string()),
-                        }
+                        bundle.run(verb, &mut said).await
                     };
-                    match tokio::time::timeout(invocation.timeout, work).await {
-                        Ok(result) => result,
-                        Err(_) => Err(format!("timed out after {:?}", invocation.timeout)),
+                    tokio::select! {
+                        ended = tokio::time::timeout(invocation.timeout, work) => {
+                            ended.map_err(|_| ExecError::TimedOut(invocation.timeout))?
+                        }
+                        () = invocation.cancel.cancelled() => return Err(ExecError::Cancelled),
                     }
                 }
             },
@@ -225,12 +226,12 @@ impl KubeObjects {
         if let Some(sink) = &invocation.sink {
             stderr.lines().for_each(|line| sink(Stream::Stderr, line));
         }
-        Outcome {
+        Ok(Outcome {
             exit: Exit::Code(code),
             stdout: stdout.into_bytes(),
             stderr: stderr.into_bytes(),
             elapsed: started.elapsed(),
-        }
+        })
     }
 }
 
@@ -251,7 +252,7 @@ impl Executor for KubeObjects {
         if invocation.cancel.is_cancelled() {
             return Err(ExecError::Cancelled);
         }
-        Ok(self.answer(invocation).await)
+        self.answer(invocation).await
     }
 
     async fn stop_run(&self, run_id: &str) -> Result<usize, ExecError> {
