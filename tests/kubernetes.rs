@@ -405,6 +405,7 @@ fn the_controller_keeps_a_manifest_s_objects() {
     let work = tempfile::tempdir().unwrap();
     let controller =
         ControllerProcess::start(&cluster, work.path(), "controller", &["--namespace", &cluster.namespace]);
+    cluster.must(&cluster.ns(&["create", "secret", "generic", "creds", "--from-literal=password=hunter2"]));
     cluster.apply_yaml(
         r#"apiVersion: deployster.io/v1alpha1
 kind: Manifest
@@ -413,7 +414,12 @@ spec:
   interval: 3s
   deletionPolicy: Delete
   serviceAccountName: deployer
+  varsFrom: [{secretRef: {name: creds}}]
   resources:
+    password:
+      type: builtin/kubernetes
+      config:
+        object: {apiVersion: v1, kind: Secret, metadata: {name: db}, stringData: {password: "{{ password }}"}}
     settings:
       type: builtin/kubernetes
       config:
@@ -448,11 +454,26 @@ spec:
     wait_for("the drift to be corrected", Duration::from_secs(60), || {
         cluster.get(&["configmap", "settings"]).is_some_and(|c| c["data"]["level"] == "info")
     });
+    assert_eq!(cluster.get(&["secret", "db"]).unwrap()["data"]["password"], "aHVudGVyMg==");
+    let swordfish = r#"{"data":{"password":"c3dvcmRmaXNo"}}"#;
+    cluster.must(&cluster.ns(&["patch", "secret", "db", "--type", "merge", "-p", swordfish]));
+    wait_for("the Secret's drift to be corrected", Duration::from_secs(60), || {
+        cluster.get(&["secret", "db"]).is_some_and(|s| s["data"]["password"] == "aHVudGVyMg==")
+    });
+    // The Secret's values are in no status, event or log line.
+    let manifest = cluster.get(&["manifest", "objects"]).unwrap().to_string();
+    let events = cluster.get(&["events.events.k8s.io"]).unwrap().to_string();
+    for (what, text) in [("the status", &manifest), ("the events", &events), ("the log", &controller.log_text())] {
+        for secret in ["hunter2", "swordfish", "aHVudGVyMg", "c3dvcmRmaXNo"] {
+            assert!(!text.contains(secret), "{secret} in {what}: {text}");
+        }
+    }
 
     cluster.must(&cluster.ns(&["delete", "manifest", "objects", "--wait=false"]));
     wait_for("the Manifest to go", Duration::from_secs(120), || cluster.get(&["manifest", "objects"]).is_none());
     assert!(cluster.get(&["configmap", "settings"]).is_none(), "deletionPolicy: Delete deleted it");
     assert!(cluster.get(&["configmap", "app"]).is_none(), "deletionPolicy: Delete deleted it");
+    assert!(cluster.get(&["secret", "db"]).is_none(), "deletionPolicy: Delete deleted it");
     assert_api_calls_are_listed(&controller);
 }
 

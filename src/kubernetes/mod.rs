@@ -821,4 +821,80 @@ mod tests {
         drop(guard);
         assert!(objects.identity("run-1").await.is_err(), "forgotten with its pass");
     }
+    /// An API server on loopback that knows ConfigMaps and forbids every request, naming the
+    /// user it was asked to act as (the `Impersonate-User` header), as Kubernetes' RBAC does.
+    async fn forbidding_api_server() -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let mut request = vec![0u8; 16384];
+                let n = stream.read(&mut request).await.unwrap_or(0);
+                let request = String::from_utf8_lossy(&request[..n]).to_string();
+                let path = request.split_whitespace().nth(1).unwrap_or_default().to_string();
+                let user = request
+                    .lines()
+                    .find_map(|l| {
+                        l.to_ascii_lowercase().starts_with("impersonate-user:").then(|| l[17..].trim().to_string())
+                    })
+                    .unwrap_or_else(|| "system:anonymous".into());
+                let (status, body) = if path == "/api/v1" {
+                    let resources = json!({"kind": "APIResourceList", "groupVersion": "v1", "resources": [
+                        {"name": "configmaps", "singularName": "configmap", "namespaced": true, "kind": "ConfigMap",
+                         "verbs": ["get", "list", "patch", "create", "delete"]}]});
+                    ("200 OK", resources.to_string())
+                } else {
+                    let message = format!(
+                        "configmaps \"x\" is forbidden: User \"{user}\" cannot get resource \"configmaps\" in API group \"\" in the namespace \"team\""
+                    );
+                    let status = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message,
+                                        "reason": "Forbidden", "details": {"name": "x", "kind": "configmaps"}, "code": 403});
+                    ("403 Forbidden", status.to_string())
+                };
+                let response = format!(
+                    "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = stream.write_all(response.as_bytes()).await;
+            }
+        });
+        address
+    }
+
+    /// A ServiceAccount without the rights fails the call with the API's 403, which names the
+    /// account (impersonated), the verb and the resource.
+    #[tokio::test]
+    async fn a_service_account_without_rights_fails_with_the_api_s_403() {
+        crate::pod::install_crypto();
+        let address = forbidding_api_server().await;
+        let others: Arc<dyn Executor> =
+            Arc::new(crate::engine::executor::fake::FakeExecutor::new(|_| unreachable!("no other type")));
+        let config = kube::Config::new(format!("http://{address}").parse().unwrap());
+        let objects = Arc::new(KubeObjects::impersonating(others, config));
+        let _pass = objects.enter("run-1", "team", Some("deployer"));
+        let request = json!({"name": "cm", "config": {"object": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}}});
+        let invocation = Invocation {
+            args: vec!["state".into()],
+            stdin: request.to_string().into_bytes(),
+            labels: crate::engine::executor::InvocationLabels {
+                manifest: "team/app".into(),
+                resource: "cm".into(),
+                run_id: "run-1".into(),
+                ..Default::default()
+            },
+            ..Invocation::new(TypeRef::Builtin(NAME.into()), Duration::from_secs(10))
+        };
+        let outcome = objects.invoke(invocation).await.unwrap();
+        let stderr = String::from_utf8_lossy(&outcome.stderr);
+        assert!(!outcome.exit.success());
+        assert!(
+            stderr.contains(
+                "reading ConfigMap team/x: configmaps \"x\" is forbidden: User \"system:serviceaccount:team:deployer\" \
+                 cannot get resource \"configmaps\""
+            ),
+            "{stderr}"
+        );
+        assert!(stderr.contains("(403 Forbidden)"), "{stderr}");
+    }
 }
