@@ -74,17 +74,74 @@ fn walk(wanted: &Value, live: Option<&Value>, path: String, is_secret: bool, fou
             }
         }
         (Value::Null, None | Some(Value::Null)) => {}
-        (wanted, live) if live.is_some_and(|live| same(wanted, live)) => {}
+        (wanted, live) if live.is_some_and(|live| same(wanted, live, holds_quantity(&path))) => {}
         (wanted, live) => found.push(Change { path, live: live.cloned(), wanted: wanted.clone(), secret }),
     }
 }
 
-/// Equal, where the server writes a number the config gave as a whole float the same.
-fn same(wanted: &Value, live: &Value) -> bool {
-    match (wanted, live) {
-        (Value::Number(a), Value::Number(b)) => a.as_f64() == b.as_f64(),
-        _ => wanted == live,
+/// Equal as the server means it: a number the config gave as a whole float, a quantity it
+/// writes in its canonical form (`1000m` is `1`, `1Gi` is `1024Mi`), an int-or-string port
+/// given as the other.
+fn same(wanted: &Value, live: &Value, quantity: bool) -> bool {
+    if wanted == live {
+        return true;
     }
+    // Two strings are text ("1.10" is not "1.1", "1k" is not "1000") unless the field holds a
+    // quantity; a string and a number are compared as numbers (an int-or-string).
+    if wanted.is_string() && live.is_string() && !quantity {
+        return false;
+    }
+    match (number_of(wanted), number_of(live)) {
+        (Some(a), Some(b)) => (a - b).abs() <= f64::EPSILON * a.abs().max(b.abs()).max(1.0),
+        _ => false,
+    }
+}
+
+/// Whether the field at `path` holds a quantity: resources' limits, requests and quotas,
+/// capacities, sizes.
+fn holds_quantity(path: &str) -> bool {
+    let mut parts = path.rsplit('.');
+    let (key, parent) = (parts.next().unwrap_or_default(), parts.next().unwrap_or_default());
+    matches!(parent, "limits" | "requests" | "hard" | "capacity" | "allocatable")
+        || matches!(key, "sizeLimit" | "storage")
+}
+
+/// A number, or a string the API server reads as one: a quantity (`500m`, `1.5Gi`, `2e3`) or
+/// digits.
+fn number_of(value: &Value) -> Option<f64> {
+    match value {
+        Value::Number(n) => n.as_f64(),
+        Value::String(text) => quantity(text),
+        _ => None,
+    }
+}
+
+/// A Kubernetes quantity's value: a decimal number and a suffix (binary `Ki`…`Ei`, decimal
+/// `n`, `u`, `m`, `k`, `M`…`E`, or an exponent `e3`).
+fn quantity(text: &str) -> Option<f64> {
+    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+' || c == '-')).unwrap_or(text.len());
+    let (number, suffix) = text.split_at(split);
+    let number: f64 = number.parse().ok()?;
+    let scale = match suffix {
+        "" => 1.0,
+        "Ki" => 1024f64,
+        "Mi" => 1024f64.powi(2),
+        "Gi" => 1024f64.powi(3),
+        "Ti" => 1024f64.powi(4),
+        "Pi" => 1024f64.powi(5),
+        "Ei" => 1024f64.powi(6),
+        "n" => 1e-9,
+        "u" => 1e-6,
+        "m" => 1e-3,
+        "k" => 1e3,
+        "M" => 1e6,
+        "G" => 1e9,
+        "T" => 1e12,
+        "P" => 1e15,
+        "E" => 1e18,
+        exponent => 10f64.powi(exponent.strip_prefix(['e', 'E'])?.parse().ok()?),
+    };
+    Some(number * scale)
 }
 
 /// The live object as a dependent may read it: no managed fields, no Secret data (its keys
@@ -137,6 +194,25 @@ mod tests {
                 r#"spec.template.spec.containers[0].image: "x:1" → "x:2""#,
             ]
         );
+    }
+
+    #[test]
+    fn quantities_and_ports_are_compared_as_the_server_writes_them() {
+        let live = json!({"spec": {"containers": [{"resources": {"limits": {"cpu": "1", "memory": "1Gi"},
+                          "requests": {"cpu": "250m", "memory": "512M"}}, "ports": [{"containerPort": 8080}]}]}});
+        let same = json!({"spec": {"containers": [{"resources": {"limits": {"cpu": "1000m", "memory": "1024Mi"},
+                          "requests": {"cpu": 0.25, "memory": "0.512G"}}, "ports": [{"containerPort": "8080"}]}]}});
+        assert_eq!(changes(&same, &live, false), vec![]);
+        let more = json!({"spec": {"containers": [{"resources": {"limits": {"cpu": "1001m"}}}]}});
+        assert_eq!(changes(&more, &live, false)[0].path, "spec.containers[0].resources.limits.cpu");
+        let text = |a: &str, b: &str| changes(&json!({"data": {"a": a}}), &json!({"data": {"a": b}}), false);
+        assert_ne!(text("1.10", "1.1"), vec![], "text is text");
+        assert_ne!(text("1k", "1000"), vec![], "text is text");
+        let quota = |a: &str, b: &str| {
+            changes(&json!({"spec": {"hard": {"pods": a}}}), &json!({"spec": {"hard": {"pods": b}}}), false)
+        };
+        assert_eq!(quota("1e3", "1k"), vec![], "a quota is a quantity");
+        assert_ne!(quota("1e3", "1.1k"), vec![]);
     }
 
     #[test]
