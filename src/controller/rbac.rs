@@ -173,7 +173,7 @@ mod tests {
 
     #[test]
     fn the_list_names_each_resource_once_per_scope_with_known_verbs() {
-        let verbs = ["get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"];
+        let verbs = ["get", "list", "watch", "create", "update", "patch", "delete", "deletecollection", "impersonate"];
         for (i, a) in API_ACCESS.iter().enumerate() {
             assert!(a.verbs.iter().all(|v| verbs.contains(v)), "{a:?}");
             let again =
