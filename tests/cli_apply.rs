@@ -270,9 +270,11 @@ fn every_bundled_example_validates_and_plans() {
     for entry in walk(&root) {
         // The Docker example needs its image: tests/docker.rs plans it. The k8s example is a
         // Manifest custom resource, not a CLI manifest: tests/controller.rs reconciles it. The
-        // package example needs its packages built: tests/package.rs builds and applies it.
-        let tested_elsewhere =
-            entry.components().any(|c| ["docker", "k8s", "package"].iter().any(|name| c.as_os_str() == *name));
+        // package example needs its packages built: tests/package.rs builds and applies it. The
+        // kubernetes example needs an API server: tests/kubernetes.rs applies it.
+        let tested_elsewhere = entry
+            .components()
+            .any(|c| ["docker", "k8s", "package", "kubernetes"].iter().any(|name| c.as_os_str() == *name));
         if entry.file_name().is_some_and(|n| n == "manifest.yaml") && !tested_elsewhere {
             let ws = Workspace::new();
             let run =
