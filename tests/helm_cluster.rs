@@ -22,7 +22,21 @@ use support::pod_objects::{assert_nothing_left, claim, manifest, on_cluster};
 
 /// The namespace's copy of the cluster's kubeconfig Secret (`default/cluster-kubeconfig`).
 fn copy_kubeconfig_secret(cluster: &Cluster) {
-    let secret = cluster.get(&["-n", "default", "secret", "cluster-kubeconfig"]).expect("default/cluster-kubeconfig");
+    // Read until it answers: in CI the test cluster's API server has been seen not to answer
+    // for a moment here, after the tests before this one deleted their namespaces.
+    let args = ["-n", "default", "get", "secret", "cluster-kubeconfig", "-o", "json"];
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let secret = loop {
+        let (ok, text) = cluster.kubectl(&args);
+        match serde_json::from_str::<Value>(&text) {
+            Ok(secret) if ok => break secret,
+            _ if std::time::Instant::now() > deadline => panic!("default/cluster-kubeconfig: {text}"),
+            _ => {
+                eprintln!("default/cluster-kubeconfig not read yet: {text}");
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        }
+    };
     let copy = serde_json::json!({
         "apiVersion": "v1",
         "kind": "Secret",
