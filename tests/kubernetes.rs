@@ -26,6 +26,31 @@ fn resource_version(cluster: &Cluster, object: &[&str]) -> String {
     live["metadata"]["resourceVersion"].as_str().unwrap().to_string()
 }
 
+/// The type as the engine would call it, with the test server's client (the library's own
+/// kubeconfig loading), and no other type behind it.
+async fn objects_on(cluster: &Cluster) -> KubeObjects {
+    let kubeconfig =
+        deployster::kubernetes::Kubeconfig { file: Some(cluster.kubeconfig.clone().into()), context: None };
+    let client = deployster::controller::connect(kubeconfig.load().await.unwrap()).unwrap();
+    let others = Arc::new(FakeExecutor::new(|_: &FakeCall| -> FakeReply { unreachable!("no other type") }));
+    KubeObjects::with_client(others, client)
+}
+
+/// One call of `verb` to resource `resource` of manifest `manifest`, with `config`.
+fn invocation(verb: &str, manifest: &str, resource: &str, config: Value) -> Invocation {
+    let request = json!({"name": resource, "type": "builtin/kubernetes", "config": config});
+    Invocation {
+        args: vec![verb.to_string()],
+        stdin: request.to_string().into_bytes(),
+        labels: InvocationLabels {
+            manifest: manifest.into(),
+            resource: resource.into(),
+            ..InvocationLabels::default()
+        },
+        ..Invocation::new(TypeRef::Builtin("kubernetes".into()), Duration::from_secs(60))
+    }
+}
+
 /// A ConfigMap and a Secret, and a ConfigMap reading what the server filled in the first.
 fn manifest(namespace: &str, setting: &str, password: &str) -> String {
     format!(
@@ -225,25 +250,12 @@ fn an_api_server_that_is_down_fails_the_state_and_applies_nothing() {
 async fn the_delete_action_removes_only_what_deployster_created() {
     let Some(cluster) = Cluster::new("kube-delete") else { return };
     let ns = cluster.namespace.clone();
-    let config = kube::config::Kubeconfig::read_from(&cluster.kubeconfig).unwrap();
-    let options = kube::config::KubeConfigOptions::default();
-    let client =
-        deployster::controller::connect(kube::Config::from_custom_kubeconfig(config, &options).await.unwrap()).unwrap();
-    let objects = KubeObjects::with_client(
-        Arc::new(FakeExecutor::new(|_: &FakeCall| -> FakeReply { unreachable!("no other type") })),
-        client,
-    );
+    let objects = objects_on(&cluster).await;
     let call = |verb: &str, name: &str, extra: Value| {
         let mut config =
             json!({"object": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": ns}}});
         config.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
-        let request = json!({"name": name, "type": "builtin/kubernetes", "config": config});
-        Invocation {
-            args: vec![verb.to_string()],
-            stdin: request.to_string().into_bytes(),
-            labels: InvocationLabels { manifest: "m".into(), resource: name.into(), ..InvocationLabels::default() },
-            ..Invocation::new(TypeRef::Builtin("kubernetes".into()), Duration::from_secs(30))
-        }
+        invocation(verb, "m", name, config)
     };
     let stdout = |outcome: &deployster::engine::executor::Outcome| String::from_utf8_lossy(&outcome.stdout).to_string();
 
@@ -715,27 +727,10 @@ async fn a_list_of_objects_is_one_resource_applied_in_the_order_of_its_kinds() {
     assert!(out.all().contains("Plan: 0 to apply, 0 pending, 2 valid."), "{}", out.all());
 
     // The delete action, as the controller's deletion calls it: reverse order, all gone.
-    let config = kube::config::Kubeconfig::read_from(&cluster.kubeconfig).unwrap();
-    let options = kube::config::KubeConfigOptions::default();
-    let client =
-        deployster::controller::connect(kube::Config::from_custom_kubeconfig(config, &options).await.unwrap()).unwrap();
-    let others = Arc::new(FakeExecutor::new(|_: &FakeCall| -> FakeReply { unreachable!("no other type") }));
-    let executor = KubeObjects::with_client(others, client);
+    let executor = objects_on(&cluster).await;
     let manifest: Value = serde_norway::from_str(&objects).unwrap();
-    let request = json!({"name": "bundle", "config": manifest["resources"]["bundle"]["config"]});
-    let deleted = executor
-        .invoke(Invocation {
-            args: vec!["delete".into()],
-            stdin: request.to_string().into_bytes(),
-            labels: InvocationLabels {
-                manifest: "manifest.yaml".into(),
-                resource: "bundle".into(),
-                ..Default::default()
-            },
-            ..Invocation::new(TypeRef::Builtin("kubernetes".into()), Duration::from_secs(60))
-        })
-        .await
-        .unwrap();
+    let config = manifest["resources"]["bundle"]["config"].clone();
+    let deleted = executor.invoke(invocation("delete", "manifest.yaml", "bundle", config)).await.unwrap();
     let said = String::from_utf8_lossy(&deleted.stdout).to_string();
     assert!(deleted.exit.success(), "{said}{}", String::from_utf8_lossy(&deleted.stderr));
     let lines: Vec<&str> = said.lines().filter(|l| l.starts_with("deleted")).collect();
