@@ -323,7 +323,7 @@ fn a_field_another_manager_owns_is_a_conflict_unless_forced() {
 }
 
 /// A CRD and an object of its kind in one manifest; the server's 422 for a field its schema
-/// refuses, with the field.
+/// refuses, with the field, found by the dry run that checks a changed object.
 #[test]
 fn a_crd_and_an_object_of_its_kind_apply_in_one_manifest() {
     let Some(cluster) = Cluster::new("kube-crd") else { return };
@@ -376,9 +376,14 @@ fn a_crd_and_an_object_of_its_kind_apply_in_one_manifest() {
     ws.manifest(&manifest("big"));
     let out = deployster(&ws, &cluster, &["apply", "-f", "manifest.yaml", "--yes"]);
     let text = out.all();
+    // The server refuses the config's dry run while planning: the plan fails, nothing is applied.
     assert_eq!(out.code, 1, "{text}");
-    assert!(text.contains("resource `gizmo` failed in action apply"), "{text}");
-    assert!(text.contains("422") && text.contains("spec.size"), "the server's reason, with the field: {text}");
+    assert!(text.contains("resource `gizmo` failed in state"), "{text}");
+    assert!(text.contains("a server-side dry run of applying"), "{text}");
+    assert!(text.contains("422") && text.contains("size"), "the server's reason, with the field: {text}");
+    assert!(text.contains("nothing was applied"), "{text}");
+    let gizmo = cluster.get(&[plural.as_str(), "first"]).expect("the custom resource");
+    assert_eq!(gizmo["spec"]["size"], 3, "unchanged");
     let _ = cluster.kubectl(&["delete", "crd", &format!("gizmos.{group}"), "--wait=false"]);
 }
 

@@ -8,6 +8,9 @@ use serde_json::Value;
 pub struct Change {
     /// `spec.template.spec.containers[0].image`.
     pub path: String,
+    /// The same field as a JSON pointer (`/spec/template/spec/containers/0/image`): a key may
+    /// hold dots (`deployster.io/resource`), a pointer says it unambiguously.
+    pub pointer: String,
     /// `None`: the field is not there.
     pub live: Option<Value>,
     pub wanted: Value,
@@ -33,7 +36,7 @@ impl std::fmt::Display for Change {
 /// differs whole.
 pub fn changes(wanted: &Value, live: &Value, is_secret: bool) -> Vec<Change> {
     let mut found = Vec::new();
-    walk(wanted, Some(live), String::new(), is_secret, &mut found);
+    walk(wanted, Some(live), (String::new(), String::new()), is_secret, &mut found);
     found
 }
 
@@ -57,25 +60,28 @@ pub fn secret_as_data(mut wanted: Value) -> Value {
     wanted
 }
 
-fn walk(wanted: &Value, live: Option<&Value>, path: String, is_secret: bool, found: &mut Vec<Change>) {
+/// `at`: the field's path as said and as a JSON pointer.
+fn walk(wanted: &Value, live: Option<&Value>, at: (String, String), is_secret: bool, found: &mut Vec<Change>) {
+    let (path, pointer) = at;
     let secret = is_secret && (path == "data" || path.starts_with("data."));
     match (wanted, live) {
         (Value::Object(fields), Some(Value::Object(live))) => {
             for (key, value) in fields {
-                let at = if path.is_empty() { key.clone() } else { format!("{path}.{key}") };
-                walk(value, live.get(key), at, is_secret, found);
+                let said = if path.is_empty() { key.clone() } else { format!("{path}.{key}") };
+                let escaped = key.replace('~', "~0").replace('/', "~1");
+                walk(value, live.get(key), (said, format!("{pointer}/{escaped}")), is_secret, found);
             }
         }
         // A list of as many items: item by item, each as an object is (the server fills in
         // the rest of each item). Otherwise the list is said whole.
         (Value::Array(items), Some(Value::Array(live))) if items.len() == live.len() => {
             for (i, (item, live)) in items.iter().zip(live).enumerate() {
-                walk(item, Some(live), format!("{path}[{i}]"), is_secret, found);
+                walk(item, Some(live), (format!("{path}[{i}]"), format!("{pointer}/{i}")), is_secret, found);
             }
         }
         (Value::Null, None | Some(Value::Null)) => {}
         (wanted, live) if live.is_some_and(|live| same(wanted, live, holds_quantity(&path))) => {}
-        (wanted, live) => found.push(Change { path, live: live.cloned(), wanted: wanted.clone(), secret }),
+        (wanted, live) => found.push(Change { path, pointer, live: live.cloned(), wanted: wanted.clone(), secret }),
     }
 }
 
@@ -205,6 +211,13 @@ mod tests {
         assert_eq!(changes(&same, &live, false), vec![]);
         let more = json!({"spec": {"containers": [{"resources": {"limits": {"cpu": "1001m"}}}]}});
         assert_eq!(changes(&more, &live, false)[0].path, "spec.containers[0].resources.limits.cpu");
+        assert_eq!(changes(&more, &live, false)[0].pointer, "/spec/containers/0/resources/limits/cpu");
+        let annotated = changes(
+            &json!({"metadata": {"annotations": {"a.io/b~c": "x"}}}),
+            &json!({"metadata": {"annotations": {}}}),
+            false,
+        );
+        assert_eq!(annotated[0].pointer, "/metadata/annotations/a.io~1b~0c", "escaped as RFC 6901 says");
         let text = |a: &str, b: &str| changes(&json!({"data": {"a": a}}), &json!({"data": {"a": b}}), false);
         assert_ne!(text("1.10", "1.1"), vec![], "text is text");
         assert_ne!(text("1k", "1000"), vec![], "text is text");

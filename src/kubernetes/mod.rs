@@ -7,7 +7,11 @@
 //!   otherwise, with the live object as the state (no managed fields, no Secret data), so that
 //!   dependents read what the server filled in. Only what the config sets is compared: a
 //!   server default or a field another manager owns is never drift, and a check that finds
-//!   nothing changed costs one GET.
+//!   nothing changed costs one GET. Fields that look changed are confirmed by a server-side
+//!   dry-run apply: only those the server would really change are drift (not a value it
+//!   writes in another form, or a field it drops or a webhook sets), and a conflict with
+//!   another manager is said at once. What a dry run found is remembered until the object's
+//!   `resourceVersion` or the config changes.
 //! - `apply`: server-side apply as field manager `deployster`; a conflict with another manager
 //!   fails, naming the field and the manager, unless `force: true`. The object is annotated
 //!   with the resource that owns it (the manifest's file name — a Manifest's `namespace/name`
@@ -28,8 +32,6 @@
 //!   until Established.
 //!
 //! - `objects: [...]`: several objects as one resource ([`Bundle`]).
-//!
-//! Not yet: a dry-run apply to confirm drift.
 
 mod diff;
 mod ready;
@@ -70,11 +72,20 @@ pub struct KubeObjects {
     /// What discovery said of each kind: looked up once, not on every call. A kind the server
     /// did not know is asked again (its CRD may come).
     kinds: Kinds,
+    /// What dry runs confirmed ([`Call::confirmed`]).
+    confirmed: Confirmed,
     /// Where the default client connects.
     cluster: Kubeconfig,
 }
 
 type Kinds = Mutex<HashMap<GroupVersionKind, (ApiResource, ApiCapabilities)>>;
+
+/// The fields a dry run found changed, by the object's identity and `resourceVersion` and the
+/// digest of what was applied: so a drift that persists costs no dry run per check.
+type Confirmed = Arc<Mutex<lru::LruCache<String, Vec<String>>>>;
+
+/// How many objects' dry-run findings are remembered.
+const CONFIRMED_KEPT: usize = 4096;
 
 /// Who one pass acts as, and where its objects without a namespace go.
 struct Identity {
@@ -121,6 +132,9 @@ impl KubeObjects {
             identities: Mutex::default(),
             impersonation: None,
             kinds: Mutex::default(),
+            confirmed: Arc::new(Mutex::new(lru::LruCache::new(
+                std::num::NonZeroUsize::new(CONFIRMED_KEPT).expect("not zero"),
+            ))),
         }
     }
 
@@ -198,7 +212,8 @@ impl KubeObjects {
                 Err(e) => Err(e),
                 Ok((client, namespace, entered)) => {
                     let work = async {
-                        let bundle = Bundle::new(client, &namespace, entered, &invocation, &self.kinds).await?;
+                        let bundle =
+                            Bundle::new(client, &namespace, entered, &invocation, &self.kinds, &self.confirmed).await?;
                         bundle.run(verb, &mut said).await
                     };
                     tokio::select! {
@@ -365,6 +380,7 @@ struct Bundle<'a> {
     objects: Vec<(String, Value)>,
     options: Arc<Options>,
     kinds: &'a Kinds,
+    confirmed: &'a Confirmed,
     /// `config.objects`: the state is `{objects: [...]}`.
     list: bool,
 }
@@ -391,6 +407,8 @@ struct Call {
     is_secret: bool,
     /// A CustomResourceDefinition: applied once its kind is served.
     is_crd: bool,
+    /// Where dry-run findings are remembered.
+    confirmed: Option<Confirmed>,
 }
 
 /// Where one object stands.
@@ -419,6 +437,7 @@ impl<'a> Bundle<'a> {
         object_named: bool,
         invocation: &Invocation,
         kinds: &'a Kinds,
+        confirmed: &'a Confirmed,
     ) -> Result<Self, String> {
         let request: Value =
             serde_json::from_slice(&invocation.stdin).map_err(|e| format!("the request is not JSON: {e}"))?;
@@ -465,13 +484,14 @@ impl<'a> Bundle<'a> {
             (None, None) => return Err("config.object (or config.objects) is required".into()),
         };
         let list = config.get("objects").is_some();
-        Ok(Bundle { client, namespace: namespace.to_string(), objects, options, kinds, list })
+        Ok(Bundle { client, namespace: namespace.to_string(), objects, options, kinds, confirmed, list })
     }
 
     /// Object `i`, looked up on the server.
     async fn call(&self, i: usize) -> Result<Call, String> {
         let (at, object) = &self.objects[i];
-        Call::new(self.client.clone(), &self.namespace, object, at, &self.options, self.kinds).await
+        let call = Call::new(self.client.clone(), &self.namespace, object, at, &self.options, self.kinds).await?;
+        Ok(Call { confirmed: Some(self.confirmed.clone()), ..call })
     }
 
     /// Whether a CustomResourceDefinition of this bundle defines the kind of `object`.
@@ -625,6 +645,7 @@ impl Call {
             options: options.clone(),
             is_secret,
             is_crd: kind == "CustomResourceDefinition" && group == "apiextensions.k8s.io",
+            confirmed: None,
         })
     }
 
@@ -649,18 +670,14 @@ impl Call {
                 self.shown, options.owner
             ));
         }
-        let mut found = diff::changes(&self.wanted, &live, self.is_secret);
+        let found = diff::changes(&self.wanted, &live, self.is_secret);
+        let mut fields = if found.is_empty() { Vec::new() } else { self.confirmed(found, &live).await? };
         if !self.ours(&live) {
-            found.push(diff::Change {
-                path: format!("metadata.annotations.{OWNER_ANNOTATION}"),
-                live: None,
-                wanted: Value::String(options.owner.clone()),
-                secret: false,
-            });
+            fields.push(format!("metadata.annotations.{OWNER_ANNOTATION}: (absent) → \"{}\"", options.owner));
         }
         let state = diff::shown(&live, self.is_secret);
-        if !found.is_empty() {
-            return Ok(Standing::Stale { state, fields: found.iter().map(ToString::to_string).collect() });
+        if !fields.is_empty() {
+            return Ok(Standing::Stale { state, fields });
         }
         // As asked, and (with `wait`) ready: else a dependent waits for the `wait` action.
         match options.wait.map(|_| ready::readiness(&live)) {
@@ -672,13 +689,62 @@ impl Call {
         }
     }
 
-    async fn apply(&self, said: &mut Said) -> Result<(), String> {
+    /// Of the fields that look changed, those a server-side dry-run apply of the config would
+    /// really change, as said: the server may write a value in another form, drop a field its
+    /// schema does not have, or have a webhook set it. A conflict with another manager is
+    /// drift too, and said. Remembered until the object's `resourceVersion` or the config
+    /// changes.
+    async fn confirmed(&self, found: Vec<diff::Change>, live: &Value) -> Result<Vec<String>, String> {
+        use sha2::Digest;
+        let object = self.applied();
+        let metadata = |field: &str| live["metadata"][field].as_str().unwrap_or_default().to_string();
+        let digest = hex::encode(sha2::Sha256::digest(format!("{}{object}", self.options.force).as_bytes()));
+        let key = format!("{}\n{}\n{}\n{digest}", self.shown, metadata("uid"), metadata("resourceVersion"));
+        let memory = self.confirmed.as_ref();
+        if let Some(fields) = memory.and_then(|m| m.lock().expect("confirmed lock").get(&key).cloned()) {
+            return Ok(fields);
+        }
+        let said = |changes: &[diff::Change]| changes.iter().map(ToString::to_string).collect::<Vec<_>>();
+        let fields = match self.api.patch(&self.name, &self.apply_params().dry_run(), &Patch::Apply(&object)).await {
+            Ok(dry) => {
+                let dry = serde_json::to_value(dry).expect("an object serializes");
+                let real: Vec<_> =
+                    found.into_iter().filter(|c| dry.pointer(&c.pointer) != live.pointer(&c.pointer)).collect();
+                said(&real)
+            }
+            Err(kube::Error::Api(status)) if status.code == 409 => {
+                let mut fields = said(&found);
+                fields.push(format!(
+                    "{} (applying fails unless `force: true`)",
+                    self.api_error("a dry run of applying", kube::Error::Api(status))
+                ));
+                fields
+            }
+            // Whoever may read but not write (a plan with read-only rights) sees the fields as
+            // compared here, unconfirmed; applying will say the 403.
+            Err(kube::Error::Api(status)) if status.code == 403 => return Ok(said(&found)),
+            Err(e) => return Err(self.api_error("checking (a server-side dry run of applying)", e)),
+        };
+        if let Some(memory) = memory {
+            memory.lock().expect("confirmed lock").put(key, fields.clone());
+        }
+        Ok(fields)
+    }
+
+    /// The object as applied: the config's, annotated with its owner.
+    fn applied(&self) -> Value {
         let mut object = self.wanted.clone();
         object["metadata"]["annotations"][OWNER_ANNOTATION] = Value::String(self.options.owner.clone());
-        let mut params = PatchParams::apply(FIELD_MANAGER);
-        if self.options.force {
-            params = params.force();
-        }
+        object
+    }
+
+    fn apply_params(&self) -> PatchParams {
+        let params = PatchParams::apply(FIELD_MANAGER);
+        if self.options.force { params.force() } else { params }
+    }
+
+    async fn apply(&self, said: &mut Said) -> Result<(), String> {
+        let (object, params) = (self.applied(), self.apply_params());
         if let Some(live) = self.live().await?
             && !self.ours(&live)
             && !self.options.adopt
@@ -821,45 +887,249 @@ mod tests {
         drop(guard);
         assert!(objects.identity("run-1").await.is_err(), "forgotten with its pass");
     }
-    /// An API server on loopback that knows ConfigMaps and forbids every request, naming the
-    /// user it was asked to act as (the `Impersonate-User` header), as Kubernetes' RBAC does.
-    async fn forbidding_api_server() -> String {
+    /// One request a [`loopback_api_server`] was sent: method, path with query, headers (lower
+    /// case), body.
+    #[derive(Clone, Debug)]
+    struct Request {
+        method: String,
+        path: String,
+        headers: String,
+        body: Value,
+    }
+
+    /// An API server on loopback that knows ConfigMaps (discovery) and answers every other
+    /// request with `answer`; what it was sent is kept in the returned list.
+    async fn loopback_api_server(
+        answer: impl Fn(&Request) -> (u16, Value) + Send + Sync + 'static,
+    ) -> (String, Arc<Mutex<Vec<Request>>>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap().to_string();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let kept = seen.clone();
         tokio::spawn(async move {
-            use tokio::io::{AsyncReadExt, AsyncWriteExt};
             while let Ok((mut stream, _)) = listener.accept().await {
-                let mut request = vec![0u8; 16384];
-                let n = stream.read(&mut request).await.unwrap_or(0);
-                let request = String::from_utf8_lossy(&request[..n]).to_string();
-                let path = request.split_whitespace().nth(1).unwrap_or_default().to_string();
-                let user = request
+                // The head, then as much body as it announces.
+                let mut bytes = Vec::new();
+                let mut chunk = [0u8; 8192];
+                let head_end = loop {
+                    let n = stream.read(&mut chunk).await.unwrap_or(0);
+                    bytes.extend_from_slice(&chunk[..n]);
+                    if let Some(at) = bytes.windows(4).position(|w| w == b"\r\n\r\n") {
+                        break at + 4;
+                    }
+                    if n == 0 {
+                        break bytes.len();
+                    }
+                };
+                let head = String::from_utf8_lossy(&bytes[..head_end]).to_ascii_lowercase();
+                let length: usize = head
                     .lines()
-                    .find_map(|l| {
-                        l.to_ascii_lowercase().starts_with("impersonate-user:").then(|| l[17..].trim().to_string())
-                    })
-                    .unwrap_or_else(|| "system:anonymous".into());
-                let (status, body) = if path == "/api/v1" {
+                    .find_map(|l| l.strip_prefix("content-length:").map(|v| v.trim().parse().unwrap_or(0)))
+                    .unwrap_or(0);
+                while bytes.len() < head_end + length {
+                    let n = stream.read(&mut chunk).await.unwrap_or(0);
+                    if n == 0 {
+                        break;
+                    }
+                    bytes.extend_from_slice(&chunk[..n]);
+                }
+                let original = String::from_utf8_lossy(&bytes[..head_end]).to_string();
+                let mut words = original.split_whitespace();
+                let request = Request {
+                    method: words.next().unwrap_or_default().to_string(),
+                    path: words.next().unwrap_or_default().to_string(),
+                    headers: head,
+                    body: serde_json::from_slice(&bytes[head_end..]).unwrap_or(Value::Null),
+                };
+                let (code, body) = if request.path == "/api/v1" {
                     let resources = json!({"kind": "APIResourceList", "groupVersion": "v1", "resources": [
                         {"name": "configmaps", "singularName": "configmap", "namespaced": true, "kind": "ConfigMap",
                          "verbs": ["get", "list", "patch", "create", "delete"]}]});
-                    ("200 OK", resources.to_string())
+                    (200, resources)
                 } else {
-                    let message = format!(
-                        "configmaps \"x\" is forbidden: User \"{user}\" cannot get resource \"configmaps\" in API group \"\" in the namespace \"team\""
-                    );
-                    let status = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message,
-                                        "reason": "Forbidden", "details": {"name": "x", "kind": "configmaps"}, "code": 403});
-                    ("403 Forbidden", status.to_string())
+                    let answered = answer(&request);
+                    kept.lock().unwrap().push(request);
+                    answered
                 };
+                let body = body.to_string();
                 let response = format!(
-                    "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    "HTTP/1.1 {code} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
                     body.len()
                 );
                 let _ = stream.write_all(response.as_bytes()).await;
             }
         });
+        (address, seen)
+    }
+
+    /// A Status of the API's.
+    fn status(code: u16, reason: &str, message: &str, causes: Value) -> (u16, Value) {
+        let status = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message,
+                            "reason": reason, "details": {"name": "x", "kind": "configmaps", "causes": causes}, "code": code});
+        (code, status)
+    }
+
+    /// An API server on loopback that forbids every request, naming the user it was asked to
+    /// act as (the `Impersonate-User` header), as Kubernetes' RBAC does.
+    async fn forbidding_api_server() -> String {
+        let (address, _) = loopback_api_server(|request| {
+            let user = request
+                .headers
+                .lines()
+                .find_map(|l| l.strip_prefix("impersonate-user:").map(|u| u.trim().to_string()))
+                .unwrap_or_else(|| "system:anonymous".into());
+            let message = format!(
+                "configmaps \"x\" is forbidden: User \"{user}\" cannot get resource \"configmaps\" in API group \"\" in the namespace \"team\""
+            );
+            status(403, "Forbidden", &message, json!([]))
+        })
+        .await;
         address
+    }
+
+    /// A `builtin/kubernetes` call of pass `run-1`, resource `cm` of manifest `team/app` (from
+    /// a file: its owner annotation is `app/cm`; in the controller, `team/app/cm`).
+    fn call(verb: &str, config: Value) -> Invocation {
+        let request = json!({"name": "cm", "config": config});
+        Invocation {
+            args: vec![verb.into()],
+            stdin: request.to_string().into_bytes(),
+            labels: crate::engine::executor::InvocationLabels {
+                manifest: "team/app".into(),
+                resource: "cm".into(),
+                run_id: "run-1".into(),
+                ..Default::default()
+            },
+            ..Invocation::new(TypeRef::Builtin(NAME.into()), Duration::from_secs(10))
+        }
+    }
+
+    /// The type, acting on the server at `address` as the CLI does (no impersonation).
+    fn objects_at(address: &str) -> KubeObjects {
+        crate::pod::install_crypto();
+        let others: Arc<dyn Executor> =
+            Arc::new(crate::engine::executor::fake::FakeExecutor::new(|_| unreachable!("no other type")));
+        let mut config = kube::Config::new(format!("http://{address}").parse().unwrap());
+        config.default_namespace = "team".into();
+        KubeObjects::with_client(others, kube::Client::try_from(config).unwrap())
+    }
+
+    /// A ConfigMap of this resource's as the server holds it.
+    fn live_config_map(data: Value, version: &str) -> Value {
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "data": data,
+               "metadata": {"name": "x", "namespace": "team", "uid": "u-1", "resourceVersion": version,
+                            "annotations": {OWNER_ANNOTATION: "app/cm"}}})
+    }
+
+    async fn state_of(objects: &KubeObjects, config: Value) -> Value {
+        let outcome = objects.invoke(call("state", config)).await.unwrap();
+        let stdout = String::from_utf8_lossy(&outcome.stdout).to_string();
+        assert!(outcome.exit.success(), "{stdout}{}", String::from_utf8_lossy(&outcome.stderr));
+        serde_json::from_str(stdout.lines().last().unwrap()).unwrap()
+    }
+
+    /// Fields that look changed are confirmed by a server-side dry-run apply (`dryRun=All`, as
+    /// field manager `deployster`): what the server would write as it is is not drift, what it
+    /// would change is; the finding is remembered until the `resourceVersion` changes.
+    #[tokio::test]
+    async fn drift_is_what_a_dry_run_apply_would_change() {
+        // The server holds `mode: FAST` and writes any `mode` in capitals (as a webhook might).
+        let live = Arc::new(Mutex::new(live_config_map(json!({"mode": "FAST", "size": "1"}), "7")));
+        let held = live.clone();
+        let (address, seen) = loopback_api_server(move |request| match request.method.as_str() {
+            "GET" => (200, held.lock().unwrap().clone()),
+            "PATCH" => {
+                let mut result = held.lock().unwrap().clone();
+                for (key, value) in request.body["data"].as_object().unwrap() {
+                    result["data"][key] = json!(value.as_str().unwrap().to_uppercase());
+                }
+                (200, result)
+            }
+            _ => (405, json!({})),
+        })
+        .await;
+        let objects = objects_at(&address);
+        let config = |mode: &str, size: &str| {
+            json!({"object": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"},
+                              "data": {"mode": mode, "size": size}}})
+        };
+
+        let state = state_of(&objects, config("fast", "1")).await;
+        assert_eq!(state["status"], "VALID", "the server would write `fast` as it holds it: {state}");
+        let patches: Vec<Request> = seen.lock().unwrap().iter().filter(|r| r.method == "PATCH").cloned().collect();
+        assert_eq!(patches.len(), 1, "{patches:?}");
+        assert!(patches[0].path.contains("dryRun=All"), "a dry run: {}", patches[0].path);
+        assert!(patches[0].path.contains("fieldManager=deployster"), "{}", patches[0].path);
+        assert!(!patches[0].path.contains("force=true"), "{}", patches[0].path);
+        assert!(patches[0].headers.contains("content-type: application/apply-patch+yaml"), "{}", patches[0].headers);
+        assert_eq!(patches[0].body["metadata"]["annotations"][OWNER_ANNOTATION], "app/cm", "as applied");
+
+        // Again, the object unchanged: remembered, no second dry run.
+        assert_eq!(state_of(&objects, config("fast", "1")).await["status"], "VALID");
+        assert_eq!(seen.lock().unwrap().iter().filter(|r| r.method == "PATCH").count(), 1, "remembered");
+
+        // Only what the server would really change is drift.
+        let state = state_of(&objects, config("fast", "2")).await;
+        assert_eq!(state["status"], "STALE", "{state}");
+        let description = state["actions"][0]["description"].as_str().unwrap();
+        assert_eq!(description, r#"Update ConfigMap team/x: data.size: "1" → "2""#);
+
+        // A new resourceVersion is looked at anew.
+        *live.lock().unwrap() = live_config_map(json!({"mode": "SLOW", "size": "1"}), "8");
+        let state = state_of(&objects, config("fast", "1")).await;
+        assert_eq!(
+            state["actions"][0]["description"].as_str().unwrap(),
+            r#"Update ConfigMap team/x: data.mode: "SLOW" → "fast""#
+        );
+        assert_eq!(seen.lock().unwrap().iter().filter(|r| r.method == "PATCH").count(), 3);
+    }
+
+    /// A dry run that conflicts is drift, said with the manager; one the server refuses as
+    /// invalid fails the state with each field's reason; one it forbids leaves the fields as
+    /// compared.
+    #[tokio::test]
+    async fn a_dry_run_the_server_refuses_is_said() {
+        let answer = Arc::new(Mutex::new(status(409, "Conflict", "", json!([]))));
+        let answering = answer.clone();
+        let (address, _) = loopback_api_server(move |request| match request.method.as_str() {
+            "GET" => (200, live_config_map(json!({"mode": "a"}), "1")),
+            _ => answering.lock().unwrap().clone(),
+        })
+        .await;
+        let objects = objects_at(&address);
+        let config = |mode: &str| json!({"object": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}, "data": {"mode": mode}}});
+
+        *answer.lock().unwrap() = status(
+            409,
+            "Conflict",
+            "Apply failed with 1 conflict: conflict with \"other\": .data.mode",
+            json!([{"reason": "FieldManagerConflict", "message": "conflict with \"other\"", "field": ".data.mode"}]),
+        );
+        let state = state_of(&objects, config("b")).await;
+        assert_eq!(state["status"], "STALE");
+        let description = state["actions"][0]["description"].as_str().unwrap();
+        assert!(description.contains(r#"data.mode: "a" → "b""#), "{description}");
+        assert!(description.contains(r#"conflict with "other": .data.mode"#), "{description}");
+        assert!(description.contains("applying fails unless `force: true`"), "{description}");
+
+        *answer.lock().unwrap() = status(
+            422,
+            "Invalid",
+            "ConfigMap \"x\" is invalid",
+            json!([{"reason": "FieldValueInvalid", "message": "Invalid value: \"c\"", "field": "data.mode"}]),
+        );
+        let outcome = objects.invoke(call("state", config("c"))).await.unwrap();
+        let stderr = String::from_utf8_lossy(&outcome.stderr);
+        assert!(!outcome.exit.success());
+        assert!(
+            stderr.contains("checking (a server-side dry run of applying) ConfigMap team/x: ConfigMap \"x\" is invalid (422 Invalid); data.mode: Invalid value: \"c\""),
+            "{stderr}"
+        );
+
+        *answer.lock().unwrap() = status(403, "Forbidden", "forbidden", json!([]));
+        let state = state_of(&objects, config("d")).await;
+        assert_eq!(state["actions"][0]["description"], r#"Update ConfigMap team/x: data.mode: "a" → "d""#);
     }
 
     /// A ServiceAccount without the rights fails the call with the API's 403, which names the
@@ -873,18 +1143,8 @@ mod tests {
         let config = kube::Config::new(format!("http://{address}").parse().unwrap());
         let objects = Arc::new(KubeObjects::impersonating(others, config));
         let _pass = objects.enter("run-1", "team", Some("deployer"));
-        let request = json!({"name": "cm", "config": {"object": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}}});
-        let invocation = Invocation {
-            args: vec!["state".into()],
-            stdin: request.to_string().into_bytes(),
-            labels: crate::engine::executor::InvocationLabels {
-                manifest: "team/app".into(),
-                resource: "cm".into(),
-                run_id: "run-1".into(),
-                ..Default::default()
-            },
-            ..Invocation::new(TypeRef::Builtin(NAME.into()), Duration::from_secs(10))
-        };
+        let invocation =
+            call("state", json!({"object": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}}));
         let outcome = objects.invoke(invocation).await.unwrap();
         let stderr = String::from_utf8_lossy(&outcome.stderr);
         assert!(!outcome.exit.success());
