@@ -18,6 +18,7 @@ pub mod history;
 #[cfg(feature = "kube")]
 pub mod kubernetes;
 pub mod pass;
+pub mod pipeline;
 #[cfg(feature = "kube")]
 pub mod pod;
 pub mod stop;

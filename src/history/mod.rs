@@ -72,6 +72,41 @@ pub enum Event {
     /// The manifest's outputs after a successful run (target: the manifest), sensitive values
     /// masked; or why they could not be rendered.
     OutputsRecorded,
+
+    // Pipelines (`crate::pipeline`). Targets: `pipeline`, `pipeline/<stage>`,
+    // `pipeline/<stage>/<group>`, `…/<target>`, `…/<step>`; the revision is the pipeline's.
+    /// A revision entered the pipeline (`deployster pipeline start`): the seed's "artifact
+    /// registered" event (target: the pipeline).
+    RevisionRegistered,
+    /// An artifact a stage requires was registered for a revision (target: the stage).
+    ArtifactRegistered,
+    /// A newer revision entered a stage this one had not finished (`concurrency: Supersede`):
+    /// it stops here (target: the pipeline).
+    RevisionSuperseded,
+    /// The pipeline first holds this step; `detail.underWay` lists the revisions already under
+    /// way, which skip it.
+    StepIntroduced,
+    PipelineStarted,
+    PipelineFinishedSuccessfully,
+    PipelineFailed,
+    StageStarted,
+    StageFinishedSuccessfully,
+    StageFailed,
+    GroupStarted,
+    GroupFinishedSuccessfully,
+    GroupFailed,
+    TargetStarted,
+    TargetFinishedSuccessfully,
+    TargetFailed,
+    StepStarted,
+    StepSucceeded,
+    StepFailed,
+    /// Not run for this revision, with `detail.reason` (`introduced-after`).
+    StepSkipped,
+    /// Appended by a later drive for a step whose drive ended before recording its end.
+    StepInterrupted,
+    /// Someone approved a gate for a revision (target: the stage or group the gate holds).
+    Approved,
 }
 
 impl Event {

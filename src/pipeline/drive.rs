@@ -1,0 +1,385 @@
+//! Driving revisions through a pipeline: read the log, decide ([`Progress::schedule`]), do the
+//! work, record it — and nothing else. Every decision is made from the log, so a drive that
+//! ended anywhere (a crash, `kill -9`) is resumed by the next from what the log holds: a step
+//! recorded as succeeded is never run again; one started without a result is recorded as
+//! interrupted and run again (applying a manifest is idempotent).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde_json::{Map, Value, json};
+
+use super::PipelineError;
+use super::progress::{Decision, Progress, Scheduled, target_of};
+use super::spec::{Pipeline, Work};
+use crate::history::{Entry, Event, History};
+
+/// One step's work: apply `manifest` with `vars`, keeping its deployment log in `state_dir`.
+#[derive(Debug, Clone)]
+pub struct Job {
+    /// `stage/group/target/step`.
+    pub step: String,
+    pub revision: String,
+    pub manifest: PathBuf,
+    pub vars: Map<String, Value>,
+    pub state_dir: PathBuf,
+}
+
+/// What applies a step's manifest: the CLI's recorded pass, or a test's stand-in.
+#[async_trait]
+pub trait StepRunner: Send + Sync {
+    /// `Err` says why the step failed.
+    async fn run(&self, job: Job) -> Result<(), String>;
+}
+
+/// A drive's result.
+#[derive(Debug)]
+pub struct Driven {
+    pub progress: Progress,
+    /// Steps that wait, and for what.
+    pub waiting: Vec<Scheduled>,
+    /// Steps that failed in this drive: (revision, step, why).
+    pub failed: Vec<(String, String, String)>,
+}
+
+pub struct Driver<'a> {
+    pub pipeline: &'a Pipeline,
+    pub log: Arc<dyn History>,
+    pub runner: Arc<dyn StepRunner>,
+    /// Milliseconds since the epoch (injected: tests move time on).
+    pub now: &'a (dyn Fn() -> i64 + Sync),
+    /// Where each step's own state directory goes (`steps/<stage>/<group>/<target>/<step>`).
+    pub state_dir: PathBuf,
+    /// Where progress is said.
+    pub say: &'a (dyn Fn(&str) + Sync),
+}
+
+/// The pipeline's progress as its log records it.
+pub fn read(pipeline: &Pipeline, log: &dyn History) -> Result<Progress, PipelineError> {
+    let mut entries = log.recent("pipeline", usize::MAX)?;
+    entries.reverse();
+    Ok(Progress::from_entries(pipeline, &entries))
+}
+
+impl Driver<'_> {
+    fn entry(&self, progress: &Progress, revision: &str, target: String, event: Event, detail: Value) -> Entry {
+        let id = progress.revision(revision).map(|r| r.id.clone()).unwrap_or_default();
+        Entry { id, target, revision: revision.to_string(), event, at: (self.now)(), detail }
+    }
+
+    fn append(&self, progress: &mut Progress, entries: Vec<Entry>) -> Result<(), PipelineError> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        self.log.append(&entries)?;
+        for entry in &entries {
+            progress.record(self.pipeline, entry);
+        }
+        Ok(())
+    }
+
+    /// Registers `revision` with `vars` (the seed's "artifact registered"); `false` when it
+    /// was registered before.
+    pub fn register(&self, revision: &str, vars: &Map<String, Value>) -> Result<bool, PipelineError> {
+        let mut progress = read(self.pipeline, self.log.as_ref())?;
+        if progress.revision(revision).is_some() {
+            return Ok(false);
+        }
+        let entry = Entry {
+            id: uuid::Uuid::now_v7().to_string(),
+            target: target_of(""),
+            revision: revision.to_string(),
+            event: Event::RevisionRegistered,
+            at: (self.now)(),
+            detail: json!({"vars": vars}),
+        };
+        self.append(&mut progress, vec![entry])?;
+        Ok(true)
+    }
+
+    /// Registers an artifact a stage requires.
+    pub fn register_artifact(&self, revision: &str, stage: &str, artifact: &str) -> Result<(), PipelineError> {
+        let mut progress = read(self.pipeline, self.log.as_ref())?;
+        if progress.revision(revision).is_none() {
+            return Err(PipelineError::Refused(format!("revision {revision} is not registered")));
+        }
+        let Some(s) = self.pipeline.stages.iter().find(|s| s.name == stage) else {
+            return Err(PipelineError::Refused(format!("there is no stage `{stage}`")));
+        };
+        if !s.requires.iter().any(|a| a == artifact) {
+            return Err(PipelineError::Refused(format!(
+                "stage `{stage}` requires no artifact `{artifact}` (it requires: {})",
+                s.requires.join(", ")
+            )));
+        }
+        let entry =
+            self.entry(&progress, revision, target_of(stage), Event::ArtifactRegistered, json!({"artifact": artifact}));
+        self.append(&mut progress, vec![entry])
+    }
+
+    /// Approves the gate before `gate` (`stage/group`, or a stage) for `revision`: refused
+    /// unless a step of that revision waits for it now.
+    pub fn approve(&self, revision: &str, gate: &str) -> Result<(), PipelineError> {
+        let mut progress = read(self.pipeline, self.log.as_ref())?;
+        let group = self
+            .pipeline
+            .stages
+            .iter()
+            .flat_map(|s| &s.groups)
+            .find(|g| g.id == gate || (g.approval && g.id.split_once('/').map(|(s, _)| s) == Some(gate)));
+        let waiting = group.is_some_and(|g| {
+            progress.schedule(self.pipeline, (self.now)()).iter().any(|s| {
+                s.revision == revision
+                    && g.steps.contains(&s.step)
+                    && matches!(&s.decision, Decision::Wait(why) if why.starts_with("approval of"))
+            })
+        });
+        let Some(group) = group.filter(|_| waiting) else {
+            return Err(PipelineError::Refused(format!(
+                "nothing of revision {revision} waits for approval at `{gate}`{}",
+                match progress.revision(revision) {
+                    None => " (no such revision is registered)".to_string(),
+                    Some(_) => String::new(),
+                }
+            )));
+        };
+        let entry = self.entry(&progress, revision, target_of(&group.id), Event::Approved, json!({}));
+        self.append(&mut progress, vec![entry])
+    }
+
+    /// Drives every live revision until each is through, failed, or waiting.
+    pub async fn drive(&self) -> Result<Driven, PipelineError> {
+        let mut progress = read(self.pipeline, self.log.as_ref())?;
+        self.introduce(&mut progress)?;
+        self.close_interrupted(&mut progress)?;
+        let mut failed = Vec::new();
+        loop {
+            let scheduled = progress.schedule(self.pipeline, (self.now)());
+            let mut acted = false;
+            let mut starts = Vec::new();
+            for item in &scheduled {
+                match &item.decision {
+                    Decision::Skip(reason) => {
+                        let step = &self.pipeline.steps[item.step];
+                        (self.say)(&format!("{} {}: skipped ({reason})", item.revision, step.id));
+                        let entry = self.entry(
+                            &progress,
+                            &item.revision,
+                            target_of(&step.id),
+                            Event::StepSkipped,
+                            json!({"reason": reason}),
+                        );
+                        self.append(&mut progress, vec![entry])?;
+                        self.mark_ends(&mut progress, &item.revision, item.step, None)?;
+                        acted = true;
+                    }
+                    Decision::Start { supersedes } => {
+                        self.supersede(&mut progress, &item.revision, supersedes)?;
+                        starts.push(item.clone());
+                    }
+                    Decision::Wait(_) | Decision::Running => {}
+                }
+            }
+            if acted {
+                continue;
+            }
+            // A revision superseded just now starts nothing.
+            starts.retain(|s| progress.revision(&s.revision).is_some_and(|r| r.is_live()));
+            if starts.is_empty() {
+                self.finish(&mut progress)?;
+                let waiting = progress
+                    .schedule(self.pipeline, (self.now)())
+                    .into_iter()
+                    .filter(|s| matches!(s.decision, Decision::Wait(_)))
+                    .collect();
+                return Ok(Driven { progress, waiting, failed });
+            }
+            for start in &starts {
+                self.mark_starts(&mut progress, &start.revision, start.step)?;
+            }
+            let jobs = starts.iter().map(|s| self.work(&progress, s));
+            let results = futures::future::join_all(jobs).await;
+            for (start, result) in starts.iter().zip(results) {
+                let step = &self.pipeline.steps[start.step];
+                let (event, detail) = match &result {
+                    Ok(()) => (Event::StepSucceeded, json!({})),
+                    Err(why) => (Event::StepFailed, json!({"message": why})),
+                };
+                match &result {
+                    Ok(()) => (self.say)(&format!("{} {}: succeeded", start.revision, step.id)),
+                    Err(why) => {
+                        (self.say)(&format!("{} {}: failed: {why}", start.revision, step.id));
+                        failed.push((start.revision.clone(), step.id.clone(), why.clone()));
+                    }
+                }
+                let entry = self.entry(&progress, &start.revision, target_of(&step.id), event, detail);
+                self.append(&mut progress, vec![entry])?;
+                self.mark_ends(&mut progress, &start.revision, start.step, result.err())?;
+            }
+        }
+    }
+
+    /// The work of one step: apply its manifest, or (a timed gate, whose time has come) nothing.
+    async fn work(&self, progress: &Progress, start: &Scheduled) -> Result<(), String> {
+        let step = &self.pipeline.steps[start.step];
+        let Work::Apply(manifest) = &step.work else { return Ok(()) };
+        let mut vars = progress.revision(&start.revision).map(|r| r.vars.clone()).unwrap_or_default();
+        vars.extend(self.pipeline.targets[step.target].vars.clone());
+        let job = Job {
+            step: step.id.clone(),
+            revision: start.revision.clone(),
+            manifest: manifest.clone(),
+            vars,
+            state_dir: self.state_dir.join("steps").join(&step.id),
+        };
+        (self.say)(&format!("{} {}: applying {}", start.revision, step.id, manifest.display()));
+        self.runner.run(job).await
+    }
+
+    /// Steps the pipeline holds for the first time: recorded, with the revisions already under
+    /// way (they skip them).
+    fn introduce(&self, progress: &mut Progress) -> Result<(), PipelineError> {
+        // The first drive of a pipeline introduces every step: nothing was under way before it.
+        let under_way: Vec<String> = match progress.introduced.is_empty() {
+            true => Vec::new(),
+            false => {
+                progress.revisions.iter().filter(|r| r.is_live() && r.under_way()).map(|r| r.revision.clone()).collect()
+            }
+        };
+        let entries = self
+            .pipeline
+            .steps
+            .iter()
+            .filter(|s| !progress.introduced.contains_key(&s.id))
+            .map(|s| Entry {
+                id: String::new(),
+                target: target_of(&s.id),
+                revision: String::new(),
+                event: Event::StepIntroduced,
+                at: (self.now)(),
+                detail: json!({"underWay": under_way}),
+            })
+            .collect();
+        self.append(progress, entries)
+    }
+
+    /// Steps a drive started and never ended (it crashed): recorded as interrupted.
+    fn close_interrupted(&self, progress: &mut Progress) -> Result<(), PipelineError> {
+        let mut entries = Vec::new();
+        for revision in progress.revisions.iter().filter(|r| r.is_live()) {
+            for s in revision.running.ones() {
+                let step = &self.pipeline.steps[s];
+                (self.say)(&format!(
+                    "{} {}: its drive ended before it did; running it again",
+                    revision.revision, step.id
+                ));
+                entries.push(Entry {
+                    id: revision.id.clone(),
+                    target: target_of(&step.id),
+                    revision: revision.revision.clone(),
+                    event: Event::StepInterrupted,
+                    at: (self.now)(),
+                    detail: json!({}),
+                });
+            }
+        }
+        self.append(progress, entries)
+    }
+
+    fn supersede(&self, progress: &mut Progress, by: &str, older: &[String]) -> Result<(), PipelineError> {
+        for revision in older {
+            if progress.revision(revision).is_some_and(|r| r.is_live()) {
+                (self.say)(&format!("{revision}: superseded by {by}"));
+                let entry = self.entry(progress, revision, target_of(""), Event::RevisionSuperseded, json!({"by": by}));
+                self.append(progress, vec![entry])?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The nodes a step is in, widest first: pipeline, stage, group, target.
+    fn nodes(&self, s: usize) -> [(String, [Event; 3]); 4] {
+        let step = &self.pipeline.steps[s];
+        let group = &self.pipeline.stages[step.stage].groups[step.group];
+        let stage = &self.pipeline.stages[step.stage];
+        use Event::*;
+        [
+            (target_of(""), [PipelineStarted, PipelineFinishedSuccessfully, PipelineFailed]),
+            (target_of(&stage.name), [StageStarted, StageFinishedSuccessfully, StageFailed]),
+            (target_of(&group.id), [GroupStarted, GroupFinishedSuccessfully, GroupFailed]),
+            (
+                target_of(&self.pipeline.targets[step.target].id),
+                [TargetStarted, TargetFinishedSuccessfully, TargetFailed],
+            ),
+        ]
+    }
+
+    /// `*-started` markers for the nodes a step starts first, then `step-started`.
+    fn mark_starts(&self, progress: &mut Progress, revision: &str, s: usize) -> Result<(), PipelineError> {
+        let mut entries = Vec::new();
+        let markers = progress.revision(revision).map(|r| r.markers.clone()).unwrap_or_default();
+        for (target, [started, ..]) in self.nodes(s) {
+            if !markers.contains(&(target.clone(), started)) {
+                entries.push(self.entry(progress, revision, target, started, json!({})));
+            }
+        }
+        entries.push(self.entry(
+            progress,
+            revision,
+            target_of(&self.pipeline.steps[s].id),
+            Event::StepStarted,
+            json!({}),
+        ));
+        self.append(progress, entries)
+    }
+
+    /// After a step ended: `*-failed` markers for every node it is in, or `*-finished-
+    /// successfully` for each node now wholly through, narrowest first.
+    fn mark_ends(
+        &self,
+        progress: &mut Progress,
+        revision: &str,
+        s: usize,
+        failure: Option<String>,
+    ) -> Result<(), PipelineError> {
+        let Some(done) = progress.revision(revision).map(|r| r.done.clone()) else { return Ok(()) };
+        let step = &self.pipeline.steps[s];
+        let mut entries = Vec::new();
+        for (depth, (target, [_, through, failed])) in self.nodes(s).into_iter().enumerate().rev() {
+            if let Some(why) = &failure {
+                entries.push(self.entry(progress, revision, target, failed, json!({"message": why, "step": step.id})));
+                continue;
+            }
+            let within = |t: &super::spec::Step| match depth {
+                0 => true,
+                1 => t.stage == step.stage,
+                2 => t.stage == step.stage && t.group == step.group,
+                _ => t.target == step.target,
+            };
+            let whole =
+                self.pipeline.steps.iter().enumerate().filter(|(_, t)| within(t)).all(|(i, _)| done.contains(i));
+            if !whole {
+                break;
+            }
+            entries.push(self.entry(progress, revision, target, through, json!({})));
+        }
+        self.append(progress, entries)
+    }
+
+    /// Revisions through every step whose `pipeline-finished-successfully` is not written
+    /// (an empty stage, a drive that ended between the two).
+    fn finish(&self, progress: &mut Progress) -> Result<(), PipelineError> {
+        let through: Vec<String> = progress
+            .revisions
+            .iter()
+            .filter(|r| r.is_live() && (0..self.pipeline.steps.len()).all(|s| r.done.contains(s)))
+            .map(|r| r.revision.clone())
+            .collect();
+        for revision in through {
+            let entry = self.entry(progress, &revision, target_of(""), Event::PipelineFinishedSuccessfully, json!({}));
+            self.append(progress, vec![entry])?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,145 @@
+//! What a pipeline's log says, at every granularity, with the same three questions the seed
+//! asks: latest revision through, latest failed, in progress. Each looks only for its own
+//! markers (`stage-finished-successfully` for a stage), so new kinds of steps do not change
+//! the answers.
+
+use serde::Serialize;
+
+use super::progress::{Decision, Ended, Progress, target_of};
+use super::spec::Pipeline;
+use crate::history::Event;
+
+/// One node: the pipeline, a stage, a group or a target.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeStatus {
+    /// `pipeline`, `staging`, `prod/fleet`, `prod/fleet/prod-a2`.
+    pub node: String,
+    pub latest_through: Option<String>,
+    pub latest_failed: Option<String>,
+    pub in_progress: Vec<String>,
+    /// A target's: the revision of its newest successful `deploy`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub current: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RevisionStatus {
+    pub revision: String,
+    /// `through`, `failed`, `superseded`, `in progress`, `registered`.
+    pub status: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+/// A step on the frontier, and what it does or waits for.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FrontierStep {
+    pub revision: String,
+    pub step: String,
+    /// `ready`, `running`, `skip`, `waiting`.
+    pub status: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waits_for: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Status {
+    pub pipeline: String,
+    pub revisions: Vec<RevisionStatus>,
+    pub nodes: Vec<NodeStatus>,
+    pub frontier: Vec<FrontierStep>,
+}
+
+/// The status of every node, revision and frontier step.
+pub fn status(pipeline: &Pipeline, progress: &Progress, now: i64) -> Status {
+    let mut nodes =
+        vec![node(progress, "", Event::PipelineFinishedSuccessfully, Event::PipelineFailed, Event::PipelineStarted)];
+    for stage in &pipeline.stages {
+        nodes.push(node(
+            progress,
+            &stage.name,
+            Event::StageFinishedSuccessfully,
+            Event::StageFailed,
+            Event::StageStarted,
+        ));
+        for group in &stage.groups {
+            nodes.push(node(
+                progress,
+                &group.id,
+                Event::GroupFinishedSuccessfully,
+                Event::GroupFailed,
+                Event::GroupStarted,
+            ));
+        }
+    }
+    for (t, target) in pipeline.targets.iter().enumerate() {
+        let mut status =
+            node(progress, &target.id, Event::TargetFinishedSuccessfully, Event::TargetFailed, Event::TargetStarted);
+        let deploy = pipeline.step(&format!("{}/deploy", target.id)).filter(|&s| pipeline.steps[s].target == t);
+        status.current = deploy.and_then(|s| {
+            progress
+                .revisions
+                .iter()
+                .filter_map(|r| r.succeeded_at.get(&s).map(|at| (*at, r.revision.clone())))
+                .max()
+                .map(|(_, revision)| revision)
+        });
+        nodes.push(status);
+    }
+    let revisions = progress
+        .revisions
+        .iter()
+        .map(|r| {
+            let (status, detail) = match &r.ended {
+                Some(Ended::Through) => ("through", None),
+                Some(Ended::Failed { step, message }) => ("failed", Some(format!("{step}: {message}"))),
+                Some(Ended::Superseded { by }) => ("superseded", Some(format!("by {by}"))),
+                None if r.under_way() => ("in progress", None),
+                None => ("registered", None),
+            };
+            RevisionStatus { revision: r.revision.clone(), status: status.into(), detail }
+        })
+        .collect();
+    let frontier = progress
+        .schedule(pipeline, now)
+        .into_iter()
+        .map(|s| {
+            let (status, waits_for) = match s.decision {
+                Decision::Start { .. } => ("ready", None),
+                Decision::Running => ("running", None),
+                Decision::Skip(why) => ("skip", Some(why)),
+                Decision::Wait(why) => ("waiting", Some(why)),
+            };
+            FrontierStep {
+                revision: s.revision,
+                step: pipeline.steps[s.step].id.clone(),
+                status: status.into(),
+                waits_for,
+            }
+        })
+        .collect();
+    Status { pipeline: pipeline.name.clone(), revisions, nodes, frontier }
+}
+
+/// The seed's three questions for one node, "latest" in the order revisions were registered.
+fn node(progress: &Progress, id: &str, through: Event, failed: Event, started: Event) -> NodeStatus {
+    let target = target_of(id);
+    let has = |r: &super::progress::RevisionProgress, event| r.markers.contains(&(target.clone(), event));
+    let latest = |event| progress.revisions.iter().rev().find(|r| has(r, event)).map(|r| r.revision.clone());
+    NodeStatus {
+        node: if id.is_empty() { "pipeline".into() } else { id.to_string() },
+        latest_through: latest(through),
+        latest_failed: latest(failed),
+        in_progress: progress
+            .revisions
+            .iter()
+            .filter(|r| r.is_live() && has(r, started) && !has(r, through) && !has(r, failed))
+            .map(|r| r.revision.clone())
+            .collect(),
+        current: None,
+    }
+}

@@ -1,0 +1,580 @@
+//! A pipeline as written (YAML, or a `Pipeline` object's spec) and as compiled: every step
+//! with its stable id, the `next` edges between steps, each step's `after` set, batches and
+//! gates — checked, so that everything downstream takes only a [`Pipeline`].
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use fixedbitset::FixedBitSet;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use super::PipelineError;
+
+/// The document.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PipelineSpec {
+    /// What names a revision: a template over the vars (`"{{ version }}"`).
+    pub revision: String,
+    pub stages: Vec<StageSpec>,
+    /// Atomic ranges `[from, to]`: `stage/step` (on each target of the stage) or a step's id.
+    #[serde(default)]
+    pub batches: Vec<Vec<String>>,
+    #[serde(default)]
+    pub concurrency: Concurrency,
+}
+
+/// What a newer revision does to an older one.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+pub enum Concurrency {
+    /// Entering a stage, a newer revision stops the older ones that have not finished it.
+    #[default]
+    Supersede,
+    /// Revisions go through each step in the order they were registered.
+    Queue,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct StageSpec {
+    pub name: String,
+    /// The stages this one comes after [default: the stage listed before it; `[]`: none].
+    #[serde(default)]
+    pub after: Option<Vec<String>>,
+    /// The stage's targets (one wave), or those its groups name.
+    #[serde(default)]
+    pub targets: Vec<TargetSpec>,
+    /// Waves, in order: each starts when the one before it is through.
+    #[serde(default)]
+    pub groups: Vec<GroupSpec>,
+    /// What each target goes through, in order: `deploy`, a test, a timed gate.
+    pub steps: Vec<String>,
+    #[serde(default)]
+    pub tests: BTreeMap<String, TestSpec>,
+    /// A step's name and how long it waits (`bake: 30m`), and `approval` (`true`, or the
+    /// groups that wait for one).
+    #[serde(default)]
+    pub gates: BTreeMap<String, Value>,
+    /// Artifacts that must be registered for a revision before the stage starts.
+    #[serde(default)]
+    pub requires: Vec<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct TargetSpec {
+    pub name: String,
+    /// The manifest applied by its `deploy` step.
+    pub manifest: PathBuf,
+    #[serde(default)]
+    pub vars: Map<String, Value>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct GroupSpec {
+    pub name: String,
+    /// Targets of the stage's `targets`, by name, or written here.
+    pub targets: Vec<GroupTarget>,
+    /// How many of its targets go at once [default: all].
+    #[serde(default)]
+    pub max_parallel: Option<usize>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum GroupTarget {
+    Named(String),
+    Written(TargetSpec),
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct TestSpec {
+    /// The manifest whose apply is the check.
+    pub manifest: PathBuf,
+}
+
+/// What a step does.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Work {
+    /// Apply this manifest (the target's, or a test's) with the revision's and target's vars.
+    Apply(PathBuf),
+    /// Wait this long after the target's previous step succeeded (`bake`).
+    Wait(Duration),
+}
+
+/// One step of one target: the unit the log records.
+#[derive(Debug, Clone)]
+pub struct Step {
+    /// `stage/group/target/step`.
+    pub id: String,
+    pub stage: usize,
+    pub group: usize,
+    /// Index into [`Pipeline::targets`].
+    pub target: usize,
+    pub work: Work,
+    /// The next steps: what may start once this one is through.
+    pub next: Vec<usize>,
+    /// The steps that must be through before this one starts.
+    pub previous: Vec<usize>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub name: String,
+    /// `stage/group/target`.
+    pub id: String,
+    pub vars: Map<String, Value>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Group {
+    /// `stage/group`.
+    pub id: String,
+    pub max_parallel: Option<usize>,
+    /// Its first steps wait for an `approved` entry.
+    pub approval: bool,
+    pub steps: Vec<usize>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Stage {
+    pub name: String,
+    pub requires: Vec<String>,
+    pub groups: Vec<Group>,
+    pub steps: Vec<usize>,
+}
+
+/// A batch: once a revision has started a step of `from`, no other revision starts one until
+/// it is through every step of `to`.
+#[derive(Debug, Clone)]
+pub struct Batch {
+    pub from: Vec<usize>,
+    pub to: Vec<usize>,
+    /// As written.
+    pub said: String,
+}
+
+/// A checked pipeline.
+#[derive(Debug, Clone)]
+pub struct Pipeline {
+    /// What the log and the state directory call it (the file's stem, or the object's name).
+    pub name: String,
+    pub revision: String,
+    pub stages: Vec<Stage>,
+    pub targets: Vec<Target>,
+    pub steps: Vec<Step>,
+    /// Steps with no previous step: where every revision starts.
+    pub roots: Vec<usize>,
+    /// `after[a]`: every step reachable from `a` (the seed's `after`).
+    pub after: Vec<FixedBitSet>,
+    pub batches: Vec<Batch>,
+    pub concurrency: Concurrency,
+    by_id: HashMap<String, usize>,
+}
+
+impl Pipeline {
+    pub fn step(&self, id: &str) -> Option<usize> {
+        self.by_id.get(id).copied()
+    }
+
+    /// Renders the revision template with `vars`; empty is an error.
+    pub fn revision_of(&self, vars: &Map<String, Value>) -> Result<String, PipelineError> {
+        let invalid = |message: String| PipelineError::Invalid(format!("revision `{}`: {message}", self.revision));
+        let environment = minijinja::Environment::new();
+        let rendered = environment
+            .render_str(&self.revision, minijinja::value::Serde(vars))
+            .map_err(|e| invalid(e.to_string()))?;
+        let rendered = rendered.trim().to_string();
+        if rendered.is_empty() {
+            return Err(invalid("renders empty: give the var it reads (`--var version=1.4.3`)".into()));
+        }
+        Ok(rendered)
+    }
+}
+
+/// Reads and checks the pipeline in `file`; its manifests are found beside it.
+pub fn load(file: &Path) -> Result<Pipeline, PipelineError> {
+    let shown = file.display();
+    let text =
+        std::fs::read_to_string(file).map_err(|e| PipelineError::Invalid(format!("cannot read {shown}: {e}")))?;
+    let spec: PipelineSpec =
+        serde_norway::from_str(&text).map_err(|e| PipelineError::Invalid(format!("{shown} is not a pipeline: {e}")))?;
+    let name = file.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "pipeline".into());
+    let pipeline = compile(&name, &spec, &crate::engine::manifest::parent_dir(file))
+        .map_err(|e| PipelineError::Invalid(format!("pipeline {shown}: {e}")))?;
+    Ok(pipeline)
+}
+
+/// Checks `spec` and builds its steps; manifests are resolved against `dir` and must load.
+pub fn compile(name: &str, spec: &PipelineSpec, dir: &Path) -> Result<Pipeline, String> {
+    let order = stage_order(spec)?;
+    let mut pipeline = Pipeline {
+        name: name.to_string(),
+        revision: spec.revision.clone(),
+        stages: Vec::new(),
+        targets: Vec::new(),
+        steps: Vec::new(),
+        roots: Vec::new(),
+        after: Vec::new(),
+        batches: Vec::new(),
+        concurrency: spec.concurrency,
+        by_id: HashMap::new(),
+    };
+    let mut lasts: Vec<Vec<usize>> = vec![Vec::new(); spec.stages.len()];
+    for &s in &order {
+        let stage = &spec.stages[s];
+        let (compiled, firsts, last) = compile_stage(&mut pipeline, s, stage, dir)?;
+        let previous: Vec<usize> = match &stage.after {
+            None if s == 0 => Vec::new(),
+            None => lasts[s - 1].clone(),
+            Some(after) => after
+                .iter()
+                .flat_map(|a| lasts[spec.stages.iter().position(|t| &t.name == a).expect("checked")].clone())
+                .collect(),
+        };
+        link(&mut pipeline.steps, &previous, &firsts);
+        if previous.is_empty() {
+            pipeline.roots.extend(&firsts);
+        }
+        lasts[s] = last;
+        pipeline.stages.push(compiled);
+    }
+    // Stages in the order written, whatever order they were compiled in.
+    let mut stages: Vec<(usize, Stage)> = order.iter().copied().zip(std::mem::take(&mut pipeline.stages)).collect();
+    stages.sort_by_key(|(s, _)| *s);
+    pipeline.stages = stages.into_iter().map(|(_, stage)| stage).collect();
+    pipeline.after = after_sets(&pipeline.steps);
+    for range in &spec.batches {
+        let batches = batch(&pipeline, range)?;
+        pipeline.batches.extend(batches);
+    }
+    Ok(pipeline)
+}
+
+/// The stages in an order where each comes after those it names; a cycle is an error that
+/// shows it.
+fn stage_order(spec: &PipelineSpec) -> Result<Vec<usize>, String> {
+    if spec.stages.is_empty() {
+        return Err("a pipeline needs at least one stage".into());
+    }
+    let mut graph = petgraph::graph::DiGraph::<usize, ()>::new();
+    let nodes: Vec<_> = (0..spec.stages.len()).map(|s| graph.add_node(s)).collect();
+    for (s, stage) in spec.stages.iter().enumerate() {
+        check_name("stage", &stage.name)?;
+        if spec.stages[..s].iter().any(|t| t.name == stage.name) {
+            return Err(format!("two stages are named `{}`", stage.name));
+        }
+        let after = match &stage.after {
+            Some(after) => after.clone(),
+            None if s > 0 => vec![spec.stages[s - 1].name.clone()],
+            None => Vec::new(),
+        };
+        for name in after {
+            let Some(t) = spec.stages.iter().position(|t| t.name == name) else {
+                return Err(format!("stage `{}` comes after `{name}`, which is not a stage", stage.name));
+            };
+            graph.add_edge(nodes[t], nodes[s], ());
+        }
+    }
+    petgraph::algo::toposort(&graph, None).map(|order| order.into_iter().map(|n| graph[n]).collect()).map_err(|cycle| {
+        // A way round the cycle, from the first stage written on it, as the edges go.
+        let start = cycle.node_id();
+        let scc = petgraph::algo::kosaraju_scc(&graph).into_iter().find(|scc| scc.contains(&start)).unwrap_or_default();
+        let first = scc.iter().copied().min_by_key(|&n| graph[n]).unwrap_or(start);
+        let mut path = vec![first];
+        if !round(&graph, &scc, first, &mut path) {
+            path = vec![first];
+        }
+        path.push(first);
+        let names: Vec<&str> = path.iter().map(|&n| spec.stages[graph[n]].name.as_str()).collect();
+        format!("the stages form a cycle: {}", names.join(" → "))
+    })
+}
+
+/// Extends `path` (which ends at a node of `scc`) back round to its first node.
+fn round(
+    graph: &petgraph::graph::DiGraph<usize, ()>,
+    scc: &[petgraph::graph::NodeIndex],
+    first: petgraph::graph::NodeIndex,
+    path: &mut Vec<petgraph::graph::NodeIndex>,
+) -> bool {
+    let at = *path.last().expect("a path");
+    let mut next: Vec<_> = graph.neighbors(at).filter(|n| scc.contains(n)).collect();
+    next.sort_by_key(|&n| graph[n]);
+    for n in next {
+        if n == first {
+            return true;
+        }
+        if !path.contains(&n) {
+            path.push(n);
+            if round(graph, scc, first, path) {
+                return true;
+            }
+            path.pop();
+        }
+    }
+    false
+}
+
+fn check_name(what: &str, name: &str) -> Result<(), String> {
+    if name.is_empty() || name.contains('/') || name.chars().any(char::is_whitespace) {
+        return Err(format!("{what} name `{name}` must be non-empty, without `/` or spaces"));
+    }
+    Ok(())
+}
+
+/// The stage's steps; returns it with its first steps and its last steps.
+fn compile_stage(
+    pipeline: &mut Pipeline,
+    s: usize,
+    stage: &StageSpec,
+    dir: &Path,
+) -> Result<(Stage, Vec<usize>, Vec<usize>), String> {
+    let at = format!("stage `{}`", stage.name);
+    let works = step_works(stage, dir, &at)?;
+    let approval = approval(stage, &at)?;
+    let groups: Vec<GroupSpec> = match (stage.groups.is_empty(), stage.targets.is_empty()) {
+        (true, true) => return Err(format!("{at} has no targets")),
+        (true, false) => vec![GroupSpec {
+            name: "all".into(),
+            targets: stage.targets.iter().cloned().map(GroupTarget::Written).collect(),
+            max_parallel: None,
+        }],
+        (false, _) => stage.groups.clone(),
+    };
+    let mut compiled =
+        Stage { name: stage.name.clone(), requires: stage.requires.clone(), groups: Vec::new(), steps: vec![] };
+    let (mut firsts, mut previous): (Vec<usize>, Vec<usize>) = (Vec::new(), Vec::new());
+    let mut seen_targets: Vec<String> = Vec::new();
+    for (g, group) in groups.iter().enumerate() {
+        check_name("group", &group.name)?;
+        if groups[..g].iter().any(|h| h.name == group.name) {
+            return Err(format!("{at} has two groups named `{}`", group.name));
+        }
+        if group.max_parallel == Some(0) {
+            return Err(format!("{at}, group `{}`: maxParallel must be at least 1", group.name));
+        }
+        let waits = approval.as_ref().is_some_and(|a| a.iter().any(|n| n == &group.name) || (a.is_empty() && g == 0));
+        let id = format!("{}/{}", stage.name, group.name);
+        let mut group_steps = Vec::new();
+        let (mut group_firsts, mut group_lasts) = (Vec::new(), Vec::new());
+        for target in &group.targets {
+            let target = resolve_target(stage, target, &at)?;
+            check_name("target", &target.name)?;
+            if seen_targets.contains(&target.name) {
+                return Err(format!("{at} has two targets named `{}`", target.name));
+            }
+            seen_targets.push(target.name.clone());
+            let manifest = dir.join(&target.manifest);
+            loads(&manifest, &format!("{at}, target `{}`", target.name))?;
+            let t = pipeline.targets.len();
+            let target_id = format!("{id}/{}", target.name);
+            pipeline.targets.push(Target {
+                name: target.name.clone(),
+                id: target_id.clone(),
+                vars: target.vars.clone(),
+            });
+            let mut before: Option<usize> = None;
+            for (name, work) in &works {
+                let work = match work {
+                    Some(work) => work.clone(),
+                    None => Work::Apply(manifest.clone()),
+                };
+                let i = pipeline.steps.len();
+                let step_id = format!("{target_id}/{name}");
+                pipeline.by_id.insert(step_id.clone(), i);
+                pipeline.steps.push(Step {
+                    id: step_id,
+                    stage: s,
+                    group: g,
+                    target: t,
+                    work,
+                    next: vec![],
+                    previous: vec![],
+                });
+                if let Some(b) = before {
+                    link(&mut pipeline.steps, &[b], &[i]);
+                } else {
+                    group_firsts.push(i);
+                }
+                before = Some(i);
+                group_steps.push(i);
+            }
+            group_lasts.extend(before);
+        }
+        if g == 0 {
+            firsts = group_firsts.clone();
+        } else {
+            link(&mut pipeline.steps, &previous, &group_firsts);
+        }
+        previous = group_lasts;
+        compiled.steps.extend(&group_steps);
+        compiled.groups.push(Group { id, max_parallel: group.max_parallel, approval: waits, steps: group_steps });
+    }
+    if let Some(named) = &approval {
+        if let Some(name) = named.iter().find(|n| !groups.iter().any(|g| &&g.name == n)) {
+            return Err(format!("{at}: gates.approval names `{name}`, which is not a group of the stage"));
+        }
+    }
+    Ok((compiled, firsts, previous))
+}
+
+/// Each step name of the stage and its work (`None`: deploy the target's manifest).
+fn step_works(stage: &StageSpec, dir: &Path, at: &str) -> Result<Vec<(String, Option<Work>)>, String> {
+    if stage.steps.is_empty() {
+        return Err(format!("{at} has no steps"));
+    }
+    for gate in stage.gates.keys().filter(|g| *g != "approval" && *g != "windows") {
+        if !stage.steps.contains(gate) {
+            return Err(format!(
+                "{at}: gates names `{gate}`, which is not one of its steps ({})",
+                stage.steps.join(", ")
+            ));
+        }
+    }
+    if stage.gates.contains_key("windows") {
+        return Err(format!("{at}: gates.windows (deny windows) is not supported yet"));
+    }
+    for test in stage.tests.keys() {
+        if !stage.steps.contains(test) {
+            return Err(format!(
+                "{at}: tests names `{test}`, which is not one of its steps ({})",
+                stage.steps.join(", ")
+            ));
+        }
+    }
+    let mut works = Vec::new();
+    for (i, name) in stage.steps.iter().enumerate() {
+        check_name("step", name)?;
+        if stage.steps[..i].contains(name) {
+            return Err(format!("{at} has two steps named `{name}`"));
+        }
+        let work = match (name.as_str(), stage.tests.get(name), stage.gates.get(name)) {
+            ("deploy", None, None) => None,
+            (_, Some(test), None) => {
+                let manifest = dir.join(&test.manifest);
+                loads(&manifest, &format!("{at}, test `{name}`"))?;
+                Some(Work::Apply(manifest))
+            }
+            (_, None, Some(Value::String(duration))) => Some(Work::Wait(
+                humantime::parse_duration(duration)
+                    .map_err(|e| format!("{at}: gates.{name} `{duration}` is not a duration such as 30m: {e}"))?,
+            )),
+            (_, None, Some(other)) => {
+                return Err(format!("{at}: gates.{name} must be a duration such as 30m, not {other}"));
+            }
+            (_, Some(_), Some(_)) => return Err(format!("{at}: `{name}` is both a test and a gate")),
+            (_, None, None) => {
+                return Err(format!(
+                    "{at}: step `{name}` is neither `deploy`, a test (`tests.{name}`) nor a timed gate (`gates.{name}: 30m`)"
+                ));
+            }
+        };
+        works.push((name.clone(), work));
+    }
+    Ok(works)
+}
+
+/// `gates.approval`: `None` when absent or false; an empty list for `true` (the stage's first
+/// group); else the groups named.
+fn approval(stage: &StageSpec, at: &str) -> Result<Option<Vec<String>>, String> {
+    match stage.gates.get("approval") {
+        None | Some(Value::Bool(false)) => Ok(None),
+        Some(Value::Bool(true)) => Ok(Some(Vec::new())),
+        Some(Value::Array(names)) if !names.is_empty() && names.iter().all(Value::is_string) => {
+            Ok(Some(names.iter().filter_map(Value::as_str).map(str::to_string).collect()))
+        }
+        Some(other) => Err(format!("{at}: gates.approval must be true or a list of its groups, not {other}")),
+    }
+}
+
+fn resolve_target(stage: &StageSpec, target: &GroupTarget, at: &str) -> Result<TargetSpec, String> {
+    match target {
+        GroupTarget::Written(target) => Ok(target.clone()),
+        GroupTarget::Named(name) if !stage.groups.is_empty() => {
+            stage.targets.iter().find(|t| &t.name == name).cloned().ok_or_else(|| {
+                format!("{at}: a group names target `{name}`, which is not one of the stage's `targets`")
+            })
+        }
+        GroupTarget::Named(name) => Err(format!("{at}: target `{name}` needs a manifest")),
+    }
+}
+
+/// Whether the manifest at `path` loads (its vars come later, with the revision's).
+fn loads(path: &Path, what: &str) -> Result<(), String> {
+    crate::engine::manifest::load(&[path.to_path_buf()])
+        .map(|_| ())
+        .map_err(|e| format!("{what}: its manifest {} does not load: {e}", path.display()))
+}
+
+fn link(steps: &mut [Step], from: &[usize], to: &[usize]) {
+    for &a in from {
+        for &b in to {
+            steps[a].next.push(b);
+            steps[b].previous.push(a);
+        }
+    }
+}
+
+/// Every step's `after` set. Steps are numbered so that each comes after its previous steps
+/// (stages in dependency order, then groups, targets, steps), so one backward sweep does.
+fn after_sets(steps: &[Step]) -> Vec<FixedBitSet> {
+    let mut after = vec![FixedBitSet::with_capacity(steps.len()); steps.len()];
+    for a in (0..steps.len()).rev() {
+        let mut set = FixedBitSet::with_capacity(steps.len());
+        for &b in &steps[a].next {
+            debug_assert!(b > a, "steps are numbered in order");
+            set.insert(b);
+            set.union_with(&after[b]);
+        }
+        after[a] = set;
+    }
+    after
+}
+
+/// `[from, to]`: each end is `stage/step` (that step on each of the stage's targets) or a
+/// step's id. Within one stage, `stage/step` ranges are one batch per target: a revision on
+/// one target does not hold the others.
+fn batch(pipeline: &Pipeline, range: &[String]) -> Result<Vec<Batch>, String> {
+    let said = format!("[{}]", range.join(", "));
+    let [from, to] = range else {
+        return Err(format!("batch {said} must name two steps: [from, to]"));
+    };
+    let ends = |end: &str| -> Result<Vec<usize>, String> {
+        if let Some(step) = pipeline.step(end) {
+            return Ok(vec![step]);
+        }
+        let found: Vec<usize> = match end.split_once('/') {
+            Some((stage, step)) if !step.contains('/') => pipeline
+                .steps
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| pipeline.stages[s.stage].name == stage && s.id.rsplit('/').next() == Some(step))
+                .map(|(i, _)| i)
+                .collect(),
+            _ => Vec::new(),
+        };
+        if found.is_empty() {
+            return Err(format!("batch {said}: `{end}` is no step (write `stage/step` or `stage/group/target/step`)"));
+        }
+        Ok(found)
+    };
+    let (from_steps, to_steps) = (ends(from)?, ends(to)?);
+    let on_path = |a: usize, b: usize| a == b || pipeline.after[a].contains(b);
+    if !to_steps.iter().all(|&b| from_steps.iter().any(|&a| on_path(a, b))) {
+        return Err(format!("batch {said} is not a path in the pipeline: `{to}` does not come after `{from}`"));
+    }
+    let target_of = |steps: &[usize]| steps.iter().map(|&s| pipeline.steps[s].target).collect::<Vec<_>>();
+    if from_steps.len() > 1 && target_of(&from_steps) == target_of(&to_steps) {
+        return Ok(from_steps
+            .iter()
+            .zip(&to_steps)
+            .map(|(&a, &b)| Batch { from: vec![a], to: vec![b], said: said.clone() })
+            .collect());
+    }
+    Ok(vec![Batch { from: from_steps, to: to_steps, said }])
+}

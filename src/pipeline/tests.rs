@@ -1,0 +1,541 @@
+//! The seed's examples and the issue's cases, driven with a stand-in for applying manifests and
+//! an injected clock, on an in-memory log.
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use serde_json::Map;
+
+use super::PipelineError;
+use super::drive::{Driven, Driver, Job, StepRunner, read};
+use super::progress::{Decision, Progress};
+use super::query::status;
+use super::spec::{Pipeline, PipelineSpec, compile};
+use crate::history::{Event, History, MemoryLog};
+
+/// Applies nothing: records each job, and fails the steps it is told to.
+#[derive(Default)]
+struct Runner {
+    ran: Mutex<Vec<String>>,
+    failing: Mutex<HashSet<String>>,
+}
+
+#[async_trait]
+impl StepRunner for Runner {
+    async fn run(&self, job: Job) -> Result<(), String> {
+        self.ran.lock().unwrap().push(format!("{} {}", job.revision, job.step));
+        if self.failing.lock().unwrap().contains(&job.step) {
+            return Err("the smoke test failed".into());
+        }
+        Ok(())
+    }
+}
+
+impl Runner {
+    fn take(&self) -> Vec<String> {
+        std::mem::take(&mut *self.ran.lock().unwrap())
+    }
+}
+
+/// A pipeline, its log, a runner and a clock.
+struct Fixture {
+    dir: tempfile::TempDir,
+    pipeline: Pipeline,
+    log: Arc<MemoryLog>,
+    runner: Arc<Runner>,
+    clock: Arc<AtomicI64>,
+}
+
+fn pipeline_in(dir: &Path, yaml: &str) -> Result<Pipeline, String> {
+    let spec: PipelineSpec = serde_norway::from_str(yaml).map_err(|e| e.to_string())?;
+    compile("p", &spec, dir)
+}
+
+impl Fixture {
+    fn new(yaml: &str) -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        for file in ["app.yaml", "smoke.yaml"] {
+            std::fs::write(dir.path().join(file), "resources: {}\n").unwrap();
+        }
+        let pipeline = pipeline_in(dir.path(), yaml).unwrap();
+        Fixture {
+            dir,
+            pipeline,
+            log: Arc::new(MemoryLog::new()),
+            runner: Arc::default(),
+            clock: Arc::new(AtomicI64::new(1_000_000)),
+        }
+    }
+
+    /// The pipeline changed: the same log and runner.
+    fn change(&mut self, yaml: &str) {
+        self.pipeline = pipeline_in(self.dir.path(), yaml).unwrap();
+    }
+
+    fn with_driver<T>(&self, f: impl FnOnce(&Driver) -> T) -> T {
+        let clock = self.clock.clone();
+        let now = move || clock.load(Ordering::SeqCst);
+        let driver = Driver {
+            pipeline: &self.pipeline,
+            log: self.log.clone(),
+            runner: self.runner.clone(),
+            now: &now,
+            state_dir: self.dir.path().join(".deployster"),
+            say: &|_| {},
+        };
+        f(&driver)
+    }
+
+    fn start(&self, revision: &str) {
+        let mut vars = Map::new();
+        vars.insert("version".into(), revision.into());
+        assert!(self.with_driver(|d| d.register(revision, &vars)).unwrap());
+    }
+
+    fn drive(&self) -> Driven {
+        let clock = self.clock.clone();
+        let now = move || clock.load(Ordering::SeqCst);
+        let driver = Driver {
+            pipeline: &self.pipeline,
+            log: self.log.clone(),
+            runner: self.runner.clone(),
+            now: &now,
+            state_dir: self.dir.path().join(".deployster"),
+            say: &|_| {},
+        };
+        futures::executor::block_on(driver.drive()).unwrap()
+    }
+
+    fn progress(&self) -> Progress {
+        read(&self.pipeline, self.log.as_ref()).unwrap()
+    }
+
+    fn node(&self, node: &str) -> super::query::NodeStatus {
+        let status = status(&self.pipeline, &self.progress(), self.clock.load(Ordering::SeqCst));
+        status.nodes.into_iter().find(|n| n.node == node).unwrap_or_else(|| panic!("no node {node}"))
+    }
+
+    fn events_of(&self, target: &str) -> Vec<(String, Event)> {
+        let mut entries = self.log.recent(target, usize::MAX).unwrap();
+        entries.reverse();
+        entries.into_iter().filter(|e| e.target == target).map(|e| (e.revision, e.event)).collect()
+    }
+
+    fn advance(&self, minutes: i64) {
+        self.clock.fetch_add(minutes * 60_000, Ordering::SeqCst);
+    }
+}
+
+fn owned(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| s.to_string()).collect()
+}
+
+/// The seed's simple example: `[build] → [ant-gateway/beta] → [ant-gateway/prod]`, a host each.
+const SIMPLE: &str = r#"
+revision: "{{ version }}"
+stages:
+  - {name: build, targets: [{name: builder, manifest: app.yaml}], steps: [deploy]}
+  - {name: beta, targets: [{name: antworker002, manifest: app.yaml}], steps: [deploy, test], tests: {test: {manifest: smoke.yaml}}}
+  - {name: prod, targets: [{name: antworker001, manifest: app.yaml}], steps: [deploy, test], tests: {test: {manifest: smoke.yaml}}}
+"#;
+
+#[test]
+fn the_seed_s_simple_pipeline_answers_at_every_granularity() {
+    let f = Fixture::new(SIMPLE);
+    f.start("v1");
+    let driven = f.drive();
+    assert!(driven.failed.is_empty() && driven.waiting.is_empty(), "{driven:?}");
+    assert_eq!(
+        f.runner.take(),
+        owned(&[
+            "v1 build/all/builder/deploy",
+            "v1 beta/all/antworker002/deploy",
+            "v1 beta/all/antworker002/test",
+            "v1 prod/all/antworker001/deploy",
+            "v1 prod/all/antworker001/test"
+        ])
+    );
+    // The markers, as the seed's log shows them.
+    assert_eq!(
+        f.events_of("pipeline/beta").iter().map(|(_, e)| *e).collect::<Vec<_>>(),
+        [Event::StageStarted, Event::StageFinishedSuccessfully]
+    );
+    assert_eq!(f.events_of("pipeline").last().unwrap().1, Event::PipelineFinishedSuccessfully);
+
+    f.runner.failing.lock().unwrap().insert("prod/all/antworker001/test".into());
+    f.start("v2");
+    let driven = f.drive();
+    assert_eq!(driven.failed, [("v2".into(), "prod/all/antworker001/test".into(), "the smoke test failed".into())]);
+    for (node, through, failed) in [
+        ("pipeline", "v1", Some("v2")),
+        ("beta", "v2", None),
+        ("beta/all/antworker002", "v2", None),
+        ("prod", "v1", Some("v2")),
+        ("prod/all/antworker001", "v1", Some("v2")),
+    ] {
+        let status = f.node(node);
+        assert_eq!(status.latest_through.as_deref(), Some(through), "{node}");
+        assert_eq!(status.latest_failed.as_deref(), failed, "{node}");
+        assert!(status.in_progress.is_empty(), "{node}");
+    }
+    // "Current" on a target is its newest successful deploy: v2 deployed to prod, then failed its test.
+    assert_eq!(f.node("prod/all/antworker001").current.as_deref(), Some("v2"));
+    // A failed revision is over: a later drive runs nothing of it.
+    f.runner.take();
+    f.drive();
+    assert!(f.runner.take().is_empty());
+}
+
+#[test]
+fn in_progress_is_what_started_and_did_not_end() {
+    let f = Fixture::new(
+        r#"
+revision: "{{ version }}"
+stages:
+  - {name: staging, targets: [{name: stg, manifest: app.yaml}], steps: [deploy, bake], gates: {bake: 30m}}
+  - {name: prod, targets: [{name: p1, manifest: app.yaml}], steps: [deploy]}
+"#,
+    );
+    f.start("v1");
+    let driven = f.drive();
+    assert_eq!(driven.waiting.len(), 1);
+    assert!(matches!(&driven.waiting[0].decision, Decision::Wait(why) if why.starts_with("bake until")), "{driven:?}");
+    assert_eq!(f.node("pipeline").in_progress, ["v1"]);
+    assert_eq!(f.node("staging").in_progress, ["v1"]);
+    assert!(f.node("prod").in_progress.is_empty());
+    // The bake gate, with an injected clock.
+    f.advance(29);
+    f.drive();
+    assert_eq!(f.runner.take(), ["v1 staging/all/stg/deploy"]);
+    f.advance(1);
+    assert!(f.drive().waiting.is_empty());
+    assert_eq!(f.runner.take(), ["v1 prod/all/p1/deploy"]);
+    assert_eq!(f.node("pipeline").latest_through.as_deref(), Some("v1"));
+}
+
+const BATCHED: &str = r#"
+revision: "{{ version }}"
+concurrency: Queue
+stages:
+  - name: staging
+    targets: [{name: stg, manifest: app.yaml}]
+    steps: [deploy, test]
+    tests: {test: {manifest: smoke.yaml}}
+batches: [[staging/deploy, staging/test]]
+"#;
+
+/// (deploy, test) as a batch: v2 may not start `deploy` while `test` still tests v1.
+#[test]
+fn a_batch_keeps_v2_out_until_v1_is_through_it() {
+    let f = Fixture::new(BATCHED);
+    f.start("v1");
+    f.start("v2");
+    let pipeline = &f.pipeline;
+    let (deploy, test) =
+        (pipeline.step("staging/all/stg/deploy").unwrap(), pipeline.step("staging/all/stg/test").unwrap());
+    let mut progress = f.progress();
+    // v1 is through deploy, not yet tested.
+    let id = progress.revision("v1").unwrap().id.clone();
+    let entry = |event, step: &str| crate::history::Entry {
+        id: id.clone(),
+        target: format!("pipeline/{step}"),
+        revision: "v1".into(),
+        event,
+        at: 1,
+        detail: serde_json::json!({}),
+    };
+    progress.record(pipeline, &entry(Event::StepStarted, "staging/all/stg/deploy"));
+    progress.record(pipeline, &entry(Event::StepSucceeded, "staging/all/stg/deploy"));
+    let scheduled = progress.schedule(pipeline, 0);
+    let of = |revision: &str, step: usize| {
+        scheduled.iter().find(|s| s.revision == revision && s.step == step).map(|s| s.decision.clone())
+    };
+    assert_eq!(of("v1", test), Some(Decision::Start { supersedes: vec![] }));
+    assert_eq!(of("v2", deploy), Some(Decision::Wait("batch [staging/deploy, staging/test] holds revision v1".into())));
+
+    // Without the batch, v2 would deploy while v1 is tested.
+    let unbatched =
+        pipeline_in(f.dir.path(), &BATCHED.replace("batches: [[staging/deploy, staging/test]]", "")).unwrap();
+    let progress = {
+        let mut p = f.progress();
+        p.record(&unbatched, &entry(Event::StepStarted, "staging/all/stg/deploy"));
+        p.record(&unbatched, &entry(Event::StepSucceeded, "staging/all/stg/deploy"));
+        p
+    };
+    let scheduled = progress.schedule(&unbatched, 0);
+    assert!(scheduled.iter().any(|s| s.revision == "v2" && s.decision == Decision::Start { supersedes: vec![] }));
+
+    // Driven, the two interleave only at the batch's ends.
+    f.drive();
+    assert_eq!(
+        f.runner.take(),
+        [
+            "v1 staging/all/stg/deploy",
+            "v1 staging/all/stg/test",
+            "v2 staging/all/stg/deploy",
+            "v2 staging/all/stg/test"
+        ]
+    );
+}
+
+const TWO_STAGES: &str = r#"
+revision: "{{ version }}"
+stages:
+  - {name: staging, targets: [{name: stg, manifest: app.yaml}], steps: [deploy, bake], gates: {bake: 10m}}
+  - name: prod
+    targets: [{name: prod-a1, manifest: app.yaml}]
+    steps: [deploy]
+"#;
+
+/// A host added to prod while v1 is under way: v1 skips it; v2, which reaches it from its
+/// start, runs it after staging.
+#[test]
+fn a_host_added_while_v1_is_under_way_is_first_run_by_v2() {
+    let mut f = Fixture::new(TWO_STAGES);
+    f.start("v1");
+    f.drive();
+    assert_eq!(f.runner.take(), ["v1 staging/all/stg/deploy"]);
+    f.change(&TWO_STAGES.replace(
+        "[{name: prod-a1, manifest: app.yaml}]",
+        "[{name: prod-a1, manifest: app.yaml}, {name: prod-a2, manifest: app.yaml}]",
+    ));
+    f.advance(10);
+    f.drive();
+    assert_eq!(f.runner.take(), ["v1 prod/all/prod-a1/deploy"], "v1 skips the new host");
+    assert_eq!(
+        f.events_of("pipeline/prod/all/prod-a2/deploy"),
+        [("".into(), Event::StepIntroduced), ("v1".into(), Event::StepSkipped)]
+    );
+    let skipped = f.log.recent("pipeline/prod/all/prod-a2/deploy", 1).unwrap();
+    assert_eq!(skipped[0].detail["reason"], "introduced-after");
+    assert_eq!(f.node("pipeline").latest_through.as_deref(), Some("v1"));
+
+    f.start("v2");
+    f.drive();
+    assert_eq!(f.runner.take(), ["v2 staging/all/stg/deploy"]);
+    f.advance(10);
+    f.drive();
+    assert_eq!(f.runner.take(), ["v2 prod/all/prod-a1/deploy", "v2 prod/all/prod-a2/deploy"], "after staging");
+}
+
+/// A stage inserted before prod while v1 is in staging: v1 skips it, v2 goes through it.
+#[test]
+fn a_stage_inserted_before_prod_is_skipped_by_revisions_under_way() {
+    let mut f = Fixture::new(TWO_STAGES);
+    f.start("v1");
+    f.drive();
+    f.runner.take();
+    let inserted = TWO_STAGES.replace(
+        "  - name: prod\n",
+        "  - {name: qa, targets: [{name: qa-1, manifest: app.yaml}], steps: [deploy, test], tests: {test: {manifest: smoke.yaml}}}\n  - name: prod\n",
+    );
+    f.change(&inserted);
+    f.advance(10);
+    f.drive();
+    assert_eq!(f.runner.take(), ["v1 prod/all/prod-a1/deploy"]);
+    f.start("v2");
+    f.drive();
+    f.advance(10);
+    f.drive();
+    assert_eq!(
+        f.runner.take(),
+        ["v2 staging/all/stg/deploy", "v2 qa/all/qa-1/deploy", "v2 qa/all/qa-1/test", "v2 prod/all/prod-a1/deploy"]
+    );
+    assert_eq!(f.node("qa").latest_through.as_deref(), Some("v2"));
+}
+
+#[test]
+fn supersede_stops_older_revisions_and_queue_keeps_order() {
+    let f = Fixture::new(TWO_STAGES);
+    f.start("v1");
+    f.drive();
+    f.start("v2");
+    f.drive();
+    assert_eq!(f.runner.take(), ["v1 staging/all/stg/deploy", "v2 staging/all/stg/deploy"]);
+    let progress = f.progress();
+    assert_eq!(progress.revision("v1").unwrap().ended, Some(super::progress::Ended::Superseded { by: "v2".into() }));
+    f.advance(10);
+    f.drive();
+    assert_eq!(f.runner.take(), ["v2 prod/all/prod-a1/deploy"], "v1 goes no further");
+
+    let f = Fixture::new(&TWO_STAGES.replace("stages:", "concurrency: Queue\nstages:"));
+    f.start("v1");
+    f.start("v2");
+    let driven = f.drive();
+    assert_eq!(f.runner.take(), ["v1 staging/all/stg/deploy", "v2 staging/all/stg/deploy"]);
+    let waits: Vec<(String, Decision)> =
+        driven.waiting.iter().map(|w| (w.revision.clone(), w.decision.clone())).collect();
+    assert!(matches!(&waits[0], (r, Decision::Wait(why)) if r == "v1" && why.starts_with("bake until")), "{waits:?}");
+    assert_eq!(waits[1], ("v2".into(), Decision::Wait("revision v1 first (concurrency: Queue)".into())));
+    f.advance(10);
+    f.drive();
+    assert_eq!(f.runner.take(), ["v1 prod/all/prod-a1/deploy", "v2 prod/all/prod-a1/deploy"]);
+}
+
+const WAVES: &str = r#"
+revision: "{{ version }}"
+stages:
+  - {name: staging, targets: [{name: stg, manifest: app.yaml}], steps: [deploy]}
+  - name: prod
+    targets:
+      - {name: prod-a1, manifest: app.yaml}
+      - {name: prod-a2, manifest: app.yaml}
+      - {name: prod-b1, manifest: app.yaml}
+      - {name: prod-b2, manifest: app.yaml}
+    groups:
+      - {name: onebox, targets: [prod-a1], maxParallel: 1}
+      - {name: fleet, targets: [prod-a2, prod-b1, prod-b2], maxParallel: 2}
+    steps: [deploy]
+    gates: {approval: [fleet]}
+"#;
+
+#[test]
+fn approval_opens_a_group_and_max_parallel_bounds_each_wave() {
+    let f = Fixture::new(WAVES);
+    f.start("v1");
+    let driven = f.drive();
+    assert_eq!(f.runner.take(), ["v1 staging/all/stg/deploy", "v1 prod/onebox/prod-a1/deploy"]);
+    let waits: Vec<String> = driven
+        .waiting
+        .iter()
+        .map(|w| match &w.decision {
+            Decision::Wait(why) => why.clone(),
+            other => format!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(waits.len(), 3);
+    assert!(waits.iter().all(|w| w.starts_with("approval of prod/fleet")), "{waits:?}");
+
+    // An approval nothing waits for is refused.
+    for (revision, gate) in [("v1", "prod/onebox"), ("v9", "prod/fleet"), ("v1", "nowhere")] {
+        let refused = f.with_driver(|d| d.approve(revision, gate)).unwrap_err();
+        assert!(matches!(refused, PipelineError::Refused(_)), "{refused}");
+        assert!(
+            refused.to_string().contains(&format!("nothing of revision {revision} waits for approval at `{gate}`")),
+            "{refused}"
+        );
+    }
+    f.with_driver(|d| d.approve("v1", "prod/fleet")).unwrap();
+    f.drive();
+    // Two at once, then the third.
+    assert_eq!(
+        f.runner.take(),
+        ["v1 prod/fleet/prod-a2/deploy", "v1 prod/fleet/prod-b1/deploy", "v1 prod/fleet/prod-b2/deploy"]
+    );
+    assert_eq!(f.node("prod/fleet").latest_through.as_deref(), Some("v1"));
+}
+
+/// A drive that ended between two steps (kill -9): the next records the one it left running
+/// as interrupted and runs it again; the succeeded one is not run again.
+#[test]
+fn a_drive_that_died_is_resumed_from_the_log() {
+    let f = Fixture::new(SIMPLE);
+    f.start("v1");
+    let progress = f.progress();
+    let id = progress.revision("v1").unwrap().id.clone();
+    let entry = |event, target: &str| crate::history::Entry {
+        id: id.clone(),
+        target: target.into(),
+        revision: "v1".into(),
+        event,
+        at: 1,
+        detail: serde_json::json!({}),
+    };
+    f.log
+        .append(&[
+            entry(Event::PipelineStarted, "pipeline"),
+            entry(Event::StepStarted, "pipeline/build/all/builder/deploy"),
+            entry(Event::StepSucceeded, "pipeline/build/all/builder/deploy"),
+            entry(Event::StepStarted, "pipeline/beta/all/antworker002/deploy"),
+        ])
+        .unwrap();
+    f.drive();
+    let ran = f.runner.take();
+    assert_eq!(ran[0], "v1 beta/all/antworker002/deploy");
+    assert!(!ran.iter().any(|r| r.contains("builder")), "{ran:?}");
+    assert_eq!(
+        f.events_of("pipeline/beta/all/antworker002/deploy").iter().map(|(_, e)| *e).collect::<Vec<_>>(),
+        // (The crafted log has the dead drive's entries before the steps' introduction.)
+        [Event::StepStarted, Event::StepIntroduced, Event::StepInterrupted, Event::StepStarted, Event::StepSucceeded]
+    );
+    assert_eq!(f.node("pipeline").latest_through.as_deref(), Some("v1"));
+}
+
+#[test]
+fn bad_pipelines_are_refused_with_what_is_wrong() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("app.yaml"), "resources: {}\n").unwrap();
+    std::fs::write(dir.path().join("broken.yaml"), "resources: [not, a, map]\n").unwrap();
+    let target = "{name: t, manifest: app.yaml}";
+    let cases = [
+        (
+            format!(
+                "revision: x\nstages:\n  - {{name: a, after: [c], targets: [{target}], steps: [deploy]}}\n  - {{name: b, after: [a], targets: [{target}], steps: [deploy]}}\n  - {{name: c, after: [b], targets: [{target}], steps: [deploy]}}\n"
+            ),
+            "the stages form a cycle: a → b → c → a",
+        ),
+        (
+            format!(
+                "revision: x\nstages:\n  - {{name: a, targets: [{target}], steps: [deploy, test], tests: {{test: {{manifest: app.yaml}}}}}}\nbatches: [[a/test, a/deploy]]\n"
+            ),
+            "batch [a/test, a/deploy] is not a path in the pipeline: `a/deploy` does not come after `a/test`",
+        ),
+        (
+            format!(
+                "revision: x\nstages:\n  - {{name: a, targets: [{target}], steps: [deploy]}}\nbatches: [[a/deploy, a/nothing]]\n"
+            ),
+            "batch [a/deploy, a/nothing]: `a/nothing` is no step",
+        ),
+        (
+            format!(
+                "revision: x\nstages:\n  - {{name: a, targets: [{target}], steps: [deploy], gates: {{bake: 30m}}}}\n"
+            ),
+            "stage `a`: gates names `bake`, which is not one of its steps (deploy)",
+        ),
+        (
+            "revision: x\nstages:\n  - {name: a, targets: [{name: t, manifest: broken.yaml}], steps: [deploy]}\n"
+                .into(),
+            "stage `a`, target `t`: its manifest",
+        ),
+        (
+            "revision: x\nstages:\n  - {name: a, targets: [{name: t, manifest: missing.yaml}], steps: [deploy]}\n"
+                .into(),
+            "missing.yaml does not load",
+        ),
+        (
+            format!("revision: x\nstages:\n  - {{name: a, targets: [{target}, {target}], steps: [deploy]}}\n"),
+            "stage `a` has two targets named `t`",
+        ),
+        (
+            format!("revision: x\nstages:\n  - {{name: a, targets: [{target}], steps: [deploy, smoke]}}\n"),
+            "step `smoke` is neither `deploy`, a test (`tests.smoke`) nor a timed gate",
+        ),
+        (
+            format!("revision: x\nstages:\n  - {{name: a, after: [z], targets: [{target}], steps: [deploy]}}\n"),
+            "stage `a` comes after `z`, which is not a stage",
+        ),
+        (
+            format!(
+                "revision: x\nstages:\n  - {{name: a, targets: [{target}], steps: [deploy], gates: {{approval: [nope]}}}}\n"
+            ),
+            "gates.approval names `nope`, which is not a group of the stage",
+        ),
+    ];
+    for (yaml, expected) in cases {
+        let error = pipeline_in(dir.path(), &yaml).unwrap_err();
+        assert!(error.contains(expected), "{expected:?} not in {error:?}\n{yaml}");
+    }
+    let pipeline = pipeline_in(
+        dir.path(),
+        &format!("revision: \"{{{{ version }}}}\"\nstages:\n  - {{name: a, targets: [{target}], steps: [deploy]}}\n"),
+    )
+    .unwrap();
+    let empty = pipeline.revision_of(&Map::new()).unwrap_err().to_string();
+    assert!(empty.contains("renders empty"), "{empty}");
+    let mut vars = Map::new();
+    vars.insert("version".into(), "1.4.3".into());
+    assert_eq!(pipeline.revision_of(&vars).unwrap(), "1.4.3");
+}
