@@ -19,6 +19,7 @@ mod confirm;
 mod graph;
 mod history;
 mod output;
+mod pipeline;
 mod progress;
 mod reconcile;
 mod render;
@@ -63,6 +64,9 @@ pub enum Command {
     Outputs(OutputsArgs),
     /// The dependency graph, each resource coloured by its latest status (Mermaid, DOT or SVG).
     Graph(GraphArgs),
+    /// Drive revisions through a pipeline of stages, groups and targets (start, run, approve,
+    /// status, history).
+    Pipeline(pipeline::PipelineArgs),
     /// Run a resource type (program, built-in or image) through the protocol's conformance
     /// checks; exit 0 only if it conforms.
     CheckType(CheckTypeArgs),
@@ -645,6 +649,7 @@ pub async fn run(cli: Cli) -> Result<Exit, CliError> {
         Command::History(args) => history::history(args),
         Command::Outputs(args) => history::outputs(args),
         Command::Graph(args) => graph::graph(args).await,
+        Command::Pipeline(args) => pipeline::pipeline(args).await,
         Command::CheckType(args) => check_type::check_type(args).await,
         #[cfg(feature = "kube")]
         Command::Crd => {

@@ -15,7 +15,9 @@ use super::progress::{Decision, Progress, Scheduled, target_of};
 use super::spec::{Pipeline, Work};
 use crate::history::{Entry, Event, History};
 
-/// One step's work: apply `manifest` with `vars`, keeping its deployment log in `state_dir`.
+/// One step's work: apply `manifest` with `vars` — the revision's, `pipeline` (`revision`,
+/// `stage`, `group`, `target`, `step`), then the target's — keeping its deployment log in
+/// `state_dir`.
 #[derive(Debug, Clone)]
 pub struct Job {
     /// `stage/group/target/step`.
@@ -224,7 +226,19 @@ impl Driver<'_> {
     async fn work(&self, progress: &Progress, start: &Scheduled) -> Result<(), String> {
         let step = &self.pipeline.steps[start.step];
         let Work::Apply(manifest) = &step.work else { return Ok(()) };
+        // The revision's vars, then where the step is (`pipeline.target`), then the target's own.
         let mut vars = progress.revision(&start.revision).map(|r| r.vars.clone()).unwrap_or_default();
+        let stage = &self.pipeline.stages[step.stage];
+        vars.insert(
+            "pipeline".into(),
+            json!({
+                "revision": start.revision,
+                "stage": stage.name,
+                "group": stage.groups[step.group].id.rsplit('/').next(),
+                "target": self.pipeline.targets[step.target].name,
+                "step": step.id.rsplit('/').next(),
+            }),
+        );
         vars.extend(self.pipeline.targets[step.target].vars.clone());
         let job = Job {
             step: step.id.clone(),

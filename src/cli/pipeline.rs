@@ -1,0 +1,364 @@
+//! `deployster pipeline start|run|approve|register|status|history`: a front end over the
+//! pipeline's log ([`crate::pipeline`]), whose steps are recorded passes over manifests.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use clap::{Args, Subcommand};
+use serde_json::{Map, Value};
+
+use super::{CliError, Exit, OutputFormat};
+use crate::engine::context::RunOptions;
+use crate::engine::events::ApproveAll;
+use crate::engine::executor::Executor;
+use crate::engine::plan::Standing;
+use crate::engine::vars::VarSource;
+use crate::history::History;
+use crate::history::store::{SqliteLog, StateLock};
+use crate::pass::{Ended, Mode, Pass, Passed};
+use crate::pipeline::PipelineError;
+use crate::pipeline::drive::{Driven, Driver, Job, StepRunner, read};
+use crate::pipeline::progress::Decision;
+use crate::pipeline::query::status;
+use crate::pipeline::spec::{Pipeline, load};
+
+#[derive(Debug, Args)]
+pub struct PipelineArgs {
+    #[command(subcommand)]
+    pub command: PipelineCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PipelineCommand {
+    /// Register a revision: it enters the pipeline (driven by `run`).
+    Start(VarsArgs),
+    /// Register a revision when vars are given, then drive every revision in flight until each
+    /// is through, failed, or waiting on a gate (exit 0; 1 when a step failed; 2 for an
+    /// invalid pipeline). A later `run` goes on from the log.
+    Run(VarsArgs),
+    /// Approve the gate before a group (`stage/group`, or a stage) for a revision waiting there.
+    Approve {
+        #[command(flatten)]
+        file: FileArgs,
+        #[arg(long)]
+        revision: String,
+        /// `stage/group`, or `stage` for a stage's approval.
+        gate: String,
+    },
+    /// Register an artifact a stage requires (`requires: [amd64]`) for a revision.
+    Register {
+        #[command(flatten)]
+        file: FileArgs,
+        #[arg(long)]
+        revision: String,
+        stage: String,
+        artifact: String,
+    },
+    /// For the pipeline and every stage, group and target: latest revision through, latest
+    /// failed, in progress; each revision; what every step on the frontier waits for.
+    Status(FileArgs),
+    /// The pipeline's log, newest first.
+    History {
+        #[command(flatten)]
+        file: FileArgs,
+        /// How many entries.
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct FileArgs {
+    /// The pipeline file.
+    #[arg(short = 'f', long = "file", value_name = "PIPELINE", default_value = "pipeline.yaml")]
+    pub file: PathBuf,
+    /// Where the pipeline's log and its steps' logs live [default:
+    /// .deployster/pipelines/<file name> beside the pipeline].
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
+}
+
+#[derive(Debug, Args)]
+pub struct VarsArgs {
+    #[command(flatten)]
+    pub file: FileArgs,
+    /// A var of the revision (`version=1.4.3`); they reach every target's and test's manifest.
+    #[arg(long = "var", value_name = "KEY=VALUE", value_parser = VarSource::parse_assignment)]
+    pub vars: Vec<VarSource>,
+}
+
+impl FileArgs {
+    fn state_dir(&self, pipeline: &Pipeline) -> PathBuf {
+        self.state_dir.clone().unwrap_or_else(|| {
+            crate::engine::manifest::parent_dir(&self.file).join(".deployster").join("pipelines").join(&pipeline.name)
+        })
+    }
+}
+
+impl From<PipelineError> for CliError {
+    fn from(error: PipelineError) -> Self {
+        match error {
+            PipelineError::History(e) => CliError::History(e),
+            other => CliError::Refused(other.to_string()),
+        }
+    }
+}
+
+/// The revision's vars, nested by dotted keys.
+fn vars_of(sources: &[VarSource]) -> Map<String, Value> {
+    let mut vars = Map::new();
+    for source in sources {
+        if let VarSource::Assignment { key, value } = source {
+            let mut at = &mut vars;
+            let mut parts = key.split('.').peekable();
+            while let Some(part) = parts.next() {
+                if parts.peek().is_none() {
+                    at.insert(part.to_string(), Value::String(value.clone()));
+                } else {
+                    let next = at.entry(part).or_insert_with(|| Value::Object(Map::new()));
+                    if !next.is_object() {
+                        *next = Value::Object(Map::new());
+                    }
+                    at = next.as_object_mut().expect("an object");
+                }
+            }
+        }
+    }
+    vars
+}
+
+pub(super) async fn pipeline(args: PipelineArgs) -> Result<Exit, CliError> {
+    let file = match &args.command {
+        PipelineCommand::Start(a) | PipelineCommand::Run(a) => &a.file,
+        PipelineCommand::Approve { file, .. }
+        | PipelineCommand::Register { file, .. }
+        | PipelineCommand::Status(file)
+        | PipelineCommand::History { file, .. } => file,
+    };
+    let pipeline = match load(&file.file) {
+        Ok(pipeline) => pipeline,
+        Err(e) => {
+            errln!("error: {e}");
+            return Ok(Exit::Invalid);
+        }
+    };
+    let dir = file.state_dir(&pipeline);
+    let reads = matches!(args.command, PipelineCommand::Status(_) | PipelineCommand::History { .. });
+    // What changes the log holds the directory: two drives would both start the same step.
+    let (_lock, log): (_, Arc<dyn History>) = if reads {
+        // Never run: nothing registered yet.
+        match dir.join(crate::history::store::DATABASE).exists() {
+            true => (None, Arc::new(SqliteLog::open_for_reading(&dir)?)),
+            false => (None, Arc::new(crate::history::MemoryLog::new())),
+        }
+    } else {
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| CliError::Refused(format!("cannot make the state directory {}: {e}", dir.display())))?;
+        (Some(StateLock::acquire(&dir)?), Arc::new(SqliteLog::open(&dir)?))
+    };
+    let now = crate::history::now_ms;
+    let say = |line: &str| errln!("{line}");
+    let driver = Driver {
+        pipeline: &pipeline,
+        log: log.clone(),
+        runner: Arc::new(Passes { executor: super::executor_with(None, Default::default())? }),
+        now: &now,
+        state_dir: dir.clone(),
+        say: &say,
+    };
+    match &args.command {
+        PipelineCommand::Start(a) => {
+            let vars = vars_of(&a.vars);
+            let revision = pipeline.revision_of(&vars)?;
+            match driver.register(&revision, &vars)? {
+                true => outln!(
+                    "Revision {revision} registered: `deployster pipeline run -f {}` drives it.",
+                    file.file.display()
+                ),
+                false => outln!("Revision {revision} was registered before."),
+            }
+            Ok(Exit::Ok)
+        }
+        PipelineCommand::Run(a) => {
+            if !a.vars.is_empty() {
+                let vars = vars_of(&a.vars);
+                let revision = pipeline.revision_of(&vars)?;
+                if driver.register(&revision, &vars)? {
+                    say(&format!("revision {revision} registered"));
+                }
+            }
+            let driven = driver.drive().await?;
+            show_driven(&pipeline, &driven, file.output);
+            Ok(Exit::of(driven.failed.is_empty()))
+        }
+        PipelineCommand::Approve { revision, gate, .. } => {
+            driver.approve(revision, gate)?;
+            outln!("Approved {gate} for revision {revision}: `deployster pipeline run` goes on.");
+            Ok(Exit::Ok)
+        }
+        PipelineCommand::Register { revision, stage, artifact, .. } => {
+            driver.register_artifact(revision, stage, artifact)?;
+            outln!("Artifact {artifact} registered for stage {stage}, revision {revision}.");
+            Ok(Exit::Ok)
+        }
+        PipelineCommand::Status(file) => {
+            let progress = read(&pipeline, log.as_ref())?;
+            let status = status(&pipeline, &progress, now());
+            match file.output {
+                OutputFormat::Json => outln!("{}", serde_json::to_string_pretty(&status).expect("status serializes")),
+                OutputFormat::Text => print_status(&status),
+            }
+            Ok(Exit::Ok)
+        }
+        PipelineCommand::History { limit, file } => {
+            let entries = log.recent("pipeline", *limit)?;
+            match file.output {
+                OutputFormat::Json => outln!("{}", serde_json::to_string_pretty(&entries).expect("entries serialize")),
+                OutputFormat::Text => {
+                    for e in &entries {
+                        let detail = if e.detail.as_object().is_some_and(|d| !d.is_empty()) {
+                            e.detail.to_string()
+                        } else {
+                            String::new()
+                        };
+                        outln!(
+                            "{}  {:<10} {:<32} {} {detail}",
+                            crate::history::format_time(e.at),
+                            e.revision,
+                            e.event,
+                            e.target
+                        );
+                    }
+                }
+            }
+            Ok(Exit::Ok)
+        }
+    }
+}
+
+fn show_driven(pipeline: &Pipeline, driven: &Driven, output: OutputFormat) {
+    if output == OutputFormat::Json {
+        let status = status(pipeline, &driven.progress, crate::history::now_ms());
+        outln!("{}", serde_json::to_string_pretty(&status).expect("status serializes"));
+        return;
+    }
+    for revision in &driven.progress.revisions {
+        let state = match &revision.ended {
+            Some(crate::pipeline::progress::Ended::Through) => "through".to_string(),
+            Some(crate::pipeline::progress::Ended::Failed { step, .. }) => format!("failed at {step}"),
+            Some(crate::pipeline::progress::Ended::Superseded { by }) => format!("superseded by {by}"),
+            None => "in progress".to_string(),
+        };
+        outln!("Revision {}: {state}", revision.revision);
+    }
+    for waiting in &driven.waiting {
+        if let Decision::Wait(why) = &waiting.decision {
+            outln!("  {} {} waits for {why}", waiting.revision, pipeline.steps[waiting.step].id);
+        }
+    }
+    for (revision, step, why) in &driven.failed {
+        errln!("error: pipeline {}: revision {revision}: step {step} failed: {why}", pipeline.name);
+    }
+}
+
+fn print_status(status: &crate::pipeline::query::Status) {
+    outln!("Pipeline {}", status.pipeline);
+    for r in &status.revisions {
+        outln!(
+            "  revision {:<12} {}{}",
+            r.revision,
+            r.status,
+            r.detail.as_ref().map(|d| format!(" ({d})")).unwrap_or_default()
+        );
+    }
+    outln!("{:<36} {:<14} {:<14} {:<14} IN PROGRESS", "NODE", "THROUGH", "FAILED", "CURRENT");
+    for n in &status.nodes {
+        let or_dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+        outln!(
+            "{:<36} {:<14} {:<14} {:<14} {}",
+            n.node,
+            or_dash(&n.latest_through),
+            or_dash(&n.latest_failed),
+            or_dash(&n.current),
+            n.in_progress.join(", ")
+        );
+    }
+    if !status.frontier.is_empty() {
+        outln!("Frontier:");
+        for f in &status.frontier {
+            outln!(
+                "  {} {} {}{}",
+                f.revision,
+                f.step,
+                f.status,
+                f.waits_for.as_ref().map(|w| format!(": {w}")).unwrap_or_default()
+            );
+        }
+    }
+}
+
+/// Each step a recorded pass over its manifest, in the step's own state directory, approved
+/// by the pipeline (the pipeline is the approval).
+struct Passes {
+    executor: Arc<dyn Executor>,
+}
+
+#[async_trait]
+impl StepRunner for Passes {
+    async fn run(&self, job: Job) -> Result<(), String> {
+        let shown = job.manifest.display().to_string();
+        std::fs::create_dir_all(&job.state_dir).map_err(|e| format!("cannot make {}: {e}", job.state_dir.display()))?;
+        let vars_file = job.state_dir.join("vars.json");
+        std::fs::write(&vars_file, Value::Object(job.vars.clone()).to_string())
+            .map_err(|e| format!("cannot write {}: {e}", vars_file.display()))?;
+        let _lock = StateLock::acquire(&job.state_dir).map_err(|e| e.to_string())?;
+        let log: Arc<dyn History> = Arc::new(SqliteLog::open(&job.state_dir).map_err(|e| e.to_string())?);
+        let manifest = crate::engine::load_validated(std::slice::from_ref(&job.manifest), &[VarSource::File(vars_file)])
+            .map_err(|e| format!("manifest {shown} does not load: {e}"))?;
+        let why = || "the pipeline's drive was stopped".to_string();
+        let passed = Pass {
+            manifest: Arc::new(manifest),
+            executor: self.executor.clone(),
+            log,
+            mode: Mode::Apply,
+            options: RunOptions::default(),
+            observers: Vec::new(),
+            approver: &ApproveAll,
+            cancel: Default::default(),
+            cancelled_because: &why,
+            recover: true,
+            expected: None,
+            recheck: false,
+        }
+        .run()
+        .await
+        .map_err(|e| format!("manifest {shown}: {e}"))?;
+        match passed.succeeded() {
+            true => Ok(()),
+            false => Err(format!("manifest {shown}: {}", failures(&passed))),
+        }
+    }
+}
+
+/// What failed in a pass, each resource with its phase and cause.
+fn failures(passed: &Passed) -> String {
+    let entries = match &passed.ended {
+        Ended::NotPrepared(e) => return e.to_string(),
+        Ended::Applied { report, .. } => report.entries(),
+        Ended::NotApplicable(plan) | Ended::Planned(plan) => &plan.entries,
+        Ended::Declined { why, .. } | Ended::Refused { why, .. } => return why.clone(),
+        Ended::PlanChanged { differences, .. } => return differences.join("; "),
+        Ended::Deleted { .. } => return "deleted".into(),
+    };
+    let said: Vec<String> = entries
+        .iter()
+        .filter_map(|e| match &e.standing {
+            Standing::Failed(error) => Some(format!("resource `{}` failed in {}: {error}", e.name, error.phase)),
+            _ => None,
+        })
+        .collect();
+    if said.is_empty() { "failed".into() } else { said.join("; ") }
+}
