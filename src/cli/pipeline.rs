@@ -316,8 +316,9 @@ impl StepRunner for Passes {
             .map_err(|e| format!("cannot write {}: {e}", vars_file.display()))?;
         let _lock = StateLock::acquire(&job.state_dir).map_err(|e| e.to_string())?;
         let log: Arc<dyn History> = Arc::new(SqliteLog::open(&job.state_dir).map_err(|e| e.to_string())?);
-        let manifest = crate::engine::load_validated(std::slice::from_ref(&job.manifest), &[VarSource::File(vars_file)])
-            .map_err(|e| format!("manifest {shown} does not load: {e}"))?;
+        let manifest =
+            crate::engine::load_validated(std::slice::from_ref(&job.manifest), &[VarSource::File(vars_file)])
+                .map_err(|e| format!("manifest {shown} does not load: {e}"))?;
         let why = || "the pipeline's drive was stopped".to_string();
         let passed = Pass {
             manifest: Arc::new(manifest),

@@ -39,7 +39,8 @@ pub struct RevisionProgress {
     /// When each step succeeded.
     pub succeeded_at: HashMap<usize, i64>,
     pub ended: Option<Ended>,
-    /// Markers already written (`pipeline/staging` + `stage-started`), so none is written twice.
+    /// Markers (not steps' entries) already written (`pipeline/staging` + `stage-started`), so
+    /// none is written twice.
     pub markers: HashSet<(String, Event)>,
 }
 
@@ -144,8 +145,10 @@ impl Progress {
         }
         let Some(&r) = self.by_revision.get(&entry.revision) else { return };
         let progress = &mut self.revisions[r];
-        progress.markers.insert((entry.target.clone(), entry.event));
         let step = pipeline.step(id);
+        if step.is_none() {
+            progress.markers.insert((entry.target.clone(), entry.event));
+        }
         match (entry.event, step) {
             (Event::StepStarted, Some(s)) => progress.running.insert(s),
             (Event::StepSucceeded | Event::StepSkipped, Some(s)) => {
