@@ -178,7 +178,7 @@ pub(super) async fn pipeline(args: PipelineArgs) -> Result<Exit, CliError> {
                     "Revision {revision} registered: `deployster pipeline run -f {}` drives it.",
                     file.file.display()
                 ),
-                false => outln!("Revision {revision} was registered before."),
+                false => outln!("Revision {revision} is in flight already."),
             }
             Ok(Exit::Ok)
         }

@@ -81,11 +81,12 @@ impl Driver<'_> {
         Ok(())
     }
 
-    /// Registers `revision` with `vars` (the seed's "artifact registered"); `false` when it
-    /// was registered before.
+    /// Registers `revision` with `vars` (the seed's "artifact registered"). A revision whose
+    /// run ended (through, failed, superseded) is registered again as a new run: a rollback
+    /// to it, or a retry. `false` when a run of it is in flight.
     pub fn register(&self, revision: &str, vars: &Map<String, Value>) -> Result<bool, PipelineError> {
         let mut progress = read(self.pipeline, self.log.as_ref())?;
-        if progress.revision(revision).is_some() {
+        if progress.revision(revision).is_some_and(|r| r.is_live()) {
             return Ok(false);
         }
         let entry = Entry {
@@ -251,14 +252,14 @@ impl Driver<'_> {
         self.runner.run(job).await
     }
 
-    /// Steps the pipeline holds for the first time: recorded, with the revisions already under
-    /// way (they skip them).
+    /// Steps the pipeline holds for the first time: recorded, with the runs already under way
+    /// (they skip them).
     fn introduce(&self, progress: &mut Progress) -> Result<(), PipelineError> {
         // The first drive of a pipeline introduces every step: nothing was under way before it.
         let under_way: Vec<String> = match progress.introduced.is_empty() {
             true => Vec::new(),
             false => {
-                progress.revisions.iter().filter(|r| r.is_live() && r.under_way()).map(|r| r.revision.clone()).collect()
+                progress.revisions.iter().filter(|r| r.is_live() && r.under_way()).map(|r| r.id.clone()).collect()
             }
         };
         let entries = self

@@ -58,14 +58,18 @@ impl RevisionProgress {
 /// Everything the log says of a pipeline, indexed.
 #[derive(Debug, Clone, Default)]
 pub struct Progress {
-    /// In the order they were registered: oldest first.
+    /// Each run of a revision, in the order they were registered: oldest first. A revision
+    /// registered again once its run ended (a rollback) is a new run.
     pub revisions: Vec<RevisionProgress>,
+    /// A revision's newest run.
     by_revision: HashMap<String, usize>,
-    /// Step id → the revisions under way when the pipeline first held it.
+    /// A run by its deployment id.
+    by_id: HashMap<String, usize>,
+    /// Step id → the runs (deployment ids) under way when the pipeline first held it.
     pub introduced: HashMap<String, Vec<String>>,
-    /// (stage or group target, revision).
+    /// (stage or group, deployment id).
     pub approvals: HashSet<(String, String)>,
-    /// (stage, revision) → artifacts registered.
+    /// (stage, deployment id) → artifacts registered.
     pub artifacts: HashMap<(String, String), HashSet<String>>,
 }
 
@@ -100,6 +104,7 @@ impl Progress {
         progress
     }
 
+    /// The newest run of `revision`.
     pub fn revision(&self, revision: &str) -> Option<&RevisionProgress> {
         self.by_revision.get(revision).map(|&r| &self.revisions[r])
     }
@@ -108,8 +113,9 @@ impl Progress {
     pub fn record(&mut self, pipeline: &Pipeline, entry: &Entry) {
         let steps = pipeline.steps.len();
         if entry.event == Event::RevisionRegistered {
-            if !self.by_revision.contains_key(&entry.revision) {
+            if !self.by_id.contains_key(&entry.id) {
                 self.by_revision.insert(entry.revision.clone(), self.revisions.len());
+                self.by_id.insert(entry.id.clone(), self.revisions.len());
                 self.revisions.push(RevisionProgress {
                     revision: entry.revision.clone(),
                     id: entry.id.clone(),
@@ -133,17 +139,17 @@ impl Progress {
                 return;
             }
             Event::Approved => {
-                self.approvals.insert((id.to_string(), entry.revision.clone()));
+                self.approvals.insert((id.to_string(), entry.id.clone()));
                 return;
             }
             Event::ArtifactRegistered => {
                 let artifact = entry.detail["artifact"].as_str().unwrap_or_default().to_string();
-                self.artifacts.entry((id.to_string(), entry.revision.clone())).or_default().insert(artifact);
+                self.artifacts.entry((id.to_string(), entry.id.clone())).or_default().insert(artifact);
                 return;
             }
             _ => {}
         }
-        let Some(&r) = self.by_revision.get(&entry.revision) else { return };
+        let Some(&r) = self.by_id.get(&entry.id) else { return };
         let progress = &mut self.revisions[r];
         let step = pipeline.step(id);
         if step.is_none() {
@@ -237,7 +243,7 @@ impl Progress {
             return Decision::Running;
         }
         // New: no step after it is done, and it was not added while this revision was under way.
-        let added_under_way = self.introduced.get(&step.id).is_some_and(|revs| revs.contains(&progress.revision));
+        let added_under_way = self.introduced.get(&step.id).is_some_and(|runs| runs.contains(&progress.id));
         if added_under_way || !pipeline.after[a].is_disjoint(&progress.done) {
             return Decision::Skip("introduced-after".into());
         }
@@ -249,14 +255,14 @@ impl Progress {
             .iter()
             .all(|&p| pipeline.steps[p].group != step.group || pipeline.steps[p].stage != step.stage);
         if first_of_target && first_of_group && !stage.requires.is_empty() && step.group == 0 {
-            let have = self.artifacts.get(&(stage.name.clone(), progress.revision.clone()));
+            let have = self.artifacts.get(&(stage.name.clone(), progress.id.clone()));
             let missing: Vec<&str> =
                 stage.requires.iter().filter(|a| !have.is_some_and(|h| h.contains(*a))).map(String::as_str).collect();
             if !missing.is_empty() {
                 return Decision::Wait(format!("artifacts not yet registered: {}", missing.join(", ")));
             }
         }
-        if first_of_target && group.approval && !self.approvals.contains(&(group.id.clone(), progress.revision.clone()))
+        if first_of_target && group.approval && !self.approvals.contains(&(group.id.clone(), progress.id.clone()))
         {
             return Decision::Wait(format!(
                 "approval of {} (`deployster pipeline approve --revision {} {}`)",

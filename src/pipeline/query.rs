@@ -84,9 +84,10 @@ pub fn status(pipeline: &Pipeline, progress: &Progress, now: i64) -> Status {
             progress
                 .revisions
                 .iter()
-                .filter_map(|r| r.succeeded_at.get(&s).map(|at| (*at, r.revision.clone())))
+                .enumerate()
+                .filter_map(|(i, r)| r.succeeded_at.get(&s).map(|at| (*at, i, r.revision.clone())))
                 .max()
-                .map(|(_, revision)| revision)
+                .map(|(_, _, revision)| revision)
         });
         nodes.push(status);
     }

@@ -187,6 +187,17 @@ fn the_seed_s_simple_pipeline_answers_at_every_granularity() {
     f.runner.take();
     f.drive();
     assert!(f.runner.take().is_empty());
+
+    // Rollback: v1 again, a newer run of an older revision. It goes through every step, and
+    // is then what the targets run.
+    f.runner.failing.lock().unwrap().clear();
+    f.start("v1");
+    assert!(!f.with_driver(|d| d.register("v1", &Map::new())).unwrap(), "in flight: not registered twice");
+    f.drive();
+    assert_eq!(f.runner.take().len(), 5);
+    assert_eq!(f.node("prod/all/antworker001").current.as_deref(), Some("v1"));
+    assert_eq!(f.node("pipeline").latest_through.as_deref(), Some("v1"));
+    assert_eq!(f.node("pipeline").latest_failed.as_deref(), Some("v2"));
 }
 
 #[test]
@@ -538,4 +549,28 @@ fn bad_pipelines_are_refused_with_what_is_wrong() {
     let mut vars = Map::new();
     vars.insert("version".into(), "1.4.3".into());
     assert_eq!(pipeline.revision_of(&vars).unwrap(), "1.4.3");
+}
+
+/// The seed's build stage: a stage that requires artifacts starts once each is registered.
+#[test]
+fn a_stage_waits_for_the_artifacts_it_requires() {
+    let f = Fixture::new(
+        r#"
+revision: "{{ version }}"
+stages:
+  - {name: build, requires: [amd64, arm64], targets: [{name: b, manifest: app.yaml}], steps: [deploy]}
+"#,
+    );
+    f.start("v1");
+    let waits = |driven: Driven| -> Vec<Decision> { driven.waiting.into_iter().map(|w| w.decision).collect() };
+    assert_eq!(waits(f.drive()), [Decision::Wait("artifacts not yet registered: amd64, arm64".into())]);
+    f.with_driver(|d| d.register_artifact("v1", "build", "amd64")).unwrap();
+    assert_eq!(waits(f.drive()), [Decision::Wait("artifacts not yet registered: arm64".into())]);
+    let refused = f.with_driver(|d| d.register_artifact("v1", "build", "riscv")).unwrap_err().to_string();
+    assert_eq!(refused, "stage `build` requires no artifact `riscv` (it requires: amd64, arm64)");
+    let refused = f.with_driver(|d| d.register_artifact("v9", "build", "arm64")).unwrap_err().to_string();
+    assert_eq!(refused, "revision v9 is not registered");
+    f.with_driver(|d| d.register_artifact("v1", "build", "arm64")).unwrap();
+    assert!(f.drive().waiting.is_empty());
+    assert_eq!(f.runner.take(), ["v1 build/all/b/deploy"]);
 }
