@@ -258,9 +258,7 @@ impl Driver<'_> {
         // The first drive of a pipeline introduces every step: nothing was under way before it.
         let under_way: Vec<String> = match progress.introduced.is_empty() {
             true => Vec::new(),
-            false => {
-                progress.revisions.iter().filter(|r| r.is_live() && r.under_way()).map(|r| r.id.clone()).collect()
-            }
+            false => progress.revisions.iter().filter(|r| r.is_live() && r.under_way()).map(|r| r.id.clone()).collect(),
         };
         let entries = self
             .pipeline

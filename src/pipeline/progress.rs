@@ -262,11 +262,17 @@ impl Progress {
                 return Decision::Wait(format!("artifacts not yet registered: {}", missing.join(", ")));
             }
         }
-        if first_of_target && group.approval && !self.approvals.contains(&(group.id.clone(), progress.id.clone()))
-        {
+        if first_of_target && group.approval && !self.approvals.contains(&(group.id.clone(), progress.id.clone())) {
             return Decision::Wait(format!(
                 "approval of {} (`deployster pipeline approve --revision {} {}`)",
                 group.id, progress.revision, group.id
+            ));
+        }
+        if let Some((window, until)) = stage.windows.iter().find_map(|w| w.holds(now).map(|until| (w, until))) {
+            return Decision::Wait(format!(
+                "the deny window {} to end at {}",
+                window.said,
+                crate::history::format_time(until)
             ));
         }
         if let Some(why) = self.held_by_batch(pipeline, r, a, starting) {

@@ -144,8 +144,29 @@ pub struct Group {
 pub struct Stage {
     pub name: String,
     pub requires: Vec<String>,
+    /// No step of the stage starts inside one of these.
+    pub windows: Vec<DenyWindow>,
     pub groups: Vec<Group>,
     pub steps: Vec<usize>,
+}
+
+/// A time when a stage starts nothing: each time `cron` matches (UTC), for `duration`.
+#[derive(Debug, Clone)]
+pub struct DenyWindow {
+    pub cron: croner::Cron,
+    pub duration: Duration,
+    /// As written: `0 17 * * 5` for 64h.
+    pub said: String,
+}
+
+impl DenyWindow {
+    /// When the window that holds `now` (milliseconds since the epoch) ends, if one does.
+    pub fn holds(&self, now: i64) -> Option<i64> {
+        let span = self.duration.as_millis() as i64;
+        let since = chrono::DateTime::from_timestamp_millis(now - span)?;
+        let opened = self.cron.find_next_occurrence(&since, false).ok()?.timestamp_millis();
+        (opened <= now).then_some(opened + span)
+    }
 }
 
 /// A batch: once a revision has started a step of `from`, no other revision starts one until
@@ -346,8 +367,13 @@ fn compile_stage(
         }],
         (false, _) => stage.groups.clone(),
     };
-    let mut compiled =
-        Stage { name: stage.name.clone(), requires: stage.requires.clone(), groups: Vec::new(), steps: vec![] };
+    let mut compiled = Stage {
+        name: stage.name.clone(),
+        requires: stage.requires.clone(),
+        windows: windows(stage, &at)?,
+        groups: Vec::new(),
+        steps: vec![],
+    };
     let (mut firsts, mut previous): (Vec<usize>, Vec<usize>) = (Vec::new(), Vec::new());
     let mut seen_targets: Vec<String> = Vec::new();
     for (g, group) in groups.iter().enumerate() {
@@ -436,9 +462,6 @@ fn step_works(stage: &StageSpec, dir: &Path, at: &str) -> Result<Vec<(String, Op
             ));
         }
     }
-    if stage.gates.contains_key("windows") {
-        return Err(format!("{at}: gates.windows (deny windows) is not supported yet"));
-    }
     for test in stage.tests.keys() {
         if !stage.steps.contains(test) {
             return Err(format!(
@@ -477,6 +500,30 @@ fn step_works(stage: &StageSpec, dir: &Path, at: &str) -> Result<Vec<(String, Op
         works.push((name.clone(), work));
     }
     Ok(works)
+}
+
+/// `gates.windows: [{deny: "0 17 * * 5", duration: 64h}]`: cron expressions (UTC) and how long
+/// each window lasts.
+fn windows(stage: &StageSpec, at: &str) -> Result<Vec<DenyWindow>, String> {
+    let Some(listed) = stage.gates.get("windows") else { return Ok(Vec::new()) };
+    let shape = || format!("{at}: gates.windows must be a list of {{deny: <cron expression>, duration: <such as 2h>}}");
+    let listed = listed.as_array().ok_or_else(shape)?;
+    listed
+        .iter()
+        .map(|window| {
+            let (Some(deny), Some(duration)) = (window["deny"].as_str(), window["duration"].as_str()) else {
+                return Err(shape());
+            };
+            let cron: croner::Cron =
+                deny.parse().map_err(|e| format!("{at}: gates.windows: `{deny}` is not a cron expression: {e}"))?;
+            let duration = humantime::parse_duration(duration)
+                .map_err(|e| format!("{at}: gates.windows: duration `{duration}` is not one such as 2h: {e}"))?;
+            if duration.is_zero() {
+                return Err(format!("{at}: gates.windows: duration is zero: give a duration longer than 0"));
+            }
+            Ok(DenyWindow { cron, duration, said: format!("{deny} for {}", humantime::format_duration(duration)) })
+        })
+        .collect()
 }
 
 /// `gates.approval`: `None` when absent or false; an empty list for `true` (the stage's first

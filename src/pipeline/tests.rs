@@ -574,3 +574,45 @@ stages:
     assert!(f.drive().waiting.is_empty());
     assert_eq!(f.runner.take(), ["v1 build/all/b/deploy"]);
 }
+
+/// A deny window (cron, UTC, and a duration): the stage starts nothing inside it.
+#[test]
+fn a_deny_window_holds_a_stage_until_it_ends() {
+    let f = Fixture::new(
+        r#"
+revision: "{{ version }}"
+stages:
+  - {name: staging, targets: [{name: stg, manifest: app.yaml}], steps: [deploy]}
+  - name: prod
+    targets: [{name: p1, manifest: app.yaml}]
+    steps: [deploy]
+    gates: {windows: [{deny: "0 0 * * *", duration: 1h}, {deny: "0 12 * * *", duration: 30m}]}
+"#,
+    );
+    // The clock starts at 1970-01-01T00:16:40Z: inside the midnight window.
+    f.start("v1");
+    let driven = f.drive();
+    assert_eq!(f.runner.take(), ["v1 staging/all/stg/deploy"], "other stages go on");
+    assert_eq!(
+        driven.waiting[0].decision,
+        Decision::Wait("the deny window 0 0 * * * for 1h to end at 1970-01-01T01:00:00.000Z".into())
+    );
+    f.advance(44);
+    assert!(f.drive().waiting.is_empty());
+    assert_eq!(f.runner.take(), ["v1 prod/all/p1/deploy"]);
+
+    for (windows, expected) in [
+        (r#"[{deny: "not cron", duration: 1h}]"#, "gates.windows: `not cron` is not a cron expression"),
+        (r#"[{deny: "0 0 * * *", duration: 0s}]"#, "duration is zero"),
+        (
+            r#"[{deny: "0 0 * * *"}]"#,
+            "gates.windows must be a list of {deny: <cron expression>, duration: <such as 2h>}",
+        ),
+    ] {
+        let yaml = format!(
+            "revision: x\nstages:\n  - {{name: a, targets: [{{name: t, manifest: app.yaml}}], steps: [deploy], gates: {{windows: {windows}}}}}\n"
+        );
+        let error = pipeline_in(f.dir.path(), &yaml).unwrap_err();
+        assert!(error.contains(expected), "{expected:?} not in {error:?}");
+    }
+}
