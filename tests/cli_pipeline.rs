@@ -108,10 +108,9 @@ fn a_failed_step_stops_its_revision_and_is_reported() {
     assert!(again.stdout.contains("Revision 2.0.0: failed at staging/all/stg-1/test"), "{}", again.all());
 }
 
-/// `kill -9` of a drive in the middle of a step: the next run records that step interrupted
-/// and runs it again; the step that had succeeded is not run again.
-#[test]
-fn a_drive_killed_between_steps_resumes_without_rerunning_what_succeeded() {
+/// Two stages of one target each: the first quick, the second's action 3 s long, holding `lock`
+/// (its start is logged in `lock.log`).
+fn slow_second_step() -> Workspace {
     let ws = Workspace::new();
     ws.write(
         "first.yaml",
@@ -131,14 +130,27 @@ fn a_drive_killed_between_steps_resumes_without_rerunning_what_succeeded() {
         "pipeline.yaml",
         "revision: \"{{ version }}\"\nstages:\n  - {name: a, targets: [{name: t, manifest: first.yaml}], steps: [deploy]}\n  - {name: b, targets: [{name: t, manifest: second.yaml}], steps: [deploy]}\n",
     );
-    let mut drive = ws.spawn(&["pipeline", "run", "-f", "pipeline.yaml", "--var", "version=1"]);
+    ws
+}
+
+/// Starts a drive, and sends it `signal` once its second step runs.
+fn signal_mid_step(ws: &Workspace, signal: Signal) -> std::process::Output {
+    let drive = ws.spawn(&["pipeline", "run", "-f", "pipeline.yaml", "--var", "version=1"]);
     let deadline = Instant::now() + Duration::from_secs(60);
     while !std::fs::read_to_string(ws.path("lock.log")).is_ok_and(|l| l.contains("started")) {
         assert!(Instant::now() < deadline, "the second step never started");
         std::thread::sleep(Duration::from_millis(20));
     }
-    kill(Pid::from_raw(drive.id() as i32), Signal::SIGKILL).unwrap();
-    drive.wait().unwrap();
+    kill(Pid::from_raw(drive.id() as i32), signal).unwrap();
+    drive.wait_with_output().unwrap()
+}
+
+/// `kill -9` of a drive in the middle of a step: the next run records that step interrupted
+/// and runs it again; the step that had succeeded is not run again.
+#[test]
+fn a_drive_killed_between_steps_resumes_without_rerunning_what_succeeded() {
+    let ws = slow_second_step();
+    signal_mid_step(&ws, Signal::SIGKILL);
     let actions =
         || std::fs::read_to_string(ws.path("one.log")).unwrap().lines().filter(|l| l.contains(" action:")).count();
     assert_eq!(actions(), 1, "the first step applied once before the kill");
@@ -182,4 +194,30 @@ fn an_invalid_pipeline_exits_2_saying_why() {
     let run = pipeline(&ws, &["start", "-f", "pipeline.yaml"]);
     assert_eq!(run.code, 2, "{}", run.all());
     assert!(run.stderr.contains("renders empty"), "{}", run.all());
+}
+
+/// SIGINT (Ctrl-C) stops the running step's program and records the step as interrupted, not
+/// failed (exit 1); the next run runs it again.
+#[test]
+fn ctrl_c_stops_the_running_step_and_the_next_run_finishes_it() {
+    let ws = slow_second_step();
+    let started = Instant::now();
+    let stopped = Run::from(signal_mid_step(&ws, Signal::SIGINT));
+    assert_eq!(stopped.code, 1, "{}", stopped.all());
+    assert!(started.elapsed() < Duration::from_secs(30));
+    assert!(stopped.stderr.contains("interrupted by SIGINT"), "{}", stopped.all());
+    assert!(!stopped.stderr.contains("failed:"), "not a failure: {}", stopped.all());
+    let run = pipeline(&ws, &["run", "-f", "pipeline.yaml"]);
+    assert_eq!(run.code, 0, "{}", run.all());
+    assert!(run.stdout.contains("Revision 1: through"), "{}", run.all());
+    let log = pipeline(&ws, &["history", "-f", "pipeline.yaml", "--output", "json", "--limit", "1000"]).json();
+    let events: Vec<&str> = log
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .filter(|e| e["target"] == "pipeline/b/all/t/deploy")
+        .map(|e| e["event"].as_str().unwrap())
+        .collect();
+    assert_eq!(events, ["step-introduced", "step-started", "step-interrupted", "step-started", "step-succeeded"]);
 }

@@ -161,13 +161,20 @@ pub(super) async fn pipeline(args: PipelineArgs) -> Result<Exit, CliError> {
     };
     let now = crate::history::now_ms;
     let say = |line: &str| errln!("{line}");
+    // SIGINT, SIGTERM, SIGHUP: the running steps' programs are stopped, and nothing more starts.
+    let stop = crate::stop::Stop::on_signals(crate::stop::Cancel::AtOnce)
+        .map_err(|e| CliError::Refused(format!("cannot watch for signals: {e}")))?;
     let driver = Driver {
         pipeline: &pipeline,
         log: log.clone(),
-        runner: Arc::new(Passes { executor: super::executor_with(None, Default::default())? }),
+        runner: Arc::new(Passes {
+            executor: super::executor_with(None, Default::default())?,
+            cancel: stop.now.clone(),
+        }),
         now: &now,
         state_dir: dir.clone(),
         say: &say,
+        cancel: stop.now.clone(),
     };
     match &args.command {
         PipelineCommand::Start(a) => {
@@ -192,7 +199,13 @@ pub(super) async fn pipeline(args: PipelineArgs) -> Result<Exit, CliError> {
             }
             let driven = driver.drive().await?;
             show_driven(&pipeline, &driven, file.output);
-            Ok(Exit::of(driven.failed.is_empty()))
+            if driven.interrupted {
+                errln!(
+                    "interrupted by {}: the running steps were stopped and recorded as interrupted; `pipeline run` runs them again",
+                    stop.signal().unwrap_or("a signal")
+                );
+            }
+            Ok(Exit::of(driven.failed.is_empty() && !driven.interrupted))
         }
         PipelineCommand::Approve { revision, gate, .. } => {
             driver.approve(revision, gate)?;
@@ -304,6 +317,7 @@ fn print_status(status: &crate::pipeline::query::Status) {
 /// by the pipeline (the pipeline is the approval).
 struct Passes {
     executor: Arc<dyn Executor>,
+    cancel: tokio_util::sync::CancellationToken,
 }
 
 #[async_trait]
@@ -319,7 +333,7 @@ impl StepRunner for Passes {
         let manifest =
             crate::engine::load_validated(std::slice::from_ref(&job.manifest), &[VarSource::File(vars_file)])
                 .map_err(|e| format!("manifest {shown} does not load: {e}"))?;
-        let why = || "the pipeline's drive was stopped".to_string();
+        let why = || "the pipeline's drive was stopped by a signal".to_string();
         let passed = Pass {
             manifest: Arc::new(manifest),
             executor: self.executor.clone(),
@@ -328,7 +342,7 @@ impl StepRunner for Passes {
             options: RunOptions::default(),
             observers: Vec::new(),
             approver: &ApproveAll,
-            cancel: Default::default(),
+            cancel: self.cancel.child_token(),
             cancelled_because: &why,
             recover: true,
             expected: None,
@@ -337,6 +351,9 @@ impl StepRunner for Passes {
         .run()
         .await
         .map_err(|e| format!("manifest {shown}: {e}"))?;
+        if let Some(why) = &passed.interrupted {
+            return Err(format!("manifest {shown}: {why}"));
+        }
         match passed.succeeded() {
             true => Ok(()),
             false => Err(format!("manifest {shown}: {}", failures(&passed))),

@@ -43,6 +43,8 @@ pub struct Driven {
     pub waiting: Vec<Scheduled>,
     /// Steps that failed in this drive: (revision, step, why).
     pub failed: Vec<(String, String, String)>,
+    /// The drive was cancelled: what ran was recorded as interrupted, and nothing more started.
+    pub interrupted: bool,
 }
 
 pub struct Driver<'a> {
@@ -55,6 +57,9 @@ pub struct Driver<'a> {
     pub state_dir: PathBuf,
     /// Where progress is said.
     pub say: &'a (dyn Fn(&str) + Sync),
+    /// Cancelled to stop: running steps are stopped by their runner and recorded as
+    /// interrupted (a later drive runs them again), and none is started.
+    pub cancel: tokio_util::sync::CancellationToken,
 }
 
 /// The pipeline's progress as its log records it.
@@ -158,6 +163,9 @@ impl Driver<'_> {
         self.close_interrupted(&mut progress)?;
         let mut failed = Vec::new();
         loop {
+            if self.cancel.is_cancelled() {
+                return Ok(Driven { progress, waiting: Vec::new(), failed, interrupted: true });
+            }
             let scheduled = progress.schedule(self.pipeline, (self.now)());
             let mut acted = false;
             let mut starts = Vec::new();
@@ -196,7 +204,7 @@ impl Driver<'_> {
                     .into_iter()
                     .filter(|s| matches!(s.decision, Decision::Wait(_)))
                     .collect();
-                return Ok(Driven { progress, waiting, failed });
+                return Ok(Driven { progress, waiting, failed, interrupted: false });
             }
             for start in &starts {
                 self.mark_starts(&mut progress, &start.revision, start.step)?;
@@ -205,6 +213,14 @@ impl Driver<'_> {
             let results = futures::future::join_all(jobs).await;
             for (start, result) in starts.iter().zip(results) {
                 let step = &self.pipeline.steps[start.step];
+                if let (Err(why), true) = (&result, self.cancel.is_cancelled()) {
+                    (self.say)(&format!("{} {}: interrupted: {why}", start.revision, step.id));
+                    let detail = json!({"message": why});
+                    let entry =
+                        self.entry(&progress, &start.revision, target_of(&step.id), Event::StepInterrupted, detail);
+                    self.append(&mut progress, vec![entry])?;
+                    continue;
+                }
                 let (event, detail) = match &result {
                     Ok(()) => (Event::StepSucceeded, json!({})),
                     Err(why) => (Event::StepFailed, json!({"message": why})),

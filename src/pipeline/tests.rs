@@ -21,12 +21,18 @@ use crate::history::{Event, History, MemoryLog};
 struct Runner {
     ran: Mutex<Vec<String>>,
     failing: Mutex<HashSet<String>>,
+    /// Cancelled while this step runs (a signal), which then ends as stopped.
+    stopping: Mutex<Option<(String, tokio_util::sync::CancellationToken)>>,
 }
 
 #[async_trait]
 impl StepRunner for Runner {
     async fn run(&self, job: Job) -> Result<(), String> {
         self.ran.lock().unwrap().push(format!("{} {}", job.revision, job.step));
+        if let Some((step, cancel)) = self.stopping.lock().unwrap().take_if(|(step, _)| *step == job.step) {
+            cancel.cancel();
+            return Err(format!("{step} stopped"));
+        }
         if self.failing.lock().unwrap().contains(&job.step) {
             return Err("the smoke test failed".into());
         }
@@ -47,6 +53,7 @@ struct Fixture {
     log: Arc<MemoryLog>,
     runner: Arc<Runner>,
     clock: Arc<AtomicI64>,
+    cancel: tokio_util::sync::CancellationToken,
 }
 
 fn pipeline_in(dir: &Path, yaml: &str) -> Result<Pipeline, String> {
@@ -67,6 +74,7 @@ impl Fixture {
             log: Arc::new(MemoryLog::new()),
             runner: Arc::default(),
             clock: Arc::new(AtomicI64::new(1_000_000)),
+            cancel: Default::default(),
         }
     }
 
@@ -85,6 +93,7 @@ impl Fixture {
             now: &now,
             state_dir: self.dir.path().join(".deployster"),
             say: &|_| {},
+            cancel: self.cancel.clone(),
         };
         f(&driver)
     }
@@ -105,6 +114,7 @@ impl Fixture {
             now: &now,
             state_dir: self.dir.path().join(".deployster"),
             say: &|_| {},
+            cancel: self.cancel.clone(),
         };
         futures::executor::block_on(driver.drive()).unwrap()
     }
@@ -615,4 +625,26 @@ stages:
         let error = pipeline_in(f.dir.path(), &yaml).unwrap_err();
         assert!(error.contains(expected), "{expected:?} not in {error:?}");
     }
+}
+
+/// A drive cancelled (SIGINT) while a step runs: the step is recorded as interrupted, nothing
+/// else starts, and the next drive runs it again.
+#[test]
+fn a_cancelled_drive_records_its_step_interrupted_and_the_next_runs_it() {
+    let mut f = Fixture::new(SIMPLE);
+    f.start("v1");
+    *f.runner.stopping.lock().unwrap() = Some(("beta/all/antworker002/deploy".into(), f.cancel.clone()));
+    let driven = f.drive();
+    assert!(driven.interrupted && driven.failed.is_empty(), "{driven:?}");
+    assert_eq!(f.runner.take(), ["v1 build/all/builder/deploy", "v1 beta/all/antworker002/deploy"]);
+    assert_eq!(
+        f.events_of("pipeline/beta/all/antworker002/deploy").iter().map(|(_, e)| *e).collect::<Vec<_>>(),
+        [Event::StepIntroduced, Event::StepStarted, Event::StepInterrupted]
+    );
+    assert!(f.progress().revision("v1").unwrap().is_live(), "not failed");
+    f.cancel = Default::default();
+    let driven = f.drive();
+    assert!(!driven.interrupted);
+    assert_eq!(f.runner.take()[0], "v1 beta/all/antworker002/deploy");
+    assert_eq!(f.node("pipeline").latest_through.as_deref(), Some("v1"));
 }
