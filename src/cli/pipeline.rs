@@ -19,7 +19,6 @@ use crate::history::store::{SqliteLog, StateLock};
 use crate::pass::{Ended, Mode, Pass, Passed};
 use crate::pipeline::PipelineError;
 use crate::pipeline::drive::{Driven, Driver, Job, StepRunner, read};
-use crate::pipeline::progress::Decision;
 use crate::pipeline::query::status;
 use crate::pipeline::spec::{Pipeline, load};
 
@@ -268,7 +267,7 @@ fn show_driven(pipeline: &Pipeline, driven: &Driven, output: OutputFormat) {
         outln!("Revision {}: {state}", revision.revision);
     }
     for waiting in &driven.waiting {
-        if let Decision::Wait(why) = &waiting.decision {
+        if let Some(why) = waiting.decision.waits_for() {
             outln!("  {} {} waits for {why}", waiting.revision, pipeline.steps[waiting.step].id);
         }
     }

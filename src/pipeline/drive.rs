@@ -140,7 +140,7 @@ impl Driver<'_> {
             progress.schedule(self.pipeline, (self.now)()).iter().any(|s| {
                 s.revision == revision
                     && g.steps.contains(&s.step)
-                    && matches!(&s.decision, Decision::Wait(why) if why.starts_with("approval of"))
+                    && matches!(&s.decision, Decision::Approval { gate, .. } if *gate == g.id)
             })
         });
         let Some(group) = group.filter(|_| waiting) else {
@@ -189,7 +189,7 @@ impl Driver<'_> {
                         self.supersede(&mut progress, &item.revision, supersedes)?;
                         starts.push(item.clone());
                     }
-                    Decision::Wait(_) | Decision::Running => {}
+                    Decision::Wait(_) | Decision::Approval { .. } | Decision::Running => {}
                 }
             }
             if acted {
@@ -202,7 +202,7 @@ impl Driver<'_> {
                 let waiting = progress
                     .schedule(self.pipeline, (self.now)())
                     .into_iter()
-                    .filter(|s| matches!(s.decision, Decision::Wait(_)))
+                    .filter(|s| s.decision.waits_for().is_some())
                     .collect();
                 return Ok(Driven { progress, waiting, failed, interrupted: false });
             }

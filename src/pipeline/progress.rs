@@ -82,8 +82,23 @@ pub enum Decision {
     Skip(String),
     /// Not yet: what it waits for.
     Wait(String),
+    /// Not until someone approves the gate before `gate` (a group's id) for `revision`.
+    Approval { gate: String, revision: String },
     /// It is running.
     Running,
+}
+
+impl Decision {
+    /// What a step that waits waits for, as said.
+    pub fn waits_for(&self) -> Option<String> {
+        match self {
+            Decision::Wait(why) => Some(why.clone()),
+            Decision::Approval { gate, revision } => {
+                Some(format!("approval of {gate} (`deployster pipeline approve --revision {revision} {gate}`)"))
+            }
+            Decision::Start { .. } | Decision::Skip(_) | Decision::Running => None,
+        }
+    }
 }
 
 /// A decision for one step of one revision.
@@ -263,10 +278,7 @@ impl Progress {
             }
         }
         if first_of_target && group.approval && !self.approvals.contains(&(group.id.clone(), progress.id.clone())) {
-            return Decision::Wait(format!(
-                "approval of {} (`deployster pipeline approve --revision {} {}`)",
-                group.id, progress.revision, group.id
-            ));
+            return Decision::Approval { gate: group.id.clone(), revision: progress.revision.clone() };
         }
         if let Some((window, until)) = stage.windows.iter().find_map(|w| w.holds(now).map(|until| (w, until))) {
             return Decision::Wait(format!(

@@ -113,7 +113,7 @@ pub fn status(pipeline: &Pipeline, progress: &Progress, now: i64) -> Status {
                 Decision::Start { .. } => ("ready", None),
                 Decision::Running => ("running", None),
                 Decision::Skip(why) => ("skip", Some(why)),
-                Decision::Wait(why) => ("waiting", Some(why)),
+                waits @ (Decision::Wait(_) | Decision::Approval { .. }) => ("waiting", waits.waits_for()),
             };
             FrontierStep {
                 revision: s.revision,

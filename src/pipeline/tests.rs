@@ -419,14 +419,8 @@ fn approval_opens_a_group_and_max_parallel_bounds_each_wave() {
     f.start("v1");
     let driven = f.drive();
     assert_eq!(f.runner.take(), ["v1 staging/all/stg/deploy", "v1 prod/onebox/prod-a1/deploy"]);
-    let waits: Vec<String> = driven
-        .waiting
-        .iter()
-        .map(|w| match &w.decision {
-            Decision::Wait(why) => why.clone(),
-            other => format!("{other:?}"),
-        })
-        .collect();
+    let waits: Vec<String> =
+        driven.waiting.iter().map(|w| w.decision.waits_for().unwrap_or_else(|| format!("{:?}", w.decision))).collect();
     assert_eq!(waits.len(), 3);
     assert!(waits.iter().all(|w| w.starts_with("approval of prod/fleet")), "{waits:?}");
 
