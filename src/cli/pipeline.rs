@@ -106,27 +106,11 @@ impl From<PipelineError> for CliError {
     }
 }
 
-/// The revision's vars, nested by dotted keys.
-fn vars_of(sources: &[VarSource]) -> Map<String, Value> {
-    let mut vars = Map::new();
-    for source in sources {
-        if let VarSource::Assignment { key, value } = source {
-            let mut at = &mut vars;
-            let mut parts = key.split('.').peekable();
-            while let Some(part) = parts.next() {
-                if parts.peek().is_none() {
-                    at.insert(part.to_string(), Value::String(value.clone()));
-                } else {
-                    let next = at.entry(part).or_insert_with(|| Value::Object(Map::new()));
-                    if !next.is_object() {
-                        *next = Value::Object(Map::new());
-                    }
-                    at = next.as_object_mut().expect("an object");
-                }
-            }
-        }
-    }
-    vars
+/// The revision's vars: `--var` assignments, a dotted key setting a nested value, as a
+/// manifest's are resolved.
+fn vars_of(sources: &[VarSource]) -> Result<Map<String, Value>, CliError> {
+    crate::engine::vars::resolve(&Default::default(), &[], sources, &[])
+        .map_err(|e| CliError::Refused(format!("{}: {}", e.origin, e.message)))
 }
 
 pub(super) async fn pipeline(args: PipelineArgs) -> Result<Exit, CliError> {
@@ -177,7 +161,7 @@ pub(super) async fn pipeline(args: PipelineArgs) -> Result<Exit, CliError> {
     };
     match &args.command {
         PipelineCommand::Start(a) => {
-            let vars = vars_of(&a.vars);
+            let vars = vars_of(&a.vars)?;
             let revision = pipeline.revision_of(&vars)?;
             match driver.register(&revision, &vars)? {
                 true => outln!(
@@ -190,7 +174,7 @@ pub(super) async fn pipeline(args: PipelineArgs) -> Result<Exit, CliError> {
         }
         PipelineCommand::Run(a) => {
             if !a.vars.is_empty() {
-                let vars = vars_of(&a.vars);
+                let vars = vars_of(&a.vars)?;
                 let revision = pipeline.revision_of(&vars)?;
                 if driver.register(&revision, &vars)? {
                     say(&format!("revision {revision} registered"));

@@ -105,18 +105,7 @@ impl Fixture {
     }
 
     fn drive(&self) -> Driven {
-        let clock = self.clock.clone();
-        let now = move || clock.load(Ordering::SeqCst);
-        let driver = Driver {
-            pipeline: &self.pipeline,
-            log: self.log.clone(),
-            runner: self.runner.clone(),
-            now: &now,
-            state_dir: self.dir.path().join(".deployster"),
-            say: &|_| {},
-            cancel: self.cancel.clone(),
-        };
-        futures::executor::block_on(driver.drive()).unwrap()
+        self.with_driver(|driver| futures::executor::block_on(driver.drive()).unwrap())
     }
 
     fn progress(&self) -> Progress {
