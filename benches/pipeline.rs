@@ -15,7 +15,7 @@ use deployster::history::store::SqliteLog;
 use deployster::history::{Entry, Event, History};
 use deployster::pipeline::drive::read;
 use deployster::pipeline::progress::{Progress, target_of};
-use deployster::pipeline::spec::{Pipeline, PipelineSpec, compile};
+use deployster::pipeline::spec::{Files, Pipeline, PipelineSpec, compile};
 use serde_json::json;
 
 const STAGES: usize = 50;
@@ -34,7 +34,7 @@ fn pipeline(dir: &std::path::Path) -> Pipeline {
         }
     }
     let spec: PipelineSpec = serde_norway::from_str(&yaml).unwrap();
-    compile("bench", &spec, dir).unwrap()
+    compile("bench", &spec, &Files::new(dir)).unwrap()
 }
 
 /// Revisions through the pipeline, in order, until there are `ENTRIES` entries; the last

@@ -1,4 +1,4 @@
-//! The Helm chart `charts/deployster`, held against the code: its CRD is `crds/manifest.yaml`,
+//! The Helm chart `charts/deployster`, held against the code: its CRDs are `crds/`,
 //! its RBAC rules are exactly `controller::rbac::API_ACCESS`, the arguments it renders are ones
 //! the binary accepts, bad values are refused at install time, and it installs into (and
 //! uninstalls cleanly from) the test API server.
@@ -60,14 +60,16 @@ fn listed(scopes: &[Scope]) -> BTreeSet<(String, String, String)> {
 }
 
 #[test]
-fn the_chart_carries_the_committed_crd() {
+fn the_chart_carries_the_committed_crds() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let committed = std::fs::read_to_string(root.join("crds/manifest.yaml")).unwrap();
-    let in_chart = std::fs::read_to_string(chart().join("crds/manifest.yaml")).unwrap();
-    assert!(
-        in_chart == committed,
-        "charts/deployster/crds/manifest.yaml differs from crds/; fix: cp crds/manifest.yaml charts/deployster/crds/"
-    );
+    for file in ["manifest.yaml", "pipeline.yaml"] {
+        let committed = std::fs::read_to_string(root.join("crds").join(file)).unwrap();
+        let in_chart = std::fs::read_to_string(chart().join("crds").join(file)).unwrap();
+        assert!(
+            in_chart == committed,
+            "charts/deployster/crds/{file} differs from crds/; fix: cp crds/{file} charts/deployster/crds/"
+        );
+    }
 }
 
 #[test]

@@ -70,9 +70,13 @@ pub enum Command {
     /// Run a resource type (program, built-in or image) through the protocol's conformance
     /// checks; exit 0 only if it conforms.
     CheckType(CheckTypeArgs),
-    /// Print the Manifest CustomResourceDefinition (`deployster crd | kubectl apply -f -`).
+    /// Print a CustomResourceDefinition: Manifest's, or Pipeline's (`deployster crd | kubectl
+    /// apply -f -`).
     #[cfg(feature = "kube")]
-    Crd,
+    Crd {
+        #[arg(value_enum, default_value = "manifest")]
+        kind: CrdKind,
+    },
     /// Run the Kubernetes controller: reconcile Manifest objects continuously.
     #[cfg(feature = "kube")]
     Controller(ControllerArgs),
@@ -652,8 +656,12 @@ pub async fn run(cli: Cli) -> Result<Exit, CliError> {
         Command::Pipeline(args) => pipeline::pipeline(args).await,
         Command::CheckType(args) => check_type::check_type(args).await,
         #[cfg(feature = "kube")]
-        Command::Crd => {
-            outln!("{}", crate::crd::crd_yaml().trim_end());
+        Command::Crd { kind } => {
+            let yaml = match kind {
+                CrdKind::Manifest => crate::crd::crd_yaml(),
+                CrdKind::Pipeline => crate::crd::pipeline::crd_yaml(),
+            };
+            outln!("{}", yaml.trim_end());
             Ok(Exit::Ok)
         }
         #[cfg(feature = "kube")]
@@ -665,6 +673,14 @@ pub async fn run(cli: Cli) -> Result<Exit, CliError> {
             Ok(Exit::of(code == 0))
         }
     }
+}
+
+/// The custom resources `deployster crd` prints.
+#[cfg(feature = "kube")]
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum CrdKind {
+    Manifest,
+    Pipeline,
 }
 
 /// The executor the CLI uses: local programs and built-ins as processes, images as Docker

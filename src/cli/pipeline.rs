@@ -108,8 +108,8 @@ impl From<PipelineError> for CliError {
 
 /// The revision's vars: `--var` assignments, a dotted key setting a nested value, as a
 /// manifest's are resolved.
-fn vars_of(sources: &[VarSource]) -> Result<Map<String, Value>, CliError> {
-    crate::engine::vars::resolve(&Default::default(), &[], sources, &[])
+fn vars_of(pipeline: &Pipeline, sources: &[VarSource]) -> Result<Map<String, Value>, CliError> {
+    crate::engine::vars::resolve(&pipeline.vars, &[], sources, &[])
         .map_err(|e| CliError::Refused(format!("{}: {}", e.origin, e.message)))
 }
 
@@ -161,7 +161,7 @@ pub(super) async fn pipeline(args: PipelineArgs) -> Result<Exit, CliError> {
     };
     match &args.command {
         PipelineCommand::Start(a) => {
-            let vars = vars_of(&a.vars)?;
+            let vars = vars_of(&pipeline, &a.vars)?;
             let revision = pipeline.revision_of(&vars)?;
             match driver.register(&revision, &vars)? {
                 true => outln!(
@@ -174,7 +174,7 @@ pub(super) async fn pipeline(args: PipelineArgs) -> Result<Exit, CliError> {
         }
         PipelineCommand::Run(a) => {
             if !a.vars.is_empty() {
-                let vars = vars_of(&a.vars)?;
+                let vars = vars_of(&pipeline, &a.vars)?;
                 let revision = pipeline.revision_of(&vars)?;
                 if driver.register(&revision, &vars)? {
                     say(&format!("revision {revision} registered"));

@@ -37,6 +37,8 @@ pub enum Error {
     /// A write refused by the lease fence: this replica no longer leads.
     #[error("not written: {0}")]
     NotLeader(String),
+    #[error(transparent)]
+    Pipeline(#[from] crate::pipeline::PipelineError),
 }
 
 impl Error {
@@ -54,6 +56,7 @@ impl Error {
             Error::MetricsAddr { .. } => "MetricsAddrUnavailable",
             Error::Signals(_) => "Signals",
             Error::Pass(e) => e.reason(),
+            Error::Pipeline(e) => e.reason(),
         }
     }
 

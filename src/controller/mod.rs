@@ -13,6 +13,7 @@ pub mod inputs;
 pub mod leader;
 pub mod metrics;
 pub mod outputs;
+pub mod pipelines;
 pub mod rbac;
 pub mod reconcile;
 pub mod server;
@@ -107,6 +108,8 @@ pub struct Context {
     /// The executor of `builtin/kubernetes` (also inside `executor`): each pass enters its
     /// Manifest's ServiceAccount.
     pub kube_objects: Option<Arc<crate::kubernetes::KubeObjects>>,
+    /// Pipelines' logs and step settings.
+    pub pipelines: pipelines::Pipelines,
 }
 
 impl Context {
@@ -127,6 +130,7 @@ impl Context {
             checks: Default::default(),
             pods: None,
             kube_objects: None,
+            pipelines: pipelines::Pipelines::default(),
         }
     }
 }
@@ -350,13 +354,67 @@ pub async fn run(mut config: RunConfig, executors: Executors) -> Result<(), Erro
                 }
             })
     });
-    futures::future::join_all(controllers).await;
+    let pipelines = pipelines_of(&client, &scopes, &ctx, &stopping).await;
+    futures::future::join(futures::future::join_all(controllers), futures::future::join_all(pipelines)).await;
     if let Some(elector) = elector {
         elector.release().await;
     }
     admin.abort();
     tracing::info!("stopped");
     Ok(())
+}
+
+/// A controller of Pipelines for each scope, when their CRD is installed (without it the
+/// controller runs Manifests only, and says so).
+async fn pipelines_of(
+    client: &Client,
+    scopes: &[Option<String>],
+    ctx: &Arc<Context>,
+    stopping: &CancellationToken,
+) -> Vec<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>> {
+    use crate::crd::pipeline::Pipeline;
+    let mut controllers: Vec<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>> = Vec::new();
+    for scope in scopes {
+        let api: Api<Pipeline> = scoped(client, scope);
+        match api.list_metadata(&ListParams::default().limit(1)).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => {
+                tracing::warn!(
+                    "Pipelines are not driven: their CRD (pipelines.deployster.io) is not installed; install it: \
+                     deployster crd pipeline | kubectl apply -f -"
+                );
+                return Vec::new();
+            }
+            Err(e) => {
+                tracing::warn!(scope = %scope_name(scope), error = %e, "Pipelines are not driven here: they cannot be listed");
+                continue;
+            }
+        }
+        let (reader, writer) = reflector::store();
+        let stream = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .reflect(writer)
+            .applied_objects()
+            // Its own status writes start nothing; a spec edit or an approval does.
+            .predicate_filter(predicates::generation.combine(predicates::annotations), Default::default());
+        let controller = Controller::for_stream(stream, reader)
+            .reconcile_all_on(ctx.leadership.gained())
+            .graceful_shutdown_on(stopping.clone().cancelled_owned())
+            .run(pipelines::reconcile, pipeline_error_policy, ctx.clone())
+            .for_each(|result| async move {
+                match result {
+                    Ok((object, _)) => tracing::debug!(pipeline = %object.name, "reconciled"),
+                    Err(e) => tracing::warn!(error = %e, "a Pipeline's reconcile failed"),
+                }
+            });
+        controllers.push(Box::pin(controller));
+    }
+    controllers
+}
+
+fn pipeline_error_policy(object: Arc<crate::crd::pipeline::Pipeline>, error: &Error, _: Arc<Context>) -> Action {
+    tracing::warn!(pipeline = %object.name_any(), reason = error.reason(), error = %error, "reconcile failed; retrying");
+    Action::requeue(Duration::from_secs(5))
 }
 
 type ManifestStream = std::pin::Pin<Box<dyn Stream<Item = Result<DeserializeGuard<Manifest>, watcher::Error>> + Send>>;

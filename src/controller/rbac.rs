@@ -39,6 +39,11 @@ pub const API_ACCESS: &[Access] = &[
     },
     // Status: server-side apply.
     Access { group: "deployster.io", resource: "manifests/status", verbs: &["patch"], scope: Scope::Watched },
+    // Pipelines (src/controller/pipelines): watched (list, watch), their status written by
+    // server-side apply. Their steps merge-patch the vars of Manifests (`patch` above) and read
+    // them (`get`); their logs are ConfigMaps they own (created, replaced; listed).
+    Access { group: "deployster.io", resource: "pipelines", verbs: &["list", "watch"], scope: Scope::Watched },
+    Access { group: "deployster.io", resource: "pipelines/status", verbs: &["patch"], scope: Scope::Watched },
     // kube's event recorder creates an event, then patches it into a series when it repeats.
     Access { group: "events.k8s.io", resource: "events", verbs: &["create", "patch"], scope: Scope::Watched },
     // Plugs referencing Secrets and ConfigMaps, read when a pass starts; their metadata watched

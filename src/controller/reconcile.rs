@@ -460,15 +460,18 @@ pub async fn write_status(ctx: &Context, obj: &Manifest, status: &ManifestStatus
 
 /// The one way a status is written: fenced by the leader lease (a replica that lost it writes
 /// nothing more), then applied server-side.
-pub(super) async fn write_status_to(
+pub(super) async fn write_status_to<K>(
     leadership: &super::leader::Leadership,
-    api: &Api<Manifest>,
+    api: &Api<K>,
     name: &str,
-    status: &ManifestStatus,
-) -> Result<(), Error> {
+    status: &impl serde::Serialize,
+) -> Result<(), Error>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
     leadership.confirm().await?;
     const ATTEMPTS: usize = 5;
-    let patch = json!({"apiVersion": Manifest::api_version(&()), "kind": Manifest::kind(&()), "status": status});
+    let patch = json!({"apiVersion": K::api_version(&()), "kind": K::kind(&()), "status": status});
     let params = PatchParams::apply(FIELD_MANAGER).force();
     for attempt in 1..=ATTEMPTS {
         match api.patch_status(name, &params, &Patch::Apply(&patch)).await {

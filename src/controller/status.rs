@@ -266,7 +266,7 @@ pub fn history_entries(status: &ManifestStatus) -> Vec<Entry> {
 }
 
 /// A condition as wanted now: type, status, reason, message.
-type Wanted = (&'static str, &'static str, String, String);
+pub(super) type Wanted = (&'static str, &'static str, String, String);
 
 fn conditions(status: &ManifestStatus, pass: &PassResult) -> Vec<Wanted> {
     let not_stalled = ("Stalled", "False", "Progressing".to_string(), String::new());
@@ -405,7 +405,7 @@ fn failure(status: &ManifestStatus, pass: &PassResult) -> (&'static str, String)
 }
 
 /// The condition with `lastTransitionTime` moved only when its status flips.
-fn transition(
+pub(super) fn transition(
     old: &[Condition],
     (type_, status, reason, message): Wanted,
     generation: Option<i64>,

@@ -18,6 +18,8 @@ use serde_json::Value;
 
 pub use crate::engine::manifest::ResourceSpec;
 
+pub mod pipeline;
+
 /// The desired state: a manifest, plus how the controller keeps it.
 // Each `printcolumn(...)` repeats `type_ = "string"`; clippy reads those macro arguments as
 // duplicated attributes.

@@ -5,13 +5,17 @@ use serde_json::Value;
 use super::*;
 
 #[test]
-fn the_committed_crd_is_current() {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("crds/manifest.yaml");
-    let committed = std::fs::read_to_string(&path).unwrap_or_default();
-    assert!(
-        committed == crd_yaml(),
-        "crds/manifest.yaml differs from the Rust types; regenerate it: cargo run -- crd > crds/manifest.yaml"
-    );
+fn the_committed_crds_are_current() {
+    for (file, yaml, command) in
+        [("manifest", crd_yaml(), "crd"), ("pipeline", super::pipeline::crd_yaml(), "crd pipeline")]
+    {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("crds/{file}.yaml"));
+        let committed = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            committed == yaml,
+            "crds/{file}.yaml differs from the Rust types; regenerate it: cargo run -- {command} > crds/{file}.yaml"
+        );
+    }
 }
 
 /// The structural-schema rules an API server enforces, over one node and its children.
@@ -44,16 +48,18 @@ fn structural_problems(node: &Value, path: &str, out: &mut Vec<String>) {
 }
 
 #[test]
-fn the_schema_is_structural() {
+fn the_schemas_are_structural() {
     use kube::CustomResourceExt;
-    let crd = serde_json::to_value(Manifest::crd()).unwrap();
-    let schema = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
-    let mut problems = Vec::new();
-    structural_problems(schema, "openAPIV3Schema", &mut problems);
-    assert!(problems.is_empty(), "{problems:#?}");
-    let metadata = &schema["properties"]["metadata"];
-    assert!(metadata.is_null() || metadata == &serde_json::json!({"type": "object"}), "{metadata}");
-    assert!(crd["spec"]["versions"][0]["subresources"]["status"].is_object(), "status is a subresource");
+    for crd in [Manifest::crd(), super::pipeline::Pipeline::crd()] {
+        let crd = serde_json::to_value(crd).unwrap();
+        let schema = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
+        let mut problems = Vec::new();
+        structural_problems(schema, "openAPIV3Schema", &mut problems);
+        assert!(problems.is_empty(), "{}: {problems:#?}", crd["metadata"]["name"]);
+        let metadata = &schema["properties"]["metadata"];
+        assert!(metadata.is_null() || metadata == &serde_json::json!({"type": "object"}), "{metadata}");
+        assert!(crd["spec"]["versions"][0]["subresources"]["status"].is_object(), "status is a subresource");
+    }
 }
 
 #[test]

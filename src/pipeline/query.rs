@@ -3,49 +3,52 @@
 //! markers (`stage-finished-successfully` for a stage), so new kinds of steps do not change
 //! the answers.
 
-use serde::Serialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 
 use super::progress::{Decision, Ended, Progress, target_of};
 use super::spec::Pipeline;
 use crate::history::Event;
 
 /// One node: the pipeline, a stage, a group or a target.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeStatus {
     /// `pipeline`, `staging`, `prod/fleet`, `prod/fleet/prod-a2`.
     pub node: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub latest_through: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub latest_failed: Option<String>,
     pub in_progress: Vec<String>,
     /// A target's: the revision of its newest successful `deploy`.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RevisionStatus {
     pub revision: String,
     /// `through`, `failed`, `superseded`, `in progress`, `registered`.
     pub status: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
 }
 
 /// A step on the frontier, and what it does or waits for.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FrontierStep {
     pub revision: String,
     pub step: String,
     /// `ready`, `running`, `skip`, `waiting`.
     pub status: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waits_for: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Status {
     pub pipeline: String,

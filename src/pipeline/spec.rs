@@ -7,17 +7,24 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use fixedbitset::FixedBitSet;
-use serde::Deserialize;
+use indexmap::IndexMap;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::PipelineError;
 
-/// The document.
-#[derive(Debug, Clone, Deserialize)]
+/// The document: a file's whole content, or a `Pipeline` object's spec.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct PipelineSpec {
     /// What names a revision: a template over the vars (`"{{ version }}"`).
     pub revision: String,
+    /// The revision's vars: defaults under `--var` for a file; a `Pipeline` object's current
+    /// revision, whose change registers a new one.
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    #[schemars(schema_with = "crate::pipeline::spec::free_form_object")]
+    pub vars: IndexMap<String, Value>,
     pub stages: Vec<StageSpec>,
     /// Atomic ranges `[from, to]`: `stage/step` (on each target of the stage) or a step's id.
     #[serde(default)]
@@ -27,7 +34,7 @@ pub struct PipelineSpec {
 }
 
 /// What a newer revision does to an older one.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub enum Concurrency {
     /// Entering a stage, a newer revision stops the older ones that have not finished it.
     #[default]
@@ -36,7 +43,7 @@ pub enum Concurrency {
     Queue,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct StageSpec {
     pub name: String,
@@ -53,26 +60,30 @@ pub struct StageSpec {
     pub steps: Vec<String>,
     #[serde(default)]
     pub tests: BTreeMap<String, TestSpec>,
-    /// A step's name and how long it waits (`bake: 30m`), and `approval` (`true`, or the
-    /// groups that wait for one).
+    /// A step's name and how long it waits (`bake: 30m`), `approval` (`true`, or the
+    /// groups that wait for one) and `windows` (`[{deny: <cron>, duration: 2h}]`).
     #[serde(default)]
+    #[schemars(schema_with = "crate::pipeline::spec::free_form_object")]
     pub gates: BTreeMap<String, Value>,
     /// Artifacts that must be registered for a revision before the stage starts.
     #[serde(default)]
     pub requires: Vec<String>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct TargetSpec {
     pub name: String,
-    /// The manifest applied by its `deploy` step.
+    /// The manifest applied by its `deploy` step: a file beside the pipeline's; for a
+    /// `Pipeline` object, a Manifest of its namespace (`app-{{ pipeline.target }}`: a template
+    /// over `pipeline.stage` and `pipeline.target`).
     pub manifest: PathBuf,
     #[serde(default)]
+    #[schemars(schema_with = "crate::pipeline::spec::free_form_object")]
     pub vars: Map<String, Value>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct GroupSpec {
     pub name: String,
@@ -83,17 +94,18 @@ pub struct GroupSpec {
     pub max_parallel: Option<usize>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(untagged)]
+#[schemars(schema_with = "crate::pipeline::spec::any_value")]
 pub enum GroupTarget {
     Named(String),
     Written(TargetSpec),
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct TestSpec {
-    /// The manifest whose apply is the check.
+    /// The manifest whose apply is the check, on each target (as a target's `manifest`).
     pub manifest: PathBuf,
 }
 
@@ -185,6 +197,8 @@ pub struct Pipeline {
     /// What the log and the state directory call it (the file's stem, or the object's name).
     pub name: String,
     pub revision: String,
+    /// The revision's vars as the document gives them.
+    pub vars: IndexMap<String, Value>,
     pub stages: Vec<Stage>,
     pub targets: Vec<Target>,
     pub steps: Vec<Step>,
@@ -217,6 +231,37 @@ impl Pipeline {
     }
 }
 
+/// Where a pipeline's manifests are, and whether each loads.
+pub trait Manifests {
+    /// The manifest a step of `target` in `stage` applies, as written (`written`): checked.
+    /// `what` names the step in an error.
+    fn resolve(&self, written: &Path, stage: &str, target: &TargetSpec, what: &str) -> Result<PathBuf, String>;
+}
+
+/// Manifest files, beside the pipeline's file; each loaded once.
+pub struct Files {
+    dir: PathBuf,
+    loaded: std::cell::RefCell<std::collections::HashSet<PathBuf>>,
+}
+
+impl Files {
+    pub fn new(dir: &Path) -> Files {
+        Files { dir: dir.to_path_buf(), loaded: Default::default() }
+    }
+}
+
+impl Manifests for Files {
+    fn resolve(&self, written: &Path, _: &str, _: &TargetSpec, what: &str) -> Result<PathBuf, String> {
+        let manifest = self.dir.join(written);
+        if !self.loaded.borrow().contains(&manifest) {
+            crate::engine::manifest::load(std::slice::from_ref(&manifest))
+                .map_err(|e| format!("{what}: its manifest {} does not load: {e}", manifest.display()))?;
+            self.loaded.borrow_mut().insert(manifest.clone());
+        }
+        Ok(manifest)
+    }
+}
+
 /// Reads and checks the pipeline in `file`; its manifests are found beside it.
 pub fn load(file: &Path) -> Result<Pipeline, PipelineError> {
     let shown = file.display();
@@ -225,17 +270,18 @@ pub fn load(file: &Path) -> Result<Pipeline, PipelineError> {
     let spec: PipelineSpec =
         serde_norway::from_str(&text).map_err(|e| PipelineError::Invalid(format!("{shown} is not a pipeline: {e}")))?;
     let name = file.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "pipeline".into());
-    let pipeline = compile(&name, &spec, &crate::engine::manifest::parent_dir(file))
+    let pipeline = compile(&name, &spec, &Files::new(&crate::engine::manifest::parent_dir(file)))
         .map_err(|e| PipelineError::Invalid(format!("pipeline {shown}: {e}")))?;
     Ok(pipeline)
 }
 
-/// Checks `spec` and builds its steps; manifests are resolved against `dir` and must load.
-pub fn compile(name: &str, spec: &PipelineSpec, dir: &Path) -> Result<Pipeline, String> {
+/// Checks `spec` and builds its steps; each manifest is resolved by `manifests` and must load.
+pub fn compile(name: &str, spec: &PipelineSpec, manifests: &dyn Manifests) -> Result<Pipeline, String> {
     let order = stage_order(spec)?;
     let mut pipeline = Pipeline {
         name: name.to_string(),
         revision: spec.revision.clone(),
+        vars: spec.vars.clone(),
         stages: Vec::new(),
         targets: Vec::new(),
         steps: Vec::new(),
@@ -248,7 +294,7 @@ pub fn compile(name: &str, spec: &PipelineSpec, dir: &Path) -> Result<Pipeline, 
     let mut lasts: Vec<Vec<usize>> = vec![Vec::new(); spec.stages.len()];
     for &s in &order {
         let stage = &spec.stages[s];
-        let (compiled, firsts, last) = compile_stage(&mut pipeline, s, stage, dir)?;
+        let (compiled, firsts, last) = compile_stage(&mut pipeline, s, stage, manifests)?;
         let previous: Vec<usize> = match &stage.after {
             None if s == 0 => Vec::new(),
             None => lasts[s - 1].clone(),
@@ -353,10 +399,10 @@ fn compile_stage(
     pipeline: &mut Pipeline,
     s: usize,
     stage: &StageSpec,
-    dir: &Path,
+    manifests: &dyn Manifests,
 ) -> Result<(Stage, Vec<usize>, Vec<usize>), String> {
     let at = format!("stage `{}`", stage.name);
-    let works = step_works(stage, dir, &at)?;
+    let works = step_works(stage, &at)?;
     let approval = approval(stage, &at)?;
     let groups: Vec<GroupSpec> = match (stage.groups.is_empty(), stage.targets.is_empty()) {
         (true, true) => return Err(format!("{at} has no targets")),
@@ -395,8 +441,8 @@ fn compile_stage(
                 return Err(format!("{at} has two targets named `{}`", target.name));
             }
             seen_targets.push(target.name.clone());
-            let manifest = dir.join(&target.manifest);
-            loads(&manifest, &format!("{at}, target `{}`", target.name))?;
+            let what = format!("{at}, target `{}`", target.name);
+            let manifest = manifests.resolve(&target.manifest, &stage.name, &target, &what)?;
             let t = pipeline.targets.len();
             let target_id = format!("{id}/{}", target.name);
             pipeline.targets.push(Target {
@@ -407,6 +453,11 @@ fn compile_stage(
             let mut before: Option<usize> = None;
             for (name, work) in &works {
                 let work = match work {
+                    // A test's manifest, as written: resolved for this target.
+                    Some(Work::Apply(test)) => {
+                        let what = format!("{what}, test `{name}`");
+                        Work::Apply(manifests.resolve(test, &stage.name, &target, &what)?)
+                    }
                     Some(work) => work.clone(),
                     None => Work::Apply(manifest.clone()),
                 };
@@ -449,8 +500,9 @@ fn compile_stage(
     Ok((compiled, firsts, previous))
 }
 
-/// Each step name of the stage and its work (`None`: deploy the target's manifest).
-fn step_works(stage: &StageSpec, dir: &Path, at: &str) -> Result<Vec<(String, Option<Work>)>, String> {
+/// Each step name of the stage and its work (`None`: deploy the target's manifest; a test's
+/// manifest as written, resolved for each target).
+fn step_works(stage: &StageSpec, at: &str) -> Result<Vec<(String, Option<Work>)>, String> {
     if stage.steps.is_empty() {
         return Err(format!("{at} has no steps"));
     }
@@ -478,11 +530,7 @@ fn step_works(stage: &StageSpec, dir: &Path, at: &str) -> Result<Vec<(String, Op
         }
         let work = match (name.as_str(), stage.tests.get(name), stage.gates.get(name)) {
             ("deploy", None, None) => None,
-            (_, Some(test), None) => {
-                let manifest = dir.join(&test.manifest);
-                loads(&manifest, &format!("{at}, test `{name}`"))?;
-                Some(Work::Apply(manifest))
-            }
+            (_, Some(test), None) => Some(Work::Apply(test.manifest.clone())),
             (_, None, Some(Value::String(duration))) => Some(Work::Wait(
                 humantime::parse_duration(duration)
                     .map_err(|e| format!("{at}: gates.{name} `{duration}` is not a duration such as 30m: {e}"))?,
@@ -551,11 +599,14 @@ fn resolve_target(stage: &StageSpec, target: &GroupTarget, at: &str) -> Result<T
     }
 }
 
-/// Whether the manifest at `path` loads (its vars come later, with the revision's).
-fn loads(path: &Path, what: &str) -> Result<(), String> {
-    crate::engine::manifest::load(&[path.to_path_buf()])
-        .map(|_| ())
-        .map_err(|e| format!("{what}: its manifest {} does not load: {e}", path.display()))
+/// Any JSON object, kept as written.
+pub(crate) fn free_form_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({"type": "object", "x-kubernetes-preserve-unknown-fields": true})
+}
+
+/// Any JSON value (a target's name, or a target written out), checked when compiled.
+pub(crate) fn any_value(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({"x-kubernetes-preserve-unknown-fields": true})
 }
 
 fn link(steps: &mut [Step], from: &[usize], to: &[usize]) {

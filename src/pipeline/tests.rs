@@ -13,7 +13,7 @@ use super::PipelineError;
 use super::drive::{Driven, Driver, Job, StepRunner, read};
 use super::progress::{Decision, Progress};
 use super::query::status;
-use super::spec::{Pipeline, PipelineSpec, compile};
+use super::spec::{Files, Pipeline, PipelineSpec, compile};
 use crate::history::{Event, History, MemoryLog};
 
 /// Applies nothing: records each job, and fails the steps it is told to.
@@ -58,7 +58,7 @@ struct Fixture {
 
 fn pipeline_in(dir: &Path, yaml: &str) -> Result<Pipeline, String> {
     let spec: PipelineSpec = serde_norway::from_str(yaml).map_err(|e| e.to_string())?;
-    compile("p", &spec, dir)
+    compile("p", &spec, &Files::new(dir))
 }
 
 impl Fixture {

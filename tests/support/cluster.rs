@@ -45,9 +45,12 @@ impl Cluster {
         // have yet both try to create it, and one fails with AlreadyExists.
         static INSTALLING: std::sync::Mutex<()> = std::sync::Mutex::new(());
         let _one_at_a_time = INSTALLING.lock().unwrap_or_else(|e| e.into_inner());
-        let crd = Path::new(env!("CARGO_MANIFEST_DIR")).join("crds/manifest.yaml");
-        self.must(&["apply", "-f", crd.to_str().unwrap()]);
-        self.must(&["wait", "--for", "condition=established", "--timeout=60s", "crd/manifests.deployster.io"]);
+        for kind in ["manifest", "pipeline"] {
+            let crd = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("crds/{kind}.yaml"));
+            self.must(&["apply", "-f", crd.to_str().unwrap()]);
+            let name = format!("crd/{kind}s.deployster.io");
+            self.must(&["wait", "--for", "condition=established", "--timeout=60s", &name]);
+        }
     }
 
     /// Runs kubectl: whether it succeeded, and stdout followed by stderr.

@@ -1,0 +1,245 @@
+//! A Pipeline's deployment log in the cluster: ConfigMaps it owns (`<name>-log-<n>`), each
+//! holding entries as JSON lines, filled in order. Appends replace the newest with its
+//! `resourceVersion` (or create the next), so two writers can never both succeed: a replica
+//! whose view is stale gets a conflict, forgets it ([`Logs::forget`]) and reads the log anew.
+//! Deleting the Pipeline deletes its log (owner references).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{ListParams, ObjectMeta, PostParams};
+use kube::{Api, Resource, ResourceExt};
+
+use crate::crd::pipeline::Pipeline;
+use crate::history::{Entry, Event, History, HistoryError, MemoryLog};
+
+/// The label every ConfigMap of a Pipeline's log carries: the Pipeline's uid.
+pub const LOG_LABEL: &str = "deployster.io/pipeline-log";
+
+/// Bytes of entries one ConfigMap holds before the next is started (a ConfigMap may hold 1 MiB).
+pub const CHUNK_BYTES: usize = 512 * 1024;
+
+/// The newest ConfigMap: its name, resourceVersion and entries' text.
+#[derive(Debug, Clone, Default)]
+struct Newest {
+    index: u32,
+    name: String,
+    resource_version: Option<String>,
+    text: String,
+}
+
+/// One Pipeline's log, read whole once and then appended to.
+pub struct ConfigMapLog {
+    api: Api<ConfigMap>,
+    namespace: String,
+    /// What each new ConfigMap is: its name's stem, labels, owner.
+    pipeline: String,
+    uid: String,
+    owner: k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference,
+    entries: MemoryLog,
+    newest: Mutex<Option<Newest>>,
+    chunks: Mutex<u32>,
+    count: Mutex<u64>,
+}
+
+impl ConfigMapLog {
+    /// Reads `pipeline`'s log.
+    pub async fn open(client: kube::Client, pipeline: &Pipeline) -> Result<ConfigMapLog, HistoryError> {
+        let namespace = pipeline.namespace().unwrap_or_default();
+        let uid = pipeline.uid().unwrap_or_default();
+        let api: Api<ConfigMap> = Api::namespaced(client, &namespace);
+        let shown = format!("ConfigMaps {namespace}/{}-log-*", pipeline.name_any());
+        let listed = api
+            .list(&ListParams::default().labels(&format!("{LOG_LABEL}={uid}")))
+            .await
+            .map_err(|e| HistoryError::Store { path: shown.clone(), message: e.to_string() })?;
+        let mut chunks: BTreeMap<u32, ConfigMap> = BTreeMap::new();
+        for config_map in listed {
+            let name = config_map.name_any();
+            let index = name.rsplit('-').next().and_then(|n| n.parse().ok()).ok_or_else(|| HistoryError::Store {
+                path: shown.clone(),
+                message: format!("{name} is labelled as part of the log but its name has no number"),
+            })?;
+            chunks.insert(index, config_map);
+        }
+        let mut entries = Vec::new();
+        let mut newest = None;
+        for (index, config_map) in &chunks {
+            let text = config_map.data.as_ref().and_then(|d| d.get("entries")).cloned().unwrap_or_default();
+            for (line, json) in text.lines().enumerate() {
+                let entry: Entry = serde_json::from_str(json).map_err(|e| HistoryError::Store {
+                    path: shown.clone(),
+                    message: format!("{}, line {}: {e}", config_map.name_any(), line + 1),
+                })?;
+                entries.push(entry);
+            }
+            newest = Some(Newest {
+                index: *index,
+                name: config_map.name_any(),
+                resource_version: config_map.resource_version(),
+                text,
+            });
+        }
+        let owner = pipeline.controller_owner_ref(&()).expect("a Pipeline read from the API has a name and uid");
+        let count = entries.len() as u64;
+        Ok(ConfigMapLog {
+            api,
+            namespace,
+            pipeline: pipeline.name_any(),
+            uid,
+            owner,
+            entries: MemoryLog::from_entries(entries, None),
+            newest: Mutex::new(newest),
+            chunks: Mutex::new(chunks.len() as u32),
+            count: Mutex::new(count),
+        })
+    }
+
+    /// The label selector of its ConfigMaps, how many there are, and how many entries.
+    pub fn where_kept(&self) -> (String, u32, u64) {
+        (
+            format!("{LOG_LABEL}={}", self.uid),
+            *self.chunks.lock().expect("log lock"),
+            *self.count.lock().expect("log lock"),
+        )
+    }
+
+    async fn write(&self, lines: String) -> Result<(), HistoryError> {
+        let newest = self.newest.lock().expect("log lock").clone();
+        let shown = |name: &str| format!("ConfigMap {}/{name}", self.namespace);
+        let written = match newest {
+            Some(mut newest) if newest.text.len() + lines.len() <= CHUNK_BYTES || newest.text.is_empty() => {
+                newest.text.push_str(&lines);
+                let mut config_map = self.chunk(&newest);
+                config_map.metadata.resource_version = newest.resource_version.clone();
+                let replaced = self
+                    .api
+                    .replace(&newest.name, &PostParams::default(), &config_map)
+                    .await
+                    .map_err(|e| self.failed(&shown(&newest.name), e))?;
+                newest.resource_version = replaced.resource_version();
+                newest
+            }
+            previous => {
+                let index = previous.map_or(0, |p| p.index + 1);
+                let mut newest = Newest {
+                    index,
+                    name: format!("{}-log-{index}", self.pipeline),
+                    resource_version: None,
+                    text: lines,
+                };
+                let created = self
+                    .api
+                    .create(&PostParams::default(), &self.chunk(&newest))
+                    .await
+                    .map_err(|e| self.failed(&shown(&newest.name), e))?;
+                newest.resource_version = created.resource_version();
+                *self.chunks.lock().expect("log lock") += 1;
+                newest
+            }
+        };
+        *self.newest.lock().expect("log lock") = Some(written);
+        Ok(())
+    }
+
+    fn chunk(&self, newest: &Newest) -> ConfigMap {
+        ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(newest.name.clone()),
+                labels: Some([(LOG_LABEL.to_string(), self.uid.clone())].into()),
+                owner_references: Some(vec![self.owner.clone()]),
+                ..Default::default()
+            },
+            data: Some([("entries".to_string(), newest.text.clone())].into()),
+            ..Default::default()
+        }
+    }
+
+    fn failed(&self, shown: &str, e: kube::Error) -> HistoryError {
+        let message = match &e {
+            kube::Error::Api(status) if status.code == 409 => format!(
+                "{e}: another writer changed the log (a second controller replica?); nothing of this append was kept, \
+                 and the log is read anew on the next reconcile"
+            ),
+            _ => e.to_string(),
+        };
+        HistoryError::Store { path: shown.to_string(), message }
+    }
+}
+
+impl History for ConfigMapLog {
+    /// Appends durably: the ConfigMap is written before this returns. The driver calls it from
+    /// a multi-threaded runtime (the controller's), whose worker it blocks meanwhile, as a
+    /// SQLite write would.
+    fn append(&self, entries: &[Entry]) -> Result<(), HistoryError> {
+        let mut lines = String::new();
+        for entry in entries {
+            lines.push_str(&serde_json::to_string(entry).expect("an entry serializes"));
+            lines.push('\n');
+        }
+        let handle = tokio::runtime::Handle::try_current()
+            .ok()
+            .filter(|h| matches!(h.runtime_flavor(), tokio::runtime::RuntimeFlavor::MultiThread));
+        let Some(handle) = handle else {
+            return Err(HistoryError::Store {
+                path: format!("the log of Pipeline {}", self.pipeline),
+                message: "appends need a multi-threaded Tokio runtime".into(),
+            });
+        };
+        tokio::task::block_in_place(|| handle.block_on(self.write(lines)))?;
+        self.entries.append(entries)?;
+        *self.count.lock().expect("log lock") += entries.len() as u64;
+        Ok(())
+    }
+
+    fn latest(&self, target: &str, events: &[Event]) -> Result<Option<Entry>, HistoryError> {
+        self.entries.latest(target, events)
+    }
+
+    fn open(&self, prefix: &str) -> Result<Vec<Entry>, HistoryError> {
+        self.entries.open(prefix)
+    }
+
+    fn recent(&self, prefix: &str, limit: usize) -> Result<Vec<Entry>, HistoryError> {
+        self.entries.recent(prefix, limit)
+    }
+}
+
+/// The logs of the Pipelines this replica drives, by uid: read once, then kept in step with
+/// what it appends. A log that failed to append is forgotten, so the next reconcile reads it.
+#[derive(Default)]
+pub struct Logs(Mutex<BTreeMap<String, Arc<ConfigMapLog>>>);
+
+impl Logs {
+    /// The log of `pipeline`: the one kept, when its ConfigMaps are still as this replica last
+    /// wrote them (a metadata list says), else read anew.
+    pub async fn get(&self, client: kube::Client, pipeline: &Pipeline) -> Result<Arc<ConfigMapLog>, HistoryError> {
+        let uid = pipeline.uid().unwrap_or_default();
+        let kept = self.0.lock().expect("logs lock").get(&uid).cloned();
+        if let Some(log) = kept {
+            let listed =
+                log.api.list_metadata(&ListParams::default().labels(&format!("{LOG_LABEL}={uid}"))).await.map_err(
+                    |e| HistoryError::Store {
+                        path: format!("the log of Pipeline {}", log.pipeline),
+                        message: e.to_string(),
+                    },
+                )?;
+            let newest = log.newest.lock().expect("log lock").clone();
+            let current = listed.items.len() as u32 == *log.chunks.lock().expect("log lock")
+                && newest.is_none_or(|n| {
+                    listed.items.iter().any(|m| m.name_any() == n.name && m.resource_version() == n.resource_version)
+                });
+            if current {
+                return Ok(log);
+            }
+        }
+        let log = Arc::new(ConfigMapLog::open(client, pipeline).await?);
+        self.0.lock().expect("logs lock").insert(uid, log.clone());
+        Ok(log)
+    }
+
+    pub fn forget(&self, pipeline: &Pipeline) {
+        self.0.lock().expect("logs lock").remove(&pipeline.uid().unwrap_or_default());
+    }
+}

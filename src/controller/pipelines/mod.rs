@@ -1,0 +1,306 @@
+//! Pipelines in a cluster: each `Pipeline` object is driven as `deployster pipeline run` drives
+//! a file — the same compiled pipeline, progress computed from its log alone, the same driver
+//! — with three differences. Its log is a set of ConfigMaps it owns ([`log`]); a step sets the
+//! vars of a Manifest of its namespace and waits for it to be Ready ([`steps`]); and what the
+//! CLI takes as arguments comes from the object: the revision is `spec.revision` over
+//! `spec.vars` (a new one is registered when it changes), approvals are lines of the
+//! `deployster.io/approve` annotation. Its status is a bounded view of what the log says.
+
+pub mod log;
+pub mod steps;
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::api::ListParams;
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use kube::{Api, Resource, ResourceExt};
+use serde_json::{Map, Value, json};
+
+use super::status::{Wanted, transition};
+use super::{Context, Error};
+use crate::crd::Manifest;
+use crate::crd::pipeline::{APPROVE_ANNOTATION, LogStatus, Pipeline, PipelineStatus};
+use crate::history::{Event, History, format_time};
+use crate::pipeline::PipelineError;
+use crate::pipeline::drive::{Driven, Driver, read};
+use crate::pipeline::progress::{Ended, Progress, target_of};
+use crate::pipeline::query::status;
+use crate::pipeline::spec::{self, Manifests, TargetSpec};
+
+/// Bounds of the status: nodes, revisions and frontier steps shown.
+const NODES_SHOWN: usize = 100;
+const REVISIONS_SHOWN: usize = 10;
+const FRONTIER_SHOWN: usize = 50;
+
+/// What drives Pipelines besides the Manifest controller's context.
+pub struct Pipelines {
+    pub logs: log::Logs,
+    /// How long a step waits for its Manifest to be Ready.
+    pub step_timeout: Duration,
+    /// How often a running step looks at its Manifest, and a waiting pipeline at its gates.
+    pub poll: Duration,
+}
+
+impl Default for Pipelines {
+    fn default() -> Self {
+        Self { logs: log::Logs::default(), step_timeout: Duration::from_secs(30 * 60), poll: Duration::from_secs(2) }
+    }
+}
+
+/// The Manifests of a namespace, as a pipeline's targets and tests name them: a template over
+/// `pipeline.stage`, `pipeline.target` and the target's vars.
+struct ManifestObjects {
+    namespace: String,
+    names: HashSet<String>,
+}
+
+impl Manifests for ManifestObjects {
+    fn resolve(&self, written: &Path, stage: &str, target: &TargetSpec, what: &str) -> Result<PathBuf, String> {
+        let mut vars = target.vars.clone();
+        vars.insert("pipeline".into(), json!({"stage": stage, "target": target.name}));
+        let written = written.to_string_lossy();
+        let name = minijinja::Environment::new()
+            .render_str(&written, minijinja::value::Serde(&vars))
+            .map_err(|e| format!("{what}: manifest `{written}`: {e}"))?;
+        if !self.names.contains(&name) {
+            return Err(format!("{what}: there is no Manifest {}/{name}", self.namespace));
+        }
+        Ok(PathBuf::from(name))
+    }
+}
+
+/// Reconciles one Pipeline: compile, register the spec's revision, record approvals, drive,
+/// write the status.
+pub async fn reconcile(object: Arc<Pipeline>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let Some(term) = ctx.leadership.term() else { return Ok(Action::await_change()) };
+    if object.meta().deletion_timestamp.is_some() {
+        // Its log goes with it (owner references); the Manifests it set vars on stay.
+        return Ok(Action::await_change());
+    }
+    let namespace = object.namespace().unwrap_or_default();
+    let name = object.name_any();
+    let api: Api<Pipeline> = Api::namespaced(ctx.client.clone(), &namespace);
+    let old = object.status.clone().unwrap_or_default();
+    let now = (ctx.clock)();
+    let generation = object.meta().generation;
+
+    let manifests: Api<Manifest> = Api::namespaced(ctx.client.clone(), &namespace);
+    let names =
+        manifests.list_metadata(&ListParams::default()).await?.items.iter().map(ResourceExt::name_any).collect();
+    let resolver = ManifestObjects { namespace: namespace.clone(), names };
+    let compiled = spec::compile(&name, &object.spec.pipeline, &resolver)
+        .map_err(|e| PipelineError::Invalid(format!("Pipeline {namespace}/{name}: {e}")))
+        .and_then(|p| {
+            let vars: Map<String, Value> = p.vars.clone().into_iter().collect();
+            let revision = p.revision_of(&vars)?;
+            Ok((p, vars, revision))
+        });
+    let (pipeline, vars, revision) = match compiled {
+        Ok(compiled) => compiled,
+        Err(e) => {
+            let message = e.to_string();
+            let mut new = old.clone();
+            new.observed_generation = generation;
+            new.conditions =
+                conditions(&old, generation, now, ("Ready", "False", "InvalidPipeline".into(), message.clone()), true);
+            super::reconcile::write_status_to(&ctx.leadership, &api, &name, &new).await?;
+            publish(&ctx, &object, EventType::Warning, "InvalidPipeline", &message).await;
+            return Ok(Action::await_change());
+        }
+    };
+
+    let pipelines = &ctx.pipelines;
+    let log = match pipelines.logs.get(ctx.client.clone(), &object).await {
+        Ok(log) => log,
+        Err(e) => return Err(Error::Pipeline(PipelineError::History(e))),
+    };
+    let runner = Arc::new(steps::ManifestSteps {
+        client: ctx.client.clone(),
+        namespace: namespace.clone(),
+        timeout: pipelines.step_timeout,
+        poll: pipelines.poll,
+        cancel: term.clone(),
+    });
+    let clock = || (ctx.clock)();
+    let say = |line: &str| tracing::info!(pipeline = %format!("{namespace}/{name}"), "{line}");
+    let driver = Driver {
+        pipeline: &pipeline,
+        log: log.clone() as Arc<dyn History>,
+        runner,
+        now: &clock,
+        state_dir: PathBuf::new(),
+        say: &say,
+        cancel: term,
+    };
+    let driven = drive(&ctx, &object, &driver, &revision, &vars).await;
+    let driven = match driven {
+        Ok(driven) => driven,
+        Err(e) => {
+            // The log may be behind what the API holds (a conflict): read it anew next time.
+            pipelines.logs.forget(&object);
+            return Err(e);
+        }
+    };
+    for (failed_revision, step, why) in &driven.failed {
+        let note = format!("revision {failed_revision}, step {step}: {why}");
+        publish(&ctx, &object, EventType::Warning, "StepFailed", &note).await;
+    }
+    let new = next_status(&pipeline, &driven, &old, generation, &revision, now, log.where_kept());
+    if through(&driven.progress, &revision) && !through_in(&old, &revision) {
+        publish(&ctx, &object, EventType::Normal, "RevisionThrough", &format!("revision {revision} is through")).await;
+    }
+    super::reconcile::write_status_to(&ctx.leadership, &api, &name, &new).await?;
+    let live = driven.progress.revisions.iter().any(|r| r.is_live());
+    Ok(if live { Action::requeue(pipelines.poll.max(Duration::from_secs(1)) * 5) } else { Action::await_change() })
+}
+
+/// Registers the spec's revision when it is not the newest registered, records the
+/// annotation's approvals, and drives.
+async fn drive(
+    ctx: &Context,
+    object: &Pipeline,
+    driver: &Driver<'_>,
+    revision: &str,
+    vars: &Map<String, Value>,
+) -> Result<Driven, Error> {
+    let newest = driver.log.latest(&target_of(""), &[Event::RevisionRegistered]).map_err(PipelineError::from)?;
+    if newest.is_none_or(|e| e.revision != revision) && driver.register(revision, vars)? {
+        publish(ctx, object, EventType::Normal, "RevisionRegistered", &format!("revision {revision}")).await;
+    }
+    let progress = read(driver.pipeline, driver.log.as_ref())?;
+    for (approved, gate) in approvals(object) {
+        if approved_already(&progress, &approved, &gate) {
+            continue;
+        }
+        match driver.approve(&approved, &gate) {
+            Ok(()) => {
+                publish(ctx, object, EventType::Normal, "Approved", &format!("revision {approved} at {gate}")).await
+            }
+            Err(PipelineError::Refused(why)) => publish(ctx, object, EventType::Warning, "ApprovalRefused", &why).await,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(driver.drive().await?)
+}
+
+/// `<revision> <stage/group>` lines of the approve annotation.
+fn approvals(object: &Pipeline) -> Vec<(String, String)> {
+    let text = object.annotations().get(APPROVE_ANNOTATION).cloned().unwrap_or_default();
+    text.lines()
+        .flat_map(|line| line.split(','))
+        .filter_map(|item| {
+            let mut words = item.split_whitespace();
+            Some((words.next()?.to_string(), words.next()?.to_string()))
+        })
+        .collect()
+}
+
+/// Whether the newest run of `revision` holds an approval at `gate` (a group, or a stage's
+/// first group).
+fn approved_already(progress: &Progress, revision: &str, gate: &str) -> bool {
+    progress.revision(revision).is_some_and(|r| {
+        progress
+            .approvals
+            .iter()
+            .any(|(at, id)| id == &r.id && (at == gate || at.split_once('/').map(|(s, _)| s) == Some(gate)))
+    })
+}
+
+fn through(progress: &Progress, revision: &str) -> bool {
+    progress.revision(revision).is_some_and(|r| r.ended == Some(Ended::Through))
+}
+
+fn through_in(status: &PipelineStatus, revision: &str) -> bool {
+    status.revisions.iter().any(|r| r.revision == revision && r.status == "through")
+}
+
+/// The status: the log's answers, bounded, and the conditions for the spec's revision.
+fn next_status(
+    pipeline: &spec::Pipeline,
+    driven: &Driven,
+    old: &PipelineStatus,
+    generation: Option<i64>,
+    revision: &str,
+    now: i64,
+    (selector, config_maps, entries): (String, u32, u64),
+) -> PipelineStatus {
+    let all = status(pipeline, &driven.progress, now);
+    let mut omitted = Vec::new();
+    let mut bounded = |what: &str, items: usize, shown: usize| {
+        if items > shown {
+            omitted.push(format!("{} {what}", items - shown));
+        }
+    };
+    bounded("nodes", all.nodes.len(), NODES_SHOWN);
+    bounded("revisions", all.revisions.len(), REVISIONS_SHOWN);
+    bounded("frontier steps", all.frontier.len(), FRONTIER_SHOWN);
+    let latest_through = all.nodes.first().and_then(|n| n.latest_through.clone());
+    let run = driven.progress.revision(revision);
+    let ready: Wanted = match run.map(|r| (r.ended.clone(), r)) {
+        Some((Some(Ended::Through), _)) => {
+            ("Ready", "True", "Through".into(), format!("revision {revision} is through every stage"))
+        }
+        Some((Some(Ended::Failed { step, message }), _)) => {
+            ("Ready", "False", "StepFailed".into(), format!("revision {revision} failed at {step}: {message}"))
+        }
+        Some((Some(Ended::Superseded { by }), _)) => {
+            ("Ready", "False", "Superseded".into(), format!("revision {revision} was superseded by {by}"))
+        }
+        Some((None, _)) if driven.interrupted => (
+            "Ready",
+            "False",
+            "Interrupted".into(),
+            "the controller stopped driving it; it goes on when one leads".into(),
+        ),
+        Some((None, r)) => {
+            let waiting = driven.waiting.iter().find(|s| s.revision == r.revision);
+            let message = match waiting.and_then(|s| s.decision.waits_for().map(|w| (s.step, w))) {
+                Some((step, waits)) => format!("{} waits for {waits}", pipeline.steps[step].id),
+                None => format!("revision {revision} is in progress"),
+            };
+            ("Ready", "False", "Progressing".into(), message)
+        }
+        None => ("Ready", "Unknown", "NotRegistered".into(), format!("revision {revision} is not registered")),
+    };
+    let newest_revisions = all.revisions.len().saturating_sub(REVISIONS_SHOWN);
+    PipelineStatus {
+        observed_generation: generation,
+        conditions: conditions(old, generation, now, ready, false),
+        revision: Some(revision.to_string()),
+        latest_through,
+        revisions: all.revisions[newest_revisions..].to_vec(),
+        nodes: all.nodes.into_iter().take(NODES_SHOWN).collect(),
+        frontier: all.frontier.into_iter().take(FRONTIER_SHOWN).collect(),
+        omitted: (!omitted.is_empty()).then(|| {
+            format!(
+                "{}: the whole log is in the ConfigMaps `kubectl get configmaps -l {selector}` lists",
+                omitted.join(", ")
+            )
+        }),
+        log: Some(LogStatus { selector, config_maps, entries }),
+    }
+}
+
+/// `Ready` as wanted, and `Stalled` (an invalid pipeline waits for its spec to change).
+fn conditions(
+    old: &PipelineStatus,
+    generation: Option<i64>,
+    now: i64,
+    ready: Wanted,
+    stalled: bool,
+) -> Vec<crate::crd::Condition> {
+    let now = format_time(now);
+    let stall: Wanted = match stalled {
+        true => ("Stalled", "True", ready.2.clone(), ready.3.clone()),
+        false => ("Stalled", "False", "Progressing".into(), String::new()),
+    };
+    [ready, stall].into_iter().map(|wanted| transition(&old.conditions, wanted, generation, &now)).collect()
+}
+
+async fn publish(ctx: &Context, object: &Pipeline, type_: EventType, reason: &str, note: &str) {
+    super::reconcile::publish_to(ctx, &object.object_ref(&()), type_, reason, "Drive", note).await;
+}

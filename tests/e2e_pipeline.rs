@@ -1,0 +1,238 @@
+//! A `Pipeline` object driven by the controller, end to end against a real API server (runs
+//! when `DEPLOYSTER_E2E_KUBECONFIG` names a kubeconfig; `.ci/run` starts `../shared/apiserver/`):
+//! its steps set the vars of Manifests of built-in types, which the same controller applies.
+#![cfg(feature = "kube")]
+
+mod support;
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::Value;
+use support::cluster::{Cluster, ControllerProcess, assert_api_calls_are_listed, wait_for};
+
+/// A Manifest of the built-in `file` type writing `<dir>/<target>.txt` with the version.
+fn app(name: &str, dir: &Path) -> String {
+    format!(
+        r#"apiVersion: deployster.io/v1alpha1
+kind: Manifest
+metadata: {{name: {name}}}
+spec:
+  interval: 1m
+  retryInterval: 1s
+  vars: {{version: none, dir: "{dir}"}}
+  resources:
+    version:
+      type: builtin/file
+      config:
+        path: "{{{{ dir }}}}/{name}.txt"
+        content: "{{{{ version }}}}"
+"#,
+        dir = dir.display()
+    )
+}
+
+const PIPELINE: &str = r#"apiVersion: deployster.io/v1alpha1
+kind: Pipeline
+metadata: {name: release}
+spec:
+  revision: "{{ version }}"
+  vars: {version: "1.0"}
+  stages:
+    - name: staging
+      targets: [{name: stg, manifest: "app-{{ pipeline.target }}"}]
+      steps: [deploy, test]
+      tests: {test: {manifest: "smoke-{{ pipeline.target }}"}}
+    - name: prod
+      groups:
+        - {name: onebox, targets: [{name: prod-a, manifest: "app-{{ pipeline.target }}"}]}
+        - {name: fleet, targets: [{name: prod-b, manifest: "app-{{ pipeline.target }}"}]}
+      steps: [deploy]
+      gates: {approval: [fleet]}
+"#;
+
+fn pipeline(cluster: &Cluster, name: &str) -> Value {
+    cluster.get(&["pipeline", name]).unwrap_or(Value::Null)
+}
+
+fn ready(cluster: &Cluster, name: &str) -> (String, String, String) {
+    let object = pipeline(cluster, name);
+    let ready =
+        object["status"]["conditions"].as_array().and_then(|c| c.iter().find(|c| c["type"] == "Ready")).cloned();
+    let field = |k: &str| ready.as_ref().and_then(|r| r[k].as_str()).unwrap_or_default().to_string();
+    (field("status"), field("reason"), field("message"))
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+/// Every entry of the Pipeline's log, from its ConfigMaps.
+fn log_entries(cluster: &Cluster, name: &str) -> Vec<Value> {
+    let selector = pipeline(cluster, name)["status"]["log"]["selector"].as_str().unwrap_or_default().to_string();
+    let list = cluster.get(&["configmaps", "-l", &selector]).unwrap();
+    let mut items: Vec<Value> = list["items"].as_array().cloned().unwrap_or_default();
+    items.sort_by_key(|c| {
+        c["metadata"]["name"].as_str().unwrap_or_default().rsplit('-').next().unwrap().parse::<u32>().unwrap()
+    });
+    items
+        .iter()
+        .flat_map(|c| {
+            c["data"]["entries"]
+                .as_str()
+                .unwrap_or_default()
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect::<Vec<Value>>()
+        })
+        .collect()
+}
+
+fn count(entries: &[Value], revision: &str, target: &str, event: &str) -> usize {
+    entries.iter().filter(|e| e["revision"] == revision && e["target"] == target && e["event"] == event).count()
+}
+
+/// Two revisions through staging (a deploy and a smoke test) and prod (a one-box, then an
+/// approval by annotation, then the fleet); a restart of the controller between them resumes
+/// from the log in ConfigMaps without running a succeeded step again; an approval that names
+/// nothing waiting is refused with an event.
+#[test]
+fn a_pipeline_takes_revisions_through_its_stages() {
+    let Some(cluster) = Cluster::new("pipeline") else { return };
+    let work = tempfile::tempdir().unwrap();
+    let out = work.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let args = ["--namespace", cluster.namespace.as_str()];
+    let mut controller = ControllerProcess::start(&cluster, work.path(), "controller", &args);
+    for name in ["app-stg", "smoke-stg", "app-prod-a", "app-prod-b"] {
+        cluster.apply_yaml(&app(name, &out));
+    }
+    cluster.apply_yaml(PIPELINE);
+
+    wait_for("revision 1.0 to wait for approval of prod/fleet", Duration::from_secs(120), || {
+        let (_, reason, message) = ready(&cluster, "release");
+        reason == "Progressing" && message.contains("approval of prod/fleet")
+    });
+    assert_eq!(read(&out.join("app-stg.txt")), "1.0");
+    assert_eq!(read(&out.join("smoke-stg.txt")), "1.0", "the test ran, with the revision's vars");
+    assert_eq!(read(&out.join("app-prod-a.txt")), "1.0");
+    assert_ne!(read(&out.join("app-prod-b.txt")), "1.0", "the fleet waits for its approval");
+    let manifest = cluster.get(&["manifest", "app-prod-a"]).unwrap();
+    assert_eq!(manifest["spec"]["vars"]["pipeline"]["stage"], "prod", "{manifest:#}");
+    assert_eq!(manifest["spec"]["vars"]["dir"], out.to_str().unwrap(), "the Manifest's own vars are kept");
+    let status = pipeline(&cluster, "release")["status"].clone();
+    let step = status["frontier"].as_array().unwrap().iter().find(|s| s["step"] == "prod/fleet/prod-b/deploy").cloned();
+    assert!(step.is_some_and(|s| s["waitsFor"].as_str().unwrap().contains("approval")), "{status:#}");
+
+    // An approval nothing waits for: refused, said in an event, and nothing recorded.
+    cluster.must(&cluster.ns(&["annotate", "pipeline", "release", "deployster.io/approve=9.9 prod/fleet"]));
+    wait_for("the ApprovalRefused event", Duration::from_secs(30), || {
+        cluster.event_reasons("release").iter().any(|r| r == "ApprovalRefused")
+    });
+    cluster.must(&cluster.ns(&[
+        "annotate",
+        "--overwrite",
+        "pipeline",
+        "release",
+        "deployster.io/approve=1.0 prod/fleet",
+    ]));
+    wait_for("revision 1.0 to be through", Duration::from_secs(120), || ready(&cluster, "release").1 == "Through");
+    assert_eq!(read(&out.join("app-prod-b.txt")), "1.0");
+    let status = pipeline(&cluster, "release")["status"].clone();
+    assert_eq!(status["latestThrough"], "1.0", "{status:#}");
+    let prod_b =
+        status["nodes"].as_array().unwrap().iter().find(|n| n["node"] == "prod/fleet/prod-b").cloned().unwrap();
+    assert_eq!(prod_b["current"], "1.0", "{status:#}");
+    assert!(cluster.event_reasons("release").iter().any(|r| r == "RevisionThrough"));
+
+    // Revision 2.0: through staging and the one-box, then the controller is killed and
+    // started again; it goes on from the log.
+    let patch = r#"{"spec":{"vars":{"version":"2.0"}}}"#;
+    cluster.must(&cluster.ns(&["patch", "pipeline", "release", "--type", "merge", "-p", patch]));
+    wait_for("revision 2.0 to wait for approval", Duration::from_secs(120), || {
+        let (_, reason, message) = ready(&cluster, "release");
+        pipeline(&cluster, "release")["status"]["revision"] == "2.0"
+            && reason == "Progressing"
+            && message.contains("approval of prod/fleet")
+    });
+    assert_eq!(read(&out.join("app-prod-a.txt")), "2.0");
+    controller.kill();
+    let mut controller = ControllerProcess::start(&cluster, work.path(), "controller-again", &args);
+    let approve = "deployster.io/approve=2.0 prod/fleet";
+    cluster.must(&cluster.ns(&["annotate", "--overwrite", "pipeline", "release", approve]));
+    wait_for("revision 2.0 to be through", Duration::from_secs(120), || {
+        let (status, reason, message) = ready(&cluster, "release");
+        status == "True" && reason == "Through" && message.contains("2.0")
+    });
+    assert_eq!(read(&out.join("app-prod-b.txt")), "2.0");
+    let entries = log_entries(&cluster, "release");
+    for step in
+        ["staging/all/stg/deploy", "staging/all/stg/test", "prod/onebox/prod-a/deploy", "prod/fleet/prod-b/deploy"]
+    {
+        for revision in ["1.0", "2.0"] {
+            let target = format!("pipeline/{step}");
+            assert_eq!(count(&entries, revision, &target, "step-started"), 1, "{revision} {step}: {entries:#?}");
+            assert_eq!(count(&entries, revision, &target, "step-succeeded"), 1, "{revision} {step}");
+        }
+    }
+    assert_eq!(count(&entries, "9.9", "pipeline/prod/fleet", "approved"), 0);
+    let log = pipeline(&cluster, "release")["status"]["log"].clone();
+    assert_eq!(log["entries"].as_u64(), Some(entries.len() as u64), "{log}");
+    assert_api_calls_are_listed(&controller);
+    controller.kill();
+}
+
+/// Bad input: a target naming no Manifest, and a cycle, are invalid (said on the object); a
+/// step whose Manifest fails stops its revision, with the Manifest's reason.
+#[test]
+fn a_bad_pipeline_is_reported_and_a_failed_step_stops_its_revision() {
+    let Some(cluster) = Cluster::new("pipeline-bad") else { return };
+    let work = tempfile::tempdir().unwrap();
+    let args = ["--namespace", cluster.namespace.as_str()];
+    let _controller = ControllerProcess::start(&cluster, work.path(), "controller", &args);
+    // A file where its directory should be: applying the Manifest fails.
+    let blocker = work.path().join("blocker");
+    std::fs::write(&blocker, "").unwrap();
+    cluster.apply_yaml(&app("broken", &blocker));
+    let missing = PIPELINE.replace("name: release", "name: missing").replace("app-{{ pipeline.target }}", "nope");
+    cluster.apply_yaml(&missing);
+    let cycle = r#"apiVersion: deployster.io/v1alpha1
+kind: Pipeline
+metadata: {name: cycle}
+spec:
+  revision: "1"
+  stages:
+    - {name: a, after: [b], targets: [{name: t, manifest: broken}], steps: [deploy]}
+    - {name: b, after: [a], targets: [{name: u, manifest: broken}], steps: [deploy]}
+"#;
+    cluster.apply_yaml(cycle);
+    let failing = r#"apiVersion: deployster.io/v1alpha1
+kind: Pipeline
+metadata: {name: failing}
+spec:
+  revision: "v{{ build }}"
+  vars: {build: 1}
+  stages:
+    - {name: only, targets: [{name: t, manifest: broken}], steps: [deploy]}
+"#;
+    cluster.apply_yaml(failing);
+
+    wait_for("the invalid pipelines to say why", Duration::from_secs(60), || {
+        ready(&cluster, "missing").1 == "InvalidPipeline" && ready(&cluster, "cycle").1 == "InvalidPipeline"
+    });
+    let (_, _, message) = ready(&cluster, "missing");
+    assert!(message.contains("stage `staging`, target `stg`") && message.contains("there is no Manifest"), "{message}");
+    assert!(message.contains(&format!("{}/nope", cluster.namespace)), "{message}");
+    let (_, _, message) = ready(&cluster, "cycle");
+    assert!(message.contains("the stages form a cycle: a → b → a"), "{message}");
+    assert!(cluster.event_reasons("cycle").iter().any(|r| r == "InvalidPipeline"));
+
+    wait_for("the failed step to stop its revision", Duration::from_secs(120), || {
+        ready(&cluster, "failing").1 == "StepFailed"
+    });
+    let (status, _, message) = ready(&cluster, "failing");
+    assert_eq!(status, "False");
+    assert!(message.contains("revision v1 failed at only/all/t/deploy"), "{message}");
+    assert!(message.contains(&format!("Manifest {}/broken", cluster.namespace)), "{message}");
+    assert!(cluster.event_reasons("failing").iter().any(|r| r == "StepFailed"));
+}
