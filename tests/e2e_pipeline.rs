@@ -236,3 +236,59 @@ spec:
     assert!(message.contains(&format!("Manifest {}/broken", cluster.namespace)), "{message}");
     assert!(cluster.event_reasons("failing").iter().any(|r| r == "StepFailed"));
 }
+
+/// The log in ConfigMaps, through the library: entries fill ConfigMaps in order and read back
+/// whole; a writer whose view is stale is refused and nothing of its append is kept; the
+/// kept logs notice another writer and read anew.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_log_fills_config_maps_in_order_and_refuses_a_stale_writer() {
+    use deployster::controller::pipelines::log::{ConfigMapLog, Logs};
+    use deployster::history::{Entry, Event, History};
+    let Some(cluster) = Cluster::new("pipeline-log") else { return };
+    cluster.apply_yaml(&PIPELINE.replace("name: release", "name: logged"));
+    let kubeconfig = kube::config::Kubeconfig::read_from(&cluster.kubeconfig).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await.unwrap();
+    let client = deployster::controller::connect(config).unwrap();
+    let api: kube::Api<deployster::crd::pipeline::Pipeline> = kube::Api::namespaced(client.clone(), &cluster.namespace);
+    let object = api.get("logged").await.unwrap();
+
+    let log = ConfigMapLog::open(client.clone(), &object).await.unwrap().with_chunk_bytes(2048);
+    let stale = ConfigMapLog::open(client.clone(), &object).await.unwrap();
+    let logs = Logs::default();
+    let kept = logs.get(client.clone(), &object).await.unwrap();
+    let entry = |i: usize| Entry {
+        id: "run".into(),
+        target: format!("pipeline/staging/all/stg/step-{i}"),
+        revision: "1.0".into(),
+        event: Event::StepSucceeded,
+        at: i as i64,
+        detail: serde_json::json!({"i": i}),
+    };
+    let written: Vec<Entry> = (0..60).map(entry).collect();
+    for chunk in written.chunks(3) {
+        log.append(chunk).unwrap();
+    }
+    let (selector, config_maps, entries) = log.where_kept();
+    assert!(config_maps >= 4, "{config_maps} ConfigMaps of at most 2 KiB each");
+    assert_eq!(entries, 60);
+    let listed = cluster.get(&["configmaps", "-l", &selector]).unwrap();
+    let owners = listed["items"][0]["metadata"]["ownerReferences"][0].clone();
+    assert_eq!((owners["kind"].as_str(), owners["name"].as_str()), (Some("Pipeline"), Some("logged")), "{owners}");
+
+    let read = ConfigMapLog::open(client.clone(), &object).await.unwrap();
+    let mut back = read.recent("", usize::MAX).unwrap();
+    back.reverse();
+    assert_eq!(back, written, "read back whole and in order");
+
+    let refused = stale.append(&[entry(99)]).unwrap_err().to_string();
+    assert!(refused.contains("another writer changed the log"), "{refused}");
+    let read = ConfigMapLog::open(client.clone(), &object).await.unwrap();
+    assert_eq!(read.recent("", usize::MAX).unwrap().len(), 60, "nothing of the stale append was kept");
+
+    // The kept log was opened before the 60 were written: it is read anew.
+    let again = logs.get(client.clone(), &object).await.unwrap();
+    assert!(!std::sync::Arc::ptr_eq(&kept, &again));
+    assert_eq!(again.recent("", usize::MAX).unwrap().len(), 60);
+    let same = logs.get(client, &object).await.unwrap();
+    assert!(std::sync::Arc::ptr_eq(&again, &same), "unchanged, it is kept");
+}

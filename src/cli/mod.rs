@@ -320,6 +320,9 @@ pub struct ControllerArgs {
     /// Deployment-log entries kept on each object's status.
     #[arg(long, value_name = "N", default_value_t = 50)]
     pub history_limit: usize,
+    /// How long a Pipeline's step waits for its Manifest to be Ready before it fails.
+    #[arg(long, value_name = "DURATION", default_value = "30m", value_parser = humantime::parse_duration)]
+    pub pipeline_step_timeout: Duration,
     /// Where plugs are materialized [default: a directory under the system's temporary directory].
     #[arg(long, value_name = "DIR")]
     pub plug_dir: Option<PathBuf>,
@@ -813,6 +816,7 @@ async fn controller(args: ControllerArgs) -> Result<Exit, CliError> {
     let settings = Settings {
         allow_local_programs: args.allow_local_programs,
         history_limit: args.history_limit,
+        pipeline_step_timeout: args.pipeline_step_timeout,
         plug_root: args.plug_dir.unwrap_or(defaults.plug_root),
         parallelism: usize::from(args.parallelism),
         timeouts: args.timeouts.timeouts(),

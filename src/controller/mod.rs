@@ -61,6 +61,8 @@ pub struct Settings {
     pub allow_local_programs: bool,
     /// How many deployment-log entries each object keeps in `status.history`.
     pub history_limit: usize,
+    /// How long a Pipeline's step waits for its Manifest to be Ready.
+    pub pipeline_step_timeout: Duration,
     /// Where plugs are materialized (one directory per object).
     pub plug_root: PathBuf,
     /// Programs run at once within one pass.
@@ -76,6 +78,7 @@ impl Default for Settings {
         Self {
             allow_local_programs: false,
             history_limit: 50,
+            pipeline_step_timeout: Duration::from_secs(30 * 60),
             plug_root: std::env::temp_dir().join("deployster-controller"),
             parallelism: 4,
             timeouts: crate::engine::context::Timeouts::default(),

@@ -41,6 +41,7 @@ pub struct ConfigMapLog {
     newest: Mutex<Option<Newest>>,
     chunks: Mutex<u32>,
     count: Mutex<u64>,
+    chunk_bytes: usize,
 }
 
 impl ConfigMapLog {
@@ -93,7 +94,14 @@ impl ConfigMapLog {
             newest: Mutex::new(newest),
             chunks: Mutex::new(chunks.len() as u32),
             count: Mutex::new(count),
+            chunk_bytes: CHUNK_BYTES,
         })
+    }
+
+    /// Starts a new ConfigMap past `bytes` rather than [`CHUNK_BYTES`] (tests).
+    pub fn with_chunk_bytes(mut self, bytes: usize) -> Self {
+        self.chunk_bytes = bytes;
+        self
     }
 
     /// The label selector of its ConfigMaps, how many there are, and how many entries.
@@ -109,7 +117,7 @@ impl ConfigMapLog {
         let newest = self.newest.lock().expect("log lock").clone();
         let shown = |name: &str| format!("ConfigMap {}/{name}", self.namespace);
         let written = match newest {
-            Some(mut newest) if newest.text.len() + lines.len() <= CHUNK_BYTES || newest.text.is_empty() => {
+            Some(mut newest) if newest.text.len() + lines.len() <= self.chunk_bytes || newest.text.is_empty() => {
                 newest.text.push_str(&lines);
                 let mut config_map = self.chunk(&newest);
                 config_map.metadata.resource_version = newest.resource_version.clone();

@@ -39,15 +39,13 @@ const FRONTIER_SHOWN: usize = 50;
 /// What drives Pipelines besides the Manifest controller's context.
 pub struct Pipelines {
     pub logs: log::Logs,
-    /// How long a step waits for its Manifest to be Ready.
-    pub step_timeout: Duration,
     /// How often a running step looks at its Manifest, and a waiting pipeline at its gates.
     pub poll: Duration,
 }
 
 impl Default for Pipelines {
     fn default() -> Self {
-        Self { logs: log::Logs::default(), step_timeout: Duration::from_secs(30 * 60), poll: Duration::from_secs(2) }
+        Self { logs: log::Logs::default(), poll: Duration::from_secs(2) }
     }
 }
 
@@ -121,7 +119,7 @@ pub async fn reconcile(object: Arc<Pipeline>, ctx: Arc<Context>) -> Result<Actio
     let runner = Arc::new(steps::ManifestSteps {
         client: ctx.client.clone(),
         namespace: namespace.clone(),
-        timeout: pipelines.step_timeout,
+        timeout: ctx.settings.pipeline_step_timeout,
         poll: pipelines.poll,
         cancel: term.clone(),
     });
@@ -303,4 +301,57 @@ fn conditions(
 
 async fn publish(ctx: &Context, object: &Pipeline, type_: EventType, reason: &str, note: &str) {
     super::reconcile::publish_to(ctx, &object.object_ref(&()), type_, reason, "Drive", note).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::{Condition, ManifestStatus};
+
+    fn manifest(status: &str, reason: &str, observed: i64) -> Manifest {
+        let ready = Condition {
+            type_: "Ready".into(),
+            status: status.into(),
+            reason: reason.into(),
+            message: "why".into(),
+            observed_generation: Some(observed),
+            ..Default::default()
+        };
+        let mut m = Manifest::new("app", Default::default());
+        m.status = Some(ManifestStatus { conditions: vec![ready], ..Default::default() });
+        m
+    }
+
+    #[test]
+    fn a_step_s_result_is_the_manifest_s_ready_condition_at_its_generation() {
+        use steps::{Outcome, outcome};
+        assert_eq!(outcome(&manifest("True", "Applied", 3), 3), Outcome::Ready);
+        assert_eq!(outcome(&manifest("True", "Applied", 2), 3), Outcome::Pending, "an older generation says nothing");
+        assert_eq!(outcome(&manifest("False", "ProgramFailed", 3), 3), Outcome::Failed("ProgramFailed: why".into()));
+        assert_eq!(outcome(&manifest("False", "AwaitingApproval", 3), 3), Outcome::Pending);
+        assert_eq!(outcome(&manifest("Unknown", "Suspended", 4), 3), Outcome::Pending);
+        assert_eq!(outcome(&Manifest::new("app", Default::default()), 1), Outcome::Pending);
+    }
+
+    #[test]
+    fn approvals_are_lines_or_commas_of_revision_and_gate() {
+        let mut object = Pipeline::new("p", Default::default());
+        object.metadata.annotations =
+            Some([(APPROVE_ANNOTATION.into(), "1.0 prod/fleet\n2.0 prod, 3.0\n\n".into())].into());
+        assert_eq!(approvals(&object), [("1.0".into(), "prod/fleet".into()), ("2.0".into(), "prod".into())]);
+    }
+
+    #[test]
+    fn targets_name_manifests_of_the_namespace_by_template() {
+        let objects =
+            ManifestObjects { namespace: "ns".into(), names: ["app-stg".to_string(), "smoke".to_string()].into() };
+        let target = TargetSpec { name: "stg".into(), manifest: "app-{{ pipeline.target }}".into(), vars: Map::new() };
+        let written = Path::new("app-{{ pipeline.target }}");
+        assert_eq!(objects.resolve(written, "staging", &target, "t"), Ok(PathBuf::from("app-stg")));
+        let missing =
+            objects.resolve(Path::new("app-{{ pipeline.stage }}"), "staging", &target, "stage `s`, target `stg`");
+        assert_eq!(missing, Err("stage `s`, target `stg`: there is no Manifest ns/app-staging".into()));
+        let bad = objects.resolve(Path::new("app-{{ "), "staging", &target, "t").unwrap_err();
+        assert!(bad.starts_with("t: manifest `app-{{ `:"), "{bad}");
+    }
 }
