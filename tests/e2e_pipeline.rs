@@ -11,45 +11,25 @@ use std::time::Duration;
 use serde_json::Value;
 use support::cluster::{Cluster, ControllerProcess, assert_api_calls_are_listed, wait_for};
 
-/// A Manifest of the built-in `file` type writing `<dir>/<target>.txt` with the version.
-fn app(name: &str, dir: &Path) -> String {
-    format!(
-        r#"apiVersion: deployster.io/v1alpha1
-kind: Manifest
-metadata: {{name: {name}}}
-spec:
-  interval: 1m
-  retryInterval: 1s
-  vars: {{version: none, dir: "{dir}"}}
-  resources:
-    version:
-      type: builtin/file
-      config:
-        path: "{{{{ dir }}}}/{name}.txt"
-        content: "{{{{ version }}}}"
-"#,
-        dir = dir.display()
-    )
+/// `examples/pipeline/k8s.yaml`, its files in `dir`: four Manifests of the built-in `file`
+/// type (each writes `<dir>/<its name>.txt` with the version), and the Pipeline `release`.
+fn example(dir: &Path) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/pipeline/k8s.yaml");
+    std::fs::read_to_string(path).unwrap().replace("/tmp/deployster-pipeline-demo", dir.to_str().unwrap())
 }
 
-const PIPELINE: &str = r#"apiVersion: deployster.io/v1alpha1
-kind: Pipeline
-metadata: {name: release}
-spec:
-  revision: "{{ version }}"
-  vars: {version: "1.0"}
-  stages:
-    - name: staging
-      targets: [{name: stg, manifest: "app-{{ pipeline.target }}"}]
-      steps: [deploy, test]
-      tests: {test: {manifest: "smoke-{{ pipeline.target }}"}}
-    - name: prod
-      groups:
-        - {name: onebox, targets: [{name: prod-a, manifest: "app-{{ pipeline.target }}"}]}
-        - {name: fleet, targets: [{name: prod-b, manifest: "app-{{ pipeline.target }}"}]}
-      steps: [deploy]
-      gates: {approval: [fleet]}
-"#;
+/// The example's Pipeline alone.
+fn pipeline_document() -> String {
+    let example = example(Path::new("/unused"));
+    example.split("\n---\n").find(|d| d.contains("kind: Pipeline")).unwrap().to_string()
+}
+
+/// A Manifest of the built-in `file` type writing `<dir>/<name>.txt` with the version.
+fn app(name: &str, dir: &Path) -> String {
+    let example = example(dir);
+    let document = example.split("\n---\n").find(|d| d.contains("name: app-stg}")).unwrap();
+    document.replace("app-stg", name)
+}
 
 fn pipeline(cluster: &Cluster, name: &str) -> Value {
     cluster.get(&["pipeline", name]).unwrap_or(Value::Null)
@@ -104,10 +84,7 @@ fn a_pipeline_takes_revisions_through_its_stages() {
     std::fs::create_dir_all(&out).unwrap();
     let args = ["--namespace", cluster.namespace.as_str()];
     let mut controller = ControllerProcess::start(&cluster, work.path(), "controller", &args);
-    for name in ["app-stg", "smoke-stg", "app-prod-a", "app-prod-b"] {
-        cluster.apply_yaml(&app(name, &out));
-    }
-    cluster.apply_yaml(PIPELINE);
+    cluster.apply_yaml(&example(&out));
 
     wait_for("revision 1.0 to wait for approval of prod/fleet", Duration::from_secs(120), || {
         let (_, reason, message) = ready(&cluster, "release");
@@ -194,7 +171,8 @@ fn a_bad_pipeline_is_reported_and_a_failed_step_stops_its_revision() {
     let blocker = work.path().join("blocker");
     std::fs::write(&blocker, "").unwrap();
     cluster.apply_yaml(&app("broken", &blocker));
-    let missing = PIPELINE.replace("name: release", "name: missing").replace("app-{{ pipeline.target }}", "nope");
+    let missing =
+        pipeline_document().replace("name: release", "name: missing").replace("app-{{ pipeline.target }}", "nope");
     cluster.apply_yaml(&missing);
     let cycle = r#"apiVersion: deployster.io/v1alpha1
 kind: Pipeline
@@ -216,6 +194,11 @@ spec:
     - {name: only, targets: [{name: t, manifest: broken}], steps: [deploy]}
 "#;
     cluster.apply_yaml(failing);
+    // A stage that requires an artifact waits for it; registered by annotation, it goes on.
+    let needs = failing
+        .replace("name: failing", "name: needs")
+        .replace("steps: [deploy]}", "steps: [deploy], requires: [amd64]}");
+    cluster.apply_yaml(&needs);
 
     wait_for("the invalid pipelines to say why", Duration::from_secs(60), || {
         ready(&cluster, "missing").1 == "InvalidPipeline" && ready(&cluster, "cycle").1 == "InvalidPipeline"
@@ -226,6 +209,20 @@ spec:
     let (_, _, message) = ready(&cluster, "cycle");
     assert!(message.contains("the stages form a cycle: a → b → a"), "{message}");
     assert!(cluster.event_reasons("cycle").iter().any(|r| r == "InvalidPipeline"));
+
+    wait_for("the stage to wait for its artifact", Duration::from_secs(60), || {
+        ready(&cluster, "needs").2.contains("artifacts not yet registered: amd64")
+    });
+    let register = "deployster.io/register=v1 only amd64, v1 nope amd64";
+    cluster.must(&cluster.ns(&["annotate", "pipeline", "needs", register]));
+    wait_for("the registered artifact to let it run", Duration::from_secs(120), || {
+        ready(&cluster, "needs").1 == "StepFailed"
+    });
+    let reasons = cluster.event_reasons("needs");
+    assert!(
+        reasons.iter().any(|r| r == "ArtifactRegistered") && reasons.iter().any(|r| r == "RegisterRefused"),
+        "{reasons:?}"
+    );
 
     wait_for("the failed step to stop its revision", Duration::from_secs(120), || {
         ready(&cluster, "failing").1 == "StepFailed"
@@ -245,7 +242,7 @@ async fn the_log_fills_config_maps_in_order_and_refuses_a_stale_writer() {
     use deployster::controller::pipelines::log::{ConfigMapLog, Logs};
     use deployster::history::{Entry, Event, History};
     let Some(cluster) = Cluster::new("pipeline-log") else { return };
-    cluster.apply_yaml(&PIPELINE.replace("name: release", "name: logged"));
+    cluster.apply_yaml(&pipeline_document().replace("name: release", "name: logged"));
     let kubeconfig = kube::config::Kubeconfig::read_from(&cluster.kubeconfig).unwrap();
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await.unwrap();
     let client = deployster::controller::connect(config).unwrap();

@@ -15,6 +15,10 @@ use crate::pipeline::query::{FrontierStep, NodeStatus, RevisionStatus};
 /// <stage>`), each recorded once, while a step of that revision waits for it.
 pub const APPROVE_ANNOTATION: &str = "deployster.io/approve";
 
+/// The annotation that registers artifacts a stage `requires`: lines of `<revision> <stage>
+/// <artifact>`, each recorded once (what `deployster pipeline register` does for a file).
+pub const REGISTER_ANNOTATION: &str = "deployster.io/register";
+
 /// A pipeline: revisions (`spec.revision` rendered over `spec.vars`) progress through its
 /// stages, groups and steps; each step deploys or tests a Manifest of the namespace.
 #[allow(clippy::duplicated_attributes)]

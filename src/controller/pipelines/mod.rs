@@ -23,7 +23,7 @@ use serde_json::{Map, Value, json};
 use super::status::{Wanted, transition};
 use super::{Context, Error};
 use crate::crd::Manifest;
-use crate::crd::pipeline::{APPROVE_ANNOTATION, LogStatus, Pipeline, PipelineStatus};
+use crate::crd::pipeline::{APPROVE_ANNOTATION, LogStatus, Pipeline, PipelineStatus, REGISTER_ANNOTATION};
 use crate::history::{Event, History, format_time};
 use crate::pipeline::PipelineError;
 use crate::pipeline::drive::{Driven, Driver, read};
@@ -170,7 +170,24 @@ async fn drive(
         publish(ctx, object, EventType::Normal, "RevisionRegistered", &format!("revision {revision}")).await;
     }
     let progress = read(driver.pipeline, driver.log.as_ref())?;
-    for (approved, gate) in approvals(object) {
+    for words in annotated(object, REGISTER_ANNOTATION, 3) {
+        let [registered, stage, artifact] = [&words[0], &words[1], &words[2]];
+        let have = progress.revision(registered).and_then(|r| progress.artifacts.get(&(stage.clone(), r.id.clone())));
+        if have.is_some_and(|a| a.contains(artifact)) {
+            continue;
+        }
+        match driver.register_artifact(registered, stage, artifact) {
+            Ok(()) => {
+                let note = format!("artifact {artifact} of revision {registered} for stage {stage}");
+                publish(ctx, object, EventType::Normal, "ArtifactRegistered", &note).await
+            }
+            Err(PipelineError::Refused(why)) => publish(ctx, object, EventType::Warning, "RegisterRefused", &why).await,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let progress = read(driver.pipeline, driver.log.as_ref())?;
+    for words in annotated(object, APPROVE_ANNOTATION, 2) {
+        let (approved, gate) = (words[0].clone(), words[1].clone());
         if approved_already(&progress, &approved, &gate) {
             continue;
         }
@@ -185,15 +202,14 @@ async fn drive(
     Ok(driver.drive().await?)
 }
 
-/// `<revision> <stage/group>` lines of the approve annotation.
-fn approvals(object: &Pipeline) -> Vec<(String, String)> {
-    let text = object.annotations().get(APPROVE_ANNOTATION).cloned().unwrap_or_default();
+/// The items of annotation `key` — lines, or commas — of `words` words each (others are
+/// ignored: `<revision> <stage/group>` approves, `<revision> <stage> <artifact>` registers).
+fn annotated(object: &Pipeline, key: &str, words: usize) -> Vec<Vec<String>> {
+    let text = object.annotations().get(key).cloned().unwrap_or_default();
     text.lines()
         .flat_map(|line| line.split(','))
-        .filter_map(|item| {
-            let mut words = item.split_whitespace();
-            Some((words.next()?.to_string(), words.next()?.to_string()))
-        })
+        .map(|item| item.split_whitespace().map(str::to_string).collect::<Vec<_>>())
+        .filter(|item| item.len() == words)
         .collect()
 }
 
@@ -334,11 +350,16 @@ mod tests {
     }
 
     #[test]
-    fn approvals_are_lines_or_commas_of_revision_and_gate() {
+    fn annotations_are_lines_or_commas_of_words() {
         let mut object = Pipeline::new("p", Default::default());
-        object.metadata.annotations =
-            Some([(APPROVE_ANNOTATION.into(), "1.0 prod/fleet\n2.0 prod, 3.0\n\n".into())].into());
-        assert_eq!(approvals(&object), [("1.0".into(), "prod/fleet".into()), ("2.0".into(), "prod".into())]);
+        let approve = "1.0 prod/fleet\n2.0 prod, 3.0\n\n4.0 a b";
+        let register = "1.0 build amd64, 1.0 build";
+        object.metadata.annotations = Some(
+            [(APPROVE_ANNOTATION.to_string(), approve.to_string()), (REGISTER_ANNOTATION.into(), register.into())]
+                .into(),
+        );
+        assert_eq!(annotated(&object, APPROVE_ANNOTATION, 2), [vec!["1.0", "prod/fleet"], vec!["2.0", "prod"]]);
+        assert_eq!(annotated(&object, REGISTER_ANNOTATION, 3), [vec!["1.0", "build", "amd64"]]);
     }
 
     #[test]
