@@ -100,6 +100,9 @@ fn a_pipeline_takes_revisions_through_its_stages() {
     let status = pipeline(&cluster, "release")["status"].clone();
     let step = status["frontier"].as_array().unwrap().iter().find(|s| s["step"] == "prod/fleet/prod-b/deploy").cloned();
     assert!(step.is_some_and(|s| s["waitsFor"].as_str().unwrap().contains("approval")), "{status:#}");
+    let (health, message) = support::argocd_health(&pipeline(&cluster, "release"));
+    assert_eq!(health, "Progressing", "Argo CD's view: {message}");
+    assert!(message.contains("approval of prod/fleet"), "{message}");
 
     // An approval nothing waits for: refused, said in an event, and nothing recorded.
     cluster.must(&cluster.ns(&["annotate", "pipeline", "release", "deployster.io/approve=9.9 prod/fleet"]));
@@ -121,6 +124,7 @@ fn a_pipeline_takes_revisions_through_its_stages() {
         status["nodes"].as_array().unwrap().iter().find(|n| n["node"] == "prod/fleet/prod-b").cloned().unwrap();
     assert_eq!(prod_b["current"], "1.0", "{status:#}");
     assert!(cluster.event_reasons("release").iter().any(|r| r == "RevisionThrough"));
+    assert_eq!(support::argocd_health(&pipeline(&cluster, "release")).0, "Healthy");
 
     // Revision 2.0: through staging and the one-box, then the controller is killed and
     // started again; it goes on from the log.
@@ -209,6 +213,7 @@ spec:
     let (_, _, message) = ready(&cluster, "cycle");
     assert!(message.contains("the stages form a cycle: a → b → a"), "{message}");
     assert!(cluster.event_reasons("cycle").iter().any(|r| r == "InvalidPipeline"));
+    assert_eq!(support::argocd_health(&pipeline(&cluster, "cycle")).0, "Degraded");
 
     wait_for("the stage to wait for its artifact", Duration::from_secs(60), || {
         ready(&cluster, "needs").2.contains("artifacts not yet registered: amd64")
@@ -232,6 +237,7 @@ spec:
     assert!(message.contains("revision v1 failed at only/all/t/deploy"), "{message}");
     assert!(message.contains(&format!("Manifest {}/broken", cluster.namespace)), "{message}");
     assert!(cluster.event_reasons("failing").iter().any(|r| r == "StepFailed"));
+    assert_eq!(support::argocd_health(&pipeline(&cluster, "failing")), ("Degraded".into(), message));
 }
 
 /// The log in ConfigMaps, through the library: entries fill ConfigMaps in order and read back

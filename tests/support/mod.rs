@@ -267,9 +267,12 @@ pub fn on_terminal(ws: &Workspace, args: &[&str], answer: impl Fn(&str) -> &'sta
 /// The Argo CD health check the chart ships, run by `lua5.4` on `object` as Argo CD runs it (the
 /// object as a Lua table named `obj`): its (status, message).
 pub fn argocd_health(object: &Value) -> (String, String) {
-    let script =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/charts/deployster/health/argocd-health.lua"))
-            .expect("the chart's health check");
+    let file = match object["kind"].as_str() {
+        Some("Pipeline") => "argocd-health-pipeline.lua",
+        _ => "argocd-health.lua",
+    };
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("charts/deployster/health").join(file);
+    let script = std::fs::read_to_string(path).expect("the chart's health check");
     let program = format!(
         "local obj = {}\nlocal function health(obj)\n{script}\nend\nlocal hs = health(obj)\nio.write(hs.status, \"\\n\", hs.message)\n",
         lua_literal(object)
