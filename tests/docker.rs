@@ -609,3 +609,39 @@ fn a_signal_leaves_no_container_and_no_sandbox_behind() {
     let log = ws.run(&["history", "--output", "json"]).json();
     assert_eq!(log["in_progress"], serde_json::json!([]), "{log}");
 }
+
+/// `pipeline run` runs a step's image types on Docker, as `apply` does: a stage whose target is
+/// the built-in `file` type's image, writing through a plug.
+#[test]
+fn a_pipeline_step_runs_image_types_in_containers() {
+    let _env = docker_or_skip!();
+    let ws = Workspace::new();
+    std::fs::create_dir_all(ws.path("out")).unwrap();
+    ws.write(
+        "app.yaml",
+        &format!(
+            r#"
+plugs:
+  files: {{ path: ./out }}
+resources:
+  version:
+    type: {FILE_IMAGE}
+    config: {{ path: "{{{{ pipeline.target }}}}.txt", content: "{{{{ version }}}}" }}
+"#
+        ),
+    );
+    ws.write(
+        "pipeline.yaml",
+        r#"
+revision: "{{ version }}"
+stages:
+  - name: staging
+    targets: [{name: stg, manifest: app.yaml}]
+    steps: [deploy]
+"#,
+    );
+    let run = ws.run(&["pipeline", "run", "-f", "pipeline.yaml", "--var", "version=1.2", "--pull", "never"]);
+    assert_eq!(run.code, 0, "{}", run.all());
+    assert_eq!(ws.read("out/stg.txt"), "1.2", "the container wrote through its plug");
+    assert!(run.all().contains("staging/all/stg/deploy: succeeded"), "{}", run.all());
+}

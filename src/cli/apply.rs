@@ -249,7 +249,9 @@ pub(super) async fn plan(args: PlanArgs) -> Result<Exit, CliError> {
     let state = State::open(manifest, false, &progress)?;
     let stop = stop_on_signals(progress.clone(), Cancel::AtOnce)?;
     let saved = Saved { out: args.out.clone(), expected: None };
-    Ok(pass(manifest, None, saved, &progress, &state, executor(manifest).await?, &stop, Default::default()).await?.0)
+    Ok(pass(manifest, None, saved, &progress, &state, executor(&manifest.images).await?, &stop, Default::default())
+        .await?
+        .0)
 }
 
 pub(super) async fn apply(mut args: ApplyArgs) -> Result<Exit, CliError> {
@@ -275,6 +277,6 @@ pub(super) async fn apply(mut args: ApplyArgs) -> Result<Exit, CliError> {
     let state = State::open(manifest, true, &progress)?;
     let stop = stop_on_signals(progress.clone(), Cancel::AtOnce)?;
     let saved = Saved { out: None, expected };
-    let executor = executor(manifest).await?;
+    let executor = executor(&manifest.images).await?;
     Ok(pass(manifest, Some(confirm), saved, &progress, &state, executor, &stop, Default::default()).await?.0)
 }

@@ -218,7 +218,7 @@ async fn live(args: &GraphArgs, manifest: ValidatedManifest) -> Result<Vec<Strin
     let options = RunOptions { timeouts: args.manifest.timeouts.timeouts(), ..RunOptions::default() };
     let passed = Pass {
         manifest: Arc::new(manifest),
-        executor: executor(&args.manifest).await?,
+        executor: executor(&args.manifest.images).await?,
         log: state.log.clone(),
         mode: Mode::Plan,
         options,
@@ -245,7 +245,8 @@ pub(super) async fn graph(args: GraphArgs) -> Result<Exit, CliError> {
     #[cfg(feature = "kube")]
     let graph = match &args.object {
         Some(name) => {
-            let (obj, _, qualified) = super::approve::fetch(name, args.manifest.pods.namespace.as_deref()).await?;
+            let (obj, _, qualified) =
+                super::approve::fetch(name, args.manifest.images.pods.namespace.as_deref()).await?;
             Some(Graph::of_object(qualified, &obj))
         }
         None => None,

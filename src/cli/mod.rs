@@ -131,6 +131,13 @@ pub struct ManifestArgs {
     /// Where the deployment log lives [default: .deployster beside the manifest].
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub images: ImageArgs,
+}
+
+/// Where resource types that are images run.
+#[derive(Debug, Args)]
+pub struct ImageArgs {
     #[cfg(feature = "docker")]
     #[command(flatten)]
     pub docker: DockerArgs,
@@ -688,7 +695,7 @@ pub enum CrdKind {
 
 /// The executor the CLI uses: local programs and built-ins as processes, images as Docker
 /// containers (connected to only when a manifest uses one) or as Pods (`--executor pod`).
-async fn executor(args: &ManifestArgs) -> Result<Arc<dyn Executor>, CliError> {
+pub(super) async fn executor(args: &ImageArgs) -> Result<Arc<dyn Executor>, CliError> {
     #[cfg(feature = "kube")]
     let cluster =
         crate::kubernetes::Kubeconfig { file: args.pods.kubeconfig.clone(), context: args.pods.context.clone() };
@@ -731,7 +738,7 @@ fn local_executor() -> Result<Arc<dyn Executor>, CliError> {
     }
 }
 
-async fn image_executor(args: &ManifestArgs) -> Result<Option<Arc<dyn Executor>>, CliError> {
+async fn image_executor(args: &ImageArgs) -> Result<Option<Arc<dyn Executor>>, CliError> {
     #[cfg(feature = "kube")]
     if args.pods.executor == ExecutorArg::Pod {
         return Ok(Some(pod_executor(&args.pods).await?));

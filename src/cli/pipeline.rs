@@ -35,7 +35,7 @@ pub enum PipelineCommand {
     /// Register a revision when vars are given, then drive every revision in flight until each
     /// is through, failed, or waiting on a gate (exit 0; 1 when a step failed; 2 for an
     /// invalid pipeline). A later `run` goes on from the log.
-    Run(VarsArgs),
+    Run(RunArgs),
     /// Approve the gate before a group (`stage/group`, or a stage) for a revision waiting there.
     Approve {
         #[command(flatten)]
@@ -89,6 +89,15 @@ pub struct VarsArgs {
     pub vars: Vec<VarSource>,
 }
 
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub vars: VarsArgs,
+    /// Where the steps' image types run (`--executor docker|pod`), as for `apply`.
+    #[command(flatten)]
+    pub images: super::ImageArgs,
+}
+
 impl FileArgs {
     fn state_dir(&self, pipeline: &Pipeline) -> PathBuf {
         self.state_dir.clone().unwrap_or_else(|| {
@@ -115,7 +124,7 @@ fn vars_of(pipeline: &Pipeline, sources: &[VarSource]) -> Result<Map<String, Val
 
 pub(super) async fn pipeline(args: PipelineArgs) -> Result<Exit, CliError> {
     let file = match &args.command {
-        PipelineCommand::Start(a) | PipelineCommand::Run(a) => &a.file,
+        PipelineCommand::Start(a) | PipelineCommand::Run(RunArgs { vars: a, .. }) => &a.file,
         PipelineCommand::Approve { file, .. }
         | PipelineCommand::Register { file, .. }
         | PipelineCommand::Status(file)
@@ -151,7 +160,11 @@ pub(super) async fn pipeline(args: PipelineArgs) -> Result<Exit, CliError> {
         pipeline: &pipeline,
         log: log.clone(),
         runner: Arc::new(Passes {
-            executor: super::executor_with(None, Default::default())?,
+            executor: match &args.command {
+                // Only a run runs steps: Docker and the cluster are reached when a step needs one.
+                PipelineCommand::Run(a) => super::executor(&a.images).await?,
+                _ => super::executor_with(None, Default::default())?,
+            },
             cancel: stop.now.clone(),
         }),
         now: &now,
@@ -172,7 +185,7 @@ pub(super) async fn pipeline(args: PipelineArgs) -> Result<Exit, CliError> {
             }
             Ok(Exit::Ok)
         }
-        PipelineCommand::Run(a) => {
+        PipelineCommand::Run(RunArgs { vars: a, .. }) => {
             if !a.vars.is_empty() {
                 let vars = vars_of(&pipeline, &a.vars)?;
                 let revision = pipeline.revision_of(&vars)?;

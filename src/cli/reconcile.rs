@@ -120,7 +120,7 @@ pub(super) async fn reconcile(args: ReconcileArgs) -> Result<Exit, CliError> {
     }
     let progress = Progress::new(args.manifest.output);
     let state = State::open(&args.manifest, true, &progress)?;
-    let executor = args.budget.wrap(executor(&args.manifest).await?);
+    let executor = args.budget.wrap(executor(&args.manifest.images).await?);
     let stop = stop_on_signals(progress.clone(), Cancel::OnSecondSignal)?;
     let mut schedule = Schedule::new(args.interval, max_interval);
     let mut last = Exit::Ok;
