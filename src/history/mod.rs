@@ -86,6 +86,9 @@ pub enum Event {
     /// The pipeline first holds this step; `detail.underWay` lists the revisions already under
     /// way, which skip it.
     StepIntroduced,
+    /// The pipeline no longer holds this step (it was removed from the document); added back,
+    /// it is introduced again.
+    StepWithdrawn,
     PipelineStarted,
     PipelineFinishedSuccessfully,
     PipelineFailed,

@@ -268,28 +268,30 @@ impl Driver<'_> {
         self.runner.run(job).await
     }
 
-    /// Steps the pipeline holds for the first time: recorded, with the runs already under way
-    /// (they skip them).
+    /// Steps the pipeline holds for the first time (or again): recorded, with the runs already
+    /// under way (they skip them); and steps it no longer holds, recorded as withdrawn, so that
+    /// one added back is introduced anew.
     fn introduce(&self, progress: &mut Progress) -> Result<(), PipelineError> {
         // The first drive of a pipeline introduces every step: nothing was under way before it.
-        let under_way: Vec<String> = match progress.introduced.is_empty() {
-            true => Vec::new(),
-            false => progress.revisions.iter().filter(|r| r.is_live() && r.under_way()).map(|r| r.id.clone()).collect(),
+        let under_way: Vec<String> = match progress.held_before {
+            false => Vec::new(),
+            true => progress.revisions.iter().filter(|r| r.is_live() && r.under_way()).map(|r| r.id.clone()).collect(),
         };
-        let entries = self
-            .pipeline
-            .steps
-            .iter()
-            .filter(|s| !progress.introduced.contains_key(&s.id))
-            .map(|s| Entry {
-                id: String::new(),
-                target: target_of(&s.id),
-                revision: String::new(),
-                event: Event::StepIntroduced,
-                at: (self.now)(),
-                detail: json!({"underWay": under_way}),
-            })
-            .collect();
+        let marker = |id: &str, event, detail| Entry {
+            id: String::new(),
+            target: target_of(id),
+            revision: String::new(),
+            event,
+            at: (self.now)(),
+            detail,
+        };
+        let mut withdrawn: Vec<&String> =
+            progress.introduced.keys().filter(|id| self.pipeline.step(id).is_none()).collect();
+        withdrawn.sort();
+        let mut entries: Vec<Entry> =
+            withdrawn.into_iter().map(|id| marker(id, Event::StepWithdrawn, json!({}))).collect();
+        let new = self.pipeline.steps.iter().filter(|s| !progress.introduced.contains_key(&s.id));
+        entries.extend(new.map(|s| marker(&s.id, Event::StepIntroduced, json!({"underWay": under_way}))));
         self.append(progress, entries)
     }
 

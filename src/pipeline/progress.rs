@@ -67,6 +67,9 @@ pub struct Progress {
     by_id: HashMap<String, usize>,
     /// Step id → the runs (deployment ids) under way when the pipeline first held it.
     pub introduced: HashMap<String, Vec<String>>,
+    /// Whether any step was ever introduced: the first drive of a pipeline introduces every
+    /// step with nothing under way.
+    pub held_before: bool,
     /// (stage or group, deployment id).
     pub approvals: HashSet<(String, String)>,
     /// (stage, deployment id) → artifacts registered.
@@ -151,6 +154,11 @@ impl Progress {
                 let under_way = entry.detail["underWay"].as_array().into_iter().flatten();
                 self.introduced
                     .insert(id.to_string(), under_way.filter_map(|r| r.as_str().map(String::from)).collect());
+                self.held_before = true;
+                return;
+            }
+            Event::StepWithdrawn => {
+                self.introduced.remove(id);
                 return;
             }
             Event::Approved => {

@@ -331,6 +331,36 @@ fn a_host_added_while_v1_is_under_way_is_first_run_by_v2() {
     assert_eq!(f.runner.take(), ["v2 prod/all/prod-a1/deploy", "v2 prod/all/prod-a2/deploy"], "after staging");
 }
 
+/// A host removed from prod and added back while v1 is under way is new again: v1 skips it
+/// (its first introduction, before v1, does not count once it was withdrawn).
+#[test]
+fn a_host_removed_and_added_back_while_v1_is_under_way_is_new_again() {
+    let two_hosts = TWO_STAGES.replace(
+        "[{name: prod-a1, manifest: app.yaml}]",
+        "[{name: prod-a1, manifest: app.yaml}, {name: prod-a2, manifest: app.yaml}]",
+    );
+    let mut f = Fixture::new(&two_hosts);
+    f.drive();
+    f.change(TWO_STAGES);
+    f.drive();
+    f.start("v1");
+    f.drive();
+    assert_eq!(f.runner.take(), ["v1 staging/all/stg/deploy"]);
+    f.change(&two_hosts);
+    f.advance(10);
+    f.drive();
+    assert_eq!(f.runner.take(), ["v1 prod/all/prod-a1/deploy"], "v1 skips the host added back");
+    assert_eq!(
+        f.events_of("pipeline/prod/all/prod-a2/deploy"),
+        [
+            ("".into(), Event::StepIntroduced),
+            ("".into(), Event::StepWithdrawn),
+            ("".into(), Event::StepIntroduced),
+            ("v1".into(), Event::StepSkipped)
+        ]
+    );
+}
+
 /// A stage inserted before prod while v1 is in staging: v1 skips it, v2 goes through it.
 #[test]
 fn a_stage_inserted_before_prod_is_skipped_by_revisions_under_way() {
