@@ -675,6 +675,15 @@ fn observed(event: Option<Result<Option<Pod>, kube::runtime::watcher::Error>>, n
     }
 }
 
+/// `at` down to its whole second: where a re-opened log starts. The API takes `sinceTime` in
+/// whole seconds and kube rounds to the *nearest* one, which would lose what the program printed
+/// in the second half of that second; the lines before `at` that the earlier second brings back
+/// are skipped by their timestamps.
+fn whole_second(at: Timestamp) -> Timestamp {
+    use k8s_openapi::jiff::{RoundMode, TimestampRound, Unit};
+    at.round(TimestampRound::new().smallest(Unit::Second).mode(RoundMode::Floor)).expect("seconds divide a day")
+}
+
 /// Reads a Pod's log as it grows: frames to stdout, other lines to stderr, each line once.
 struct LogFollower<'a> {
     nonce: &'a str,
@@ -710,7 +719,7 @@ impl<'a> LogFollower<'a> {
             container: Some("main".into()),
             follow,
             timestamps: true,
-            since_time: self.since,
+            since_time: self.since.map(whole_second),
             ..LogParams::default()
         };
         let stream = match pods.log_stream(name, &params).await {
@@ -991,6 +1000,17 @@ mod tests {
             Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::now()));
         let err = follower(&invocation, "n1", &log).finish(&deleted, "dst-x").unwrap_err();
         assert_eq!(err.reason(), "PodDeleted");
+    }
+
+    #[test]
+    fn a_re_opened_log_starts_at_the_whole_second_before_the_last_line() {
+        let last: Timestamp = "2026-11-27T02:35:56.868005508Z".parse().unwrap();
+        assert_eq!(whole_second(last), "2026-11-27T02:35:56Z".parse::<Timestamp>().unwrap());
+        assert_eq!(whole_second(whole_second(last)), whole_second(last));
+        // kube rounds `sinceTime` to the nearest second: given the whole one, it keeps it.
+        let params = LogParams { since_time: Some(whole_second(last)), ..LogParams::default() };
+        let request = kube::core::Request::new("/api/v1/namespaces/ns/pods").logs("p", &params).unwrap();
+        assert!(request.uri().to_string().contains("sinceTime=2026-11-27T02%3A35%3A56Z"), "{}", request.uri());
     }
 
     #[test]
