@@ -84,7 +84,10 @@ fn a_pipeline_takes_revisions_through_its_stages() {
     std::fs::create_dir_all(&out).unwrap();
     let args = ["--namespace", cluster.namespace.as_str()];
     let mut controller = ControllerProcess::start(&cluster, work.path(), "controller", &args);
-    cluster.apply_yaml(&example(&out));
+    // Revision 1.0 has a var 2.0 drops: a step removes from a Manifest what it set before.
+    let example = example(&out).replace(r#"vars: {version: "1.0"}"#, r#"vars: {version: "1.0", channel: beta}"#);
+    assert!(example.contains("channel: beta"));
+    cluster.apply_yaml(&example);
 
     wait_for("revision 1.0 to wait for approval of prod/fleet", Duration::from_secs(120), || {
         let (_, reason, message) = ready(&cluster, "release");
@@ -97,6 +100,7 @@ fn a_pipeline_takes_revisions_through_its_stages() {
     let manifest = cluster.get(&["manifest", "app-prod-a"]).unwrap();
     assert_eq!(manifest["spec"]["vars"]["pipeline"]["stage"], "prod", "{manifest:#}");
     assert_eq!(manifest["spec"]["vars"]["dir"], out.to_str().unwrap(), "the Manifest's own vars are kept");
+    assert_eq!(manifest["spec"]["vars"]["channel"], "beta", "{manifest:#}");
     let status = pipeline(&cluster, "release")["status"].clone();
     let step = status["frontier"].as_array().unwrap().iter().find(|s| s["step"] == "prod/fleet/prod-b/deploy").cloned();
     assert!(step.is_some_and(|s| s["waitsFor"].as_str().unwrap().contains("approval")), "{status:#}");
@@ -128,7 +132,7 @@ fn a_pipeline_takes_revisions_through_its_stages() {
 
     // Revision 2.0: through staging and the one-box, then the controller is killed and
     // started again; it goes on from the log.
-    let patch = r#"{"spec":{"vars":{"version":"2.0"}}}"#;
+    let patch = r#"{"spec":{"vars":{"version":"2.0","channel":null}}}"#;
     cluster.must(&cluster.ns(&["patch", "pipeline", "release", "--type", "merge", "-p", patch]));
     wait_for("revision 2.0 to wait for approval", Duration::from_secs(120), || {
         let (_, reason, message) = ready(&cluster, "release");
@@ -137,6 +141,9 @@ fn a_pipeline_takes_revisions_through_its_stages() {
             && message.contains("approval of prod/fleet")
     });
     assert_eq!(read(&out.join("app-prod-a.txt")), "2.0");
+    let vars = cluster.get(&["manifest", "app-prod-a"]).unwrap()["spec"]["vars"].clone();
+    assert!(vars.get("channel").is_none(), "the var 2.0 no longer sets is gone: {vars:#}");
+    assert_eq!(vars["dir"], out.to_str().unwrap(), "the Manifest's own vars are kept: {vars:#}");
     controller.kill();
     let mut controller = ControllerProcess::start(&cluster, work.path(), "controller-again", &args);
     let approve = "deployster.io/approve=2.0 prod/fleet";

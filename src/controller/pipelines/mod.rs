@@ -350,6 +350,40 @@ mod tests {
     }
 
     #[test]
+    fn a_step_s_vars_replace_what_the_last_step_set_and_keep_the_manifest_s_own() {
+        use steps::{VARS_ANNOTATION, vars_patch};
+        let mut m = Manifest::new("app", Default::default());
+        m.metadata.resource_version = Some("41".into());
+        let vars = |v: serde_json::Value| v.as_object().unwrap().clone();
+        m.spec.vars = serde_json::from_value(serde_json::json!({
+            "dir": "/srv", "version": "none", "channel": "beta", "limits": {"cpu": 1, "memory": 2}
+        }))
+        .unwrap();
+        // The first step: nothing set before, so nothing removed; an object replaces key by key.
+        let first =
+            vars_patch(&m, &vars(serde_json::json!({"version": "1.0", "channel": "beta", "limits": {"cpu": 2}})));
+        assert_eq!(
+            first,
+            serde_json::json!({
+                "metadata": {"resourceVersion": "41", "annotations": {VARS_ANNOTATION: "[\"version\",\"channel\",\"limits\"]"}},
+                "spec": {"vars": {"version": "1.0", "channel": "beta", "limits": {"cpu": 2, "memory": null}}}
+            })
+        );
+        // The next step no longer sets `channel` or `limits`: both go, `dir` (never set) stays.
+        m.metadata.annotations =
+            Some([(VARS_ANNOTATION.to_string(), "[\"version\",\"channel\",\"limits\"]".to_string())].into());
+        let next = vars_patch(&m, &vars(serde_json::json!({"version": "2.0"})));
+        assert_eq!(next["spec"]["vars"], serde_json::json!({"version": "2.0", "channel": null, "limits": null}));
+        assert_eq!(next["metadata"]["annotations"][VARS_ANNOTATION], "[\"version\"]");
+        // An annotation that is not a list of names (edited by hand) removes nothing.
+        m.metadata.annotations = Some([(VARS_ANNOTATION.to_string(), "channel".to_string())].into());
+        assert_eq!(
+            vars_patch(&m, &vars(serde_json::json!({"version": "3.0"})))["spec"]["vars"],
+            serde_json::json!({"version": "3.0"})
+        );
+    }
+
+    #[test]
     fn annotations_are_lines_or_commas_of_words() {
         let mut object = Pipeline::new("p", Default::default());
         let approve = "1.0 prod/fleet\n2.0 prod, 3.0\n\n4.0 a b";

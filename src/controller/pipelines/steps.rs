@@ -3,13 +3,18 @@
 //! its result is that Manifest's `Ready` condition at the generation the patch made. The
 //! Manifest's own reconcile applies it, as its ServiceAccount — a Pipeline only says what and
 //! when.
+//!
+//! The Manifest's other vars stay. The ones a step set are named in the annotation
+//! [`VARS_ANNOTATION`], so that the next step removes those it no longer sets (a var dropped
+//! from the revision or the target does not linger), and a var it sets replaces the old value
+//! whole rather than merging into it.
 
 use std::time::Duration;
 
 use async_trait::async_trait;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
-use serde_json::json;
+use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::crd::Manifest;
@@ -17,6 +22,57 @@ use crate::pipeline::drive::{Job, StepRunner};
 
 /// The field manager of the vars a step sets.
 pub const FIELD_MANAGER: &str = "deployster-pipeline";
+
+/// On a Manifest: the names of the vars the last step set (a JSON list).
+pub const VARS_ANNOTATION: &str = "deployster.io/pipeline-vars";
+
+/// How many times a step reads the Manifest again when someone changed it between its read
+/// and its patch.
+const CONFLICT_RETRIES: usize = 5;
+
+/// The merge patch that makes `manifest`'s vars hold `vars`: each replaces the value there
+/// whole; the vars the last step set ([`VARS_ANNOTATION`]) and this one does not are removed;
+/// the rest stay. The patch carries the Manifest's `resourceVersion`: it applies to what was
+/// read, or is refused.
+pub fn vars_patch(manifest: &Manifest, vars: &Map<String, Value>) -> Value {
+    let current = &manifest.spec.vars;
+    let set_before: Vec<String> = manifest
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(VARS_ANNOTATION))
+        .and_then(|names| serde_json::from_str(names).ok())
+        .unwrap_or_default();
+    let mut patch: Map<String, Value> =
+        set_before.into_iter().filter(|name| !vars.contains_key(name)).map(|name| (name, Value::Null)).collect();
+    for (name, value) in vars {
+        patch.insert(name.clone(), replacing(current.get(name), value));
+    }
+    let names: Vec<&String> = vars.keys().collect();
+    json!({
+        "metadata": {
+            "resourceVersion": manifest.metadata.resource_version,
+            "annotations": {VARS_ANNOTATION: serde_json::to_string(&names).expect("names serialize")},
+        },
+        "spec": {"vars": patch},
+    })
+}
+
+/// The merge patch turning `old` into `new`: objects key by key (what `new` lacks removed),
+/// anything else `new` itself.
+fn replacing(old: Option<&Value>, new: &Value) -> Value {
+    match (old, new) {
+        (Some(Value::Object(old)), Value::Object(new)) => {
+            let mut patch: Map<String, Value> =
+                old.keys().filter(|k| !new.contains_key(*k)).map(|k| (k.clone(), Value::Null)).collect();
+            for (k, v) in new {
+                patch.insert(k.clone(), replacing(old.get(k), v));
+            }
+            Value::Object(patch)
+        }
+        _ => new.clone(),
+    }
+}
 
 pub struct ManifestSteps {
     pub client: Client,
@@ -60,11 +116,16 @@ impl StepRunner for ManifestSteps {
         let name = job.manifest.to_string_lossy().into_owned();
         let shown = format!("Manifest {}/{name}", self.namespace);
         let api: Api<Manifest> = Api::namespaced(self.client.clone(), &self.namespace);
-        let patch = json!({"spec": {"vars": job.vars}});
-        let patched = api
-            .patch(&name, &PatchParams::apply(FIELD_MANAGER), &Patch::Merge(&patch))
-            .await
-            .map_err(|e| format!("{shown}: cannot set its vars for revision {}: {e}", job.revision))?;
+        let cannot = |e: kube::Error| format!("{shown}: cannot set its vars for revision {}: {e}", job.revision);
+        let mut attempt = 0;
+        let patched = loop {
+            let current = api.get(&name).await.map_err(cannot)?;
+            let patch = vars_patch(&current, &job.vars);
+            match api.patch(&name, &PatchParams::apply(FIELD_MANAGER), &Patch::Merge(&patch)).await {
+                Err(kube::Error::Api(status)) if status.code == 409 && attempt < CONFLICT_RETRIES => attempt += 1,
+                result => break result.map_err(cannot)?,
+            }
+        };
         let generation = patched.metadata.generation.unwrap_or_default();
         let deadline = tokio::time::Instant::now() + self.timeout;
         let mut manifest = patched;
