@@ -166,6 +166,13 @@ fn a_pipeline_takes_revisions_through_its_stages() {
     assert_eq!(count(&entries, "9.9", "pipeline/prod/fleet", "approved"), 0);
     let log = pipeline(&cluster, "release")["status"]["log"].clone();
     assert_eq!(log["entries"].as_u64(), Some(entries.len() as u64), "{log}");
+    // This controller ran revision 2.0's last step (the fleet's deploy) and saw it through.
+    let metric = |series: &str| controller.metric(series).unwrap_or_default();
+    assert_eq!(metric(r#"deployster_pipeline_steps_total{result="succeeded"}"#), 1.0);
+    assert_eq!(metric(r#"deployster_pipeline_steps_total{result="failed"}"#), 0.0);
+    assert_eq!(metric("deployster_pipeline_revisions_through_total"), 1.0);
+    assert!(metric(r#"deployster_pipeline_reconciles_total{result="through"}"#) >= 1.0);
+    assert_eq!(metric("deployster_pipeline_step_duration_seconds_count"), 1.0);
     assert_api_calls_are_listed(&controller);
     controller.kill();
 }
@@ -177,7 +184,7 @@ fn a_bad_pipeline_is_reported_and_a_failed_step_stops_its_revision() {
     let Some(cluster) = Cluster::new("pipeline-bad") else { return };
     let work = tempfile::tempdir().unwrap();
     let args = ["--namespace", cluster.namespace.as_str()];
-    let _controller = ControllerProcess::start(&cluster, work.path(), "controller", &args);
+    let controller = ControllerProcess::start(&cluster, work.path(), "controller", &args);
     // A file where its directory should be: applying the Manifest fails.
     let blocker = work.path().join("blocker");
     std::fs::write(&blocker, "").unwrap();
@@ -245,6 +252,12 @@ spec:
     assert!(message.contains(&format!("Manifest {}/broken", cluster.namespace)), "{message}");
     assert!(cluster.event_reasons("failing").iter().any(|r| r == "StepFailed"));
     assert_eq!(support::argocd_health(&pipeline(&cluster, "failing")), ("Degraded".into(), message));
+    // Two failed steps (`failing`'s and `needs`'), none succeeded; reconciles of invalid ones.
+    let metric = |series: &str| controller.metric(series).unwrap_or_default();
+    assert_eq!(metric(r#"deployster_pipeline_steps_total{result="failed"}"#), 2.0);
+    assert_eq!(metric(r#"deployster_pipeline_steps_total{result="succeeded"}"#), 0.0);
+    assert!(metric(r#"deployster_pipeline_reconciles_total{result="invalid"}"#) >= 2.0);
+    assert!(metric(r#"deployster_pipeline_reconciles_total{result="failed"}"#) >= 2.0);
 }
 
 /// The log in ConfigMaps, through the library: entries fill ConfigMaps in order and read back

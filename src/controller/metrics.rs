@@ -67,6 +67,10 @@ pub struct Metrics {
     pub invocations: Family<InvocationLabels, Counter>,
     pub invocation_duration: HistogramFamily<PhaseLabels>,
     pub api_requests: Family<ApiLabels, Counter>,
+    pub pipeline_reconciles: Family<ResultLabels, Counter>,
+    pub pipeline_steps: Family<ResultLabels, Counter>,
+    pub pipeline_step_duration: Histogram,
+    pub pipeline_revisions_through: Counter,
 }
 
 impl Default for Metrics {
@@ -89,6 +93,10 @@ impl Metrics {
             invocations: Family::default(),
             invocation_duration: Family::new_with_constructor(seconds_histogram),
             api_requests: Family::default(),
+            pipeline_reconciles: Family::default(),
+            pipeline_steps: Family::default(),
+            pipeline_step_duration: Histogram::new(exponential_buckets(0.5, 2.0, 14)),
+            pipeline_revisions_through: Counter::default(),
             registry: Registry::default(),
         };
         let r = &mut registry;
@@ -123,6 +131,27 @@ impl Metrics {
             "api_requests",
             "Requests to the Kubernetes API, by RBAC verb, group, resource and HTTP status",
             metrics.api_requests.clone(),
+        );
+        let pipeline = r.sub_registry_with_prefix("pipeline");
+        pipeline.register(
+            "reconciles",
+            "Reconciles of Pipelines, by what the spec's revision is then (its Ready reason)",
+            metrics.pipeline_reconciles.clone(),
+        );
+        pipeline.register(
+            "steps",
+            "Pipeline steps run, by result (succeeded, failed, interrupted)",
+            metrics.pipeline_steps.clone(),
+        );
+        pipeline.register(
+            "step_duration_seconds",
+            "Time per pipeline step: its Manifest's vars set until it is Ready at that generation",
+            metrics.pipeline_step_duration.clone(),
+        );
+        pipeline.register(
+            "revisions_through",
+            "Revisions seen through every stage of their Pipeline",
+            metrics.pipeline_revisions_through.clone(),
         );
         Self { registry, ..metrics }
     }

@@ -415,7 +415,8 @@ async fn pipelines_of(
     controllers
 }
 
-fn pipeline_error_policy(object: Arc<crate::crd::pipeline::Pipeline>, error: &Error, _: Arc<Context>) -> Action {
+fn pipeline_error_policy(object: Arc<crate::crd::pipeline::Pipeline>, error: &Error, ctx: Arc<Context>) -> Action {
+    pipelines::counted(&ctx, "error");
     tracing::warn!(pipeline = %object.name_any(), reason = error.reason(), error = %error, "reconcile failed; retrying");
     Action::requeue(Duration::from_secs(5))
 }

@@ -107,6 +107,7 @@ pub async fn reconcile(object: Arc<Pipeline>, ctx: Arc<Context>) -> Result<Actio
                 conditions(&old, generation, now, ("Ready", "False", "InvalidPipeline".into(), message.clone()), true);
             super::reconcile::write_status_to(&ctx.leadership, &api, &name, &new).await?;
             publish(&ctx, &object, EventType::Warning, "InvalidPipeline", &message).await;
+            counted(&ctx, "InvalidPipeline");
             return Ok(Action::await_change());
         }
     };
@@ -122,6 +123,7 @@ pub async fn reconcile(object: Arc<Pipeline>, ctx: Arc<Context>) -> Result<Actio
         timeout: ctx.settings.pipeline_step_timeout,
         poll: pipelines.poll,
         cancel: term.clone(),
+        metrics: ctx.metrics.clone(),
     });
     let clock = || (ctx.clock)();
     let say = |line: &str| tracing::info!(pipeline = %format!("{namespace}/{name}"), "{line}");
@@ -150,8 +152,10 @@ pub async fn reconcile(object: Arc<Pipeline>, ctx: Arc<Context>) -> Result<Actio
     let new = next_status(&pipeline, &driven, &old, generation, &revision, now, log.where_kept());
     if through(&driven.progress, &revision) && !through_in(&old, &revision) {
         publish(&ctx, &object, EventType::Normal, "RevisionThrough", &format!("revision {revision} is through")).await;
+        ctx.metrics.pipeline_revisions_through.inc();
     }
     super::reconcile::write_status_to(&ctx.leadership, &api, &name, &new).await?;
+    counted(&ctx, new.conditions.first().map_or("", |ready| ready.reason.as_str()));
     let live = driven.progress.revisions.iter().any(|r| r.is_live());
     Ok(if live { Action::requeue(pipelines.poll.max(Duration::from_secs(1)) * 5) } else { Action::await_change() })
 }
@@ -313,6 +317,22 @@ fn conditions(
         false => ("Stalled", "False", "Progressing".into(), String::new()),
     };
     [ready, stall].into_iter().map(|wanted| transition(&old.conditions, wanted, generation, &now)).collect()
+}
+
+/// Counts a reconcile by the Ready reason it left (or `error`).
+pub(super) fn counted(ctx: &Context, reason: &str) {
+    let result = match reason {
+        "Through" => "through",
+        "Progressing" => "progressing",
+        "StepFailed" => "failed",
+        "Superseded" => "superseded",
+        "Interrupted" => "interrupted",
+        "NotRegistered" => "not_registered",
+        "InvalidPipeline" => "invalid",
+        "error" => "error",
+        _ => "other",
+    };
+    ctx.metrics.pipeline_reconciles.get_or_create(&super::metrics::ResultLabels { result }).inc();
 }
 
 async fn publish(ctx: &Context, object: &Pipeline, type_: EventType, reason: &str, note: &str) {

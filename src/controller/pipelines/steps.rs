@@ -9,6 +9,7 @@
 //! from the revision or the target does not linger), and a var it sets replaces the old value
 //! whole rather than merging into it.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -17,6 +18,7 @@ use kube::{Api, Client};
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 
+use crate::controller::metrics::{Metrics, ResultLabels};
 use crate::crd::Manifest;
 use crate::pipeline::drive::{Job, StepRunner};
 
@@ -83,6 +85,7 @@ pub struct ManifestSteps {
     pub poll: Duration,
     /// Stops waiting: the step is recorded as interrupted, and run again by the next drive.
     pub cancel: CancellationToken,
+    pub metrics: Arc<Metrics>,
 }
 
 /// What a Manifest's status says of the generation a step made.
@@ -113,6 +116,22 @@ pub fn outcome(manifest: &Manifest, generation: i64) -> Outcome {
 #[async_trait]
 impl StepRunner for ManifestSteps {
     async fn run(&self, job: Job) -> Result<(), String> {
+        let started = std::time::Instant::now();
+        let result = self.set_and_wait(job).await;
+        let counted = match &result {
+            Ok(()) => "succeeded",
+            Err(_) if self.cancel.is_cancelled() => "interrupted",
+            Err(_) => "failed",
+        };
+        self.metrics.pipeline_steps.get_or_create(&ResultLabels { result: counted }).inc();
+        self.metrics.pipeline_step_duration.observe(started.elapsed().as_secs_f64());
+        result
+    }
+}
+
+impl ManifestSteps {
+    /// Sets the step's vars on its Manifest and waits for the Manifest's answer.
+    async fn set_and_wait(&self, job: Job) -> Result<(), String> {
         let name = job.manifest.to_string_lossy().into_owned();
         let shown = format!("Manifest {}/{name}", self.namespace);
         let api: Api<Manifest> = Api::namespaced(self.client.clone(), &self.namespace);
