@@ -189,8 +189,10 @@ fn a_bad_pipeline_is_reported_and_a_failed_step_stops_its_revision() {
     let blocker = work.path().join("blocker");
     std::fs::write(&blocker, "").unwrap();
     cluster.apply_yaml(&app("broken", &blocker));
-    let missing =
-        pipeline_document().replace("name: release", "name: missing").replace("app-{{ pipeline.target }}", "nope");
+    let missing = pipeline_document()
+        .replace("name: release", "name: missing")
+        .replace("app-{{ pipeline.target }}", "nope")
+        .replace("smoke-{{ pipeline.target }}", "nope");
     cluster.apply_yaml(&missing);
     let cycle = r#"apiVersion: deployster.io/v1alpha1
 kind: Pipeline
@@ -219,11 +221,20 @@ spec:
     cluster.apply_yaml(&needs);
 
     wait_for("the invalid pipelines to say why", Duration::from_secs(60), || {
-        ready(&cluster, "missing").1 == "InvalidPipeline" && ready(&cluster, "cycle").1 == "InvalidPipeline"
+        ready(&cluster, "missing").1 == "ManifestMissing" && ready(&cluster, "cycle").1 == "InvalidPipeline"
     });
     let (_, _, message) = ready(&cluster, "missing");
     assert!(message.contains("stage `staging`, target `stg`") && message.contains("there is no Manifest"), "{message}");
     assert!(message.contains(&format!("{}/nope", cluster.namespace)), "{message}");
+    // A Manifest not there is waited for (not Stalled: creating it is the fix), and once
+    // created the pipeline runs.
+    assert_eq!(support::argocd_health(&pipeline(&cluster, "missing")).0, "Progressing");
+    cluster.apply_yaml(&app("nope", work.path()));
+    wait_for("the pipeline to run once its Manifest is there", Duration::from_secs(120), || {
+        let (_, reason, message) = ready(&cluster, "missing");
+        reason == "Progressing" && message.contains("approval of prod/fleet")
+    });
+    assert_eq!(read(&work.path().join("nope.txt")), "1.0");
     let (_, _, message) = ready(&cluster, "cycle");
     assert!(message.contains("the stages form a cycle: a → b → a"), "{message}");
     assert!(cluster.event_reasons("cycle").iter().any(|r| r == "InvalidPipeline"));
@@ -252,11 +263,13 @@ spec:
     assert!(message.contains(&format!("Manifest {}/broken", cluster.namespace)), "{message}");
     assert!(cluster.event_reasons("failing").iter().any(|r| r == "StepFailed"));
     assert_eq!(support::argocd_health(&pipeline(&cluster, "failing")), ("Degraded".into(), message));
-    // Two failed steps (`failing`'s and `needs`'), none succeeded; reconciles of invalid ones.
+    // Two failed steps (`failing`'s and `needs`'), three succeeded (`missing`'s, once `nope`
+    // was there); reconciles of invalid ones.
     let metric = |series: &str| controller.metric(series).unwrap_or_default();
     assert_eq!(metric(r#"deployster_pipeline_steps_total{result="failed"}"#), 2.0);
-    assert_eq!(metric(r#"deployster_pipeline_steps_total{result="succeeded"}"#), 0.0);
-    assert!(metric(r#"deployster_pipeline_reconciles_total{result="invalid"}"#) >= 2.0);
+    assert_eq!(metric(r#"deployster_pipeline_steps_total{result="succeeded"}"#), 3.0);
+    assert!(metric(r#"deployster_pipeline_reconciles_total{result="invalid"}"#) >= 1.0);
+    assert!(metric(r#"deployster_pipeline_reconciles_total{result="manifest_missing"}"#) >= 1.0);
     assert!(metric(r#"deployster_pipeline_reconciles_total{result="failed"}"#) >= 2.0);
 }
 

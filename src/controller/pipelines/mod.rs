@@ -36,6 +36,9 @@ const NODES_SHOWN: usize = 100;
 const REVISIONS_SHOWN: usize = 10;
 const FRONTIER_SHOWN: usize = 50;
 
+/// How often a Pipeline whose targets or tests name a Manifest not there looks again.
+const MISSING_RECHECK: Duration = Duration::from_secs(10);
+
 /// What drives Pipelines besides the Manifest controller's context.
 pub struct Pipelines {
     pub logs: log::Logs,
@@ -54,6 +57,8 @@ impl Default for Pipelines {
 struct ManifestObjects {
     namespace: String,
     names: HashSet<String>,
+    /// Names asked for that name no Manifest (yet).
+    missing: std::sync::Mutex<Vec<String>>,
 }
 
 impl Manifests for ManifestObjects {
@@ -65,6 +70,7 @@ impl Manifests for ManifestObjects {
             .render_str(&written, minijinja::value::Serde(&vars))
             .map_err(|e| format!("{what}: manifest `{written}`: {e}"))?;
         if !self.names.contains(&name) {
+            self.missing.lock().expect("missing lock").push(name.clone());
             return Err(format!("{what}: there is no Manifest {}/{name}", self.namespace));
         }
         Ok(PathBuf::from(name))
@@ -89,7 +95,7 @@ pub async fn reconcile(object: Arc<Pipeline>, ctx: Arc<Context>) -> Result<Actio
     let manifests: Api<Manifest> = Api::namespaced(ctx.client.clone(), &namespace);
     let names =
         manifests.list_metadata(&ListParams::default()).await?.items.iter().map(ResourceExt::name_any).collect();
-    let resolver = ManifestObjects { namespace: namespace.clone(), names };
+    let resolver = ManifestObjects { namespace: namespace.clone(), names, missing: Default::default() };
     let compiled = spec::compile(&name, &object.spec.pipeline, &resolver)
         .map_err(|e| PipelineError::Invalid(format!("Pipeline {namespace}/{name}: {e}")))
         .and_then(|p| {
@@ -100,15 +106,19 @@ pub async fn reconcile(object: Arc<Pipeline>, ctx: Arc<Context>) -> Result<Actio
     let (pipeline, vars, revision) = match compiled {
         Ok(compiled) => compiled,
         Err(e) => {
+            // A Manifest not there (yet) is waited for: creating it is the fix, not a new
+            // spec. Anything else wrong only a change of the spec can fix (Stalled).
+            let missing = !resolver.missing.lock().expect("missing lock").is_empty();
+            let reason = if missing { "ManifestMissing" } else { "InvalidPipeline" };
             let message = e.to_string();
             let mut new = old.clone();
             new.observed_generation = generation;
             new.conditions =
-                conditions(&old, generation, now, ("Ready", "False", "InvalidPipeline".into(), message.clone()), true);
+                conditions(&old, generation, now, ("Ready", "False", reason.into(), message.clone()), !missing);
             super::reconcile::write_status_to(&ctx.leadership, &api, &name, &new).await?;
-            publish(&ctx, &object, EventType::Warning, "InvalidPipeline", &message).await;
-            counted(&ctx, "InvalidPipeline");
-            return Ok(Action::await_change());
+            publish(&ctx, &object, EventType::Warning, reason, &message).await;
+            counted(&ctx, reason);
+            return Ok(if missing { Action::requeue(MISSING_RECHECK) } else { Action::await_change() });
         }
     };
 
@@ -329,6 +339,7 @@ pub(super) fn counted(ctx: &Context, reason: &str) {
         "Interrupted" => "interrupted",
         "NotRegistered" => "not_registered",
         "InvalidPipeline" => "invalid",
+        "ManifestMissing" => "manifest_missing",
         "error" => "error",
         _ => "other",
     };
@@ -418,8 +429,8 @@ mod tests {
 
     #[test]
     fn targets_name_manifests_of_the_namespace_by_template() {
-        let objects =
-            ManifestObjects { namespace: "ns".into(), names: ["app-stg".to_string(), "smoke".to_string()].into() };
+        let names = ["app-stg".to_string(), "smoke".to_string()].into();
+        let objects = ManifestObjects { namespace: "ns".into(), names, missing: Default::default() };
         let target = TargetSpec { name: "stg".into(), manifest: "app-{{ pipeline.target }}".into(), vars: Map::new() };
         let written = Path::new("app-{{ pipeline.target }}");
         assert_eq!(objects.resolve(written, "staging", &target, "t"), Ok(PathBuf::from("app-stg")));
@@ -428,5 +439,7 @@ mod tests {
         assert_eq!(missing, Err("stage `s`, target `stg`: there is no Manifest ns/app-staging".into()));
         let bad = objects.resolve(Path::new("app-{{ "), "staging", &target, "t").unwrap_err();
         assert!(bad.starts_with("t: manifest `app-{{ `:"), "{bad}");
+        // Only a name naming nothing is missing (waited for); a bad template is not.
+        assert_eq!(*objects.missing.lock().unwrap(), ["app-staging"]);
     }
 }
