@@ -229,6 +229,7 @@ spec:
     // A Manifest not there is waited for (not Stalled: creating it is the fix), and once
     // created the pipeline runs.
     assert_eq!(support::argocd_health(&pipeline(&cluster, "missing")).0, "Progressing");
+    assert!(cluster.event_reasons("missing").iter().any(|r| r == "ManifestMissing"));
     cluster.apply_yaml(&app("nope", work.path()));
     wait_for("the pipeline to run once its Manifest is there", Duration::from_secs(120), || {
         let (_, reason, message) = ready(&cluster, "missing");

@@ -116,7 +116,11 @@ pub async fn reconcile(object: Arc<Pipeline>, ctx: Arc<Context>) -> Result<Actio
             new.conditions =
                 conditions(&old, generation, now, ("Ready", "False", reason.into(), message.clone()), !missing);
             super::reconcile::write_status_to(&ctx.leadership, &api, &name, &new).await?;
-            publish(&ctx, &object, EventType::Warning, reason, &message).await;
+            // Said once, not on every look of a wait for a Manifest.
+            let said = old.conditions.iter().any(|c| c.type_ == "Ready" && c.reason == reason && c.message == message);
+            if !(missing && said) {
+                publish(&ctx, &object, EventType::Warning, reason, &message).await;
+            }
             counted(&ctx, reason);
             return Ok(if missing { Action::requeue(MISSING_RECHECK) } else { Action::await_change() });
         }
