@@ -107,3 +107,25 @@ fn the_k8s_example_matches_the_crd_schema() {
     let wrong = serde_json::json!({"spec": {"resources": {}, "deletionPolicy": "Destroy", "suspend": "yes"}});
     assert_eq!(validator.iter_errors(&wrong).count(), 2, "the schema does reject what a server would");
 }
+
+/// The example's Pipeline, read into the Rust type and written back (as a client of the
+/// library creates one), is what the CRD's schema accepts: no `null` for a field not set.
+#[test]
+fn a_pipeline_written_from_the_rust_type_matches_the_crd_schema() {
+    use kube::CustomResourceExt;
+    let crd = serde_json::to_value(super::pipeline::Pipeline::crd()).unwrap();
+    let schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"].clone();
+    let validator = jsonschema::draft4::new(&schema).expect("the CRD schema compiles");
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/pipeline/k8s.yaml");
+    let text = std::fs::read_to_string(path).unwrap();
+    let document = serde_norway::Deserializer::from_str(&text)
+        .map(|d| Value::deserialize(d).unwrap())
+        .find(|o| o["kind"] == "Pipeline")
+        .expect("the example has a Pipeline");
+    let typed: super::pipeline::Pipeline = serde_json::from_value(document).unwrap();
+    let written = serde_json::to_value(&typed).unwrap();
+    let errors: Vec<String> = validator.iter_errors(&written).map(|e| format!("{}: {e}", e.instance_path())).collect();
+    assert!(errors.is_empty(), "{errors:#?}\n{written:#}");
+    let stages = written["spec"]["stages"].as_array().unwrap();
+    assert!(stages.iter().all(|s| s.get("after").is_none()), "a stage's `after` not given is left out: {written:#}");
+}

@@ -48,7 +48,7 @@ pub enum Concurrency {
 pub struct StageSpec {
     pub name: String,
     /// The stages this one comes after [default: the stage listed before it; `[]`: none].
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub after: Option<Vec<String>>,
     /// The stage's targets (one wave), or those its groups name.
     #[serde(default)]
@@ -90,7 +90,7 @@ pub struct GroupSpec {
     /// Targets of the stage's `targets`, by name, or written here.
     pub targets: Vec<GroupTarget>,
     /// How many of its targets go at once [default: all].
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_parallel: Option<usize>,
 }
 
