@@ -1,0 +1,187 @@
+//! A Pipeline's log in ConfigMaps, on a real API server; prints figures
+//! (`DEPLOYSTER_BENCH_CHUNK_BYTES` to try another size of ConfigMap).
+//! `DEPLOYSTER_E2E_KUBECONFIG=<kubeconfig> cargo bench --bench pipeline_log` (`../shared/apiserver/up.sh`
+//! prints one; without it the benchmark stops and says so).
+//!
+//! 100,000 entries (`DEPLOYSTER_BENCH_ENTRIES` to change), as the pipeline benchmark's log has,
+//! written to a Pipeline's ConfigMaps in appends of 1,000. Reports:
+//! - the ConfigMaps they fill;
+//! - one step's append (two entries: started, succeeded) into a newest ConfigMap that is nearly
+//!   empty, and into one that is nearly full (an append replaces the whole newest ConfigMap);
+//! - the time to read the whole log, as a controller does once when it starts or becomes
+//!   leader, and the memory that takes;
+//! - the check a reconcile makes that its kept copy is current (a metadata list).
+
+use std::time::{Duration, Instant};
+
+use deployster::controller::pipelines::log::{CHUNK_BYTES, ConfigMapLog, Logs};
+use deployster::crd::pipeline::Pipeline;
+use deployster::history::{Entry, Event, History};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, CustomResourceExt, ResourceExt};
+use serde_json::json;
+
+fn status_kib(field: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn mib(kib: u64) -> f64 {
+    kib as f64 / 1024.0
+}
+
+fn entry(i: usize) -> Entry {
+    let revision = format!("1.0.{}", i / 4001);
+    let event = if i % 2 == 0 { Event::StepStarted } else { Event::StepSucceeded };
+    Entry {
+        id: format!("run-{}", i / 4001),
+        target: format!("pipeline/s{}/all/t{}/deploy", (i / 40) % 50, (i / 2) % 20),
+        revision,
+        event,
+        at: 1_700_000_000_000 + i as i64,
+        detail: json!({}),
+    }
+}
+
+fn median(mut times: Vec<Duration>) -> Duration {
+    times.sort();
+    times[times.len() / 2]
+}
+
+/// Times `appends` appends of one step's two entries, from entry number `from`.
+fn steps(log: &ConfigMapLog, from: usize, appends: usize) -> Vec<Duration> {
+    (0..appends)
+        .map(|k| {
+            let started = Instant::now();
+            log.append(&[entry(from + 2 * k), entry(from + 2 * k + 1)]).expect("append");
+            started.elapsed()
+        })
+        .collect()
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let Ok(path) = std::env::var("DEPLOYSTER_E2E_KUBECONFIG") else {
+        eprintln!(
+            "pipeline_log: needs a Kubernetes API: set DEPLOYSTER_E2E_KUBECONFIG to a kubeconfig \
+             (../shared/apiserver/up.sh prints one)"
+        );
+        std::process::exit(2);
+    };
+    let entries: usize = std::env::var("DEPLOYSTER_BENCH_ENTRIES").ok().and_then(|n| n.parse().ok()).unwrap_or(100_000);
+    let kubeconfig = kube::config::Kubeconfig::read_from(&path).expect("read the kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await.expect("kubeconfig");
+    let client = deployster::controller::connect(config).expect("client");
+
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let apply = PatchParams::apply("deployster-bench").force();
+    crds.patch("pipelines.deployster.io", &apply, &Patch::Apply(Pipeline::crd())).await.expect("install the CRD");
+    let namespace = format!("bench-pipeline-log-{}", std::process::id());
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": namespace}})).unwrap();
+    namespaces.create(&PostParams::default(), &ns).await.expect("create the namespace");
+    let pipelines: Api<Pipeline> = Api::namespaced(client.clone(), &namespace);
+    let object: Pipeline = serde_json::from_value(json!({
+        "apiVersion": "deployster.io/v1alpha1", "kind": "Pipeline", "metadata": {"name": "bench"},
+        "spec": {"revision": "1", "stages": [{"name": "s", "targets": [{"name": "t", "manifest": "app"}], "steps": ["deploy"]}]}
+    }))
+    .unwrap();
+    let mut created = Err(None);
+    for _ in 0..50 {
+        match pipelines.create(&PostParams::default(), &object).await {
+            Ok(made) => {
+                created = Ok(made);
+                break;
+            }
+            // The CRD is not served yet.
+            Err(e) => {
+                created = Err(Some(e));
+                tokio::time::sleep(Duration::from_millis(200)).await
+            }
+        }
+    }
+    let object = created.unwrap_or_else(|e| panic!("create the Pipeline: {e:?}"));
+
+    let chunk_bytes: usize =
+        std::env::var("DEPLOYSTER_BENCH_CHUNK_BYTES").ok().and_then(|n| n.parse().ok()).unwrap_or(CHUNK_BYTES);
+    let log = ConfigMapLog::open(client.clone(), &object).await.expect("open").with_chunk_bytes(chunk_bytes);
+    println!("A Pipeline's log in ConfigMaps ({} KiB each), on the API server of {path}", chunk_bytes / 1024);
+    // The driver appends from the controller's multi-threaded runtime, blocking its worker.
+    let empty = steps(&log, 0, 20);
+    let started = Instant::now();
+    let batch = 1000;
+    let mut at = 40;
+    while at < entries {
+        let chunk: Vec<Entry> = (at..(at + batch).min(entries)).map(entry).collect();
+        log.append(&chunk).expect("append");
+        at += chunk.len();
+    }
+    let seeding = started.elapsed();
+    let (selector, config_maps, count) = log.where_kept();
+    println!("  {count} entries written in {seeding:.1?} (appends of {batch}); {config_maps} ConfigMaps");
+    // The newest ConfigMap filled to nearly full (room for the steps timed), in one append.
+    let config_maps_api: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
+    let newest_bytes = || async {
+        let list = config_maps_api.list(&ListParams::default().labels(&selector)).await.expect("list").items;
+        list.iter()
+            .max_by_key(|c| c.name_any().rsplit('-').next().and_then(|n| n.parse::<u32>().ok()))
+            .and_then(|c| c.data.as_ref()?.get("entries").map(String::len))
+            .unwrap_or(0)
+    };
+    let entry_bytes = serde_json::to_string(&entry(at)).unwrap().len() + 1;
+    let room = chunk_bytes.saturating_sub(newest_bytes().await) / entry_bytes;
+    let filler: Vec<Entry> = (at..at + room.saturating_sub(60)).map(entry).collect();
+    log.append(&filler).expect("append");
+    at += filler.len();
+    let newest = newest_bytes().await;
+    let full = steps(&log, at, 20);
+    println!(
+        "  one step's append (2 entries), newest ConfigMap nearly empty: median {:.1?}, worst {:.1?}",
+        median(empty.clone()),
+        empty.iter().max().unwrap()
+    );
+    println!(
+        "  one step's append, newest ConfigMap holding {} KiB: median {:.1?}, worst {:.1?} (each rewrites it whole)",
+        newest / 1024,
+        median(full.clone()),
+        full.iter().max().unwrap()
+    );
+
+    let rss_before = status_kib("VmRSS:");
+    let started = Instant::now();
+    let read = ConfigMapLog::open(client.clone(), &object).await.expect("read the log");
+    let reading = started.elapsed();
+    let rss_after = status_kib("VmRSS:");
+    let (_, config_maps, count) = read.where_kept();
+    assert_eq!(count, log.where_kept().2, "read back whole");
+    println!(
+        "  the whole log read anew ({count} entries, {config_maps} ConfigMaps): {reading:.1?}; RSS {:.1} → {:.1} MiB, peak {:.1} MiB",
+        mib(rss_before),
+        mib(rss_after),
+        mib(status_kib("VmHWM:"))
+    );
+    drop(read);
+    let logs = Logs::default();
+    logs.get(client.clone(), &object).await.expect("read");
+    let checks: Vec<Duration> = {
+        let mut times = Vec::new();
+        for _ in 0..20 {
+            let started = Instant::now();
+            logs.get(client.clone(), &object).await.expect("check");
+            times.push(started.elapsed());
+        }
+        times
+    };
+    println!(
+        "  a reconcile's check that its kept copy is current (metadata list): median {:.1?}, worst {:.1?}",
+        median(checks.clone()),
+        checks.iter().max().unwrap()
+    );
+    namespaces.delete(&namespace, &DeleteParams::default()).await.expect("delete the namespace");
+}
