@@ -715,13 +715,7 @@ impl<'a> LogFollower<'a> {
 
     /// Reads the log from where it was left until the stream ends.
     async fn read(&mut self, pods: &Api<Pod>, name: &str, follow: bool) -> Result<(), ExecError> {
-        let params = LogParams {
-            container: Some("main".into()),
-            follow,
-            timestamps: true,
-            since_time: self.since.map(whole_second),
-            ..LogParams::default()
-        };
+        let params = self.params(follow);
         let stream = match pods.log_stream(name, &params).await {
             Ok(stream) => stream,
             // The container is not there to read yet (or any more): the next read tells.
@@ -750,6 +744,18 @@ impl<'a> LogFollower<'a> {
             self.take(text)?;
         }
         Ok(())
+    }
+
+    /// What the next read asks for: the main container's log, with timestamps, from the
+    /// start of the last line's second.
+    fn params(&self, follow: bool) -> LogParams {
+        LogParams {
+            container: Some("main".into()),
+            follow,
+            timestamps: true,
+            since_time: self.since.map(whole_second),
+            ..LogParams::default()
+        }
     }
 
     fn take(&mut self, line: &str) -> Result<(), ExecError> {
@@ -1007,8 +1013,12 @@ mod tests {
         let last: Timestamp = "2026-11-27T02:35:56.868005508Z".parse().unwrap();
         assert_eq!(whole_second(last), "2026-11-27T02:35:56Z".parse::<Timestamp>().unwrap());
         assert_eq!(whole_second(whole_second(last)), whole_second(last));
-        // kube rounds `sinceTime` to the nearest second: given the whole one, it keeps it.
-        let params = LogParams { since_time: Some(whole_second(last)), ..LogParams::default() };
+        // The follower's next read, after a line of that late in the second: kube rounds
+        // `sinceTime` to the nearest second, and given the whole one it keeps it.
+        let invocation = Invocation::new(TypeRef::Builtin("x".into()), Duration::from_secs(1));
+        let mut follower = follower(&invocation, "n1", "");
+        follower.since = Some(last);
+        let params = follower.params(true);
         let request = kube::core::Request::new("/api/v1/namespaces/ns/pods").logs("p", &params).unwrap();
         assert!(request.uri().to_string().contains("sinceTime=2026-11-27T02%3A35%3A56Z"), "{}", request.uri());
     }
