@@ -333,6 +333,9 @@ pub struct Condition {
     /// `True`, `False` or `Unknown`.
     pub status: String,
     pub reason: String,
+    /// Left out when there is nothing to say: a real API server's server-side apply turns an
+    /// applied empty string into `null`, which a `type: string` field refuses (422).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
     pub last_transition_time: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]

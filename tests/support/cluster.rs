@@ -75,6 +75,16 @@ impl Cluster {
         [&["-n", self.namespace.as_str()], args].concat()
     }
 
+    /// ServiceAccount `name` in the test's namespace, bound to a Role of its own granting
+    /// `verbs` (comma-separated) on `resources` (`configmaps,secrets`): RBAC is enforced, and a
+    /// Manifest acts as its ServiceAccount.
+    pub fn service_account(&self, name: &str, verbs: &str, resources: &str) {
+        self.must(&self.ns(&["create", "serviceaccount", name]));
+        self.must(&self.ns(&["create", "role", name, "--verb", verbs, "--resource", resources]));
+        let subject = format!("{}:{name}", self.namespace);
+        self.must(&self.ns(&["create", "rolebinding", name, "--role", name, "--serviceaccount", &subject]));
+    }
+
     /// `kubectl get … -o json` in the test's namespace; `None` when it fails (not found).
     pub fn get(&self, args: &[&str]) -> Option<Value> {
         let (ok, text) = self.kubectl(&[&self.ns(&["get"])[..], args, &["-o", "json"]].concat());
@@ -223,12 +233,20 @@ pub fn assert_api_calls_are_listed(controller: &ControllerProcess) {
 }
 
 /// An API server of the test's own (`../shared/apiserver`, named by `DEPLOYSTER_E2E_APISERVER`),
-/// for tests that stop and restart it. Stopped and removed when dropped.
+/// for tests that stop and restart it: real kube-apiserver, etcd and controller-manager. Only
+/// kube-apiserver is stopped (`SIGKILL`, as a crashed or rebooted control plane node); etcd
+/// keeps the data, and [`ApiServer::restart`] starts the same command line again. Stopped and
+/// removed (`down.sh`) when dropped.
 pub struct ApiServer {
     scripts: PathBuf,
+    /// The run folder (`up.sh` wants one that does not exist yet, of at most 40 characters).
     dir: PathBuf,
     port: u16,
     pub kubeconfig: String,
+    /// kube-apiserver's command line, read while it ran.
+    command: std::sync::Mutex<Vec<String>>,
+    /// The kube-apiserver [`ApiServer::restart`] started, reaped once `down.sh` stopped it.
+    restarted: std::sync::Mutex<Option<Child>>,
 }
 
 impl ApiServer {
@@ -240,45 +258,85 @@ impl ApiServer {
             );
             return None;
         };
-        let dir = std::env::temp_dir().join(format!("deployster-{test}-{}", std::process::id()));
-        let mut server =
-            ApiServer { scripts: PathBuf::from(scripts), dir, port: free_port(), kubeconfig: String::new() };
-        server.kubeconfig = server.up();
-        Some(server)
-    }
-
-    fn up(&self) -> String {
-        let output = Command::new(self.scripts.join("up.sh"))
-            .env("APISERVER_DIR", &self.dir)
-            .env("APISERVER_PORT", self.port.to_string())
+        let dir = PathBuf::from(format!("/tmp/dpl-{test}-{}", std::process::id()));
+        let port = free_port();
+        let output = Command::new(Path::new(&scripts).join("up.sh"))
+            .env("APISERVER_DIR", &dir)
+            .env("APISERVER_PORT", port.to_string())
             .stderr(Stdio::inherit())
             .output()
             .expect("run up.sh");
         assert!(output.status.success(), "up.sh failed");
-        String::from_utf8_lossy(&output.stdout).lines().last().expect("up.sh prints the kubeconfig").to_string()
+        let kubeconfig =
+            String::from_utf8_lossy(&output.stdout).lines().last().expect("up.sh prints the kubeconfig").to_string();
+        Some(ApiServer { scripts: PathBuf::from(scripts), dir, port, kubeconfig, command: Default::default(), restarted: Default::default() })
     }
 
-    /// Kills the server (its data stays for [`ApiServer::restart`]).
+    /// `NAME=value` of the run folder's `state.env` (the first, as the scripts read it).
+    fn state(&self, name: &str) -> String {
+        let text = std::fs::read_to_string(self.dir.join("state.env")).expect("the run folder's state.env");
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix('='))
+            .unwrap_or_else(|| panic!("no {name}= in state.env"))
+            .to_string()
+    }
+
+    /// Kills kube-apiserver, keeping its command line for [`ApiServer::restart`].
     pub fn stop(&self) {
-        let pid = std::fs::read_to_string(self.dir.join("pid")).expect("the server's pid file");
-        let _ = Command::new("kill").args(["-KILL", pid.trim()]).status();
-        // up.sh reads the pid file as soon as it is not empty: a stale one would be taken for
-        // a server that exited at once.
-        std::fs::remove_file(self.dir.join("pid")).expect("remove the pid file");
+        let pid = self.state("APISERVER_PID");
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).expect("kube-apiserver is running");
+        let command: Vec<String> =
+            cmdline.split(|b| *b == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into()).collect();
+        *self.command.lock().unwrap() = command;
+        let _ = Command::new("kill").args(["-KILL", &pid]).status();
         wait_for("the API server to stop", Duration::from_secs(10), || {
-            http_get(&format!("127.0.0.1:{}", self.port), "/readyz").is_none()
+            TcpStream::connect(("127.0.0.1", self.port)).is_err()
         });
     }
 
-    /// Starts it again on the same port with the same data.
+    /// Starts kube-apiserver again with the same command line (port, certificates, etcd), and
+    /// waits until it is ready. Its PID replaces the old one in `state.env`, so `down.sh`
+    /// stops it.
     pub fn restart(&self) {
-        self.up();
+        let command = self.command.lock().unwrap().clone();
+        assert!(!command.is_empty(), "restart follows stop");
+        let log = std::fs::File::create(self.dir.join("apiserver-restarted.log")).unwrap();
+        // setsid execs in place (the child is no group leader): the PID is kube-apiserver's.
+        let child = Command::new("setsid")
+            .args(&command)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("start kube-apiserver again");
+        let state = std::fs::read_to_string(self.dir.join("state.env")).unwrap();
+        let state: String = state
+            .lines()
+            .map(|l| {
+                if l.starts_with("APISERVER_PID=") {
+                    format!("APISERVER_PID={}\n", child.id())
+                } else {
+                    format!("{l}\n")
+                }
+            })
+            .collect();
+        std::fs::write(self.dir.join("state.env"), state).unwrap();
+        *self.restarted.lock().unwrap() = Some(child);
+        wait_for("the API server to be ready again", Duration::from_secs(60), || {
+            Command::new("kubectl")
+                .args(["--kubeconfig", &self.kubeconfig, "get", "--raw", "/readyz"])
+                .output()
+                .is_ok_and(|o| o.stdout == b"ok")
+        });
     }
 }
 
 impl Drop for ApiServer {
     fn drop(&mut self) {
         let _ = Command::new(self.scripts.join("down.sh")).arg(&self.dir).status();
+        if let Some(mut restarted) = self.restarted.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            let _ = restarted.wait();
+        }
     }
 }
 

@@ -1,6 +1,6 @@
 use std::time::Duration;
 
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::*;
 use crate::engine::error::{Cause, Phase, ResourceError};
@@ -280,4 +280,63 @@ fn progress_left_by_a_pass_that_ran_or_crashed_goes_when_a_pass_ends() {
         assert_eq!(after.progress.as_deref(), Some(""), "cleared explicitly");
         assert!(after.resources.iter().all(|r| r.progress.is_none()), "{after:#?}");
     }
+}
+
+/// The `""` values a status holds where the CRD's schema is not nullable: a real API server's
+/// server-side apply turns an applied empty string into `null`, and refuses such a `null`
+/// (422 "must be of type string"), so each of these fails the whole status write.
+pub(crate) fn empty_strings_refused(schema: &Value, value: &Value, at: &str, out: &mut Vec<String>) {
+    match value {
+        Value::String(s) if s.is_empty() && schema.get("nullable") != Some(&Value::Bool(true)) => out.push(at.into()),
+        Value::Object(fields) => {
+            for (key, field) in fields {
+                let inner = schema["properties"].get(key).or_else(|| schema.get("additionalProperties"));
+                if let Some(inner) = inner.filter(|s| s.is_object()) {
+                    empty_strings_refused(inner, field, &format!("{at}.{key}"), out);
+                }
+            }
+        }
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                empty_strings_refused(&schema["items"], item, &format!("{at}[{i}]"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Every kind of pass gives a status that a real server's server-side apply accepts: no empty
+/// string where the schema refuses `null` (the Ready/Reconciling/Stalled conditions had empty
+/// messages, and every status write on Kubernetes 1.20 failed with a 422).
+#[test]
+fn no_status_sends_an_empty_string_the_server_would_refuse() {
+    use kube::CustomResourceExt;
+    let crd = serde_json::to_value(crate::crd::Manifest::crd()).unwrap();
+    let schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"].clone();
+    assert!(schema["properties"]["conditions"].is_object(), "the status schema is where it was: {schema:#}");
+    let first = next_status(&ManifestStatus::default(), &pass(Observed::Applied(report(vec![applied("a")])), T0));
+    let mut during = first.clone();
+    during.progress = Some("a/create 40%".into());
+    let passes = [
+        Observed::Applied(report(vec![applied("a"), unchanged("b")])),
+        Observed::Applied(report(vec![unchanged("a")])),
+        Observed::Applied(report(vec![("a", Standing::Failed(action_failed()))])),
+        Observed::Invalid { reason: "InvalidManifest", message: "dependency cycle: a -> b -> a".into() },
+        Observed::NotRun { reason: "SecretNotFound", message: "gone".into() },
+        Observed::Suspended,
+    ];
+    for (i, observed) in passes.into_iter().enumerate() {
+        for old in [&ManifestStatus::default(), &first, &during] {
+            let status = next_status(old, &pass(observed.clone(), T0 + 1000 * i as i64));
+            let mut refused = Vec::new();
+            empty_strings_refused(&schema, &serde_json::to_value(&status).unwrap(), "status", &mut refused);
+            assert!(refused.is_empty(), "pass {i}: {refused:?} in {status:#?}");
+        }
+    }
+    // The check itself: an empty message is what it finds.
+    let mut wrong = serde_json::to_value(&first).unwrap();
+    wrong["conditions"][0]["message"] = json!("");
+    let mut refused = Vec::new();
+    empty_strings_refused(&schema, &wrong, "status", &mut refused);
+    assert_eq!(refused, ["status.conditions[0].message"]);
 }
