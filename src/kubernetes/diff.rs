@@ -40,6 +40,38 @@ pub fn changes(wanted: &Value, live: &Value, is_secret: bool) -> Vec<Change> {
     found
 }
 
+/// A port's `protocol` written out where a built-in kind's config leaves it to the default
+/// (`TCP`). Server-side apply merges `ports` lists by their keys, `port` (or `containerPort`)
+/// *and* `protocol`, and servers before the key-defaulting fix refuse an element that omits
+/// one (1.20: 500 "associative list with keys has an element that omits key field
+/// \"protocol\""). Writing the default the server would fill in changes nothing it stores.
+pub fn with_port_protocols(mut wanted: Value) -> Value {
+    fn walk(value: &mut Value) {
+        match value {
+            Value::Object(fields) => {
+                for (key, field) in fields.iter_mut() {
+                    if key == "ports"
+                        && let Value::Array(ports) = field
+                    {
+                        for port in ports.iter_mut().filter_map(Value::as_object_mut) {
+                            if (port.contains_key("port") || port.contains_key("containerPort"))
+                                && !port.contains_key("protocol")
+                            {
+                                port.insert("protocol".into(), Value::String("TCP".into()));
+                            }
+                        }
+                    }
+                    walk(field);
+                }
+            }
+            Value::Array(items) => items.iter_mut().for_each(walk),
+            _ => {}
+        }
+    }
+    walk(&mut wanted);
+    wanted
+}
+
 /// A Secret's `stringData` as the `data` the server would write it into, base64-encoded: so it
 /// is applied and compared where it lives.
 pub fn secret_as_data(mut wanted: Value) -> Value {
@@ -177,6 +209,22 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn ports_get_the_protocol_the_server_would_default() {
+        let service = json!({"kind": "Service", "spec": {"ports": [{"port": 80}, {"port": 53, "protocol": "UDP"}]}});
+        let service = with_port_protocols(service);
+        assert_eq!(service["spec"]["ports"], json!([{"port": 80, "protocol": "TCP"}, {"port": 53, "protocol": "UDP"}]));
+        let deployment = json!({"spec": {"template": {"spec": {"containers": [
+            {"name": "web", "ports": [{"containerPort": 8080}]},
+            {"name": "other"}
+        ]}}}});
+        let deployment = with_port_protocols(deployment);
+        assert_eq!(deployment["spec"]["template"]["spec"]["containers"][0]["ports"][0]["protocol"], "TCP");
+        assert_eq!(deployment["spec"]["template"]["spec"]["containers"][1].get("ports"), None);
+        let named = json!({"spec": {"ports": [{"name": "x"}]}});
+        assert_eq!(with_port_protocols(named.clone()), named, "not a port: left as it is");
+    }
 
     #[test]
     fn only_what_the_config_sets_is_compared() {

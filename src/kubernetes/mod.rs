@@ -12,8 +12,10 @@
 //!   writes in another form, or a field it drops or a webhook sets), and a conflict with
 //!   another manager is said at once. What a dry run found is remembered until the object's
 //!   `resourceVersion` or the config changes.
-//! - `apply`: server-side apply as field manager `deployster`; a conflict with another manager
-//!   fails, naming the field and the manager, unless `force: true`. The object is annotated
+//! - `apply`: server-side apply as field manager `deployster`. Fields changed by hand (kubectl's
+//!   managers) are taken back, and the plan says from whom it takes which field; a conflict
+//!   with another controller fails, naming the field and the manager, unless `force: true`;
+//!   `force: false` takes no field from anyone ([`ownership`]). The object is annotated
 //!   with the resource that owns it (the manifest's file name — a Manifest's `namespace/name`
 //!   — and the resource's name); one that exists without that annotation is not adopted
 //!   unless `adopt: true`.
@@ -34,6 +36,7 @@
 //! - `objects: [...]`: several objects as one resource ([`Bundle`]).
 
 mod diff;
+mod ownership;
 mod ready;
 
 use std::collections::HashMap;
@@ -49,6 +52,7 @@ use tokio::sync::OnceCell;
 
 use crate::engine::executor::{ExecError, Executor, Exit, Invocation, Outcome, Stream};
 use crate::engine::typeref::TypeRef;
+use ownership::Force;
 
 /// The built-in type's name (`builtin/kubernetes`).
 pub const NAME: &str = "kubernetes";
@@ -345,7 +349,10 @@ fn init() -> Value {
                     "items": object,
                     "description": "several objects as one resource: Namespaces, then CRDs, then the rest as listed"
                 },
-                "force": {"type": "boolean", "description": "take fields other field managers own"},
+                "force": {
+                    "type": "boolean",
+                    "description": "true: take fields any other field manager owns; false: take none, not even those changed by hand with kubectl (default: take back only those)"
+                },
                 "prune": {"type": "boolean", "description": "delete the objects when the resource is deleted (default true)"},
                 "adopt": {"type": "boolean", "description": "take over objects Deployster did not create"},
                 "wait": {
@@ -389,7 +396,7 @@ struct Bundle<'a> {
 struct Options {
     /// `manifest/resource`: the annotation's value.
     owner: String,
-    force: bool,
+    force: Force,
     prune: bool,
     adopt: bool,
     /// How long to wait for readiness after applying (`wait.ready`).
@@ -461,7 +468,7 @@ impl<'a> Bundle<'a> {
         };
         let options = Arc::new(Options {
             owner: format!("{manifest}/{}", invocation.labels.resource),
-            force: flag("force", false),
+            force: Force::from_config(config.get("force").and_then(Value::as_bool)),
             prune: flag("prune", true),
             adopt: flag("adopt", false),
             wait,
@@ -633,6 +640,10 @@ impl Call {
                 (Api::all_with(client, &resource), format!("{kind} {name}"))
             }
         };
+        // Kubernetes' own groups: none, or one under k8s.io.
+        if !group.contains('.') || group.ends_with(".k8s.io") {
+            wanted = diff::with_port_protocols(wanted);
+        }
         let is_secret = kind == "Secret" && group.is_empty();
         if is_secret {
             wanted = diff::secret_as_data(wanted);
@@ -698,25 +709,43 @@ impl Call {
         use sha2::Digest;
         let object = self.applied();
         let metadata = |field: &str| live["metadata"][field].as_str().unwrap_or_default().to_string();
-        let digest = hex::encode(sha2::Sha256::digest(format!("{}{object}", self.options.force).as_bytes()));
+        let digest = hex::encode(sha2::Sha256::digest(format!("{:?}{object}", self.options.force).as_bytes()));
         let key = format!("{}\n{}\n{}\n{digest}", self.shown, metadata("uid"), metadata("resourceVersion"));
         let memory = self.confirmed.as_ref();
         if let Some(fields) = memory.and_then(|m| m.lock().expect("confirmed lock").get(&key).cloned()) {
             return Ok(fields);
         }
         let said = |changes: &[diff::Change]| changes.iter().map(ToString::to_string).collect::<Vec<_>>();
+        let real = |dry: DynamicObject| {
+            let dry = serde_json::to_value(dry).expect("an object serializes");
+            said(
+                &found
+                    .iter()
+                    .filter(|c| dry.pointer(&c.pointer) != live.pointer(&c.pointer))
+                    .cloned()
+                    .collect::<Vec<_>>(),
+            )
+        };
         let fields = match self.api.patch(&self.name, &self.apply_params().dry_run(), &Patch::Apply(&object)).await {
-            Ok(dry) => {
-                let dry = serde_json::to_value(dry).expect("an object serializes");
-                let real: Vec<_> =
-                    found.into_iter().filter(|c| dry.pointer(&c.pointer) != live.pointer(&c.pointer)).collect();
-                said(&real)
+            Ok(dry) => real(dry),
+            Err(kube::Error::Api(status)) if self.options.force.takes(&ownership::conflicts(&status)) => {
+                let forced = self.apply_params().force().dry_run();
+                let dry = self
+                    .api
+                    .patch(&self.name, &forced, &Patch::Apply(&object))
+                    .await
+                    .map_err(|e| self.api_error("checking (a server-side dry run of applying)", e))?;
+                let mut fields = real(dry);
+                fields
+                    .push(format!("takes back {} (changed by hand)", ownership::said(&ownership::conflicts(&status))));
+                fields
             }
             Err(kube::Error::Api(status)) if status.code == 409 => {
                 let mut fields = said(&found);
                 fields.push(format!(
-                    "{} (applying fails unless `force: true`)",
-                    self.api_error("a dry run of applying", kube::Error::Api(status))
+                    "{} (applying fails: {})",
+                    self.api_error("a dry run of applying", kube::Error::Api(status)),
+                    self.options.force.refusal()
                 ));
                 fields
             }
@@ -740,7 +769,7 @@ impl Call {
 
     fn apply_params(&self) -> PatchParams {
         let params = PatchParams::apply(FIELD_MANAGER);
-        if self.options.force { params.force() } else { params }
+        if self.options.force == Force::Always { params.force() } else { params }
     }
 
     async fn apply(&self, said: &mut Said) -> Result<(), String> {
@@ -754,8 +783,18 @@ impl Call {
                 self.shown
             ));
         }
-        self.api.patch(&self.name, &params, &Patch::Apply(&object)).await.map_err(|e| self.api_error("applying", e))?;
-        said.push(format!("applied {}", self.shown));
+        match self.api.patch(&self.name, &params, &Patch::Apply(&object)).await {
+            Ok(_) => said.push(format!("applied {}", self.shown)),
+            Err(kube::Error::Api(status)) if self.options.force.takes(&ownership::conflicts(&status)) => {
+                self.api
+                    .patch(&self.name, &params.force(), &Patch::Apply(&object))
+                    .await
+                    .map_err(|e| self.api_error("applying", e))?;
+                let taken = ownership::said(&ownership::conflicts(&status));
+                said.push(format!("applied {}, taking back {taken} (changed by hand)", self.shown));
+            }
+            Err(e) => return Err(self.api_error("applying", e)),
+        }
         if self.is_crd || self.options.wait.is_some() {
             // A CRD's kind is served once it is Established: a dependent's object of that kind
             // waits until then, as it waits for the action itself.
@@ -840,13 +879,16 @@ impl Call {
                         field => format!("{field}: {}", c.message),
                     })
                     .collect();
-                let mut message =
-                    format!("{doing} {}: {} ({} {})", self.shown, status.message, status.code, status.reason);
+                let code = match status.reason.as_str() {
+                    "" => status.code.to_string(),
+                    reason => format!("{} {reason}", status.code),
+                };
+                let mut message = format!("{doing} {}: {} ({code})", self.shown, status.message);
                 if !causes.is_empty() && !causes.iter().all(|c| status.message.contains(c.as_str())) {
                     message.push_str(&format!("; {}", causes.join("; ")));
                 }
                 if status.code == 409 && doing == "applying" {
-                    message.push_str("; set `force: true` to take those fields from the other manager");
+                    message.push_str(&format!("; {}", self.options.force.refusal()));
                 }
                 message
             }
@@ -1111,7 +1153,7 @@ mod tests {
         let description = state["actions"][0]["description"].as_str().unwrap();
         assert!(description.contains(r#"data.mode: "a" → "b""#), "{description}");
         assert!(description.contains(r#"conflict with "other": .data.mode"#), "{description}");
-        assert!(description.contains("applying fails unless `force: true`"), "{description}");
+        assert!(description.contains("applying fails: another controller owns those fields"), "{description}");
 
         *answer.lock().unwrap() = status(
             422,
