@@ -179,6 +179,11 @@ pub struct PodArgs {
     /// HTTP (registries on loopback always are); repeat for several.
     #[arg(long = "insecure-registry", value_name = "HOST:PORT")]
     pub insecure_registries: Vec<String>,
+    /// With `--executor pod`: read the image configs of registry NAME (as image references
+    /// name it, `host:port`) at URL instead — where NAME, which nodes pull from, cannot be
+    /// reached from here (a node-local registry, an air-gapped mirror); repeat for several.
+    #[arg(long = "registry-endpoint", value_name = "NAME=URL")]
+    pub registry_endpoints: Vec<crate::pod::registry::Endpoint>,
     /// With `--executor pod`: an image pull secret of the namespace, besides the
     /// ServiceAccount's; repeat for several.
     #[arg(long = "image-pull-secret", value_name = "NAME")]
@@ -377,6 +382,11 @@ pub struct ControllerArgs {
     /// HTTP (registries on loopback always are); repeat for several.
     #[arg(long = "insecure-registry", value_name = "HOST:PORT")]
     pub insecure_registries: Vec<String>,
+    /// With `--executor pod`: read the image configs of registry NAME (as image references
+    /// name it, `host:port`) at URL instead — where NAME, which nodes pull from, cannot be
+    /// reached from here (a node-local registry, an air-gapped mirror); repeat for several.
+    #[arg(long = "registry-endpoint", value_name = "NAME=URL")]
+    pub registry_endpoints: Vec<crate::pod::registry::Endpoint>,
     /// With `--executor pod`: a Pod no node takes fails after this long, with the scheduler's
     /// message.
     #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
@@ -771,6 +781,7 @@ async fn pod_executor(args: &PodArgs) -> Result<Arc<dyn Executor>, CliError> {
         scope.options.node_selector = args.node_selector.iter().cloned().collect();
     }
     settings.insecure_registries = args.insecure_registries.clone();
+    settings.registry_endpoints = args.registry_endpoints.clone();
     settings.schedule_timeout = args.schedule_timeout;
     Ok(Arc::new(PodExecutor::new(client, settings)))
 }
@@ -814,6 +825,7 @@ async fn controller(args: ControllerArgs) -> Result<Exit, CliError> {
         ExecutorArg::Pod => {
             let mut settings = PodSettings::scoped_per_pass(helper_image(&args.helper_image));
             settings.insecure_registries = args.insecure_registries;
+            settings.registry_endpoints = args.registry_endpoints;
             settings.schedule_timeout = args.schedule_timeout;
             Images::Pods(Box::new(settings))
         }

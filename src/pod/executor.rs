@@ -73,6 +73,8 @@ pub struct PodSettings {
     pub helper_image: String,
     /// Registries (`host:port`) spoken to over plain HTTP besides loopback ones.
     pub insecure_registries: Vec<String>,
+    /// Registries whose image configs are read at another endpoint than their name.
+    pub registry_endpoints: Vec<super::registry::Endpoint>,
     /// A Pod the scheduler cannot place fails after this long, with the scheduler's message.
     pub schedule_timeout: Duration,
     /// An image the node cannot pull fails after this long, naming the image.
@@ -100,6 +102,7 @@ impl PodSettings {
             scope: None,
             helper_image: helper_image.into(),
             insecure_registries: Vec::new(),
+            registry_endpoints: Vec::new(),
             schedule_timeout: Duration::from_secs(300),
             pull_timeout: Duration::from_secs(60),
             start_timeout: Duration::from_secs(300),
@@ -139,7 +142,7 @@ fn api_error(step: &str, error: kube::Error) -> ExecError {
 
 impl PodExecutor {
     pub fn new(client: Client, settings: PodSettings) -> PodExecutor {
-        let registry = Registry::new(&settings.insecure_registries);
+        let registry = Registry::new(&settings.insecure_registries, &settings.registry_endpoints);
         let kept = |n| NonZeroUsize::new(n).expect("non-zero");
         PodExecutor {
             client,

@@ -101,11 +101,49 @@ pub fn read_docker_config(json: &[u8], credentials: &mut Credentials) -> Result<
     Ok(())
 }
 
+/// Where a registry is read, when its name is not how it is reached from here: a registry the
+/// nodes pull from at a name the controller's own Pod cannot use (a node-local registry on
+/// `127.0.0.1`, an air-gapped mirror, a pull-through cache). Given as `NAME=URL`
+/// (`127.0.0.1:5000=http://10.244.0.1:5000`), as containerd's registry hosts configuration
+/// maps names to endpoints on nodes. Only where the config is *read* changes: Pods still name
+/// the image by `NAME`, which is what their node pulls.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    /// The registry as image references name it (`host[:port]`).
+    pub name: String,
+    /// Where it is read instead (`host[:port]`).
+    pub host: String,
+    /// `http://`: spoken to over plain HTTP.
+    pub plain_http: bool,
+}
+
+impl std::str::FromStr for Endpoint {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        let (name, url) = text
+            .split_once('=')
+            .ok_or_else(|| format!("`{text}` is not NAME=URL (127.0.0.1:5000=http://10.0.0.5:5000)"))?;
+        let (plain_http, rest) = match url.split_once("://") {
+            Some(("http", rest)) => (true, rest),
+            Some(("https", rest)) => (false, rest),
+            _ => return Err(format!("`{url}` is not an http:// or https:// URL (in `{text}`)")),
+        };
+        let host = rest.trim_end_matches('/');
+        if name.is_empty() || name.contains('/') || host.is_empty() || host.contains('/') {
+            return Err(format!("`{text}`: the registry and the endpoint are each a host[:port], with no path"));
+        }
+        Ok(Endpoint { name: name.to_string(), host: host.to_string(), plain_http })
+    }
+}
+
 /// Reads images' configs from their registries, keeping what it learnt.
 pub struct Registry {
     client: Client,
-    /// For registries on this machine, which speak plain HTTP.
+    /// For registries on this machine, which speak plain HTTP, and `http://` endpoints.
     loopback: Client,
+    /// By registry name.
+    endpoints: HashMap<String, Endpoint>,
     /// Digest → what the image runs.
     configs: Mutex<HashMap<String, Arc<ImageRun>>>,
     /// (pass, image) → what it resolved to in that pass.
@@ -114,8 +152,9 @@ pub struct Registry {
 
 impl Registry {
     /// A client speaking HTTPS, except to `insecure` registries (`host:port`) and loopback ones,
-    /// which it speaks plain HTTP to (as a container runtime does by default).
-    pub fn new(insecure: &[String]) -> Registry {
+    /// which it speaks plain HTTP to (as a container runtime does by default); registries named
+    /// in `endpoints` are read there.
+    pub fn new(insecure: &[String], endpoints: &[Endpoint]) -> Registry {
         crate::pod::install_crypto();
         let config = |protocol| ClientConfig {
             protocol,
@@ -126,6 +165,7 @@ impl Registry {
         Registry {
             client: Client::new(config(ClientProtocol::HttpsExcept(insecure.to_vec()))),
             loopback: Client::new(config(ClientProtocol::Http)),
+            endpoints: endpoints.iter().map(|e| (e.name.clone(), e.clone())).collect(),
             configs: Mutex::default(),
             resolved: Mutex::new(lru::LruCache::new(NonZeroUsize::new(4096).expect("non-zero"))),
         }
@@ -144,22 +184,17 @@ impl Registry {
             Some((user, password)) => RegistryAuth::Basic(user.clone(), password.clone()),
             None => RegistryAuth::Anonymous,
         };
-        let host = reference.registry().rsplit_once(':').map_or(reference.registry(), |(host, _)| host);
-        let client = match host {
-            "localhost" | "[::1]" => &self.loopback,
-            host if host.starts_with("127.") => &self.loopback,
-            _ => &self.client,
-        };
+        let (read_at, client) = self.read_at(&reference);
         let digest = match reference.digest() {
             Some(digest) => digest.to_string(),
-            None => client.fetch_manifest_digest(&reference, &auth).await.map_err(|e| describe(&e, &auth))?,
+            None => client.fetch_manifest_digest(&read_at, &auth).await.map_err(|e| describe(&e, &auth))?,
         };
         let known = self.configs.lock().expect("registry lock").get(&digest).cloned();
         let run = match known {
             Some(run) => run,
             None => {
                 let (_, _, config) =
-                    client.pull_manifest_and_config(&reference, &auth).await.map_err(|e| describe(&e, &auth))?;
+                    client.pull_manifest_and_config(&read_at, &auth).await.map_err(|e| describe(&e, &auth))?;
                 let file: ConfigFile =
                     serde_json::from_str(&config).map_err(|e| format!("its image config cannot be read: {e}"))?;
                 let config = file.config.unwrap_or_default();
@@ -182,6 +217,28 @@ impl Registry {
         };
         self.resolved.lock().expect("registry lock").put(key, run.clone());
         Ok(run)
+    }
+}
+
+impl Registry {
+    /// Where `reference` is read (its registry's endpoint, if one is given), and with which
+    /// client.
+    fn read_at(&self, reference: &Reference) -> (Reference, &Client) {
+        if let Some(endpoint) = self.endpoints.get(reference.registry()) {
+            let (registry, repository) = (endpoint.host.clone(), reference.repository().to_string());
+            let moved = match (reference.tag(), reference.digest()) {
+                (_, Some(digest)) => Reference::with_digest(registry, repository, digest.to_string()),
+                (tag, None) => Reference::with_tag(registry, repository, tag.unwrap_or("latest").to_string()),
+            };
+            return (moved, if endpoint.plain_http { &self.loopback } else { &self.client });
+        }
+        let host = reference.registry().rsplit_once(':').map_or(reference.registry(), |(host, _)| host);
+        let client = match host {
+            "localhost" | "[::1]" => &self.loopback,
+            host if host.starts_with("127.") => &self.loopback,
+            _ => &self.client,
+        };
+        (reference.clone(), client)
     }
 }
 
@@ -225,6 +282,31 @@ mod tests {
     }
 
     #[test]
+    fn a_registry_is_read_at_its_endpoint_and_still_named_by_its_name() {
+        let endpoint: Endpoint = "127.0.0.1:5000=http://10.244.0.1:5000/".parse().unwrap();
+        assert_eq!(
+            endpoint,
+            Endpoint { name: "127.0.0.1:5000".into(), host: "10.244.0.1:5000".into(), plain_http: true }
+        );
+        let registry = Registry::new(&[], &[endpoint, "mirror.example=https://cache.internal:8443".parse().unwrap()]);
+        let (read_at, client) = registry.read_at(&"127.0.0.1:5000/team/type:1".parse().unwrap());
+        assert_eq!(read_at.whole(), "10.244.0.1:5000/team/type:1");
+        assert!(std::ptr::eq(client, &registry.loopback), "http:// is plain HTTP");
+        let pinned: Reference =
+            "mirror.example/t@sha256:0123456789012345678901234567890123456789012345678901234567890123".parse().unwrap();
+        let (read_at, client) = registry.read_at(&pinned);
+        assert_eq!(read_at.registry(), "cache.internal:8443");
+        assert_eq!(read_at.digest(), pinned.digest());
+        assert!(std::ptr::eq(client, &registry.client));
+        let (read_at, _) = registry.read_at(&"other.example/t:2".parse().unwrap());
+        assert_eq!(read_at.whole(), "other.example/t:2", "other registries are read where they are named");
+
+        for bad in ["127.0.0.1:5000", "r=10.0.0.1:5000", "r=ftp://x", "r=http://x/path", "=http://x"] {
+            assert!(bad.parse::<Endpoint>().is_err(), "{bad} is refused");
+        }
+    }
+
+    #[test]
     fn the_program_line_is_what_a_container_runtime_would_run() {
         let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         let image = run(&["/type"], &["--default"]);
@@ -260,7 +342,7 @@ mod tests {
     #[tokio::test]
     async fn a_registry_that_refuses_is_a_clear_error() {
         let address = refusing_registry().await;
-        let registry = Registry::new(&[]);
+        let registry = Registry::new(&[], &[]);
         let image = format!("{address}/team/app:1");
         let anonymous = registry.resolve(&image, "pass", &Credentials::new()).await.unwrap_err();
         assert!(anonymous.starts_with("the registry requires credentials it was not given"), "{anonymous}");

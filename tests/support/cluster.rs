@@ -269,7 +269,14 @@ impl ApiServer {
         assert!(output.status.success(), "up.sh failed");
         let kubeconfig =
             String::from_utf8_lossy(&output.stdout).lines().last().expect("up.sh prints the kubeconfig").to_string();
-        Some(ApiServer { scripts: PathBuf::from(scripts), dir, port, kubeconfig, command: Default::default(), restarted: Default::default() })
+        Some(ApiServer {
+            scripts: PathBuf::from(scripts),
+            dir,
+            port,
+            kubeconfig,
+            command: Default::default(),
+            restarted: Default::default(),
+        })
     }
 
     /// `NAME=value` of the run folder's `state.env` (the first, as the scripts read it).

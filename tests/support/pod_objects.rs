@@ -12,14 +12,16 @@ pub fn on_cluster(test: &str) -> Option<(&'static PodEnv, Cluster)> {
     env().map(|env| (env, Cluster::on(env.kubeconfig.clone(), test)))
 }
 
-/// A PersistentVolumeClaim `data` bound to a host directory this test reads (the test cluster's
-/// node is this machine); the directory.
-pub fn claim(cluster: &Cluster) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("deployster-pv-{}", cluster.namespace));
+/// A PersistentVolume on a host directory this test reads (the test cluster's node is this
+/// machine), bound ahead to claim `claim` of the test's namespace — what an operator without a
+/// volume provisioner does (the cluster has none); the directory. `class` is the claim's
+/// storage class (`""`: a claim that names none, on a cluster with no default class).
+pub fn host_volume(cluster: &Cluster, claim: &str, class: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("deployster-pv-{}-{claim}", cluster.namespace));
     std::fs::create_dir_all(&dir).unwrap();
-    // The type runs as a non-root user.
+    // Types run as a non-root user.
     std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
-    let pv = format!("pv-{}", cluster.namespace);
+    let pv = format!("pv-{}-{claim}", cluster.namespace);
     cluster.apply_yaml(&format!(
         r#"
 apiVersion: v1
@@ -29,9 +31,22 @@ spec:
   capacity: {{storage: 1Gi}}
   accessModes: [ReadWriteOnce]
   hostPath: {{path: {dir}}}
-  storageClassName: manual
-  claimRef: {{namespace: {ns}, name: data}}
----
+  storageClassName: "{class}"
+  claimRef: {{namespace: {ns}, name: {claim}}}
+"#,
+        dir = dir.display(),
+        ns = cluster.namespace
+    ));
+    dir
+}
+
+/// A PersistentVolumeClaim `data` bound to a host directory this test reads, and a Secret
+/// `creds`; the directory.
+pub fn claim(cluster: &Cluster) -> std::path::PathBuf {
+    let dir = host_volume(cluster, "data", "manual");
+    let pv = format!("pv-{}-data", cluster.namespace);
+    cluster.apply_yaml(&format!(
+        r#"
 apiVersion: v1
 kind: PersistentVolumeClaim
 metadata: {{name: data}}
@@ -45,9 +60,7 @@ apiVersion: v1
 kind: Secret
 metadata: {{name: creds}}
 stringData: {{token: s3cret}}
-"#,
-        dir = dir.display(),
-        ns = cluster.namespace
+"#
     ));
     dir
 }

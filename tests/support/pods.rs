@@ -22,6 +22,9 @@ pub struct PodEnv {
     pub fixture_plugs: String,
     pub fixture_eager: String,
     pub registry: String,
+    /// The same registry as a Pod reaches it (`REGISTRY_IN_PODS`: `127.0.0.1` in a Pod is the
+    /// Pod's own loopback).
+    pub registry_in_pods: String,
     /// The node's own Docker daemon (`CLUSTER_DOCKER_HOST`), where the kubelet runs containers.
     pub node_docker: String,
 }
@@ -48,6 +51,7 @@ pub fn env() -> Option<&'static PodEnv> {
                 .to_string()
         };
         let (registry, node_docker) = (setting("REGISTRY"), setting("CLUSTER_DOCKER_HOST"));
+        let registry_in_pods = setting("REGISTRY_IN_PODS");
         docker::env().expect("the Pod tests build their images with Docker");
         let push = |local: &str, remote: &str| {
             for args in [vec!["tag", local, remote], vec!["push", "--quiet", remote]] {
@@ -66,7 +70,16 @@ pub fn env() -> Option<&'static PodEnv> {
         push(FIXTURE_PLUGS_IMAGE, &fixture_plugs);
         let fixture_eager = format!("{registry}/deployster/fixture:eager");
         push(FIXTURE_IMAGE, &fixture_eager);
-        Some(PodEnv { kubeconfig, helper, fixture, fixture_plugs, fixture_eager, registry, node_docker })
+        Some(PodEnv {
+            kubeconfig,
+            helper,
+            fixture,
+            fixture_plugs,
+            fixture_eager,
+            registry,
+            registry_in_pods,
+            node_docker,
+        })
     })
     .as_ref()
 }
