@@ -35,7 +35,7 @@ pub enum PipelineCommand {
     /// Register a revision when vars are given, then drive every revision in flight until each
     /// is through, failed, or waiting on a gate (exit 0; 1 when a step failed; 2 for an
     /// invalid pipeline). A later `run` goes on from the log.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Approve the gate before a group (`stage/group`, or a stage) for a revision waiting there.
     Approve {
         #[command(flatten)]
@@ -124,7 +124,8 @@ fn vars_of(pipeline: &Pipeline, sources: &[VarSource]) -> Result<Map<String, Val
 
 pub(super) async fn pipeline(args: PipelineArgs) -> Result<Exit, CliError> {
     let file = match &args.command {
-        PipelineCommand::Start(a) | PipelineCommand::Run(RunArgs { vars: a, .. }) => &a.file,
+        PipelineCommand::Start(VarsArgs { file, .. }) => file,
+        PipelineCommand::Run(run) => &run.vars.file,
         PipelineCommand::Approve { file, .. }
         | PipelineCommand::Register { file, .. }
         | PipelineCommand::Status(file)
@@ -185,7 +186,8 @@ pub(super) async fn pipeline(args: PipelineArgs) -> Result<Exit, CliError> {
             }
             Ok(Exit::Ok)
         }
-        PipelineCommand::Run(RunArgs { vars: a, .. }) => {
+        PipelineCommand::Run(run) => {
+            let a = &run.vars;
             if !a.vars.is_empty() {
                 let vars = vars_of(&pipeline, &a.vars)?;
                 let revision = pipeline.revision_of(&vars)?;
