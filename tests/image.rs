@@ -126,7 +126,11 @@ fn the_image_holds_one_static_binary_run_as_a_numeric_non_root_user() {
     // The controller in the image, against the test API server, runs a built-in type.
     let Some(cluster) = Cluster::new("image") else { return };
     let metrics = format!("127.0.0.1:{}", free_port());
-    let kubeconfig = std::fs::canonicalize(&cluster.kubeconfig).unwrap();
+    // A copy the image's user may read (the real server's kubeconfig is root's, mode 0600).
+    let copy = tempfile::tempdir().unwrap();
+    let kubeconfig = copy.path().join("kubeconfig");
+    std::fs::copy(&cluster.kubeconfig, &kubeconfig).unwrap();
+    std::os::unix::fs::chown(&kubeconfig, Some(65532), Some(65532)).unwrap();
     let host_config = HostConfig {
         network_mode: Some("host".into()),
         binds: Some(vec![format!("{}:/kubeconfig:ro", kubeconfig.display())]),
