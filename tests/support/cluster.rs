@@ -19,16 +19,16 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    /// The cluster, with a new namespace named after `test`; `None` (after saying why) when no
-    /// API server was given.
-    pub fn new(test: &str) -> Option<Cluster> {
-        let Ok(kubeconfig) = std::env::var("DEPLOYSTER_E2E_KUBECONFIG") else {
-            eprintln!(
-                "skipping {test}: set DEPLOYSTER_E2E_KUBECONFIG to a kubeconfig (../shared/apiserver/up.sh, kind, k3d)"
-            );
-            return None;
-        };
-        Some(Cluster::on(kubeconfig, test))
+    /// The cluster, with a new namespace named after `test`. A test that needs it is
+    /// `#[ignore]`d with the command that runs it, and fails (never passes) without it.
+    pub fn new(test: &str) -> Cluster {
+        Cluster::on(
+            required(
+                "DEPLOYSTER_E2E_KUBECONFIG",
+                "the kubeconfig ../shared/apiserver/up.sh prints (kind or k3d work too)",
+            ),
+            test,
+        )
     }
 
     /// The cluster of `kubeconfig`, with the CRD installed and a new namespace named after `test`.
@@ -124,6 +124,16 @@ impl Cluster {
         events.sort_by_key(|e| e["metadata"]["creationTimestamp"].as_str().unwrap_or_default().to_string());
         events.iter().filter_map(|e| e["reason"].as_str().map(str::to_string)).collect()
     }
+}
+
+/// The value of `variable`, which a test that needs a cluster must be given: such a test is
+/// `#[ignore]`d, so run without it on purpose it fails, naming what to set (`what`).
+pub fn required(variable: &str, what: &str) -> String {
+    std::env::var(variable).unwrap_or_else(|_| {
+        panic!(
+            "this test needs {variable}: set it to {what} (.ci/run starts ../shared/apiserver and ../shared/cluster)"
+        )
+    })
 }
 
 impl Drop for Cluster {
@@ -250,14 +260,9 @@ pub struct ApiServer {
 }
 
 impl ApiServer {
-    /// `None` (after saying why) when no API server scripts were given.
-    pub fn start(test: &str) -> Option<ApiServer> {
-        let Ok(scripts) = std::env::var("DEPLOYSTER_E2E_APISERVER") else {
-            eprintln!(
-                "skipping {test}: set DEPLOYSTER_E2E_APISERVER to ../shared/apiserver (it starts servers of its own)"
-            );
-            return None;
-        };
+    /// A server of `../shared/apiserver`'s scripts (`DEPLOYSTER_E2E_APISERVER`); fails without them.
+    pub fn start(test: &str) -> ApiServer {
+        let scripts = required("DEPLOYSTER_E2E_APISERVER", "../shared/apiserver: the test starts servers of its own");
         let dir = PathBuf::from(format!("/tmp/dpl-{test}-{}", std::process::id()));
         let port = free_port();
         let output = Command::new(Path::new(&scripts).join("up.sh"))
@@ -269,14 +274,14 @@ impl ApiServer {
         assert!(output.status.success(), "up.sh failed");
         let kubeconfig =
             String::from_utf8_lossy(&output.stdout).lines().last().expect("up.sh prints the kubeconfig").to_string();
-        Some(ApiServer {
+        ApiServer {
             scripts: PathBuf::from(scripts),
             dir,
             port,
             kubeconfig,
             command: Default::default(),
             restarted: Default::default(),
-        })
+        }
     }
 
     /// `NAME=value` of the run folder's `state.env` (the first, as the scripts read it).

@@ -6,10 +6,13 @@ use std::time::{Duration, Instant};
 use super::cluster::Cluster;
 use super::pods::{PodEnv, env};
 
-/// The cluster whose Pods really run, with a fresh namespace named after `test`; `None` (after
-/// saying why) when none was given.
-pub fn on_cluster(test: &str) -> Option<(&'static PodEnv, Cluster)> {
-    env().map(|env| (env, Cluster::on(env.kubeconfig.clone(), test)))
+/// The cluster whose Pods really run, with a fresh namespace named after `test`. A test that
+/// needs it is `#[ignore]`d with the command that runs it, and fails (never passes) without it.
+pub fn on_cluster(test: &str) -> (&'static PodEnv, Cluster) {
+    let env = env().unwrap_or_else(|| {
+        panic!("this test needs DEPLOYSTER_E2E_CLUSTER: the kubeconfig ../shared/cluster/up.sh prints")
+    });
+    (env, Cluster::on(env.kubeconfig.clone(), test))
 }
 
 /// A PersistentVolume on a host directory this test reads (the test cluster's node is this
