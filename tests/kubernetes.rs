@@ -545,6 +545,47 @@ spec:
     assert_api_calls_are_listed(&controller);
 }
 
+/// RBAC on the real authorizer: a Manifest's ServiceAccount granted `get` but not `patch` on
+/// ConfigMaps, and one that does not exist, each fail their resource on the object with the
+/// server's 403 naming the account, the verb and the resource; nothing is applied.
+#[test]
+#[ignore = "needs a Kubernetes API server: DEPLOYSTER_E2E_KUBECONFIG=<kubeconfig ../shared/apiserver/up.sh prints> cargo test --test kubernetes -- --include-ignored"]
+fn a_service_account_without_the_rights_fails_on_the_object_with_the_403() {
+    use support::cluster::{ControllerProcess, wait_for};
+    let cluster = Cluster::new("kube-rbac");
+    let ns = cluster.namespace.clone();
+    let work = tempfile::tempdir().unwrap();
+    let _controller = ControllerProcess::start(&cluster, work.path(), "controller", &["--namespace", &ns]);
+    cluster.service_account("reader", "get", "configmaps");
+    let manifest = |name: &str, account: &str| {
+        format!(
+            "apiVersion: deployster.io/v1alpha1\nkind: Manifest\nmetadata: {{name: {name}}}\nspec:\n  \
+             serviceAccountName: {account}\n  resources:\n    cm:\n      type: builtin/kubernetes\n      \
+             config: {{object: {{apiVersion: v1, kind: ConfigMap, metadata: {{name: made-{name}}}, data: {{a: b}}}}}}\n"
+        )
+    };
+    cluster.apply_yaml(&manifest("limited", "reader"));
+    cluster.apply_yaml(&manifest("nobody", "missing"));
+    for (name, account) in [("limited", "reader"), ("nobody", "missing")] {
+        wait_for("the refusal on the Manifest", Duration::from_secs(60), || {
+            cluster.condition(name, "Ready") == "False"
+        });
+        let status = cluster.get(&["manifest", name]).unwrap()["status"].clone();
+        let resource = status["resources"].as_array().unwrap().iter().find(|r| r["name"] == "cm").unwrap().clone();
+        assert_eq!(resource["status"], "FAILED", "{status:#}");
+        let message = resource["message"].as_str().unwrap();
+        assert!(message.contains("403"), "{message}");
+        assert!(message.contains(&format!("system:serviceaccount:{ns}:{account}")), "names the account: {message}");
+        assert!(message.contains("configmaps"), "names the resource: {message}");
+        let ready = status["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Ready").unwrap().clone();
+        assert!(ready["message"].as_str().unwrap().contains("waiting on cm"), "{ready:#}");
+        assert!(cluster.get(&["configmap", &format!("made-{name}")]).is_none(), "nothing applied");
+    }
+    // `get` but not `patch`: the verb the server refused is named.
+    let status = cluster.get(&["manifest", "limited"]).unwrap()["status"].clone();
+    assert!(status.to_string().contains("cannot patch resource"), "{status:#}");
+}
+
 /// `wait: {ready: true}`: a custom resource's `Ready` condition decides. Not ready, a plan
 /// shows a `wait` action and its dependent waits; a short timeout fails with the object's own
 /// reason and nothing after it runs; the apply goes on once it is ready; `Stalled` fails the
