@@ -4,9 +4,8 @@
 //! The controller runs as a process of this machine against that cluster; the chart's own
 //! installation of it is tests/helm_cluster.rs.
 //!
-//! Test-cluster deviations met here: a deleted Pod disappears on the kubelet's next sync
-//! (seconds), so "nothing left" is waited for; `kubectl create secret` is refused, so objects
-//! are applied as YAML.
+//! A deleted Pod disappears once its kubelet has cleaned it up (a 1.20 kubelet checks on a
+//! 10 s batch), so "nothing left" is waited for.
 #![cfg(all(feature = "docker", feature = "kube"))]
 
 mod support;

@@ -102,8 +102,8 @@ fn objects_are_applied_checked_field_by_field_and_corrected() {
     assert_eq!(settings["data"]["setting"], "one");
     assert_eq!(settings["metadata"]["annotations"]["deployster.io/resource"], "manifest.yaml/settings");
     let app = cluster.get(&["configmap", "app"]).expect("created");
-    // The server's own field (the test server gives objects created by server-side apply no
-    // uid, so the resourceVersion stands for what the server fills in).
+    // What the server fills in: its uid and resourceVersion.
+    assert!(settings["metadata"]["uid"].as_str().is_some_and(|u| !u.is_empty()), "{settings}");
     let version = &settings["metadata"]["resourceVersion"];
     assert!(version.as_str().is_some_and(|v| !v.is_empty()), "{settings}");
     assert_eq!(&app["data"]["settingsVersion"], version, "read from what the server filled in");
@@ -461,8 +461,8 @@ fn the_example_wires_a_service_s_state_into_a_deployment() {
 
 /// The controller applies a Manifest's objects as its ServiceAccount (an object without a
 /// namespace goes to the Manifest's), corrects drift, and deleting the Manifest deletes them.
-/// (The test server has no authorization, so what the impersonated account may do is not
-/// checked here; `kubernetes::tests` checks the impersonation itself.)
+/// The account is granted exactly what its objects need; the 403 of one that lacks a right is
+/// `a_service_account_without_the_rights_fails_on_the_object_with_the_403`.
 #[ignore = "needs a Kubernetes API server: DEPLOYSTER_E2E_KUBECONFIG=<kubeconfig ../shared/apiserver/up.sh prints> cargo test --test kubernetes -- --include-ignored"]
 #[test]
 fn the_controller_keeps_a_manifest_s_objects() {

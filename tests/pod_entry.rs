@@ -123,7 +123,7 @@ fn the_init_container_s_part_installs_the_helper() {
     assert_eq!(usage.status.code(), Some(2), "the copy runs");
 }
 
-/// A termination-message file the container may not write (the test cluster gives a non-root
+/// A termination-message file the container may not write (a runtime that gives a non-root
 /// container a root-owned 0644 one): the record still comes back, through the log.
 #[test]
 fn a_termination_message_that_cannot_be_written_still_leaves_the_record_in_the_log() {

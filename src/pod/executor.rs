@@ -476,8 +476,8 @@ impl PodExecutor {
             if done {
                 break;
             }
-            // The stream ended with the Pod running (a test cluster's log API, or a restarted
-            // kubelet or API server): go on from where it stopped once the Pod changes or soon.
+            // The stream ended with the Pod running (a restarted kubelet or API server, a log
+            // rotated under it): go on from where it stopped once the Pod changes or soon.
             // The watch says when it ended; no read of the Pod per turn.
             tokio::select! {
                 event = watch.next() => pod = Some(observed(event, name)?),

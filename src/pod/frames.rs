@@ -19,7 +19,7 @@ const FRAME: &str = "@@deployster";
 
 /// What starts the record's line in the log: `@@deployster-record <nonce> <json>`. The record
 /// goes to the termination message and, last, to the log too: a runtime that gives a non-root
-/// container a termination-message file it cannot write (the test cluster does) still gets it.
+/// container a termination-message file it cannot write (root-owned, 0644) still gets it.
 const RECORD: &str = "@@deployster-record";
 
 /// The log line carrying `record`.

@@ -79,8 +79,8 @@ pub fn left(cluster: &Cluster) -> Vec<String> {
     text.lines().map(str::to_string).collect()
 }
 
-/// Waits (up to 60 s) for what was deleted to be gone: the test cluster's kubelet removes a
-/// deleted Pod on its next sync, seconds later.
+/// Waits (up to 60 s) for what was deleted to be gone: a kubelet removes a deleted Pod's object
+/// once it has cleaned the Pod up (a 1.20 kubelet checks on a 10 s batch).
 pub fn assert_nothing_left(cluster: &Cluster) {
     let until = Instant::now() + Duration::from_secs(60);
     while !left(cluster).is_empty() && Instant::now() < until {
