@@ -586,6 +586,37 @@ fn a_service_account_without_the_rights_fails_on_the_object_with_the_403() {
     assert!(status.to_string().contains("cannot patch resource"), "{status:#}");
 }
 
+/// A real ResourceQuota refuses the object: the apply fails naming the resource, the phase and
+/// the quota's words, and the resources after it are not applied.
+#[ignore = "needs a Kubernetes API server: DEPLOYSTER_E2E_KUBECONFIG=<kubeconfig ../shared/apiserver/up.sh prints> cargo test --test kubernetes -- --include-ignored"]
+#[test]
+fn a_quota_that_refuses_fails_the_resource_and_nothing_after_it_is_applied() {
+    use support::cluster::wait_for;
+    let cluster = Cluster::new("kube-quota");
+    let ns = cluster.namespace.clone();
+    // The namespace holds one ConfigMap already (kube-root-ca.crt): a quota of one is full.
+    cluster.apply_yaml(
+        "apiVersion: v1\nkind: ResourceQuota\nmetadata: {name: cm-count}\nspec: {hard: {count/configmaps: '1'}}\n",
+    );
+    wait_for("the quota's usage to be counted", Duration::from_secs(30), || {
+        cluster.get(&["resourcequota", "cm-count"]).is_some_and(|q| q["status"]["used"]["count/configmaps"] == "1")
+    });
+    let ws = Workspace::new();
+    ws.manifest(&format!(
+        "resources:\n  settings:\n    type: builtin/kubernetes\n    config: {{object: {{apiVersion: v1, kind: ConfigMap, \
+         metadata: {{name: settings, namespace: {ns}}}, data: {{a: b}}}}}}\n  after:\n    type: builtin/kubernetes\n    \
+         dependencies: {{s: settings}}\n    config: {{object: {{apiVersion: v1, kind: Secret, metadata: {{name: after, \
+         namespace: {ns}}}, stringData: {{a: b}}}}}}\n"
+    ));
+    let out = deployster(&ws, &cluster, &["apply", "-f", "manifest.yaml", "--yes"]);
+    let text = out.all();
+    assert_eq!(out.code, 1, "{text}");
+    assert!(text.contains("resource `settings` failed in action apply"), "{text}");
+    assert!(text.contains("exceeded quota: cm-count"), "the quota's own words: {text}");
+    assert!(cluster.get(&["configmap", "settings"]).is_none(), "{text}");
+    assert!(cluster.get(&["secret", "after"]).is_none(), "nothing after it: {text}");
+}
+
 /// `wait: {ready: true}`: a custom resource's `Ready` condition decides. Not ready, a plan
 /// shows a `wait` action and its dependent waits; a short timeout fails with the object's own
 /// reason and nothing after it runs; the apply goes on once it is ready; `Stalled` fails the
