@@ -14,7 +14,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use support::cluster::{Cluster, ControllerProcess, assert_api_calls_are_listed, wait_for};
-use support::pod_objects::{assert_nothing_left, claim, dependent_pair, manifest, on_cluster};
+use support::pod_objects::{assert_nothing_left, claim, dependent_pair, manifest, on_cluster, wait_until_a_pod_runs};
 use support::pods::PodEnv;
 
 /// `deployster controller` for the test's namespace, running image types as Pods.
@@ -148,14 +148,7 @@ fn a_controller_killed_mid_action_never_runs_it_twice_at_once() {
     let lock_log = dir.join("lock.log");
     let started = || std::fs::read_to_string(&lock_log).unwrap_or_default().matches(" started ").count();
     wait_for("the action to start in its Pod", Duration::from_secs(90), || started() == 1);
-    // And the kubelet done starting it: a 1.20 kubelet that gets a Pod's deletion while it
-    // still starts the Pod's containers never stops them (they run to their end; later
-    // kubelets reworked that path). The controller waits for such a Pod to be gone all the
-    // same — never two at once — but then nothing was interrupted to run again.
-    wait_for("the kubelet to report the action's Pod Running", Duration::from_secs(30), || {
-        let pods = cluster.get(&["pods", "-l", "deployster.io/owner"]).unwrap_or_default();
-        pods["items"].as_array().into_iter().flatten().any(|p| p["status"]["phase"] == "Running")
-    });
+    wait_until_a_pod_runs(&cluster);
     first.kill();
     let second = controller(env, &cluster, work.path(), "second");
     wait_for("slow to be Ready", Duration::from_secs(120), || cluster.condition("slow", "Ready") == "True");

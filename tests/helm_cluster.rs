@@ -18,7 +18,7 @@ use std::time::Duration;
 use serde_json::Value;
 use support::cluster::{Cluster, wait_for};
 use support::helm::{chart, helm, run_helm};
-use support::pod_objects::{assert_nothing_left, claim, host_volume, manifest, on_cluster};
+use support::pod_objects::{assert_nothing_left, claim, host_volume, manifest, on_cluster, wait_until_a_pod_runs};
 
 /// The chart's values: the controller image from the cluster's registry, watching the test's
 /// namespace, reading image configs where a Pod reaches the registry.
@@ -173,6 +173,14 @@ fn the_chart_installed_by_helm_runs_the_k8s_example_in_pods_and_uninstalls_clean
     // The example's claim names no storage class; the cluster has no provisioner.
     let files = host_volume(&cluster, "demo-files", "");
     apply_the_example(&cluster, &env.registry);
+    // And an object of builtin/kubernetes, which the controller applies as the Manifest's own
+    // ServiceAccount (impersonation, the one right the chart gives it for this).
+    cluster.service_account("deployer", "get,patch,delete", "configmaps");
+    cluster.apply_yaml(
+        "apiVersion: deployster.io/v1alpha1\nkind: Manifest\nmetadata: {name: objects}\nspec:\n  \
+         deletionPolicy: Delete\n  serviceAccountName: deployer\n  resources:\n    cm:\n      type: builtin/kubernetes\n      \
+         config: {object: {apiVersion: v1, kind: ConfigMap, metadata: {name: made-as-deployer}, data: {a: b}}}\n",
+    );
     let deadline = std::time::Instant::now() + Duration::from_secs(120);
     while cluster.condition("demo", "Ready") != "True" {
         if std::time::Instant::now() > deadline {
@@ -182,6 +190,10 @@ fn the_chart_installed_by_helm_runs_the_k8s_example_in_pods_and_uninstalls_clean
         }
         std::thread::sleep(Duration::from_millis(500));
     }
+    wait_for("the builtin/kubernetes Manifest to be Ready", Duration::from_secs(60), || {
+        cluster.condition("objects", "Ready") == "True"
+    });
+    assert!(cluster.get(&["configmap", "made-as-deployer"]).is_some(), "applied as the Manifest's ServiceAccount");
     let app = files.join("demo-staging/app.json");
     assert_eq!(
         std::fs::read_to_string(&app).unwrap(),
@@ -207,12 +219,7 @@ fn the_chart_installed_by_helm_runs_the_k8s_example_in_pods_and_uninstalls_clean
     let lock_log = dir.join("lock.log");
     let started = || std::fs::read_to_string(&lock_log).unwrap_or_default().matches(" started ").count();
     wait_for("the action to start in its Pod", Duration::from_secs(90), || started() == 1);
-    // Started by the kubelet for good (see tests/controller_pods.rs: a 1.20 kubelet never stops a
-    // Pod deleted while it starts it).
-    wait_for("the kubelet to report the action's Pod Running", Duration::from_secs(30), || {
-        let pods = cluster.get(&["pods", "-l", "deployster.io/owner"]).unwrap_or_default();
-        pods["items"].as_array().into_iter().flatten().any(|p| p["status"]["phase"] == "Running")
-    });
+    wait_until_a_pod_runs(&cluster);
     kill_container(&env.node_docker, &first);
     cluster.must(&cluster.ns(&["delete", "pod", &first, "--grace-period=0", "--force"]));
     let second = wait_for_controller(&cluster, Some(&first));
@@ -228,13 +235,14 @@ fn the_chart_installed_by_helm_runs_the_k8s_example_in_pods_and_uninstalls_clean
     );
 
     // Deleted, the example runs its delete actions in Pods of the new controller.
-    for name in ["demo", "slow"] {
+    for name in ["demo", "slow", "objects"] {
         cluster.must(&cluster.ns(&["delete", "manifest", name, "--wait=false"]));
     }
-    for name in ["demo", "slow"] {
+    for name in ["demo", "slow", "objects"] {
         wait_for("the Manifests to go", Duration::from_secs(120), || cluster.get(&["manifest", name]).is_none());
     }
     assert!(!app.exists() && !files.join("demo-staging").exists(), "the delete actions ran");
+    assert!(cluster.get(&["configmap", "made-as-deployer"]).is_none(), "deletionPolicy: Delete, as deployer");
     assert_nothing_left(&cluster);
     let refused = refused_requests(&cluster, &second);
     assert!(refused.is_empty(), "the chart's RBAC lacks what the controller asked for: {refused:?}");

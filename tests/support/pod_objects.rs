@@ -79,6 +79,18 @@ pub fn left(cluster: &Cluster) -> Vec<String> {
     text.lines().map(str::to_string).collect()
 }
 
+/// Waits (up to 30 s) until the kubelet reports one of Deployster's Pods Running: done starting
+/// it. A test that kills a controller mid-action waits for this first, because a 1.20 kubelet
+/// that gets a Pod's deletion while it still starts the Pod's containers never stops them (they
+/// run to their end; later kubelets reworked that path). The next controller waits for such a
+/// Pod to be gone all the same — never two at once — but then nothing was interrupted.
+pub fn wait_until_a_pod_runs(cluster: &Cluster) {
+    super::cluster::wait_for("the kubelet to report the action's Pod Running", Duration::from_secs(30), || {
+        let pods = cluster.get(&["pods", "-l", "deployster.io/owner"]).unwrap_or_default();
+        pods["items"].as_array().into_iter().flatten().any(|p| p["status"]["phase"] == "Running")
+    });
+}
+
 /// Waits (up to 60 s) for what was deleted to be gone: a kubelet removes a deleted Pod's object
 /// once it has cleaned the Pod up (a 1.20 kubelet checks on a 10 s batch).
 pub fn assert_nothing_left(cluster: &Cluster) {
