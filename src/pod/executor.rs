@@ -485,6 +485,17 @@ impl PodExecutor {
             }
         }
         let pod = pod.expect("the loop ends on a Pod");
+        // The runtime copies a container's output into its log on its own, and may not have
+        // copied all of it when the Pod is seen ended (seen under load on a real kubelet: the
+        // record named a frame the log did not hold yet). The record says what there is: read
+        // again, briefly, until the log holds it all.
+        for wait in [100, 250, 500, 1000, 2000] {
+            if !log.still_arriving(&pod) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(wait)).await;
+            log.read(&pods, name, false).await?;
+        }
         log.finish(&pod, name)
     }
 }
@@ -775,13 +786,24 @@ impl<'a> LogFollower<'a> {
         Ok(())
     }
 
+    /// Whether the ended Pod's record names output (or, without a termination message, the
+    /// record itself) that the log has not given yet, within the bound: what a runtime that
+    /// copies a container's output behind its exit has still to write.
+    fn still_arriving(&self, pod: &Pod) -> bool {
+        match frames::reassemble(&self.split, &termination_message(pod), self.nonce) {
+            Err(FrameError::Lost { bytes, .. }) => bytes <= self.limit as u64,
+            Err(FrameError::Record(_)) => self.split.record.is_none(),
+            _ => false,
+        }
+    }
+
     /// The program's exit, its verified stdout and its stderr, once the Pod has ended.
     fn finish(self, pod: &Pod, name: &str) -> Result<(Exit, Vec<u8>, Vec<u8>), ExecError> {
         let status = pod.status.clone().unwrap_or_default();
         let main: Option<&ContainerStatus> =
             status.container_statuses.as_ref().and_then(|s| s.iter().find(|c| c.name == "main"));
         let terminated = main.and_then(|c| c.state.as_ref()).and_then(|s| s.terminated.clone());
-        let termination = terminated.as_ref().and_then(|t| t.message.clone()).unwrap_or_default();
+        let termination = termination_message(pod);
         let _ = self.stdout.finish();
         let mut stderr = self.stderr.finish();
         // Kubernetes' own word on why the Pod or its container ended, when it is not the program's.
@@ -840,6 +862,15 @@ impl<'a> LogFollower<'a> {
         }
         Ok((exit, stdout, stderr))
     }
+}
+
+/// The termination message of the Pod's `main` container: the helper's record, when it could
+/// write it.
+fn termination_message(pod: &Pod) -> String {
+    let statuses = pod.status.as_ref().and_then(|s| s.container_statuses.as_ref());
+    let main = statuses.and_then(|s| s.iter().find(|c| c.name == "main"));
+    let terminated = main.and_then(|c| c.state.as_ref()).and_then(|s| s.terminated.as_ref());
+    terminated.and_then(|t| t.message.clone()).unwrap_or_default()
 }
 
 /// The reasons Kubernetes gives for a Pod or container that ended early, as the executor's.
@@ -958,6 +989,38 @@ mod tests {
             follower.take(line).unwrap();
         }
         follower
+    }
+
+    /// An ended Pod whose record names output the log has not given yet is read again (the
+    /// runtime copies output behind the container's exit); a complete log, a record past the
+    /// bound (rotated away: no waiting brings it back), or a Pod with no record at all is not.
+    #[test]
+    fn output_the_record_names_but_the_log_lacks_is_still_arriving() {
+        let invocation = Invocation::new(TypeRef::Builtin("x".into()), Duration::from_secs(1));
+        let mut record = frames::Record::of("n1", b"{\"status\": \"VALID\"}\n", 1);
+        record.code = Some(1);
+        let message = serde_json::to_string(&record).unwrap();
+        let ended = pod(serde_json::json!({"phase": "Failed", "containerStatuses": [{"name": "main", "image": "i",
+            "imageID": "", "ready": false, "restartCount": 0,
+            "state": {"terminated": {"exitCode": 1, "message": message}}}]}));
+        let mut log = follower(&invocation, "n1", "");
+        assert!(log.still_arriving(&ended), "the record names a frame the log has not given");
+        log.take(frames::frame("n1", 0, b"{\"status\": \"VALID\"}\n").trim_end()).unwrap();
+        assert!(!log.still_arriving(&ended), "all there");
+        assert!(log.finish(&ended, "dst-x").is_ok());
+
+        let mut huge = frames::Record::of("n1", &[b'x'; 4096], 4);
+        huge.code = Some(0);
+        let rotated = pod(serde_json::json!({"phase": "Succeeded", "containerStatuses": [{"name": "main",
+            "image": "i", "imageID": "", "ready": false, "restartCount": 0,
+            "state": {"terminated": {"exitCode": 0, "message": serde_json::to_string(&huge).unwrap()}}}]}));
+        assert!(!LogFollower::new("n1", 1024, &invocation).still_arriving(&rotated), "past the bound");
+        let no_record = pod(serde_json::json!({"phase": "Failed", "reason": "Evicted"}));
+        assert!(follower(&invocation, "n1", "").still_arriving(&no_record), "the record may be in the log yet");
+        let mut silent = frames::Record::of("n1", b"", 0);
+        silent.code = Some(1);
+        let logged = frames::record_line(&silent);
+        assert!(!follower(&invocation, "n1", &logged).still_arriving(&no_record), "the logged record is all");
     }
 
     #[test]
