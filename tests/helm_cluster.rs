@@ -175,7 +175,7 @@ fn the_chart_installed_by_helm_runs_the_k8s_example_in_pods_and_uninstalls_clean
     apply_the_example(&cluster, &env.registry);
     // And an object of builtin/kubernetes, which the controller applies as the Manifest's own
     // ServiceAccount (impersonation, the one right the chart gives it for this).
-    cluster.service_account("deployer", "get,patch,delete", "configmaps");
+    cluster.service_account("deployer", "get,create,patch,delete", "configmaps");
     cluster.apply_yaml(
         "apiVersion: deployster.io/v1alpha1\nkind: Manifest\nmetadata: {name: objects}\nspec:\n  \
          deletionPolicy: Delete\n  serviceAccountName: deployer\n  resources:\n    cm:\n      type: builtin/kubernetes\n      \

@@ -557,6 +557,7 @@ fn a_service_account_without_the_rights_fails_on_the_object_with_the_403() {
     let work = tempfile::tempdir().unwrap();
     let _controller = ControllerProcess::start(&cluster, work.path(), "controller", &["--namespace", &ns]);
     cluster.service_account("reader", "get", "configmaps");
+    cluster.service_account("patcher", "get,patch", "configmaps");
     let manifest = |name: &str, account: &str| {
         format!(
             "apiVersion: deployster.io/v1alpha1\nkind: Manifest\nmetadata: {{name: {name}}}\nspec:\n  \
@@ -566,6 +567,7 @@ fn a_service_account_without_the_rights_fails_on_the_object_with_the_403() {
     };
     cluster.apply_yaml(&manifest("limited", "reader"));
     cluster.apply_yaml(&manifest("nobody", "missing"));
+    cluster.apply_yaml(&manifest("creating", "patcher"));
     for (name, account) in [("limited", "reader"), ("nobody", "missing")] {
         wait_for("the refusal on the Manifest", Duration::from_secs(60), || {
             cluster.condition(name, "Ready") == "False"
@@ -584,6 +586,14 @@ fn a_service_account_without_the_rights_fails_on_the_object_with_the_403() {
     // `get` but not `patch`: the verb the server refused is named.
     let status = cluster.get(&["manifest", "limited"]).unwrap()["status"].clone();
     assert!(status.to_string().contains("cannot patch resource"), "{status:#}");
+    // `patch` but not `create`: applying a new object is refused with no reason given; the
+    // verb it needs is said.
+    wait_for("the refusal on the Manifest", Duration::from_secs(60), || {
+        cluster.condition("creating", "Ready") == "False"
+    });
+    let status = cluster.get(&["manifest", "creating"]).unwrap()["status"].clone();
+    assert!(status.to_string().contains("needs the `create` verb as well as `patch`"), "{status:#}");
+    assert!(cluster.get(&["configmap", "made-creating"]).is_none(), "nothing applied");
 }
 
 /// A real ResourceQuota refuses the object: the apply fails naming the resource, the phase and

@@ -887,6 +887,13 @@ impl Call {
                 if !causes.is_empty() && !causes.iter().all(|c| status.message.contains(c.as_str())) {
                     message.push_str(&format!("; {}", causes.join("; ")));
                 }
+                // Server-side apply of an object that does not exist yet is also authorized as a
+                // `create`, and a server refuses that with no reason given ("… is forbidden: ").
+                if status.code == 403 && doing == "applying" && status.message.trim_end().ends_with("forbidden:") {
+                    message.push_str(
+                        "; creating an object by server-side apply needs the `create` verb as well as `patch`",
+                    );
+                }
                 if status.code == 409 && doing == "applying" {
                     message.push_str(&format!("; {}", self.options.force.refusal()));
                 }
