@@ -728,27 +728,28 @@ impl Call {
         };
         let fields = match self.api.patch(&self.name, &self.apply_params().dry_run(), &Patch::Apply(&object)).await {
             Ok(dry) => real(dry),
-            Err(kube::Error::Api(status)) if self.options.force.takes(&ownership::conflicts(&status)) => {
-                let forced = self.apply_params().force().dry_run();
-                let dry = self
-                    .api
-                    .patch(&self.name, &forced, &Patch::Apply(&object))
-                    .await
-                    .map_err(|e| self.api_error("checking (a server-side dry run of applying)", e))?;
-                let mut fields = real(dry);
-                fields
-                    .push(format!("takes back {} (changed by hand)", ownership::said(&ownership::conflicts(&status))));
-                fields
-            }
-            Err(kube::Error::Api(status)) if status.code == 409 => {
-                let mut fields = said(&found);
-                fields.push(format!(
-                    "{} (applying fails: {})",
-                    self.api_error("a dry run of applying", kube::Error::Api(status)),
-                    self.options.force.refusal()
-                ));
-                fields
-            }
+            Err(kube::Error::Api(status)) if status.code == 409 => match self.options.force.taken(&status) {
+                Some(taken) => {
+                    let forced = self.apply_params().force().dry_run();
+                    let dry = self
+                        .api
+                        .patch(&self.name, &forced, &Patch::Apply(&object))
+                        .await
+                        .map_err(|e| self.api_error("checking (a server-side dry run of applying)", e))?;
+                    let mut fields = real(dry);
+                    fields.push(format!("takes back {} (changed by hand)", ownership::said(&taken)));
+                    fields
+                }
+                None => {
+                    let mut fields = said(&found);
+                    fields.push(format!(
+                        "{} (applying fails: {})",
+                        self.api_error("a dry run of applying", kube::Error::Api(status)),
+                        self.options.force.refusal()
+                    ));
+                    fields
+                }
+            },
             // Whoever may read but not write (a plan with read-only rights) sees the fields as
             // compared here, unconfirmed; applying will say the 403.
             Err(kube::Error::Api(status)) if status.code == 403 => return Ok(said(&found)),
@@ -785,12 +786,15 @@ impl Call {
         }
         match self.api.patch(&self.name, &params, &Patch::Apply(&object)).await {
             Ok(_) => said.push(format!("applied {}", self.shown)),
-            Err(kube::Error::Api(status)) if self.options.force.takes(&ownership::conflicts(&status)) => {
+            Err(kube::Error::Api(status)) if status.code == 409 => {
+                let Some(taken) = self.options.force.taken(&status) else {
+                    return Err(self.api_error("applying", kube::Error::Api(status)));
+                };
                 self.api
                     .patch(&self.name, &params.force(), &Patch::Apply(&object))
                     .await
                     .map_err(|e| self.api_error("applying", e))?;
-                let taken = ownership::said(&ownership::conflicts(&status));
+                let taken = ownership::said(&taken);
                 said.push(format!("applied {}, taking back {taken} (changed by hand)", self.shown));
             }
             Err(e) => return Err(self.api_error("applying", e)),

@@ -41,6 +41,12 @@ impl Force {
         }
     }
 
+    /// The conflicts a refused apply (`status`) met, when this setting takes their fields.
+    pub fn taken(self, status: &Status) -> Option<Vec<Conflict>> {
+        let found = conflicts(status);
+        self.takes(&found).then_some(found)
+    }
+
     /// Whether an apply that met these conflicts may take the fields.
     pub fn takes(self, conflicts: &[Conflict]) -> bool {
         match self {
