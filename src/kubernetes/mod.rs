@@ -751,8 +751,11 @@ impl Call {
                 }
             },
             // Whoever may read but not write (a plan with read-only rights) sees the fields as
-            // compared here, unconfirmed; applying will say the 403.
-            Err(kube::Error::Api(status)) if status.code == 403 => return Ok(said(&found)),
+            // compared here, unconfirmed; applying will say the 403. Any other 403 (an admission
+            // webhook's or a quota's refusal) is the server refusing the change: it fails here.
+            Err(kube::Error::Api(status)) if status.code == 403 && lacks_the_right_to_patch(&status) => {
+                return Ok(said(&found));
+            }
             Err(e) => return Err(self.api_error("checking (a server-side dry run of applying)", e)),
         };
         if let Some(memory) = memory {
@@ -906,6 +909,12 @@ impl Call {
             other => format!("{doing} {}: {other}", self.shown),
         }
     }
+}
+
+/// Whether a 403 is the authorizer's (RBAC: `User "…" cannot patch resource "…"`), not an
+/// admission plugin's or webhook's refusal, which is a 403 too.
+fn lacks_the_right_to_patch(status: &kube::core::Status) -> bool {
+    status.message.contains(" cannot patch resource ")
 }
 
 #[cfg(test)]
@@ -1180,9 +1189,20 @@ mod tests {
             "{stderr}"
         );
 
-        *answer.lock().unwrap() = status(403, "Forbidden", "forbidden", json!([]));
+        // The authorizer's 403 (the words of a real server's RBAC): the fields as compared.
+        let rbac = "configmaps \"x\" is forbidden: User \"system:serviceaccount:team:reader\" cannot patch \
+                    resource \"configmaps\" in API group \"\" in the namespace \"team\"";
+        *answer.lock().unwrap() = status(403, "Forbidden", rbac, json!([]));
         let state = state_of(&objects, config("d")).await;
         assert_eq!(state["actions"][0]["description"], r#"Update ConfigMap team/x: data.mode: "a" → "d""#);
+
+        // An admission webhook's 403 refuses the change itself: the state fails, saying so.
+        let webhook = "admission webhook \"policy.example.com\" denied the request: mode d is not allowed";
+        *answer.lock().unwrap() = status(403, "Forbidden", webhook, json!([]));
+        let outcome = objects.invoke(call("state", config("e"))).await.unwrap();
+        let stderr = String::from_utf8_lossy(&outcome.stderr);
+        assert!(!outcome.exit.success());
+        assert!(stderr.contains("denied the request: mode d is not allowed (403 Forbidden)"), "{stderr}");
     }
 
     /// A ServiceAccount without the rights fails the call with the API's 403, which names the

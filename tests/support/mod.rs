@@ -12,6 +12,8 @@ pub mod helm;
 pub mod pod_objects;
 #[cfg(all(feature = "docker", feature = "kube"))]
 pub mod pods;
+#[cfg(feature = "kube")]
+pub mod webhook;
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
