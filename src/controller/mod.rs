@@ -610,7 +610,9 @@ async fn malformed(ctx: &Context, invalid: &kube::core::error_boundary::InvalidO
     };
     let new = status::next_status(&crate::crd::ManifestStatus::default(), &result);
     let api: Api<Manifest> = Api::namespaced(ctx.client.clone(), &namespace);
-    if let Err(e) = reconcile::write_status_to(&ctx.leadership, &api, &name, &new).await {
+    if let Err(e) =
+        reconcile::write_status_to(&ctx.leadership, &api, &name, &new, reconcile::STATUS_WRITE_PATIENCE).await
+    {
         tracing::warn!(error = %e, "could not record a malformed Manifest's status");
     }
     let reference = k8s_openapi::api::core::v1::ObjectReference {

@@ -455,36 +455,65 @@ fn log_pass(pass: &PassResult) {
 
 /// Server-side apply of the whole status under one field manager, retried on conflicts.
 pub async fn write_status(ctx: &Context, obj: &Manifest, status: &ManifestStatus) -> Result<(), Error> {
-    write_status_to(&ctx.leadership, &api(ctx, obj), &obj.name_any(), status).await
+    write_status_to(&ctx.leadership, &api(ctx, obj), &obj.name_any(), status, STATUS_WRITE_PATIENCE).await
 }
 
 /// The one way a status is written: fenced by the leader lease (a replica that lost it writes
-/// nothing more), then applied server-side.
+/// nothing more), then applied server-side; an API server that does not answer is tried again
+/// for up to `patience`.
 pub(super) async fn write_status_to<K>(
     leadership: &super::leader::Leadership,
     api: &Api<K>,
     name: &str,
     status: &impl serde::Serialize,
+    patience: Duration,
 ) -> Result<(), Error>
 where
     K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
-    leadership.confirm().await?;
     const ATTEMPTS: usize = 5;
     let patch = json!({"apiVersion": K::api_version(&()), "kind": K::kind(&()), "status": status});
     let params = PatchParams::apply(FIELD_MANAGER).force();
-    for attempt in 1..=ATTEMPTS {
-        match api.patch_status(name, &params, &Patch::Apply(&patch)).await {
+    let (started, mut conflicts, mut unanswered) = (tokio::time::Instant::now(), 0, 0u32);
+    loop {
+        let written = match leadership.confirm().await {
+            Ok(()) => api.patch_status(name, &params, &Patch::Apply(&patch)).await.map_err(Error::Kube),
+            Err(e) => Err(e),
+        };
+        match written {
             Ok(_) => return Ok(()),
-            Err(kube::Error::Api(status)) if status.code == 409 && attempt < ATTEMPTS => {
-                tracing::debug!(attempt, "status write conflicted; retrying");
-                tokio::time::sleep(Duration::from_millis(50 * attempt as u64)).await;
+            Err(Error::Kube(kube::Error::Api(status))) if status.code == 409 => {
+                conflicts += 1;
+                if conflicts == ATTEMPTS {
+                    return Err(Error::StatusConflict(ATTEMPTS));
+                }
+                tracing::debug!(attempt = conflicts, "status write conflicted; retrying");
+                tokio::time::sleep(Duration::from_millis(50 * conflicts as u64)).await;
             }
-            Err(kube::Error::Api(status)) if status.code == 409 => return Err(Error::StatusConflict(ATTEMPTS)),
-            Err(e) => return Err(e.into()),
+            // A pass's record is its only memory: an API server that is away (restarting, or a
+            // connection cut) is waited for, for a while, rather than losing what the pass did.
+            Err(Error::Kube(e)) if unanswered_for_now(&e) && started.elapsed() < patience => {
+                unanswered += 1;
+                let wait = Duration::from_millis(250 * 2u64.pow(unanswered.min(5))).min(Duration::from_secs(5));
+                tracing::warn!(error = %e, retry_in = ?wait, "the status could not be written; retrying");
+                tokio::time::sleep(wait).await;
+            }
+            Err(e) => return Err(e),
         }
     }
-    Err(Error::StatusConflict(ATTEMPTS))
+}
+
+/// How long a status write that records a pass waits for an API server that does not answer.
+pub(super) const STATUS_WRITE_PATIENCE: Duration = Duration::from_secs(60);
+
+/// A request that got no answer (no connection, a timeout) or one saying "not now" (429, 502,
+/// 503, 504 — not a 500, which refuses the request itself): trying again later may succeed.
+fn unanswered_for_now(error: &kube::Error) -> bool {
+    match error {
+        kube::Error::Api(status) => matches!(status.code, 429 | 502 | 503 | 504),
+        kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::ReadEvents(_) => true,
+        _ => false,
+    }
 }
 
 /// Publishes an event on `obj`; a failure to publish is logged, never fatal.
@@ -660,7 +689,8 @@ impl StatusJournal {
         let mut written = self.writing.lock().await;
         self.dirty.store(false, std::sync::atomic::Ordering::SeqCst);
         let status = self.now();
-        write_status_to(&self.leadership, &self.api, &self.name, &status).await?;
+        // Progress is a display: a write the server does not answer is not waited for.
+        write_status_to(&self.leadership, &self.api, &self.name, &status, Duration::ZERO).await?;
         *written = Some(status);
         Ok(())
     }
