@@ -201,6 +201,23 @@ fn the_chart_installed_by_helm_runs_the_k8s_example_in_pods_and_uninstalls_clean
         "written through a dependency's state"
     );
 
+    // A Pipeline takes a revision to a Manifest of builtin/kubernetes: its log in ConfigMaps, the
+    // step patching the Manifest's vars, all under the chart's RBAC.
+    cluster.apply_yaml(
+        "apiVersion: deployster.io/v1alpha1\nkind: Manifest\nmetadata: {name: staged}\nspec:\n  \
+         deletionPolicy: Delete\n  serviceAccountName: deployer\n  vars: {version: none}\n  resources:\n    cm:\n      \
+         type: builtin/kubernetes\n      config: {object: {apiVersion: v1, kind: ConfigMap, metadata: {name: staged}, \
+         data: {version: \"{{ version }}\"}}}\n---\napiVersion: deployster.io/v1alpha1\nkind: Pipeline\n\
+         metadata: {name: ship}\nspec:\n  revision: \"{{ version }}\"\n  vars: {version: \"2.0\"}\n  stages:\n    \
+         - {name: only, targets: [{name: t, manifest: staged}], steps: [deploy]}\n",
+    );
+    wait_for("the Pipeline's revision to be through", Duration::from_secs(120), || {
+        let pipeline = cluster.get(&["pipeline", "ship"]).unwrap_or_default();
+        pipeline["status"]["latestThrough"] == "2.0"
+    });
+    let staged = cluster.get(&["configmap", "staged"]).expect("the step's Manifest applied");
+    assert_eq!(staged["data"]["version"], "2.0", "the revision's vars reached the object");
+
     // Everything it did so far, under the chart's RBAC alone, was allowed.
     let refused = refused_requests(&cluster, &first);
     assert!(refused.is_empty(), "the chart's RBAC lacks what the controller asked for: {refused:?}");
@@ -235,14 +252,20 @@ fn the_chart_installed_by_helm_runs_the_k8s_example_in_pods_and_uninstalls_clean
     );
 
     // Deleted, the example runs its delete actions in Pods of the new controller.
-    for name in ["demo", "slow", "objects"] {
+    cluster.must(&cluster.ns(&["delete", "pipeline", "ship", "--wait=false"]));
+    for name in ["demo", "slow", "objects", "staged"] {
         cluster.must(&cluster.ns(&["delete", "manifest", name, "--wait=false"]));
     }
-    for name in ["demo", "slow", "objects"] {
+    for name in ["demo", "slow", "objects", "staged"] {
         wait_for("the Manifests to go", Duration::from_secs(120), || cluster.get(&["manifest", name]).is_none());
     }
-    assert!(!app.exists() && !files.join("demo-staging").exists(), "the delete actions ran");
+    if app.exists() || files.join("demo-staging").exists() {
+        let (_, logs) = cluster.kubectl(&cluster.ns(&["logs", &second, "--tail", "120"]));
+        let (_, events) = cluster.kubectl(&cluster.ns(&["get", "events", "--sort-by=.lastTimestamp"]));
+        panic!("the delete actions did not run:\nthe events:\n{events}\nthe controller's log:\n{logs}");
+    }
     assert!(cluster.get(&["configmap", "made-as-deployer"]).is_none(), "deletionPolicy: Delete, as deployer");
+    assert!(cluster.get(&["configmap", "staged"]).is_none(), "deletionPolicy: Delete, as deployer");
     assert_nothing_left(&cluster);
     let refused = refused_requests(&cluster, &second);
     assert!(refused.is_empty(), "the chart's RBAC lacks what the controller asked for: {refused:?}");
