@@ -83,13 +83,21 @@ fn main() {
             ms(times[RUNS - 1])
         );
         println!("controller CPU per invocation: {} (user + system of this process)", ms(cpu / RUNS as u32));
-        let bare_one = bare_pods(&client, &namespace, "one", 1).await;
-        let bare_many = bare_pods(&client, &namespace, "many", PARALLEL).await;
+        let bare_one = bare_pods(&client, &namespace, "one", 1, false).await;
+        let bare_many = bare_pods(&client, &namespace, "many", PARALLEL, false).await;
         println!(
             "bare one-shot Pods (busybox, no init container) on this cluster: one {}, {PARALLEL} at once {} = {:.2}x",
             ms(bare_one),
             ms(bare_many),
             bare_many.as_secs_f64() / bare_one.as_secs_f64()
+        );
+        // What a Pod of ours has that a bare one does not: the helper's init container.
+        let init_one = bare_pods(&client, &namespace, "init-one", 1, true).await;
+        let init_many = bare_pods(&client, &namespace, "init-many", PARALLEL, true).await;
+        println!(
+            "bare one-shot Pods with one init container (as ours have the helper): one {}, {PARALLEL} at once {}",
+            ms(init_one),
+            ms(init_many),
         );
         let started = Instant::now();
         let all = futures::future::join_all((0..PARALLEL).map(|n| executor.invoke(invocation(100 + n)))).await;
@@ -106,18 +114,24 @@ fn main() {
 }
 
 /// How long `n` bare one-shot Pods created at once take to end: what the cluster itself costs.
-async fn bare_pods(client: &kube::Client, namespace: &str, tag: &str, n: usize) -> Duration {
+async fn bare_pods(client: &kube::Client, namespace: &str, tag: &str, n: usize, init: bool) -> Duration {
     use k8s_openapi::api::core::v1::Pod;
     use kube::api::{ListParams, PostParams};
     let pods: kube::Api<Pod> = kube::Api::namespaced(client.clone(), namespace);
     let started = Instant::now();
     for i in 0..n {
-        let pod: Pod = serde_json::from_value(serde_json::json!({
+        let container = |name: &str| {
+            serde_json::json!({"name": name, "image": "busybox:latest", "imagePullPolicy": "Never",
+                "command": ["sh", "-c", "echo hi"]})
+        };
+        let mut pod = serde_json::json!({
             "metadata": {"name": format!("bare-{tag}-{i}"), "labels": {"bench": tag}},
-            "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox:latest",
-                "imagePullPolicy": "Never", "command": ["sh", "-c", "echo hi"]}]}
-        }))
-        .expect("pod");
+            "spec": {"restartPolicy": "Never", "containers": [container("main")]}
+        });
+        if init {
+            pod["spec"]["initContainers"] = serde_json::json!([container("init")]);
+        }
+        let pod: Pod = serde_json::from_value(pod).expect("pod");
         pods.create(&PostParams::default(), &pod).await.expect("create a bare Pod");
     }
     loop {
