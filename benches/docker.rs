@@ -28,9 +28,12 @@ const RUNS: usize = 50;
 const REQUEST: &str = r#"{"name":"bench","type":"deployster/fixture:test","version":"0","verbose":false,"workspace":"/","config":{"respond":{"status":"VALID","state":{}}},"dependencies":{},"plugs":{}}"#;
 
 fn main() {
-    let Some(env) = docker_support::env() else {
-        eprintln!("Docker is not reachable: nothing to measure");
-        return;
+    let env = match docker_support::try_env() {
+        Ok(env) => env,
+        Err(why) => {
+            eprintln!("Docker is not reachable ({why}): nothing to measure");
+            return;
+        }
     };
     per_invocation(env);
     throughput(env);

@@ -1,6 +1,6 @@
 //! Resource types as Docker images, on this machine's real Docker engine. The images are built
-//! by the test setup from static binaries (see `support::docker`). Without Docker these tests
-//! skip with a printed reason — unless `DEPLOYSTER_REQUIRE_DOCKER=1`, as in CI, where they fail.
+//! by the test setup from static binaries (see `support::docker`). They are `#[ignore]`d, so
+//! plain `cargo test` lists them; `-- --include-ignored` runs them, and without Docker they fail.
 #![cfg(feature = "docker")]
 
 mod support;
@@ -15,15 +15,6 @@ use deployster::engine::executor::docker::{LABEL_OWNER, LABEL_PHASE, LABEL_RUN_I
 use serde_json::Value;
 use support::docker::{self, DIRECTORY_IMAGE, DockerEnv, FILE_IMAGE, FIXTURE_IMAGE, FIXTURE_PLUGS_IMAGE};
 use support::{Run, Workspace};
-
-macro_rules! docker_or_skip {
-    () => {
-        match docker::env() {
-            Some(env) => env,
-            None => return,
-        }
-    };
-}
 
 /// `apply --yes --output json` with `extra`; returns the run and its run id.
 fn apply(ws: &Workspace, extra: &[&str]) -> (Run, String) {
@@ -63,9 +54,10 @@ resources:
     ));
 }
 
+#[ignore = "needs Docker: cargo test --test docker -- --include-ignored (.ci/run runs it)"]
 #[test]
 fn builtin_types_in_containers_write_through_a_writable_plug() {
-    let env = docker_or_skip!();
+    let env = docker::env();
     let ws = Workspace::new();
     builtins_manifest(&ws);
     let (run, run_id) = apply(&ws, &[]);
@@ -101,9 +93,10 @@ fn plugs_workspace(resources: &str) -> Workspace {
     ws
 }
 
+#[ignore = "needs Docker: cargo test --test docker -- --include-ignored (.ci/run runs it)"]
 #[test]
 fn plugs_are_mounted_read_only_unless_writable_was_asked() {
-    let env = docker_or_skip!();
+    let env = docker::env();
     let ws = plugs_workspace(&format!(
         r#"  writes_rw: {{ type: "{FIXTURE_PLUGS_IMAGE}", config: {{ marker: /rw/ok.marker, write_file: /rw/written, record: /rw/requests.jsonl }} }}
   writes_ro: {{ type: "{FIXTURE_PLUGS_IMAGE}", config: {{ marker: /rw/ro.marker, write_file: /ro/forbidden }} }}
@@ -136,9 +129,10 @@ fn plugs_are_mounted_read_only_unless_writable_was_asked() {
 /// Seed-004 messages from containers: progress and results read while the container runs, a
 /// failure's message from its last message when stderr is empty, a stalled action stopped by
 /// the progress timeout — a slow one that keeps reporting is not — and its container removed.
+#[ignore = "needs Docker: cargo test --test docker -- --include-ignored (.ci/run runs it)"]
 #[test]
 fn containers_report_progress_results_and_errors_in_messages() {
-    let env = docker_or_skip!();
+    let env = docker::env();
     let ws = plugs_workspace(&format!(
         r#"  talks:
     type: "{FIXTURE_PLUGS_IMAGE}"
@@ -181,9 +175,10 @@ fn containers_report_progress_results_and_errors_in_messages() {
 
 /// At the time limit a container gets SIGTERM first: one that handles it cleans up (and what
 /// it prints meanwhile is shown); then it is removed.
+#[ignore = "needs Docker: cargo test --test docker -- --include-ignored (.ci/run runs it)"]
 #[test]
 fn a_container_past_its_time_limit_gets_sigterm_and_may_clean_up() {
-    let env = docker_or_skip!();
+    let env = docker::env();
     let ws = plugs_workspace(&format!(
         "  slow: {{ type: \"{FIXTURE_PLUGS_IMAGE}\", config: {{ marker: /rw/slow.marker, action_sleep_ms: 120000, on_term: /rw/cleaned }} }}\n"
     ));
@@ -198,9 +193,10 @@ fn a_container_past_its_time_limit_gets_sigterm_and_may_clean_up() {
 
 /// `check-type` runs an image type through the same checks, in containers: the fixture image
 /// conforms (its plugs made in a scratch directory), and a failing action fails P013.
+#[ignore = "needs Docker: cargo test --test docker -- --include-ignored (.ci/run runs it)"]
 #[test]
 fn check_type_runs_an_image_through_the_conformance_checks() {
-    let env = docker_or_skip!();
+    let env = docker::env();
     let ws = Workspace::new();
     ws.write("good.yaml", "marker: /rw/m\n");
     let run = ws.run(&["check-type", FIXTURE_PLUGS_IMAGE, "--config", "good.yaml", "--output", "json"]);
@@ -223,9 +219,10 @@ fn check_type_runs_an_image_through_the_conformance_checks() {
     }
 }
 
+#[ignore = "needs Docker: cargo test --test docker -- --include-ignored (.ci/run runs it)"]
 #[test]
 fn actions_may_use_another_image_or_override_the_entrypoint() {
-    let env = docker_or_skip!();
+    let env = docker::env();
     let ws = plugs_workspace(&format!(
         r#"  other_image:
     type: "{FIXTURE_PLUGS_IMAGE}"
@@ -252,7 +249,7 @@ fn actions_may_use_another_image_or_override_the_entrypoint() {
 /// Applies one fixture resource with `config`; it must fail with every `needle` in stderr, and
 /// leave no container behind.
 fn assert_one_container_fails(config: &str, extra: &[&str], needles: &[&str]) {
-    let env = docker_or_skip!();
+    let env = docker::env();
     let ws = Workspace::new();
     ws.manifest(&format!("resources:\n  it: {{ type: \"{FIXTURE_IMAGE}\", config: {config} }}\n"));
     let started = std::time::Instant::now();
@@ -265,6 +262,7 @@ fn assert_one_container_fails(config: &str, extra: &[&str], needles: &[&str]) {
     assert_no_containers_left(env, &run_id);
 }
 
+#[ignore = "needs Docker: cargo test --test docker -- --include-ignored (.ci/run runs it)"]
 #[test]
 fn a_hanging_container_is_killed_and_removed_at_the_timeout() {
     assert_one_container_fails(
@@ -274,6 +272,7 @@ fn a_hanging_container_is_killed_and_removed_at_the_timeout() {
     );
 }
 
+#[ignore = "needs Docker: cargo test --test docker -- --include-ignored (.ci/run runs it)"]
 #[test]
 fn oversized_output_fails_cleanly() {
     assert_one_container_fails(
@@ -283,9 +282,10 @@ fn oversized_output_fails_cleanly() {
     );
 }
 
+#[ignore = "needs Docker: cargo test --test docker -- --include-ignored (.ci/run runs it)"]
 #[test]
 fn a_missing_image_names_the_resource_and_the_image() {
-    let _env = docker_or_skip!();
+    let _env = docker::env();
     let ws = Workspace::new();
     ws.manifest("resources:\n  ghost: { type: \"deployster/does-not-exist:1.0\" }\n");
     let run = ws.apply(&[]);
@@ -325,9 +325,10 @@ fn an_unreachable_daemon_is_one_clear_error() {
     assert!(!ws.exists("x"), "nothing ran");
 }
 
+#[ignore = "needs Docker: cargo test --test docker -- --include-ignored (.ci/run runs it)"]
 #[test]
 fn containers_orphaned_by_a_dead_deployster_are_removed_at_the_next_start() {
-    let env = docker_or_skip!();
+    let env = docker::env();
     let host = nix::unistd::gethostname().unwrap().to_string_lossy().into_owned();
     let create = |owner: String| {
         let labels =
@@ -355,12 +356,13 @@ fn containers_orphaned_by_a_dead_deployster_are_removed_at_the_next_start() {
     assert!(left.contains(&alive), "a live deployster's container was removed");
 }
 
+#[ignore = "needs Docker: cargo test --test docker -- --include-ignored (.ci/run runs it)"]
 #[test]
 fn init_results_are_cached_per_image_and_request() {
     use deployster::engine::executor::Executor;
     use deployster::engine::executor::docker::{DockerExecutor, PullPolicy};
 
-    let env = docker_or_skip!();
+    let env = docker::env();
     let executor = DockerExecutor::new(PullPolicy::Never);
     let run_id = format!("init-cache-{}", std::process::id());
     let init = |stdin: &str| fixture_invocation("init", &[], stdin, &run_id);
@@ -395,9 +397,10 @@ fn containers_created(env: &DockerEnv, label: &str, value: &str, since: u64) -> 
     events.into_iter().filter_map(|e| e.ok()?.actor?.id).collect()
 }
 
+#[ignore = "needs Docker: cargo test --test docker -- --include-ignored (.ci/run runs it)"]
 #[test]
 fn the_docker_example_plans() {
-    let _env = docker_or_skip!();
+    let _env = docker::env();
     let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/docker/manifest.yaml");
     let ws = Workspace::new();
     let run = ws.run(&["plan", "-f", example.to_str().unwrap(), "--state-dir", &ws.root()]);
@@ -473,9 +476,10 @@ fn own_netns() -> String {
     std::fs::read_link("/proc/self/ns/net").unwrap().display().to_string()
 }
 
+#[ignore = "needs Docker: cargo test --test docker -- --include-ignored (.ci/run runs it)"]
 #[test]
 fn containers_share_one_sandbox_network_that_reaches_the_docker_network() {
-    let env = docker_or_skip!();
+    let env = docker::env();
     let listener = HostListener::start(env);
     let ws = Workspace::new();
     let since = now_secs();
@@ -496,9 +500,10 @@ fn containers_share_one_sandbox_network_that_reaches_the_docker_network() {
     assert!(!left.contains(sandbox), "the run left its sandbox {sandbox} behind");
 }
 
+#[ignore = "needs Docker: cargo test --test docker -- --include-ignored (.ci/run runs it)"]
 #[test]
 fn other_network_modes_are_given_to_each_container() {
-    let env = docker_or_skip!();
+    let env = docker::env();
     let listener = HostListener::start(env);
     let ws = Workspace::new();
     let (run, states) = probe_two(&ws, &listener, &["--container-network", "bridge"]);
@@ -521,12 +526,13 @@ fn other_network_modes_are_given_to_each_container() {
     assert!(run.stderr.contains("a network mode cannot be empty"), "{}", run.all());
 }
 
+#[ignore = "needs Docker: cargo test --test docker -- --include-ignored (.ci/run runs it)"]
 #[test]
 fn a_lost_sandbox_is_replaced_and_the_executor_removes_its_own() {
     use deployster::engine::executor::Executor;
     use deployster::engine::executor::docker::{DockerExecutor, PullPolicy};
 
-    let env = docker_or_skip!();
+    let env = docker::env();
     let executor = DockerExecutor::new(PullPolicy::Never);
     let run_id = format!("sandbox-{}", std::process::id());
     let request = r#"{"name": "it", "config": {"respond": {"status": "VALID", "state": {}}}}"#;
@@ -587,9 +593,10 @@ fn containers_of_process(env: &DockerEnv, pid: u32) -> Vec<String> {
 /// SIGTERM (and SIGHUP, SIGINT alike) to an apply whose image type hangs: the container and
 /// the network sandbox are removed before deployster exits, and the run is recorded as
 /// interrupted.
+#[ignore = "needs Docker: cargo test --test docker -- --include-ignored (.ci/run runs it)"]
 #[test]
 fn a_signal_leaves_no_container_and_no_sandbox_behind() {
-    let env = docker_or_skip!();
+    let env = docker::env();
     let ws = Workspace::new();
     ws.manifest(&format!("resources:\n  stuck: {{ type: \"{FIXTURE_IMAGE}\", config: {{ hang: true }} }}\n"));
     let child = ws.spawn(&["apply", "-f", "manifest.yaml", "--yes"]);
@@ -612,9 +619,10 @@ fn a_signal_leaves_no_container_and_no_sandbox_behind() {
 
 /// `pipeline run` runs a step's image types on Docker, as `apply` does: a stage whose target is
 /// the built-in `file` type's image, writing through a plug.
+#[ignore = "needs Docker: cargo test --test docker -- --include-ignored (.ci/run runs it)"]
 #[test]
 fn a_pipeline_step_runs_image_types_in_containers() {
-    let _env = docker_or_skip!();
+    let _env = docker::env();
     let ws = Workspace::new();
     std::fs::create_dir_all(ws.path("out")).unwrap();
     ws.write(

@@ -72,9 +72,10 @@ fn the_chart_carries_the_committed_crds() {
     }
 }
 
+#[ignore = "needs helm: DEPLOYSTER_HELM=$(../shared/tools/install-helm $PWD/target/tools | tail -1) cargo test --test helm -- --include-ignored"]
 #[test]
 fn the_chart_lints_with_default_values_and_with_every_option() {
-    let Some(helm) = helm() else { return };
+    let helm = helm();
     let chart = chart();
     let (ok, out, err) = run_helm(&helm, &["lint", "--strict", chart.to_str().unwrap()]);
     assert!(ok, "{out}{err}");
@@ -95,9 +96,10 @@ fn the_chart_lints_with_default_values_and_with_every_option() {
 
 /// The RBAC the chart grants is exactly what the controller lists: cluster-wide when it
 /// watches every namespace, a Role per namespace otherwise, and the lease in its own namespace.
+#[ignore = "needs helm: DEPLOYSTER_HELM=$(../shared/tools/install-helm $PWD/target/tools | tail -1) cargo test --test helm -- --include-ignored"]
 #[test]
 fn the_chart_rbac_is_exactly_what_the_controller_uses() {
-    let Some(helm) = helm() else { return };
+    let helm = helm();
     let all = render(&helm, &[]);
     let cluster_roles = of_kind(&all, "ClusterRole");
     assert_eq!(cluster_roles.len(), 1);
@@ -157,9 +159,10 @@ fn assert_the_binary_accepts(args: &[String]) {
     assert!(stderr.contains("cannot reach the Kubernetes API server"), "{args:?}: {stderr}");
 }
 
+#[ignore = "needs helm: DEPLOYSTER_HELM=$(../shared/tools/install-helm $PWD/target/tools | tail -1) cargo test --test helm -- --include-ignored"]
 #[test]
 fn the_default_values_render_a_hardened_deployment_the_binary_accepts() {
-    let Some(helm) = helm() else { return };
+    let helm = helm();
     let docs = render(&helm, &[]);
     let deployment = deployment(&docs);
     let pod = &deployment["spec"]["template"]["spec"];
@@ -196,9 +199,10 @@ fn the_default_values_render_a_hardened_deployment_the_binary_accepts() {
     assert!(of_kind(&docs, "ServiceMonitor").is_empty());
 }
 
+#[ignore = "needs helm: DEPLOYSTER_HELM=$(../shared/tools/install-helm $PWD/target/tools | tail -1) cargo test --test helm -- --include-ignored"]
 #[test]
 fn every_option_renders_and_the_binary_accepts_it() {
-    let Some(helm) = helm() else { return };
+    let helm = helm();
     let values = chart().join("ci/all-options-values.yaml");
     let api = "monitoring.coreos.com/v1/ServiceMonitor";
     let docs = render(&helm, &["-f", values.to_str().unwrap(), "--api-versions", api]);
@@ -250,9 +254,10 @@ fn every_option_renders_and_the_binary_accepts_it() {
     assert_eq!(of_kind(&docs, "Service")[0]["spec"]["type"], "NodePort");
 }
 
+#[ignore = "needs helm: DEPLOYSTER_HELM=$(../shared/tools/install-helm $PWD/target/tools | tail -1) cargo test --test helm -- --include-ignored"]
 #[test]
 fn bad_values_are_refused_at_install_time() {
-    let Some(helm) = helm() else { return };
+    let helm = helm();
     let chart = chart();
     let cases: &[(&[&str], &str)] = &[
         (&["--set", "replicas=two"], "replicas: Invalid type. Expected: integer"),
@@ -280,10 +285,10 @@ fn bad_values_are_refused_at_install_time() {
 /// Installed into the test API server, the chart's objects are created; uninstalled, they go.
 /// (The API server runs no Pods, and enforces no RBAC: that the rules suffice is checked above,
 /// against the controller's own list.)
-#[ignore = "needs a Kubernetes API server: DEPLOYSTER_E2E_KUBECONFIG=<kubeconfig ../shared/apiserver/up.sh prints> cargo test --test helm -- --include-ignored"]
+#[ignore = "needs helm and a Kubernetes API server: DEPLOYSTER_HELM=<helm> DEPLOYSTER_E2E_KUBECONFIG=<kubeconfig ../shared/apiserver/up.sh prints> cargo test --test helm -- --include-ignored"]
 #[test]
 fn the_chart_installs_and_uninstalls_cleanly() {
-    let Some(helm) = helm() else { return };
+    let helm = helm();
     let cluster = Cluster::new("helm");
     let ns = cluster.namespace.as_str();
     let release = format!("ctl-{}", std::process::id());

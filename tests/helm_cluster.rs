@@ -153,7 +153,7 @@ fn apply_the_example(cluster: &Cluster, registry: &str) {
 #[ignore = "needs a cluster whose Pods run: DEPLOYSTER_E2E_CLUSTER=<kubeconfig ../shared/cluster/up.sh prints> cargo test --test helm_cluster -- --include-ignored"]
 #[test]
 fn the_chart_installed_by_helm_runs_the_k8s_example_in_pods_and_uninstalls_cleanly() {
-    let Some(helm) = helm() else { return };
+    let helm = helm();
     let (env, cluster) = on_cluster("helm-pods");
     let ns = cluster.namespace.as_str();
     let dir = claim(&cluster);

@@ -1,6 +1,6 @@
-//! Docker for the tests: reachability (skip with a reason, or fail when
-//! `DEPLOYSTER_REQUIRE_DOCKER=1`), the test images built from static binaries through the
-//! Docker API, and container queries by label.
+//! Docker for the tests: reachability (a test that needs Docker fails without it; it is
+//! `#[ignore]`d, so plain `cargo test` lists it), the test images built from static binaries
+//! through the Docker API, and container queries by label.
 
 #![allow(dead_code)] // shared by the tests and the Docker benchmark, which use different parts
 
@@ -43,10 +43,17 @@ impl DockerEnv {
     }
 }
 
-/// Docker with the test images built, or `None` (after printing why) when Docker is not
-/// reachable and not required.
-pub fn env() -> Option<&'static DockerEnv> {
-    static ENV: OnceLock<Option<DockerEnv>> = OnceLock::new();
+/// Docker with the test images built. A test that needs it is `#[ignore]`d with the command
+/// that runs it, and fails (never passes) without it.
+pub fn env() -> &'static DockerEnv {
+    try_env().unwrap_or_else(|why| {
+        panic!("this test needs Docker (DOCKER_HOST or the default socket): {why}; .ci/run runs it where Docker runs")
+    })
+}
+
+/// Docker with the test images built, or why not (the benchmarks print it and measure nothing).
+pub fn try_env() -> Result<&'static DockerEnv, &'static str> {
+    static ENV: OnceLock<Result<DockerEnv, String>> = OnceLock::new();
     ENV.get_or_init(|| {
         let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
         let reachable = runtime.block_on(async {
@@ -57,22 +64,14 @@ pub fn env() -> Option<&'static DockerEnv> {
                 .map_err(|e| e.to_string())?;
             Ok::<_, String>(docker)
         });
-        match reachable {
-            Ok(docker) => {
-                let env = DockerEnv { runtime, docker };
-                build_images(&env);
-                Some(env)
-            }
-            Err(why) if std::env::var("DEPLOYSTER_REQUIRE_DOCKER").is_ok_and(|v| v == "1") => {
-                panic!("DEPLOYSTER_REQUIRE_DOCKER=1 but Docker is not reachable: {why}")
-            }
-            Err(why) => {
-                eprintln!("skipping Docker tests: Docker is not reachable ({why}); set DEPLOYSTER_REQUIRE_DOCKER=1 to fail instead");
-                None
-            }
-        }
+        reachable.map(|docker| {
+            let env = DockerEnv { runtime, docker };
+            build_images(&env);
+            env
+        })
     })
     .as_ref()
+    .map_err(String::as_str)
 }
 
 /// The deployster and fixture binaries, statically linked so that they run in `FROM scratch`.

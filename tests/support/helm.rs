@@ -1,6 +1,6 @@
 //! Helm for the tests of the chart `charts/deployster`: `DEPLOYSTER_HELM`, or `helm` on PATH
-//! (`../shared/tools/install-helm` installs it). Without it the tests skip with a reason, and
-//! `DEPLOYSTER_REQUIRE_HELM=1` (as `.ci/run` sets) makes them fail instead.
+//! (`../shared/tools/install-helm` installs it). The tests that need it are `#[ignore]`d, so
+//! plain `cargo test` lists them, and fail without it.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -9,21 +9,17 @@ pub fn chart() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("charts/deployster")
 }
 
-pub fn helm() -> Option<PathBuf> {
+/// Helm. A test that needs it is `#[ignore]`d with the command that runs it, and fails (never
+/// passes) without it.
+pub fn helm() -> PathBuf {
     let candidate = std::env::var_os("DEPLOYSTER_HELM").map(PathBuf::from).unwrap_or_else(|| "helm".into());
     let works = Command::new(&candidate).arg("version").output().is_ok_and(|o| o.status.success());
-    match works {
-        true => Some(candidate),
-        false if std::env::var("DEPLOYSTER_REQUIRE_HELM").is_ok_and(|v| v == "1") => {
-            panic!("DEPLOYSTER_REQUIRE_HELM=1 but helm is not available ({})", candidate.display())
-        }
-        false => {
-            eprintln!(
-                "skipping: helm is not available; ../shared/tools/install-helm installs it (set DEPLOYSTER_HELM)"
-            );
-            None
-        }
-    }
+    assert!(
+        works,
+        "this test needs helm ({} does not run): ../shared/tools/install-helm installs it; set DEPLOYSTER_HELM",
+        candidate.display()
+    );
+    candidate
 }
 
 /// `helm ARGS`: whether it succeeded, stdout, stderr.

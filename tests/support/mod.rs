@@ -281,7 +281,7 @@ pub fn argocd_health(object: &Value) -> (String, String) {
     );
     let output =
         Command::new("lua5.4").args(["-"]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn();
-    let mut child = output.expect("lua5.4 runs (Debian's lua5.4 package)");
+    let mut child = output.expect("this test needs lua5.4 (Debian's lua5.4 package; .ci/run installs it)");
     child.stdin.take().unwrap().write_all(program.as_bytes()).unwrap();
     let output = child.wait_with_output().unwrap();
     assert!(output.status.success(), "the health check failed: {}", String::from_utf8_lossy(&output.stderr));

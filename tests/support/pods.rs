@@ -1,7 +1,7 @@
 //! The cluster whose Pods really run (`../shared/cluster`, named by `DEPLOYSTER_E2E_CLUSTER`)
 //! and the images the Pod tests and benchmark need, built here and pushed to its registry.
-//! Without the variable: `None` after saying why — or a failure when
-//! `DEPLOYSTER_REQUIRE_CLUSTER=1`, as in CI.
+//! Without the variable: `None` (a test fails, through `pod_objects::on_cluster`; the benchmark
+//! measures nothing).
 
 #![allow(dead_code)] // shared by the tests and the Pod benchmark, which use different parts
 
@@ -33,11 +33,6 @@ pub fn env() -> Option<&'static PodEnv> {
     static ENV: OnceLock<Option<PodEnv>> = OnceLock::new();
     ENV.get_or_init(|| {
         let Ok(kubeconfig) = std::env::var("DEPLOYSTER_E2E_CLUSTER") else {
-            let why = "DEPLOYSTER_E2E_CLUSTER is not set (the kubeconfig ../shared/cluster/up.sh prints)";
-            if std::env::var("DEPLOYSTER_REQUIRE_CLUSTER").as_deref() == Ok("1") {
-                panic!("DEPLOYSTER_REQUIRE_CLUSTER=1 but {why}");
-            }
-            eprintln!("skipping the Pod tests: {why}");
             return None;
         };
         let cluster_env = Path::new(&kubeconfig).with_file_name("cluster.env");
@@ -52,7 +47,8 @@ pub fn env() -> Option<&'static PodEnv> {
         };
         let (registry, node_docker) = (setting("REGISTRY"), setting("CLUSTER_DOCKER_HOST"));
         let registry_in_pods = setting("REGISTRY_IN_PODS");
-        docker::env().expect("the Pod tests build their images with Docker");
+        // The Pod tests build their images with Docker.
+        docker::env();
         let push = |local: &str, remote: &str| {
             for args in [vec!["tag", local, remote], vec!["push", "--quiet", remote]] {
                 let out = Command::new("docker").args(&args).output().expect("run docker");
