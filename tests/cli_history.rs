@@ -341,6 +341,32 @@ fn reconcile_corrects_drift_within_an_interval_and_stops_cleanly_on_sigterm() {
     assert_eq!(log["in_progress"], serde_json::json!([]), "every pass recorded its end");
 }
 
+/// A type's `init` answers once per resource for the whole loop, not once per pass: what can
+/// change its answer (the program, the request, the resource's environment) is the same from
+/// pass to pass; the run id each pass gives the program is not part of it.
+#[test]
+fn reconcile_runs_init_once_per_resource_not_once_per_pass() {
+    let ws = Workspace::new();
+    std::fs::write(ws.path("a.marker"), "made").unwrap();
+    std::fs::write(ws.path("b.marker"), "made").unwrap();
+    std::fs::write(ws.path("fixture-init.log"), "").unwrap();
+    ws.manifest(
+        "resources:\n  a: { type: ./fixture, config: { marker: a.marker, log: \"$WS/calls.log\" } }\n  \
+         b: { type: ./fixture, config: { marker: b.marker, log: \"$WS/calls.log\" } }\n",
+    );
+    let child = ws.spawn(&["reconcile", "-f", "manifest.yaml", "--interval", "1s", "--max-interval", "1s"]);
+    let calls = |phase: &str| {
+        let file = if phase == "init" { "fixture-init.log" } else { "calls.log" };
+        let log = std::fs::read_to_string(ws.path(file)).unwrap_or_default();
+        log.lines().filter(|l| l.split(' ').nth(1) == Some(phase)).count()
+    };
+    wait_until("four passes' state reads", Duration::from_secs(60), || calls("state") >= 8);
+    signal(&child, Signal::SIGTERM);
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+    assert_eq!(calls("init"), 2, "one init per resource over {} state reads", calls("state"));
+}
+
 #[test]
 fn reconcile_checks_steady_resources_less_often_and_still_corrects_drift_within_four_intervals() {
     let ws = Workspace::new();

@@ -65,6 +65,42 @@ fn image_types_run_as_pods_read_state_and_converge() {
     assert_nothing_left(&cluster);
 }
 
+/// `reconcile` with an image type: one init Pod for the whole loop, then one state Pod per
+/// pass — not an init Pod on every pass besides (the run id each pass gives is no part of what
+/// init is asked).
+#[ignore = "needs a cluster whose Pods run: DEPLOYSTER_E2E_CLUSTER=<kubeconfig ../shared/cluster/up.sh prints> cargo test --test pods -- --include-ignored"]
+#[test]
+fn reconcile_starts_one_init_pod_for_the_loop_and_one_state_pod_per_pass() {
+    let (env, cluster) = on_cluster("pods-init-once");
+    let dir = claim(&cluster);
+    std::fs::write(dir.join("steady.marker"), "made").unwrap();
+    let ws = Workspace::new();
+    ws.manifest(&format!(
+        "{PLUGS}resources:\n  steady: {{type: {}, config: {{marker: /rw/steady.marker, record: /rw/steady.jsonl}}}}\n",
+        env.fixture_plugs
+    ));
+    let pods = ["--executor", "pod", "--namespace", &cluster.namespace, "--helper-image", &env.helper];
+    let args =
+        [&["reconcile", "-f", "manifest.yaml", "--interval", "1s", "--max-interval", "1s"][..], &pods[..]].concat();
+    let child = std::process::Command::new(support::deployster())
+        .args(&args)
+        .current_dir(ws.path(""))
+        .env("KUBECONFIG", &env.kubeconfig)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let states = || std::fs::read_to_string(dir.join("steady.jsonl")).unwrap_or_default().lines().count();
+    support::cluster::wait_for("three passes' state reads", Duration::from_secs(120), || states() >= 3);
+    let _ = std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+    let scheduled = cluster.get(&["events", "--field-selector", "reason=Scheduled"]).unwrap();
+    let pods = scheduled["items"].as_array().unwrap().len();
+    assert_eq!(pods, states() + 1, "one init Pod and one Pod per state read ({} state reads)", states());
+    assert_nothing_left(&cluster);
+}
+
 #[ignore = "needs a cluster whose Pods run: DEPLOYSTER_E2E_CLUSTER=<kubeconfig ../shared/cluster/up.sh prints> cargo test --test pods -- --include-ignored"]
 #[test]
 fn bad_inputs_fail_clearly_and_leave_nothing() {

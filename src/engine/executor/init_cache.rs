@@ -9,11 +9,12 @@ use std::sync::{Arc, Mutex};
 
 use sha2::Digest;
 
+use super::process::RUN_ID_ENV;
 use super::{ExecError, Invocation, Outcome};
 
 /// What makes two `init` invocations the same, as a digest: what identifies the program as it
-/// is now, its entrypoint and arguments as run, its working directory, environment and request
-/// (which names the resource: one entry per resource).
+/// is now, its entrypoint and arguments as run, its working directory, environment (but the
+/// run id) and request (which names the resource: one entry per resource).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct InitKey([u8; 32]);
 
@@ -33,8 +34,11 @@ impl InitKey {
         part(&count(args.len()));
         args.iter().for_each(|a| part(a.as_bytes()));
         part(invocation.workdir.as_ref().map_or(&b""[..], |w| w.as_os_str().as_encoded_bytes()));
-        part(&count(invocation.env.len()));
-        for (name, value) in &invocation.env {
+        // The run id is bookkeeping, different on every pass: it cannot change what a type
+        // needs, and keyed on it no answer would outlive its pass.
+        let env: Vec<&(String, String)> = invocation.env.iter().filter(|(name, _)| name != RUN_ID_ENV).collect();
+        part(&count(env.len()));
+        for (name, value) in env {
             part(name.as_bytes());
             part(value.as_bytes());
         }
@@ -178,6 +182,12 @@ mod tests {
         ] {
             assert_ne!(base, other);
         }
+        let run = |id: &str| Invocation { env: vec![(RUN_ID_ENV.into(), id.into())], ..invocation("{}") };
+        assert_eq!(
+            InitKey::of(&[b"sha256:1"], None, &args(&["a", "b"]), &run("pass-1")),
+            InitKey::of(&[b"sha256:1"], None, &args(&["a", "b"]), &run("pass-2")),
+            "the run id, different on every pass, is not part of the key"
+        );
     }
 
     #[tokio::test]

@@ -1,7 +1,8 @@
 //! A resource type for Deployster's tests. It follows the protocol by default and misbehaves on
 //! request, so that every bad response can be produced by a real program.
 //!
-//! * init: prints `<workspace>/fixture-init/<name>.json` verbatim when that file exists (any
+//! * init: appends `<name> init <ms>` to `<workspace>/fixture-init.log` when that file exists;
+//!   prints `<workspace>/fixture-init/<name>.json` verbatim when that file exists (any
 //!   content, even garbage). Otherwise the image tag of `type` picks a profile (containers see
 //!   no workspace files): `…:plugs` asks for plug `ro` at `/ro` (read-only) and `rw` at `/rw`
 //!   (writable), with a `delete_action` (`act delete`: removes the marker); `…:eager` has a
@@ -138,6 +139,11 @@ fn main() {
 
 fn run(phase: &str, name: &str, workspace: &std::path::Path, config: &Value, tag: Option<&str>) -> i32 {
     if phase == "init" {
+        // Counted where a test asks for it (the request of init carries no config).
+        let calls = workspace.join("fixture-init.log");
+        if calls.exists() {
+            append(&calls.to_string_lossy(), &format!("{name} init {}", now_ms()));
+        }
         let custom = workspace.join("fixture-init").join(format!("{name}.json"));
         let mut init =
             json!({"label": "Test fixture", "config_schema": {"type": "object"}, "state_action": {"args": ["state"]}});
