@@ -341,6 +341,19 @@ fn reconcile_corrects_drift_within_an_interval_and_stops_cleanly_on_sigterm() {
     assert_eq!(log["in_progress"], serde_json::json!([]), "every pass recorded its end");
 }
 
+/// `history` shows the newest events only: it says how many, and how to see more, when there
+/// may be more.
+#[test]
+fn history_says_when_it_shows_only_the_newest_events() {
+    let ws = Workspace::new();
+    ws.manifest(TWO_FILES);
+    assert_eq!(ws.apply(&[]).code, 0);
+    let all = ws.run(&["history"]);
+    assert!(all.stdout.contains("Recent events (newest first):"), "{}", all.all());
+    let cut = ws.run(&["history", "--limit", "2"]);
+    assert!(cut.stdout.contains("The 2 most recent events, newest first (--limit N shows more):"), "{}", cut.all());
+}
+
 /// A type's `init` answers once per resource for the whole loop, not once per pass: what can
 /// change its answer (the program, the request, the resource's environment) is the same from
 /// pass to pass; the run id each pass gives the program is not part of it.

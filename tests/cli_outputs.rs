@@ -76,3 +76,18 @@ fn outputs_that_fail_to_render_fail_the_run_and_say_why() {
     assert_eq!(read.code, 1, "{}", read.all());
     assert!(read.stderr.contains("could not render the outputs"), "{}", read.all());
 }
+
+/// A manifest that declares no outputs says so, rather than "apply first" (which would not
+/// help), applied or not.
+#[test]
+fn a_manifest_without_outputs_says_it_declares_none() {
+    let ws = Workspace::new();
+    ws.manifest("resources:\n  dir: { type: builtin/directory, config: { path: out } }\n");
+    for _ in ["before", "after an apply"] {
+        let read = ws.run(&["outputs"]);
+        assert_eq!(read.code, 2, "{}", read.all());
+        assert!(read.stderr.contains("manifest.yaml declares no outputs"), "{}", read.all());
+        assert!(!read.stderr.contains("apply first"), "{}", read.all());
+        assert_eq!(ws.apply(&[]).code, 0);
+    }
+}

@@ -70,7 +70,11 @@ pub(super) fn history(args: HistoryArgs) -> Result<Exit, CliError> {
                 let what = if entry.target == target::MANIFEST { String::new() } else { format!(" {}", entry.target) };
                 outln!("  in progress               {}{what}", revision_line(Some(entry)));
             }
-            outln!("Recent events (newest first):");
+            if events.len() == args.limit {
+                outln!("The {} most recent events, newest first (--limit N shows more):", args.limit);
+            } else {
+                outln!("Recent events (newest first):");
+            }
             for entry in &events {
                 outln!("{}", event_line(entry));
             }
@@ -285,9 +289,24 @@ pub(super) fn diff(log: &SqliteLog, from: i64, to: i64, format: OutputFormat) ->
     Ok(())
 }
 
+/// The manifest, when it (one file, read and parsed) has no `outputs:` section; `None` when it
+/// has one or cannot be told (several files, unreadable: the log decides).
+fn declares_no_outputs(files: &[std::path::PathBuf]) -> Option<&std::path::Path> {
+    let [file] = files else { return None };
+    let text = std::fs::read_to_string(file).ok()?;
+    let document: serde_norway::Value = serde_norway::from_str(&text).ok()?;
+    document.as_mapping().is_some_and(|m| !m.contains_key("outputs")).then_some(file.as_path())
+}
+
 /// `deployster outputs`: the newest recorded outputs (sensitive values masked, as recorded).
 pub(super) fn outputs(args: OutputsArgs) -> Result<Exit, CliError> {
     let dir = args.log.dir();
+    if let Some(manifest) = declares_no_outputs(&args.log.files) {
+        return Err(CliError::Refused(format!(
+            "{} declares no outputs: there is nothing to show (an `outputs:` section names values to keep)",
+            manifest.display()
+        )));
+    }
     let none = || CliError::Refused(format!("no outputs recorded in {} yet: apply first", dir.display()));
     if !dir.join(DATABASE).exists() {
         return Err(none());
