@@ -527,3 +527,23 @@ fn a_plug_of_the_cluster_is_refused_for_a_type_run_here() {
     );
     assert!(!ws.exists("out/page.txt"));
 }
+
+/// A `--var` whose name the manifest never names changes nothing: said, with the closest
+/// declared name, and the run goes on (as Terraform warns of undeclared variables).
+#[test]
+fn a_var_the_manifest_never_names_is_warned_of_with_the_closest_name() {
+    let ws = Workspace::new();
+    ws.manifest(
+        "vars: {environment: dev}\nresources:\n  d: {type: builtin/directory, config: {path: \"out-{{ environment }}\"}}\n",
+    );
+    let run = ws.run(&["plan", "-f", "manifest.yaml", "--var", "enviroment=prod", "--var", "environment=qa"]);
+    assert_eq!(run.code, 0, "{}", run.all());
+    assert!(
+        run.stderr.contains(
+            "warning: --var enviroment: manifest.yaml never names a variable `enviroment`; it changes nothing (did you mean `environment`?)"
+        ),
+        "{}",
+        run.all()
+    );
+    assert!(!run.stderr.contains("--var environment:"), "a var the manifest reads is not warned of: {}", run.all());
+}

@@ -804,7 +804,21 @@ fn docker_executor(args: &DockerArgs) -> Option<Arc<dyn Executor>> {
 }
 
 fn load(args: &ManifestArgs) -> Result<ValidatedManifest, CliError> {
-    Ok(load_validated(&args.files, &args.var_sources)?)
+    let manifest = load_validated(&args.files, &args.var_sources)?;
+    // Said once: `reconcile` loads the manifest again on every pass.
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    WARNED.call_once(|| {
+        let texts: Vec<String> = manifest.files.iter().filter_map(|f| std::fs::read_to_string(f).ok()).collect();
+        let declared: Vec<String> = manifest.vars.keys().cloned().collect();
+        for (name, closest) in crate::engine::vars::unread_assignments(&args.var_sources, &texts, &declared) {
+            let hint = closest.map(|c| format!(" (did you mean `{c}`?)")).unwrap_or_default();
+            errln!(
+                "warning: --var {name}: {} never names a variable `{name}`; it changes nothing{hint}",
+                manifest.name
+            );
+        }
+    });
+    Ok(manifest)
 }
 
 /// Whether the user can be asked a question.

@@ -51,6 +51,36 @@ impl VarSource {
     }
 }
 
+/// The variables `--var` or `--sensitive-var` set that no manifest text (`texts`) so much as
+/// names — neither declares under `vars:` nor reads in an expression — each with the closest
+/// name of `declared`, when one is close: a misspelt `--var` would otherwise change nothing,
+/// silently.
+pub fn unread_assignments(
+    sources: &[VarSource],
+    texts: &[String],
+    declared: &[String],
+) -> Vec<(String, Option<String>)> {
+    let mut unread: Vec<(String, Option<String>)> = Vec::new();
+    for source in sources {
+        let (VarSource::Assignment { key, .. } | VarSource::Sensitive { key, .. }) = source else { continue };
+        let name = key.split('.').next().unwrap_or_default();
+        let word = regex::Regex::new(&format!(r"(^|[^A-Za-z0-9_]){}($|[^A-Za-z0-9_])", regex::escape(name)))
+            .expect("an escaped name is a pattern");
+        if texts.iter().any(|t| word.is_match(t)) || unread.iter().any(|(n, _)| n == name) {
+            continue;
+        }
+        let closest = declared
+            .iter()
+            .filter(|d| *d != name)
+            .map(|d| (strsim::levenshtein(name, d), d))
+            .filter(|(distance, _)| *distance <= (name.len() / 3).max(2))
+            .min()
+            .map(|(_, d)| d.clone());
+        unread.push((name.to_string(), closest));
+    }
+    unread
+}
+
 /// Why variables could not be resolved; `origin` names the file or `--var`.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{origin}: {message}")]
@@ -245,6 +275,24 @@ mod tests {
         std::fs::write(&file, "- 1\n- 2\n").unwrap();
         let err = resolve(&IndexMap::new(), &[], &[VarSource::File(file)], &[]).unwrap_err();
         assert!(err.message.contains("mapping"), "{err}");
+    }
+
+    #[test]
+    fn a_var_no_manifest_text_names_is_found_with_the_closest_declared_name() {
+        let var = |key: &str| VarSource::Assignment { key: key.into(), value: "x".into() };
+        let texts = vec![
+            "vars: {environment: dev, region: eu}\nresources:\n  d: {config: {path: \"{{ environment }}\"}}\n"
+                .to_string(),
+        ];
+        let declared = vec!["environment".to_string(), "region".to_string(), "enviroment".to_string()];
+        let sources = [var("enviroment"), var("environment"), var("region.zone"), var("colour"), var("enviroment")];
+        assert_eq!(
+            unread_assignments(&sources, &texts, &declared),
+            vec![("enviroment".to_string(), Some("environment".to_string())), ("colour".to_string(), None)]
+        );
+        // A name inside a longer word is not a mention.
+        let texts = vec!["{{ environments }}".to_string()];
+        assert_eq!(unread_assignments(&[var("environment")], &texts, &[]).len(), 1);
     }
 
     #[test]
