@@ -48,8 +48,16 @@ impl Cluster {
         for kind in ["manifest", "pipeline"] {
             let crd = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("crds/{kind}.yaml"));
             self.must(&["apply", "-f", crd.to_str().unwrap()]);
-            let name = format!("crd/{kind}s.deployster.io");
-            self.must(&["wait", "--for", "condition=established", "--timeout=60s", &name]);
+            // Polled rather than `kubectl wait`, which fails ("accessor error: <nil>") instead of
+            // waiting when it reads a just-created CRD before it has any condition.
+            let name = format!("{kind}s.deployster.io");
+            wait_for("the CRD to be established", Duration::from_secs(60), || {
+                self.get(&["crd", &name]).is_some_and(|crd| {
+                    crd["status"]["conditions"]
+                        .as_array()
+                        .is_some_and(|c| c.iter().any(|c| c["type"] == "Established" && c["status"] == "True"))
+                })
+            });
         }
     }
 
