@@ -596,6 +596,17 @@ fn a_service_account_without_the_rights_fails_on_the_object_with_the_403() {
     assert!(cluster.get(&["configmap", "made-creating"]).is_none(), "nothing applied");
 }
 
+/// Two resources of `namespace`: ConfigMap `settings` with `data`, then Secret `after`, which
+/// depends on it (as `s`), with `string_data` — what a refusal of `settings` must keep unapplied.
+fn settings_then_after(namespace: &str, data: &str, string_data: &str) -> String {
+    format!(
+        "resources:\n  settings:\n    type: builtin/kubernetes\n    config: {{object: {{apiVersion: v1, kind: ConfigMap, \
+         metadata: {{name: settings, namespace: {namespace}}}, data: {{{data}}}}}}}\n  after:\n    type: builtin/kubernetes\n    \
+         dependencies: {{s: settings}}\n    config: {{object: {{apiVersion: v1, kind: Secret, metadata: {{name: after, \
+         namespace: {namespace}}}, stringData: {{{string_data}}}}}}}\n"
+    )
+}
+
 /// A real ResourceQuota refuses the object: the apply fails naming the resource, the phase and
 /// the quota's words, and the resources after it are not applied.
 #[ignore = "needs a Kubernetes API server: DEPLOYSTER_E2E_KUBECONFIG=<kubeconfig ../shared/apiserver/up.sh prints> cargo test --test kubernetes -- --include-ignored"]
@@ -612,12 +623,7 @@ fn a_quota_that_refuses_fails_the_resource_and_nothing_after_it_is_applied() {
         cluster.get(&["resourcequota", "cm-count"]).is_some_and(|q| q["status"]["used"]["count/configmaps"] == "1")
     });
     let ws = Workspace::new();
-    ws.manifest(&format!(
-        "resources:\n  settings:\n    type: builtin/kubernetes\n    config: {{object: {{apiVersion: v1, kind: ConfigMap, \
-         metadata: {{name: settings, namespace: {ns}}}, data: {{a: b}}}}}}\n  after:\n    type: builtin/kubernetes\n    \
-         dependencies: {{s: settings}}\n    config: {{object: {{apiVersion: v1, kind: Secret, metadata: {{name: after, \
-         namespace: {ns}}}, stringData: {{a: b}}}}}}\n"
-    ));
+    ws.manifest(&settings_then_after(&ns, "a: b", "a: b"));
     let out = deployster(&ws, &cluster, &["apply", "-f", "manifest.yaml", "--yes"]);
     let text = out.all();
     assert_eq!(out.code, 1, "{text}");
@@ -642,14 +648,7 @@ fn an_admission_webhook_that_refuses_fails_the_resource_and_nothing_after_it_is_
         (request["object"]["data"]["tier"] == "forbidden").then(|| policy.to_string())
     });
     let ws = Workspace::new();
-    let manifest = |tier: &str| {
-        format!(
-            "resources:\n  settings:\n    type: builtin/kubernetes\n    config: {{object: {{apiVersion: v1, kind: ConfigMap, \
-             metadata: {{name: settings, namespace: {ns}}}, data: {{tier: {tier}}}}}}}\n  after:\n    type: builtin/kubernetes\n    \
-             dependencies: {{s: settings}}\n    config: {{object: {{apiVersion: v1, kind: Secret, metadata: {{name: after, \
-             namespace: {ns}}}, stringData: {{tier: \"{{{{ s.state.data.tier }}}}\"}}}}}}\n"
-        )
-    };
+    let manifest = |tier: &str| settings_then_after(&ns, &format!("tier: {tier}"), "tier: \"{{ s.state.data.tier }}\"");
     let refused = format!("denied the request: {policy}");
 
     ws.manifest(&manifest("forbidden"));
