@@ -8,7 +8,7 @@ mod support;
 
 use std::io::Read;
 use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use deployster::pod::frames::{Record, reassemble, split};
 use nix::sys::signal::{Signal, kill};
@@ -111,16 +111,69 @@ fn a_bad_command_line_is_a_usage_error() {
     assert!(String::from_utf8_lossy(&output.stderr).contains("usage: __pod-entry"), "{output:?}");
 }
 
+/// The helper's container: `--install` copies the helper and holds; its `postStart` hook
+/// (`--await-install`) returns once the copy is whole; the copy, run as the type's container's
+/// entry with `--done`, ends the hold once its program has run.
 #[test]
-fn the_init_container_s_part_installs_the_helper() {
+fn the_helper_s_container_installs_the_helper_and_holds_until_the_type_s_container_is_done() {
     let dir = tempfile::tempdir().unwrap();
-    let output =
-        Command::new(support::deployster()).args(["__pod-entry", "--install"]).arg(dir.path()).output().unwrap();
-    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    let mut hold = Command::new(support::deployster())
+        .args(["__pod-entry", "--install"])
+        .arg(dir.path())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let hook =
+        Command::new(support::deployster()).args(["__pod-entry", "--await-install"]).arg(dir.path()).output().unwrap();
+    assert_eq!(hook.status.code(), Some(0), "{hook:?}");
     let installed = dir.path().join("deployster");
-    assert_eq!(std::fs::read(&installed).unwrap(), std::fs::read(support::deployster()).unwrap());
-    let usage = Command::new(&installed).args(["__pod-entry", "--nonce", "n"]).output().unwrap();
-    assert_eq!(usage.status.code(), Some(2), "the copy runs");
+    assert_eq!(std::fs::read(&installed).unwrap(), std::fs::read(support::deployster()).unwrap(), "whole");
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(hold.try_wait().unwrap().is_none(), "the helper holds while the type's container runs");
+
+    let entry = entry(dir.path(), &["true"]);
+    let args: Vec<String> = entry.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
+    let at = args.iter().position(|a| a == "--").unwrap();
+    let done = dir.path().join("done");
+    let ran = Command::new(&installed)
+        .args(&args[..at])
+        .arg("--done")
+        .arg(&done)
+        .args(&args[at..])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(ran.status.code(), Some(0), "the copy runs: {ran:?}");
+    assert!(done.exists(), "the type's container marked itself done");
+    let started = Instant::now();
+    while hold.try_wait().unwrap().is_none() {
+        assert!(started.elapsed() < Duration::from_secs(10), "the helper still holds");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(hold.wait().unwrap().code(), Some(0));
+}
+
+/// The Pod deleted before the type's container is done: the helper, PID 1 of its container,
+/// ends on SIGTERM rather than wait for the kubelet's SIGKILL.
+#[test]
+fn the_helper_s_container_ends_on_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut hold = Command::new(support::deployster())
+        .args(["__pod-entry", "--install"])
+        .arg(dir.path())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let hook =
+        Command::new(support::deployster()).args(["__pod-entry", "--await-install"]).arg(dir.path()).output().unwrap();
+    assert_eq!(hook.status.code(), Some(0), "{hook:?}");
+    kill(Pid::from_raw(hold.id() as i32), Signal::SIGTERM).unwrap();
+    let started = Instant::now();
+    while hold.try_wait().unwrap().is_none() {
+        assert!(started.elapsed() < Duration::from_secs(10), "the helper ignored SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(hold.wait().unwrap().code(), Some(0));
 }
 
 /// A termination-message file the container may not write (a runtime that gives a non-root

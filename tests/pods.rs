@@ -262,7 +262,9 @@ fn a_pod_deleted_by_hand_mid_action_fails_the_action_saying_so() {
         std::thread::sleep(Duration::from_secs(1));
         let Some(list) = cluster.get(&["pods", "-l", "deployster.io/owner"]) else { continue };
         let action = list["items"].as_array().unwrap().iter().find(|p| {
-            let command = p["spec"]["containers"][0]["command"].as_array().cloned().unwrap_or_default();
+            let containers = p["spec"]["containers"].as_array().cloned().unwrap_or_default();
+            let main = containers.iter().find(|c| c["name"] == "main");
+            let command = main.and_then(|c| c["command"].as_array().cloned()).unwrap_or_default();
             command.ends_with(&["act".into(), "create".into()]) && p["status"]["phase"] == "Running"
         });
         if let Some(pod) = action {

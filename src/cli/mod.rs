@@ -172,7 +172,7 @@ pub struct PodArgs {
     #[arg(long, value_name = "NAME")]
     pub service_account: Option<String>,
     /// With `--executor pod`: the image that carries Deployster's helper, copied into each Pod
-    /// by an init container [default: deployster/controller:<this version>].
+    /// by its first container [default: deployster/controller:<this version>].
     #[arg(long, value_name = "IMAGE", env = "DEPLOYSTER_HELPER_IMAGE")]
     pub helper_image: Option<String>,
     /// With `--executor pod`: a registry (`host:port`) to read image configs from over plain
@@ -375,7 +375,7 @@ pub struct ControllerArgs {
     #[arg(long, value_enum, value_name = "KIND", default_value_t = ExecutorArg::Pod)]
     pub executor: ExecutorArg,
     /// With `--executor pod`: the image that carries Deployster's helper, copied into each Pod
-    /// by an init container [default: deployster/controller:<this version>, the controller's own].
+    /// by its first container [default: deployster/controller:<this version>, the controller's own].
     #[arg(long, value_name = "IMAGE", env = "DEPLOYSTER_HELPER_IMAGE")]
     pub helper_image: Option<String>,
     /// With `--executor pod`: a registry (`host:port`) to read image configs from over plain

@@ -1,16 +1,23 @@
 //! `deployster __pod-entry`: what runs in a type's Pod, in front of the type's own program.
 //!
 //! The protocol hands the request on stdin, and a Pod has none to give; the type's image is the
-//! user's and cannot be changed. So, as Argo's emissary and Tekton's entrypoint do, an init
+//! user's and cannot be changed. So, as Argo's emissary and Tekton's entrypoint do, a helper
 //! container copies this helper into a shared `emptyDir`, and the type's container runs it as
 //! its command: it starts the image's own entrypoint with the request (from the invocation's
 //! Secret, mounted read-only) on its stdin, passes the program's stderr through, writes its
 //! stdout to the log as frames ([`super::frames`]) as it comes, forwards SIGTERM (the Pod's
 //! deletion, a timeout) to the program, and once the program has exited leaves the
 //! [`Record`] in the termination message and exits as the program did.
+//!
+//! The helper's container is the Pod's first regular container, not an init container: this
+//! kubelet notices an init container's end only at its next relist (about a second later). Its
+//! `postStart` hook ([`AWAIT_INSTALL`]) returns once the copy is in place, and the kubelet starts
+//! the type's container only after that hook; the helper then holds until the type's container
+//! marks itself done ([`Entry::done`]), so that the Pod ends when the program has.
 
 use std::io::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -34,6 +41,8 @@ pub struct Entry {
     pub termination_log: PathBuf,
     /// The program and its arguments: the image's entrypoint and command, or an action's.
     pub program: Vec<String>,
+    /// A file created once the record is written: the helper's container holds until it exists.
+    pub done: Option<PathBuf>,
 }
 
 impl Entry {
@@ -46,8 +55,11 @@ impl Entry {
             self.request.display().to_string(),
             "--termination-log".into(),
             self.termination_log.display().to_string(),
-            "--".into(),
         ];
+        if let Some(done) = &self.done {
+            args.extend(["--done".to_string(), done.display().to_string()]);
+        }
+        args.push("--".into());
         args.extend(self.program.iter().cloned());
         args
     }
@@ -57,9 +69,9 @@ impl Entry {
         let (options, program) = match args.iter().position(|a| a == "--") {
             Some(at) => (&args[..at], args[at + 1..].to_vec()),
             None => {
-                return Err(
-                    "usage: __pod-entry --nonce N --request FILE --termination-log FILE -- PROGRAM [ARGS]".into()
-                );
+                return Err("usage: __pod-entry --nonce N --request FILE --termination-log FILE [--done FILE] \
+                     -- PROGRAM [ARGS]"
+                    .into());
             }
         };
         let value = |name: &str| {
@@ -74,27 +86,26 @@ impl Entry {
             request: value("--request")?.into(),
             termination_log: value("--termination-log")?.into(),
             program,
+            done: options.iter().any(|a| a == "--done").then(|| value("--done")).transpose()?.map(PathBuf::from),
         })
     }
 }
 
+/// The helper container's `postStart` hook: `--await-install DIR` returns once `--install DIR`
+/// has put the helper in place (the kubelet starts the type's container after it).
+pub const AWAIT_INSTALL: &str = "--await-install";
+/// How long the hook waits for the copy: a copy of a few tens of MB takes well under a second.
+const INSTALL_PATIENCE: Duration = Duration::from_secs(60);
+
 /// Runs the helper with `args` (after the subcommand); what the process exits with.
-/// `--install DIR` is the init container's part: it copies this executable into `DIR` (the
-/// shared `emptyDir`) — the controller image has no `cp`.
+/// `--install DIR` is the helper container's part: it copies this executable into `DIR` (the
+/// shared `emptyDir`; the controller image has no `cp`), then holds until the type's container
+/// is done. `--await-install DIR` is that container's `postStart` hook.
 pub fn main(args: &[String]) -> i32 {
-    if let [flag, dir] = args
-        && flag == "--install"
-    {
-        return match install(std::path::Path::new(dir)) {
-            Ok(path) => {
-                let _ = writeln!(std::io::stdout(), "installed {}", path.display());
-                0
-            }
-            Err(e) => {
-                let _ = writeln!(std::io::stderr(), "deployster {ENTRY_SUBCOMMAND}: cannot install into {dir}: {e}");
-                1
-            }
-        };
+    match args {
+        [flag, dir] if flag == "--install" => return install_and_hold(Path::new(dir)),
+        [flag, dir] if flag == AWAIT_INSTALL => return await_install(Path::new(dir)),
+        _ => {}
     }
     let entry = match Entry::parse(args) {
         Ok(entry) => entry,
@@ -103,20 +114,86 @@ pub fn main(args: &[String]) -> i32 {
             return 2;
         }
     };
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-        Ok(runtime) => runtime,
-        Err(e) => return fail(&entry, format!("cannot start: {e}")),
+    let code = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(runtime) => runtime.block_on(run(&entry)),
+        Err(e) => fail(&entry, format!("cannot start: {e}")),
     };
-    runtime.block_on(run(&entry))
+    // The helper's container holds until then.
+    if let Some(done) = &entry.done {
+        let _ = std::fs::write(done, b"");
+    }
+    code
 }
 
-/// Copies this executable into `dir` as `deployster`, executable by anyone.
-fn install(dir: &std::path::Path) -> std::io::Result<PathBuf> {
+/// The helper's path in `dir`, and the file the type's container creates once it is done.
+pub fn installed(dir: &Path) -> (PathBuf, PathBuf) {
+    (dir.join("deployster"), dir.join("done"))
+}
+
+/// Copies this executable into `dir`, then waits for the type's container to be done, or for
+/// SIGTERM (the Pod's deletion: as PID 1 the helper would otherwise ignore it).
+fn install_and_hold(dir: &Path) -> i32 {
+    let (target, done) = installed(dir);
+    if let Err(e) = install(&target) {
+        let _ =
+            writeln!(std::io::stderr(), "deployster {ENTRY_SUBCOMMAND}: cannot install into {}: {e}", dir.display());
+        return 1;
+    }
+    let _ = writeln!(std::io::stdout(), "installed {}", target.display());
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            let _ = writeln!(std::io::stderr(), "deployster {ENTRY_SUBCOMMAND}: cannot start: {e}");
+            return 1;
+        }
+    };
+    runtime.block_on(async {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+        let terminated = async {
+            match term.as_mut() {
+                Some(term) => drop(term.recv().await),
+                None => std::future::pending().await,
+            }
+        };
+        let finished = async {
+            while !done.exists() {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        };
+        tokio::select! {
+            () = terminated => {}
+            () = finished => {}
+        }
+    });
+    0
+}
+
+/// Copies this executable to `target`, executable by anyone; whole or not at all (a copy under
+/// another name, renamed), since the hook takes its existence as the copy's end.
+fn install(target: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
-    let target = dir.join("deployster");
-    std::fs::copy(std::env::current_exe()?, &target)?;
-    std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o755))?;
-    Ok(target)
+    let partial = target.with_extension("partial");
+    std::fs::copy(std::env::current_exe()?, &partial)?;
+    std::fs::set_permissions(&partial, std::fs::Permissions::from_mode(0o755))?;
+    std::fs::rename(&partial, target)
+}
+
+/// Waits for [`install`] to have put the helper in `dir`; fails after [`INSTALL_PATIENCE`].
+fn await_install(dir: &Path) -> i32 {
+    let (target, _) = installed(dir);
+    let started = std::time::Instant::now();
+    while !target.exists() {
+        if started.elapsed() > INSTALL_PATIENCE {
+            let _ = writeln!(
+                std::io::stderr(),
+                "deployster {ENTRY_SUBCOMMAND}: the helper was not installed in {} within {INSTALL_PATIENCE:?}",
+                dir.display()
+            );
+            return 1;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    0
 }
 
 /// Leaves a record saying why the program could not be run; exits 127 as a shell would.

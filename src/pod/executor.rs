@@ -351,6 +351,7 @@ impl PodExecutor {
                 request: spec::request_path(),
                 termination_log: "/dev/termination-log".into(),
                 program: image.program(invocation.entrypoint.as_deref(), &invocation.args),
+                done: None,
             },
             service_account: scope.service_account.clone(),
             plugs,
@@ -513,7 +514,7 @@ fn progress(settings: &PodSettings, pod: &Pod, waited: Duration) -> Result<Progr
     {
         return Ok(Progress::Started);
     }
-    let helper = status.init_container_statuses.as_ref().and_then(|s| s.iter().find(|c| c.name == "helper"));
+    let helper = status.container_statuses.as_ref().and_then(|s| s.iter().find(|c| c.name == "helper"));
     for (container, which) in [(helper, "the helper image"), (main, "the type's image")] {
         let Some(container) = container else { continue };
         let Some(waiting) = container.state.as_ref().and_then(|s| s.waiting.as_ref()) else { continue };
@@ -539,16 +540,18 @@ fn progress(settings: &PodSettings, pod: &Pod, waited: Duration) -> Result<Progr
             _ => {}
         }
     }
+    // The helper holds until the type's container is done: ended before that one started, it
+    // failed (its copy, or its `postStart` hook, after which the kubelet kills it).
     if let Some(helper) = helper
         && let Some(done) = helper.state.as_ref().and_then(|s| s.terminated.as_ref())
-        && done.exit_code != 0
     {
         return Err(pod_error(
             "HelperFailed",
             format!(
-                "the helper's init container (`{}`) exited with code {}: {}",
+                "the helper's container (`{}`) ended with code {} before the type's started: {} {}",
                 helper.image,
                 done.exit_code,
+                done.reason.as_deref().unwrap_or(""),
                 done.message.as_deref().unwrap_or("")
             ),
         ));
@@ -657,8 +660,16 @@ enum Progress {
     Ended,
 }
 
+/// The Pod has ended, or the type's container has: the helper's ends a moment later (when its
+/// program could not mark itself done, only with the Pod's deletion), and is not waited for.
 fn ended(pod: &Pod) -> bool {
-    matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"))
+    let Some(status) = pod.status.as_ref() else { return false };
+    matches!(status.phase.as_deref(), Some("Succeeded" | "Failed"))
+        || status
+            .container_statuses
+            .iter()
+            .flatten()
+            .any(|c| c.name == "main" && c.state.as_ref().is_some_and(|s| s.terminated.is_some()))
 }
 
 fn is_not_found(error: &kube::Error) -> bool {
@@ -1146,6 +1157,7 @@ mod tests {
                 request: spec::request_path(),
                 termination_log: "/t".into(),
                 program: vec!["/x".into()],
+                done: None,
             },
             service_account: None,
             plugs: Vec::new(),

@@ -7,15 +7,15 @@ use std::time::Duration;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{
-    Capabilities, ConfigMapVolumeSource, Container, EmptyDirVolumeSource, KeyToPath, LocalObjectReference,
-    PersistentVolumeClaimVolumeSource, Pod, PodSecurityContext, PodSpec, ResourceRequirements, SeccompProfile, Secret,
-    SecretVolumeSource, SecurityContext, Toleration, Volume, VolumeMount,
+    Capabilities, ConfigMapVolumeSource, Container, EmptyDirVolumeSource, ExecAction, KeyToPath, Lifecycle,
+    LifecycleHandler, LocalObjectReference, PersistentVolumeClaimVolumeSource, Pod, PodSecurityContext, PodSpec,
+    ResourceRequirements, SeccompProfile, Secret, SecretVolumeSource, SecurityContext, Toleration, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use sha2::{Digest, Sha256};
 
-use super::entry::{ENTRY_SUBCOMMAND, Entry};
+use super::entry::{AWAIT_INSTALL, ENTRY_SUBCOMMAND, Entry};
 use crate::crd::PodOptions;
 
 /// Where the helper is installed in the type's container, and where the request is mounted.
@@ -134,9 +134,11 @@ fn volume_of(plug: &PodPlug) -> (Volume, bool) {
     }
 }
 
-/// The invocation's Pod: an init container installs the helper into an `emptyDir`; the type's
-/// container runs it in front of the program, with the request Secret, a writable `/tmp` and
-/// the plugs mounted, under the Manifest's ServiceAccount without its token.
+/// The invocation's Pod: the helper's container installs the helper into an `emptyDir` (its
+/// `postStart` hook holds the next container until then) and holds until the type's container
+/// is done; that container runs the helper in front of the program, with the request Secret, a
+/// writable `/tmp` and the plugs mounted, under the Manifest's ServiceAccount without its token.
+/// (Not an init container: see [`super::entry`].)
 pub fn pod(invocation: &PodInvocation, request_secret: &str) -> Pod {
     let mut volumes = vec![
         Volume { name: "helper".into(), empty_dir: Some(EmptyDirVolumeSource::default()), ..Volume::default() },
@@ -150,8 +152,9 @@ pub fn pod(invocation: &PodInvocation, request_secret: &str) -> Pod {
         },
         Volume { name: "tmp".into(), empty_dir: Some(EmptyDirVolumeSource::default()), ..Volume::default() },
     ];
+    // Writable: the type's container marks itself done there.
     let mut mounts =
-        vec![mount("helper", HELPER_DIR, true), mount("request", REQUEST_DIR, true), mount("tmp", "/tmp", false)];
+        vec![mount("helper", HELPER_DIR, false), mount("request", REQUEST_DIR, true), mount("tmp", "/tmp", false)];
     for plug in &invocation.plugs {
         let (volume, read_only) = volume_of(plug);
         let mut mounted = mount(&volume.name, &plug.container_path, read_only);
@@ -162,25 +165,34 @@ pub fn pod(invocation: &PodInvocation, request_secret: &str) -> Pod {
         mounts.push(mounted);
         volumes.push(volume);
     }
-    // The helper's init container gets the same: a namespace whose quota counts CPU or memory
-    // refuses a Pod with a container that states none, and init containers cost nothing extra
-    // (a Pod's request is the larger of its init containers' and the sum of its containers').
     let resources = invocation.options.resources.as_ref().map(|r| {
         let quantities = |m: &BTreeMap<String, String>| {
             (!m.is_empty()).then(|| m.iter().map(|(k, v)| (k.clone(), Quantity(v.clone()))).collect())
         };
         ResourceRequirements { requests: quantities(&r.requests), limits: quantities(&r.limits), ..Default::default() }
     });
-    let helper = format!("{HELPER_DIR}/deployster");
-    let mut command = vec![helper, ENTRY_SUBCOMMAND.to_string()];
-    command.extend(invocation.entry.args());
-    let init = Container {
+    let helper_dir = std::path::Path::new(HELPER_DIR);
+    let (installed, done) = super::entry::installed(helper_dir);
+    let mut entry = invocation.entry.clone();
+    entry.done = Some(done);
+    let mut command = vec![installed.display().to_string(), ENTRY_SUBCOMMAND.to_string()];
+    command.extend(entry.args());
+    let helper_command =
+        |flag: &str| vec!["/deployster".into(), ENTRY_SUBCOMMAND.into(), flag.into(), HELPER_DIR.into()];
+    let helper = Container {
         name: "helper".into(),
         image: Some(invocation.helper_image.clone()),
-        command: Some(vec!["/deployster".into(), ENTRY_SUBCOMMAND.into(), "--install".into(), HELPER_DIR.into()]),
+        command: Some(helper_command("--install")),
+        lifecycle: Some(Lifecycle {
+            post_start: Some(LifecycleHandler {
+                exec: Some(ExecAction { command: Some(helper_command(AWAIT_INSTALL)) }),
+                ..LifecycleHandler::default()
+            }),
+            ..Lifecycle::default()
+        }),
         volume_mounts: Some(vec![mount("helper", HELPER_DIR, false)]),
         security_context: Some(restricted()),
-        resources: resources.clone(),
+        resources: resources.as_ref().map(helper_resources),
         ..Container::default()
     };
     let main = Container {
@@ -190,7 +202,7 @@ pub fn pod(invocation: &PodInvocation, request_secret: &str) -> Pod {
         volume_mounts: Some(mounts),
         security_context: Some(restricted()),
         termination_message_policy: Some("File".into()),
-        resources: resources.clone(),
+        resources,
         ..Container::default()
     };
     let options = &invocation.options;
@@ -235,13 +247,36 @@ pub fn pod(invocation: &PodInvocation, request_secret: &str) -> Pod {
                 seccomp_profile: Some(SeccompProfile { type_: "RuntimeDefault".into(), ..SeccompProfile::default() }),
                 ..PodSecurityContext::default()
             }),
-            init_containers: Some(vec![init]),
-            containers: vec![main],
+            containers: vec![helper, main],
             volumes: Some(volumes),
             ..PodSpec::default()
         }),
         status: None,
     }
+}
+
+/// What the helper's container asks for, when the type's does: a namespace whose quota counts
+/// CPU or memory refuses a Pod with a container that states none. Small, since a Pod's request is
+/// the sum of its containers': the helper copies a file and then sleeps. Only the resources the
+/// type's container names (an extended resource, such as a GPU, the helper never takes).
+fn helper_resources(of_main: &ResourceRequirements) -> ResourceRequirements {
+    let small = |m: &Option<BTreeMap<String, Quantity>>| {
+        let m: BTreeMap<String, Quantity> = m
+            .iter()
+            .flatten()
+            .filter_map(|(name, _)| {
+                let quantity = match name.as_str() {
+                    "cpu" => "10m",
+                    "memory" => "32Mi",
+                    "ephemeral-storage" => "128Mi",
+                    _ => return None,
+                };
+                Some((name.clone(), Quantity(quantity.into())))
+            })
+            .collect();
+        (!m.is_empty()).then_some(m)
+    };
+    ResourceRequirements { requests: small(&of_main.requests), limits: small(&of_main.limits), ..Default::default() }
 }
 
 /// The key of the invocation's Secret that holds the program's extra environment (a JSON
@@ -298,6 +333,7 @@ mod tests {
                 request: request_path(),
                 termination_log: "/dev/termination-log".into(),
                 program: vec!["/type".into(), "create".into()],
+                done: None,
             },
             service_account: Some("deployer".into()),
             plugs,
@@ -346,7 +382,7 @@ mod tests {
         assert_eq!(spec.security_context.as_ref().unwrap().run_as_user, Some(65532));
         assert_eq!(spec.security_context.as_ref().unwrap().fs_group, Some(65532), "a claim is writable");
         assert_eq!(spec.security_context.as_ref().unwrap().run_as_group, Some(65532));
-        let main = &spec.containers[0];
+        let (helper, main) = (&spec.containers[0], &spec.containers[1]);
         let security = main.security_context.as_ref().unwrap();
         assert_eq!(
             (security.allow_privilege_escalation, security.read_only_root_filesystem),
@@ -356,7 +392,13 @@ mod tests {
         let command = main.command.as_ref().unwrap();
         assert_eq!(command[..2], ["/.deployster/bin/deployster".to_string(), "__pod-entry".to_string()]);
         assert_eq!(command[command.len() - 2..], ["/type".to_string(), "create".to_string()]);
-        assert_eq!(Entry::parse(&command[2..]).unwrap().request, request_path());
+        let entry = Entry::parse(&command[2..]).unwrap();
+        assert_eq!(entry.request, request_path());
+        assert_eq!(
+            entry.done.as_deref(),
+            Some(std::path::Path::new("/.deployster/bin/done")),
+            "the helper waits for it"
+        );
         assert_eq!(main.volume_mounts.as_ref().unwrap()[3].sub_path.as_deref(), Some("password"), "one key, one file");
         let mounts: Vec<(&str, &str, Option<bool>)> = main
             .volume_mounts
@@ -368,16 +410,23 @@ mod tests {
         assert_eq!(
             mounts,
             [
-                ("helper", "/.deployster/bin", Some(true)),
+                ("helper", "/.deployster/bin", Some(false)),
                 ("request", "/.deployster/request", Some(true)),
                 ("tmp", "/tmp", Some(false)),
                 ("plug-creds", "/creds", Some(true)),
                 ("plug-data", "/data", Some(false)),
             ]
         );
-        let init = &spec.init_containers.as_ref().unwrap()[0];
-        assert_eq!(init.image.as_deref(), Some("registry/deployster/controller:0.1.0"));
-        assert_eq!(init.command.as_ref().unwrap()[2..], ["--install".to_string(), "/.deployster/bin".to_string()]);
+        assert!(spec.init_containers.is_none(), "this kubelet notices an init container's end a second late");
+        assert_eq!(helper.image.as_deref(), Some("registry/deployster/controller:0.1.0"));
+        assert_eq!(helper.command.as_ref().unwrap()[2..], ["--install".to_string(), "/.deployster/bin".to_string()]);
+        let hook = helper.lifecycle.as_ref().unwrap().post_start.as_ref().unwrap().exec.as_ref().unwrap();
+        assert_eq!(
+            hook.command.as_ref().unwrap()[2..],
+            ["--await-install".to_string(), "/.deployster/bin".to_string()],
+            "the type's container starts once the helper is in place"
+        );
+        assert_eq!(helper.security_context, main.security_context);
         let serialized = serde_json::to_string(&spec).unwrap();
         assert!(!serialized.contains("\"env\""), "nothing of the request in the spec: {serialized}");
     }
@@ -385,7 +434,7 @@ mod tests {
     #[test]
     fn the_manifest_s_pod_options_reach_the_pod() {
         let options: PodOptions = serde_json::from_value(serde_json::json!({
-            "resources": {"requests": {"cpu": "50m"}, "limits": {"memory": "64Mi"}},
+            "resources": {"requests": {"cpu": "50m"}, "limits": {"memory": "64Mi", "example.com/gpu": "1"}},
             "nodeSelector": {"pool": "deploy"},
             "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "deploy", "effect": "NoSchedule"}],
             "runAsNonRoot": false,
@@ -395,14 +444,17 @@ mod tests {
         let mut invocation = invocation(vec![]);
         invocation.options = options;
         let spec = pod(&invocation, "dst-request").spec.unwrap();
-        let resources = spec.containers[0].resources.as_ref().unwrap();
+        let resources = spec.containers[1].resources.as_ref().unwrap();
         assert_eq!(resources.requests.as_ref().unwrap()["cpu"], Quantity("50m".into()));
         assert_eq!(resources.limits.as_ref().unwrap()["memory"], Quantity("64Mi".into()));
         assert_eq!(spec.node_selector.unwrap()["pool"], "deploy");
         assert_eq!(spec.tolerations.unwrap()[0].effect.as_deref(), Some("NoSchedule"));
         assert_eq!(spec.image_pull_secrets.unwrap()[0].name, "regcred");
         assert_eq!(spec.security_context.unwrap().run_as_non_root, Some(false));
-        assert_eq!(spec.init_containers.unwrap()[0].resources.as_ref(), Some(resources), "a quota counts it too");
+        let helper = spec.containers[0].resources.as_ref().unwrap();
+        assert_eq!(helper.requests.as_ref().unwrap()["cpu"], Quantity("10m".into()), "a quota counts it too");
+        assert_eq!(helper.limits.as_ref().unwrap()["memory"], Quantity("32Mi".into()));
+        assert_eq!((helper.requests.as_ref().unwrap().len(), helper.limits.as_ref().unwrap().len()), (1, 1));
         let defaults = pod(&self::invocation(vec![]), "r").spec.unwrap();
         assert!(
             defaults.node_selector.is_none() && defaults.tolerations.is_none() && defaults.image_pull_secrets.is_none()
