@@ -108,6 +108,53 @@ fn a_failed_step_stops_its_revision_and_is_reported() {
     assert!(again.stdout.contains("Revision 2.0.0: failed at staging/all/stg-1/test"), "{}", again.all());
 }
 
+/// The README's walkthrough as a user types it, with the one-box's bake kept (1 s): once the
+/// bake is over, `approve` is taken at once (no `run` in between to record the bake's end);
+/// the hints name the pipeline file, so they can be pasted; and a rollback's run is told apart
+/// from the revision's first.
+#[test]
+fn approve_after_the_bake_needs_no_run_and_the_hints_and_runs_are_told_apart() {
+    let ws = example();
+    ws.write("pipeline.yaml", &ws.read("pipeline.yaml").replace("bake: 0s", "bake: 1s"));
+    let out = format!("root={}/out", ws.root());
+    let run = pipeline(&ws, &["run", "-f", "pipeline.yaml", "--var", "version=1.4.2", "--var", &out]);
+    assert_eq!(run.code, 0, "{}", run.all());
+    assert!(run.stdout.contains("prod/onebox/prod-a1/bake waits for bake until"), "{}", run.all());
+    std::thread::sleep(Duration::from_millis(1500));
+
+    let settled = status(&ws);
+    let waiting = settled["frontier"].as_array().unwrap().iter().find(|s| s["step"] == "prod/fleet/prod-a2/deploy");
+    let waits_for = waiting.map(|s| s["waitsFor"].as_str().unwrap_or_default()).unwrap_or_default();
+    assert!(
+        waits_for.contains("`deployster pipeline approve -f pipeline.yaml --revision 1.4.2 prod/fleet`"),
+        "status sees the bake over, and its hint names the file: {settled}"
+    );
+    let approved = pipeline(&ws, &["approve", "-f", "pipeline.yaml", "--revision", "1.4.2", "prod/fleet"]);
+    assert_eq!(approved.code, 0, "{}", approved.all());
+    assert!(approved.stdout.contains("`deployster pipeline run -f pipeline.yaml` goes on"), "{}", approved.all());
+    // The fleet bakes too: run until it is through.
+    for _ in 0..10 {
+        let run = pipeline(&ws, &["run", "-f", "pipeline.yaml"]);
+        assert_eq!(run.code, 0, "{}", run.all());
+        if run.stdout.contains("Revision 1.4.2: through") {
+            break;
+        }
+        assert!(run.stdout.contains("Revision 1.4.2: in progress"), "one run: no number\n{}", run.all());
+        std::thread::sleep(Duration::from_millis(1100));
+    }
+    assert_eq!(ws.read("out/prod-b2/release.txt"), "1.4.2 in region b\n");
+
+    // A rollback to 1.4.2 (registered again once its run ended) is a second run of it.
+    let again = pipeline(&ws, &["run", "-f", "pipeline.yaml", "--var", "version=1.4.2", "--var", &out]);
+    assert_eq!(again.code, 0, "{}", again.all());
+    assert!(again.stdout.contains("Revision 1.4.2 (run 1): through"), "{}", again.all());
+    assert!(again.stdout.contains("Revision 1.4.2 (run 2): in progress"), "{}", again.all());
+    let status = status(&ws);
+    let runs: Vec<(&str, &Value)> =
+        status["revisions"].as_array().unwrap().iter().map(|r| (r["status"].as_str().unwrap(), &r["run"])).collect();
+    assert_eq!(runs, [("through", &Value::from(1)), ("in progress", &Value::from(2))], "{status}");
+}
+
 /// Two stages of one target each: the first quick, the second's action 3 s long, holding `lock`
 /// (its start is logged in `lock.log`).
 fn slow_second_step() -> Workspace {

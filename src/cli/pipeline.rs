@@ -18,7 +18,7 @@ use crate::history::History;
 use crate::history::store::{SqliteLog, StateLock};
 use crate::pass::{Ended, Mode, Pass, Passed};
 use crate::pipeline::PipelineError;
-use crate::pipeline::drive::{Driven, Driver, Job, StepRunner, read};
+use crate::pipeline::drive::{Driven, Driver, Job, StepRunner};
 use crate::pipeline::query::status;
 use crate::pipeline::spec::{Pipeline, load};
 
@@ -196,7 +196,7 @@ pub(super) async fn pipeline(args: PipelineArgs) -> Result<Exit, CliError> {
                 }
             }
             let driven = driver.drive().await?;
-            show_driven(&pipeline, &driven, file.output);
+            show_driven(&pipeline, &driven, file);
             if driven.interrupted {
                 errln!(
                     "interrupted by {}: the running steps were stopped and recorded as interrupted; `pipeline run` runs them again",
@@ -207,7 +207,10 @@ pub(super) async fn pipeline(args: PipelineArgs) -> Result<Exit, CliError> {
         }
         PipelineCommand::Approve { revision, gate, .. } => {
             driver.approve(revision, gate)?;
-            outln!("Approved {gate} for revision {revision}: `deployster pipeline run` goes on.");
+            outln!(
+                "Approved {gate} for revision {revision}: `deployster pipeline run -f {}` goes on.",
+                file.file.display()
+            );
             Ok(Exit::Ok)
         }
         PipelineCommand::Register { revision, stage, artifact, .. } => {
@@ -216,8 +219,9 @@ pub(super) async fn pipeline(args: PipelineArgs) -> Result<Exit, CliError> {
             Ok(Exit::Ok)
         }
         PipelineCommand::Status(file) => {
-            let progress = read(&pipeline, log.as_ref())?;
-            let status = status(&pipeline, &progress, now());
+            // What the next `run` would act on: `approve` asks the same.
+            let progress = driver.settled()?;
+            let status = status(&pipeline, &progress, now(), &how_to_approve(&file.file));
             match file.output {
                 OutputFormat::Json => outln!("{}", serde_json::to_string_pretty(&status).expect("status serializes")),
                 OutputFormat::Text => print_status(&status),
@@ -250,23 +254,31 @@ pub(super) async fn pipeline(args: PipelineArgs) -> Result<Exit, CliError> {
     }
 }
 
-fn show_driven(pipeline: &Pipeline, driven: &Driven, output: OutputFormat) {
-    if output == OutputFormat::Json {
-        let status = status(pipeline, &driven.progress, crate::history::now_ms());
+/// How the CLI approves: the command, with the pipeline file as it was given, to paste.
+fn how_to_approve(file: &std::path::Path) -> impl Fn(&str, &str) -> String {
+    let file = file.display().to_string();
+    move |revision, gate| format!("`deployster pipeline approve -f {file} --revision {revision} {gate}`")
+}
+
+fn show_driven(pipeline: &Pipeline, driven: &Driven, file: &FileArgs) {
+    let how = how_to_approve(&file.file);
+    if file.output == OutputFormat::Json {
+        let status = status(pipeline, &driven.progress, crate::history::now_ms(), &how);
         outln!("{}", serde_json::to_string_pretty(&status).expect("status serializes"));
         return;
     }
-    for revision in &driven.progress.revisions {
+    let runs = crate::pipeline::query::run_numbers(&driven.progress);
+    for (revision, run) in driven.progress.revisions.iter().zip(runs) {
         let state = match &revision.ended {
             Some(crate::pipeline::progress::Ended::Through) => "through".to_string(),
             Some(crate::pipeline::progress::Ended::Failed { step, .. }) => format!("failed at {step}"),
             Some(crate::pipeline::progress::Ended::Superseded { by }) => format!("superseded by {by}"),
             None => "in progress".to_string(),
         };
-        outln!("Revision {}: {state}", revision.revision);
+        outln!("Revision {}: {state}", crate::pipeline::query::run_name(&revision.revision, run));
     }
     for waiting in &driven.waiting {
-        if let Some(why) = waiting.decision.waits_for() {
+        if let Some(why) = waiting.decision.waits_for(&how) {
             outln!("  {} {} waits for {why}", waiting.revision, pipeline.steps[waiting.step].id);
         }
     }
@@ -280,7 +292,7 @@ fn print_status(status: &crate::pipeline::query::Status) {
     for r in &status.revisions {
         outln!(
             "  revision {:<12} {}{}",
-            r.revision,
+            crate::pipeline::query::run_name(&r.revision, r.run),
             r.status,
             r.detail.as_ref().map(|d| format!(" ({d})")).unwrap_or_default()
         );

@@ -126,10 +126,45 @@ impl Driver<'_> {
         self.append(&mut progress, vec![entry])
     }
 
-    /// Approves the gate before `gate` (`stage/group`, or a stage) for `revision`: refused
-    /// unless a step of that revision waits for it now.
-    pub fn approve(&self, revision: &str, gate: &str) -> Result<(), PipelineError> {
+    /// The progress the next drive acts on, recording nothing: read from the log, then what a
+    /// drive records before it starts any manifest — the steps the pipeline document introduces
+    /// or withdraws, skips, older runs superseded, and the bakes whose time has come. `approve`
+    /// and `status` answer from it, so that they, and `run`, see one frontier.
+    pub fn settled(&self) -> Result<Progress, PipelineError> {
         let mut progress = read(self.pipeline, self.log.as_ref())?;
+        let in_memory = Driver {
+            pipeline: self.pipeline,
+            log: Arc::new(crate::history::MemoryLog::new()),
+            runner: self.runner.clone(),
+            now: self.now,
+            state_dir: self.state_dir.clone(),
+            say: &|_| {},
+            cancel: self.cancel.clone(),
+        };
+        in_memory.introduce(&mut progress)?;
+        loop {
+            let starts = in_memory.skip_all(&mut progress)?;
+            let due: Vec<&Scheduled> =
+                starts.iter().filter(|s| matches!(self.pipeline.steps[s.step].work, Work::Wait(_))).collect();
+            if due.is_empty() {
+                in_memory.finish(&mut progress)?;
+                return Ok(progress);
+            }
+            for start in due {
+                in_memory.mark_starts(&mut progress, &start.revision, start.step)?;
+                let step = &self.pipeline.steps[start.step].id;
+                let entry =
+                    in_memory.entry(&progress, &start.revision, target_of(step), Event::StepSucceeded, json!({}));
+                in_memory.append(&mut progress, vec![entry])?;
+                in_memory.mark_ends(&mut progress, &start.revision, start.step, None)?;
+            }
+        }
+    }
+
+    /// Approves the gate before `gate` (`stage/group`, or a stage) for `revision`: refused
+    /// unless a step of that revision waits for it in the [`Driver::settled`] progress.
+    pub fn approve(&self, revision: &str, gate: &str) -> Result<(), PipelineError> {
+        let mut progress = self.settled()?;
         let group = self
             .pipeline
             .stages
@@ -166,43 +201,13 @@ impl Driver<'_> {
             if self.cancel.is_cancelled() {
                 return Ok(Driven { progress, waiting: Vec::new(), failed, interrupted: true });
             }
-            let scheduled = progress.schedule(self.pipeline, (self.now)());
-            let mut acted = false;
-            let mut starts = Vec::new();
-            for item in &scheduled {
-                match &item.decision {
-                    Decision::Skip(reason) => {
-                        let step = &self.pipeline.steps[item.step];
-                        (self.say)(&format!("{} {}: skipped ({reason})", item.revision, step.id));
-                        let entry = self.entry(
-                            &progress,
-                            &item.revision,
-                            target_of(&step.id),
-                            Event::StepSkipped,
-                            json!({"reason": reason}),
-                        );
-                        self.append(&mut progress, vec![entry])?;
-                        self.mark_ends(&mut progress, &item.revision, item.step, None)?;
-                        acted = true;
-                    }
-                    Decision::Start { supersedes } => {
-                        self.supersede(&mut progress, &item.revision, supersedes)?;
-                        starts.push(item.clone());
-                    }
-                    Decision::Wait(_) | Decision::Approval { .. } | Decision::Running => {}
-                }
-            }
-            if acted {
-                continue;
-            }
-            // A revision superseded just now starts nothing.
-            starts.retain(|s| progress.revision(&s.revision).is_some_and(|r| r.is_live()));
+            let starts = self.skip_all(&mut progress)?;
             if starts.is_empty() {
                 self.finish(&mut progress)?;
                 let waiting = progress
                     .schedule(self.pipeline, (self.now)())
                     .into_iter()
-                    .filter(|s| s.decision.waits_for().is_some())
+                    .filter(|s| matches!(s.decision, Decision::Wait(_) | Decision::Approval { .. }))
                     .collect();
                 return Ok(Driven { progress, waiting, failed, interrupted: false });
             }
@@ -235,6 +240,44 @@ impl Driver<'_> {
                 let entry = self.entry(&progress, &start.revision, target_of(&step.id), event, detail);
                 self.append(&mut progress, vec![entry])?;
                 self.mark_ends(&mut progress, &start.revision, start.step, result.err())?;
+            }
+        }
+    }
+
+    /// Records the steps to skip until none is left; then the steps to start, the older runs
+    /// each supersedes recorded as superseded.
+    fn skip_all(&self, progress: &mut Progress) -> Result<Vec<Scheduled>, PipelineError> {
+        loop {
+            let scheduled = progress.schedule(self.pipeline, (self.now)());
+            let mut acted = false;
+            let mut starts = Vec::new();
+            for item in scheduled {
+                match &item.decision {
+                    Decision::Skip(reason) => {
+                        let step = &self.pipeline.steps[item.step];
+                        (self.say)(&format!("{} {}: skipped ({reason})", item.revision, step.id));
+                        let entry = self.entry(
+                            progress,
+                            &item.revision,
+                            target_of(&step.id),
+                            Event::StepSkipped,
+                            json!({"reason": reason}),
+                        );
+                        self.append(progress, vec![entry])?;
+                        self.mark_ends(progress, &item.revision, item.step, None)?;
+                        acted = true;
+                    }
+                    Decision::Start { supersedes } => {
+                        self.supersede(progress, &item.revision, supersedes)?;
+                        starts.push(item);
+                    }
+                    Decision::Wait(_) | Decision::Approval { .. } | Decision::Running => {}
+                }
+            }
+            if !acted {
+                // A revision superseded just now starts nothing.
+                starts.retain(|s| progress.revision(&s.revision).is_some_and(|r| r.is_live()));
+                return Ok(starts);
             }
         }
     }

@@ -92,13 +92,12 @@ pub enum Decision {
 }
 
 impl Decision {
-    /// What a step that waits waits for, as said.
-    pub fn waits_for(&self) -> Option<String> {
+    /// What a step that waits waits for, as said; an approval with how to give it, which the
+    /// front end says (`how(revision, gate)`: the CLI's command, the controller's annotation).
+    pub fn waits_for(&self, how: &dyn Fn(&str, &str) -> String) -> Option<String> {
         match self {
             Decision::Wait(why) => Some(why.clone()),
-            Decision::Approval { gate, revision } => {
-                Some(format!("approval of {gate} (`deployster pipeline approve --revision {revision} {gate}`)"))
-            }
+            Decision::Approval { gate, revision } => Some(format!("approval of {gate} ({})", how(revision, gate))),
             Decision::Start { .. } | Decision::Skip(_) | Decision::Running => None,
         }
     }

@@ -30,6 +30,10 @@ pub struct NodeStatus {
 #[serde(rename_all = "camelCase")]
 pub struct RevisionStatus {
     pub revision: String,
+    /// Which run of the revision, counted from 1, when it was registered more than once (a
+    /// rollback to it, or a retry): each run has its own line.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<u32>,
     /// `through`, `failed`, `superseded`, `in progress`, `registered`.
     pub status: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -57,8 +61,33 @@ pub struct Status {
     pub frontier: Vec<FrontierStep>,
 }
 
-/// The status of every node, revision and frontier step.
-pub fn status(pipeline: &Pipeline, progress: &Progress, now: i64) -> Status {
+/// Each run's number among its revision's runs (aligned with `progress.revisions`), when its
+/// revision has more than one.
+pub fn run_numbers(progress: &Progress) -> Vec<Option<u32>> {
+    let mut seen: std::collections::HashMap<&str, u32> = Default::default();
+    let numbers: Vec<u32> = progress
+        .revisions
+        .iter()
+        .map(|r| {
+            let n = seen.entry(r.revision.as_str()).or_default();
+            *n += 1;
+            *n
+        })
+        .collect();
+    progress.revisions.iter().zip(numbers).map(|(r, n)| (seen[r.revision.as_str()] > 1).then_some(n)).collect()
+}
+
+/// A run as said: `1.4.2`, or `1.4.2 (run 2)` when the revision ran more than once.
+pub fn run_name(revision: &str, run: Option<u32>) -> String {
+    match run {
+        Some(n) => format!("{revision} (run {n})"),
+        None => revision.to_string(),
+    }
+}
+
+/// The status of every node, revision and frontier step; `how` says how an approval is given
+/// ([`Decision::waits_for`]).
+pub fn status(pipeline: &Pipeline, progress: &Progress, now: i64, how: &dyn Fn(&str, &str) -> String) -> Status {
     let mut nodes =
         vec![node(progress, "", Event::PipelineFinishedSuccessfully, Event::PipelineFailed, Event::PipelineStarted)];
     for stage in &pipeline.stages {
@@ -97,7 +126,8 @@ pub fn status(pipeline: &Pipeline, progress: &Progress, now: i64) -> Status {
     let revisions = progress
         .revisions
         .iter()
-        .map(|r| {
+        .zip(run_numbers(progress))
+        .map(|(r, run)| {
             let (status, detail) = match &r.ended {
                 Some(Ended::Through) => ("through", None),
                 Some(Ended::Failed { step, message }) => ("failed", Some(format!("{step}: {message}"))),
@@ -105,7 +135,7 @@ pub fn status(pipeline: &Pipeline, progress: &Progress, now: i64) -> Status {
                 None if r.under_way() => ("in progress", None),
                 None => ("registered", None),
             };
-            RevisionStatus { revision: r.revision.clone(), status: status.into(), detail }
+            RevisionStatus { revision: r.revision.clone(), run, status: status.into(), detail }
         })
         .collect();
     let frontier = progress
@@ -116,7 +146,7 @@ pub fn status(pipeline: &Pipeline, progress: &Progress, now: i64) -> Status {
                 Decision::Start { .. } => ("ready", None),
                 Decision::Running => ("running", None),
                 Decision::Skip(why) => ("skip", Some(why)),
-                waits @ (Decision::Wait(_) | Decision::Approval { .. }) => ("waiting", waits.waits_for()),
+                waits @ (Decision::Wait(_) | Decision::Approval { .. }) => ("waiting", waits.waits_for(how)),
             };
             FrontierStep {
                 revision: s.revision,

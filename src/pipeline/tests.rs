@@ -113,7 +113,8 @@ impl Fixture {
     }
 
     fn node(&self, node: &str) -> super::query::NodeStatus {
-        let status = status(&self.pipeline, &self.progress(), self.clock.load(Ordering::SeqCst));
+        let how = |_: &str, _: &str| String::new();
+        let status = status(&self.pipeline, &self.progress(), self.clock.load(Ordering::SeqCst), &how);
         status.nodes.into_iter().find(|n| n.node == node).unwrap_or_else(|| panic!("no node {node}"))
     }
 
@@ -432,16 +433,68 @@ stages:
     gates: {approval: [fleet]}
 "#;
 
+/// `approve` and `status` answer from what the next drive acts on: right after the pipeline
+/// document changed (a stage inserted before the gate), and once a bake's time is over, without
+/// a drive in between to record either; and they record nothing themselves.
+#[test]
+fn approve_and_status_see_the_frontier_the_next_drive_acts_on() {
+    let mut f = Fixture::new(WAVES);
+    f.start("v1");
+    f.drive();
+    f.runner.take();
+    f.change(&WAVES.replace(
+        "  - name: prod\n",
+        "  - {name: qa, targets: [{name: qa-1, manifest: app.yaml}], steps: [deploy]}\n  - name: prod\n",
+    ));
+    let recorded = f.log.recent("pipeline", usize::MAX).unwrap().len();
+    let frontier = f.with_driver(|d| d.settled()).unwrap().schedule(&f.pipeline, f.clock.load(Ordering::SeqCst));
+    assert!(
+        frontier.iter().any(|s| matches!(&s.decision, Decision::Approval { gate, .. } if gate == "prod/fleet")),
+        "{frontier:?}"
+    );
+    assert_eq!(f.log.recent("pipeline", usize::MAX).unwrap().len(), recorded, "settling records nothing");
+    f.with_driver(|d| d.approve("v1", "prod/fleet")).expect("approved before any drive saw the new stage");
+    f.drive();
+    assert_eq!(
+        f.runner.take(),
+        ["v1 prod/fleet/prod-a2/deploy", "v1 prod/fleet/prod-b1/deploy", "v1 prod/fleet/prod-b2/deploy"]
+    );
+    assert_eq!(
+        f.events_of("pipeline/qa/all/qa-1/deploy"),
+        [(String::new(), Event::StepIntroduced), ("v1".to_string(), Event::StepSkipped)],
+        "introduced by the drive, not by approve"
+    );
+
+    // A bake before the gate: once its time is over, the gate is asked for at once.
+    let baked = WAVES.replace(
+        "    steps: [deploy]\n    gates: {approval: [fleet]}",
+        "    steps: [deploy, bake]\n    gates: {bake: 5m, approval: [fleet]}",
+    );
+    let f = Fixture::new(&baked);
+    f.start("v1");
+    f.drive();
+    assert!(f.with_driver(|d| d.approve("v1", "prod/fleet")).is_err(), "the one-box still bakes");
+    f.advance(6);
+    f.with_driver(|d| d.approve("v1", "prod/fleet")).expect("the bake is over: the gate waits");
+    f.drive();
+    let ran = f.runner.take();
+    assert!(ran.iter().any(|s| s == "v1 prod/fleet/prod-a2/deploy"), "{ran:?}");
+}
+
 #[test]
 fn approval_opens_a_group_and_max_parallel_bounds_each_wave() {
     let f = Fixture::new(WAVES);
     f.start("v1");
     let driven = f.drive();
     assert_eq!(f.runner.take(), ["v1 staging/all/stg/deploy", "v1 prod/onebox/prod-a1/deploy"]);
-    let waits: Vec<String> =
-        driven.waiting.iter().map(|w| w.decision.waits_for().unwrap_or_else(|| format!("{:?}", w.decision))).collect();
+    let how = |revision: &str, gate: &str| format!("approve {revision} at {gate}");
+    let waits: Vec<String> = driven
+        .waiting
+        .iter()
+        .map(|w| w.decision.waits_for(&how).unwrap_or_else(|| format!("{:?}", w.decision)))
+        .collect();
     assert_eq!(waits.len(), 3);
-    assert!(waits.iter().all(|w| w.starts_with("approval of prod/fleet")), "{waits:?}");
+    assert!(waits.iter().all(|w| w == "approval of prod/fleet (approve v1 at prod/fleet)"), "{waits:?}");
 
     // An approval nothing waits for is refused.
     for (revision, gate) in [("v1", "prod/onebox"), ("v9", "prod/fleet"), ("v1", "nowhere")] {

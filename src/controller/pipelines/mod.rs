@@ -239,6 +239,11 @@ fn annotated(object: &Pipeline, key: &str, words: usize) -> Vec<Vec<String>> {
         .collect()
 }
 
+/// How a Pipeline's gate is approved: a line of its approval annotation.
+fn how_to_approve(revision: &str, gate: &str) -> String {
+    format!("the line `{revision} {gate}` in the Pipeline's annotation {APPROVE_ANNOTATION}")
+}
+
 /// Whether the newest run of `revision` holds an approval at `gate` (a group, or a stage's
 /// first group).
 fn approved_already(progress: &Progress, revision: &str, gate: &str) -> bool {
@@ -268,7 +273,7 @@ fn next_status(
     now: i64,
     (selector, config_maps, entries): (String, u32, u64),
 ) -> PipelineStatus {
-    let all = status(pipeline, &driven.progress, now);
+    let all = status(pipeline, &driven.progress, now, &how_to_approve);
     let mut omitted = Vec::new();
     let mut bounded = |what: &str, items: usize, shown: usize| {
         if items > shown {
@@ -298,7 +303,7 @@ fn next_status(
         ),
         Some((None, r)) => {
             let waiting = driven.waiting.iter().find(|s| s.revision == r.revision);
-            let message = match waiting.and_then(|s| s.decision.waits_for().map(|w| (s.step, w))) {
+            let message = match waiting.and_then(|s| s.decision.waits_for(&how_to_approve).map(|w| (s.step, w))) {
                 Some((step, waits)) => format!("{} waits for {waits}", pipeline.steps[step].id),
                 None => format!("revision {revision} is in progress"),
             };
