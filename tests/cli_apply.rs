@@ -418,3 +418,54 @@ fn an_unknown_builtins_setting_is_refused() {
     assert_eq!(run.code, 2, "{}", run.all());
     assert!(run.stderr.contains("DEPLOYSTER_BUILTINS must be `in-process` or `process`"), "{}", run.all());
 }
+
+/// `--workspace NAME`: a second copy of the manifest (`--var env=prod`) with a log of its own,
+/// so that neither copy's plan reports the other's inputs as changes, and history, plans and
+/// saved plans say which workspace they are of.
+#[test]
+fn each_workspace_keeps_its_own_log() {
+    let ws = Workspace::new();
+    ws.manifest(&format!(
+        "vars: {{env: dev}}\nresources:\n  dir:\n    type: builtin/directory\n    config: {{path: \"{}/{{{{ env }}}}\"}}\n",
+        ws.root()
+    ));
+    assert_eq!(ws.apply(&[]).code, 0);
+    let prod = ws.apply(&["--workspace", "prod", "--var", "env=prod"]);
+    assert_eq!(prod.code, 0, "{}", prod.all());
+    assert!(prod.stderr.contains("workspace prod: deployment log"), "{}", prod.all());
+    assert!(ws.exists("dev") && ws.exists("prod"));
+    assert!(ws.exists(".deployster/workspaces/prod/log.sqlite"), "its own log");
+
+    for (args, copy) in [(&[][..], "dev"), (&["--workspace", "prod", "--var", "env=prod"][..], "prod")] {
+        let plan = ws.plan(args);
+        assert_eq!(plan.code, 0, "{}", plan.all());
+        assert!(plan.stdout.contains("0 to apply"), "{copy}: {}", plan.all());
+        assert!(!plan.all().contains('→'), "{copy}: nothing of the other copy is a change: {}", plan.all());
+    }
+    let history = ws.run(&["history", "-f", "manifest.yaml", "--workspace", "prod"]);
+    assert!(history.stdout.contains("(workspace prod)"), "{}", history.all());
+    let json = ws.run(&["history", "-f", "manifest.yaml", "--workspace", "prod", "--output", "json"]).json();
+    assert_eq!(json["workspace"], "prod");
+    let default = ws.run(&["history", "-f", "manifest.yaml", "--output", "json"]).json();
+    assert_eq!(default["workspace"], "default");
+    // The environment names it too.
+    let from_env = ws.run_with_env(&["history", "-f", "manifest.yaml"], &[("DEPLOYSTER_WORKSPACE", "prod")]);
+    assert!(from_env.stdout.contains("(workspace prod)"), "{}", from_env.all());
+
+    // A saved plan is applied in the workspace it was made in, and nowhere else.
+    std::fs::remove_dir(ws.path("prod")).unwrap();
+    let saved = ws.plan(&["--workspace", "prod", "--var", "env=prod", "--out", "prod.plan"]);
+    assert_eq!(saved.code, 0, "{}", saved.all());
+    let elsewhere = ws.run(&["apply", "prod.plan", "--workspace", "default"]);
+    assert_eq!(elsewhere.code, 2, "{}", elsewhere.all());
+    assert!(elsewhere.stderr.contains("it was made in workspace prod, not default"), "{}", elsewhere.all());
+    let applied = ws.run(&["apply", "prod.plan"]);
+    assert_eq!(applied.code, 0, "{}", applied.all());
+    assert!(ws.exists("prod") && applied.stderr.contains("workspace prod"), "{}", applied.all());
+
+    for bad in ["../x", "", "a/b", "-x"] {
+        let refused = ws.run(&["plan", "-f", "manifest.yaml", &format!("--workspace={bad}")]);
+        assert_eq!(refused.code, 2, "{bad}: {}", refused.all());
+        assert!(refused.stderr.contains("a workspace's name is"), "{bad}: {}", refused.all());
+    }
+}

@@ -40,7 +40,10 @@ impl State {
     /// reads and appends, so it may run beside them. A plan in a directory it cannot write
     /// still plans, reading what the log holds (drift needs it), and says it is not recorded.
     pub(super) fn open(args: &ManifestArgs, exclusive: bool, progress: &Progress) -> Result<State, CliError> {
-        let dir = state_dir(&args.files, args.state_dir.as_deref());
+        let dir = args.state.dir(&args.files);
+        if let Some(workspace) = args.state.named_workspace() {
+            progress.note(&format!("workspace {workspace}: deployment log {}", dir.display()));
+        }
         if exclusive {
             let lock = StateLock::acquire(&dir)?;
             return Ok(State { log: Arc::new(SqliteLog::open(&dir)?), exclusive, _lock: Some(lock) });
@@ -144,7 +147,8 @@ pub(super) async fn pass(
     .await?;
     progress.clear();
     if let (Some(out), Ended::Planned(plan)) = (&saved.out, &passed.ended) {
-        save_plan(out, &SavedPlan::new(plan, &manifest, &args.var_sources), progress)?;
+        let saved = SavedPlan::new(plan, &manifest, &args.var_sources).in_workspace(args.state.named_workspace());
+        save_plan(out, &saved, progress)?;
     }
     let mut exit = show(args.output, progress, &passed)?;
     match (&passed.unrecorded, confirm) {
@@ -266,6 +270,20 @@ pub(super) async fn apply(mut args: ApplyArgs) -> Result<Exit, CliError> {
                 args.manifest.files = saved.files.clone();
             }
             args.manifest.var_sources = saved.var_sources(&args.manifest.var_sources, &shown)?;
+            // The plan's workspace, whose log it read; another one given is refused.
+            match (args.manifest.state.named_workspace(), saved.workspace.as_deref()) {
+                (None, Some(planned)) if args.manifest.state.workspace.is_none() => {
+                    args.manifest.state.workspace = Some(planned.to_string())
+                }
+                (given, planned) if given != planned => {
+                    return Err(CliError::Refused(format!(
+                        "plan file {shown}: it was made in workspace {}, not {}: apply it there",
+                        planned.unwrap_or("default"),
+                        given.unwrap_or("default")
+                    )));
+                }
+                _ => {}
+            }
             // The plan was reviewed when it was saved: applying it is the approval.
             confirm = ConfirmMode::No;
             Some(saved)

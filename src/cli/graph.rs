@@ -193,7 +193,7 @@ const STATUS_EVENTS: [(Event, &str); 8] = [
 
 /// Each resource's status as the log's newest observation of it says (`UNKNOWN`: never seen).
 fn logged(args: &GraphArgs, manifest: &ValidatedManifest) -> Result<Vec<String>, CliError> {
-    let dir = super::apply::state_dir(&args.manifest.files, args.manifest.state_dir.as_deref());
+    let dir = args.manifest.state.dir(&args.manifest.files);
     let unknown = || vec!["UNKNOWN".to_string(); manifest.resources.len()];
     if !dir.join(DATABASE).exists() {
         return Ok(unknown());

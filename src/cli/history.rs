@@ -53,6 +53,7 @@ pub(super) fn history(args: HistoryArgs) -> Result<Exit, CliError> {
     match args.output {
         OutputFormat::Json => print_json(&json!({
             "state_dir": dir,
+            "workspace": args.log.state.named_workspace().unwrap_or("default"),
             "subject": resource.map_or_else(|| target::MANIFEST.to_string(), target::resource),
             "latest_applied": applied.as_ref().map(entry_json),
             "latest_failed": failed.as_ref().map(entry_json),
@@ -60,7 +61,8 @@ pub(super) fn history(args: HistoryArgs) -> Result<Exit, CliError> {
             "events": events.iter().map(entry_json).collect::<Vec<_>>(),
         })),
         OutputFormat::Text => {
-            outln!("Deployment log {} — {subject}:", dir.display());
+            let workspace = args.log.state.named_workspace().map(|w| format!(" (workspace {w})")).unwrap_or_default();
+            outln!("Deployment log {}{workspace} — {subject}:", dir.display());
             outln!("  latest applied revision   {}", revision_line(applied.as_ref()));
             outln!("  latest failed revision    {}", revision_line(failed.as_ref()));
             if running.is_empty() {

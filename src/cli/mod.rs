@@ -128,11 +128,51 @@ pub struct ManifestArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     pub output: OutputFormat,
+    #[command(flatten)]
+    pub state: StateArgs,
+    #[command(flatten)]
+    pub images: ImageArgs,
+}
+
+/// Which deployment log: the state directory, and the workspace in it.
+#[derive(Debug, Args)]
+pub struct StateArgs {
     /// Where the deployment log lives [default: .deployster beside the manifest].
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
-    #[command(flatten)]
-    pub images: ImageArgs,
+    /// A named, independent copy of the manifest's resources, with a deployment log of its own
+    /// (`--workspace prod --var env=prod`), in `<state dir>/workspaces/NAME`. The workspace
+    /// `default` is the state directory itself.
+    #[arg(long, value_name = "NAME", env = "DEPLOYSTER_WORKSPACE", value_parser = parse_workspace)]
+    pub workspace: Option<String>,
+}
+
+impl StateArgs {
+    /// The deployment log's directory for the manifest `files`.
+    pub fn dir(&self, files: &[PathBuf]) -> PathBuf {
+        let base = apply::state_dir(files, self.state_dir.as_deref());
+        match self.named_workspace() {
+            Some(name) => base.join("workspaces").join(name),
+            None => base,
+        }
+    }
+
+    /// The workspace, unless it is `default`.
+    pub fn named_workspace(&self) -> Option<&str> {
+        self.workspace.as_deref().filter(|w| *w != "default")
+    }
+}
+
+/// A workspace's name: a directory's name, and nothing that could leave the state directory.
+fn parse_workspace(name: &str) -> Result<String, String> {
+    let valid = !name.is_empty()
+        && name.len() <= 64
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        && !name.starts_with('-');
+    match valid {
+        true => Ok(name.to_string()),
+        false => Err("a workspace's name is 1 to 64 letters, digits, '-' and '_', not starting with '-'".into()),
+    }
 }
 
 /// Where resource types that are images run.
@@ -456,14 +496,13 @@ pub struct LogArgs {
     /// The manifest whose log to read (its directory holds `.deployster`).
     #[arg(short = 'f', long = "file", value_name = "MANIFEST", default_value = "manifest.yaml")]
     pub files: Vec<PathBuf>,
-    /// Where the deployment log lives [default: .deployster beside the manifest].
-    #[arg(long, value_name = "DIR")]
-    pub state_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub state: StateArgs,
 }
 
 impl LogArgs {
     pub fn dir(&self) -> PathBuf {
-        apply::state_dir(&self.files, self.state_dir.as_deref())
+        self.state.dir(&self.files)
     }
 }
 

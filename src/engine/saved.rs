@@ -32,6 +32,10 @@ pub struct SavedPlan {
     pub revision: String,
     /// The run that made the plan.
     pub run_id: String,
+    /// The CLI's workspace (`--workspace`), unless the default: applying the plan records it
+    /// in that workspace's log.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<String>,
     pub resources: Vec<SavedResource>,
     /// Over everything above: a file edited by hand is refused.
     #[serde(default)]
@@ -138,11 +142,19 @@ impl SavedPlan {
             vars,
             revision: manifest.revision.clone(),
             run_id: plan.run_id.clone(),
+            workspace: None,
             resources,
             checksum: String::new(),
         };
         saved.checksum = saved.expected_checksum();
         saved
+    }
+
+    /// The plan, made in `workspace`.
+    pub fn in_workspace(mut self, workspace: Option<&str>) -> SavedPlan {
+        self.workspace = workspace.map(str::to_string);
+        self.checksum = self.expected_checksum();
+        self
     }
 
     /// A digest of what the plan knew — the revision and every resource's status, state and
