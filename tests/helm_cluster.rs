@@ -181,12 +181,26 @@ fn the_chart_installed_by_helm_runs_the_k8s_example_in_pods_and_uninstalls_clean
          deletionPolicy: Delete\n  serviceAccountName: deployer\n  resources:\n    cm:\n      type: builtin/kubernetes\n      \
          config: {object: {apiVersion: v1, kind: ConfigMap, metadata: {name: made-as-deployer}, data: {a: b}}}\n",
     );
-    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    // Four minutes, not two: twice in recent full runs the controller's container restarted
+    // unasked mid-pass under the suite's load, and its successor waited out the old lease before
+    // redoing the pass. Why it restarts is not known yet: the failure shows its last words.
+    let deadline = std::time::Instant::now() + Duration::from_secs(240);
     while cluster.condition("demo", "Ready") != "True" {
         if std::time::Instant::now() > deadline {
             let status = cluster.get(&["manifest", "demo"]).map(|m| m["status"].clone());
             let (_, logs) = cluster.kubectl(&cluster.ns(&["logs", &first, "--tail", "40"]));
-            panic!("the example was not Ready after 2 minutes: {status:#?}\nthe controller's log:\n{logs}");
+            let (_, restarts) = cluster.kubectl(&cluster.ns(&[
+                "get",
+                "pod",
+                &first,
+                "-o",
+                "jsonpath={.status.containerStatuses[*].restartCount} {.status.containerStatuses[*].lastState}",
+            ]));
+            let (_, previous) = cluster.kubectl(&cluster.ns(&["logs", &first, "--previous", "--tail", "40"]));
+            panic!(
+                "the example was not Ready after 4 minutes: {status:#?}\nthe controller's log:\n{logs}\n\
+                 its restarts and last state: {restarts}\nits previous container's log:\n{previous}"
+            );
         }
         std::thread::sleep(Duration::from_millis(500));
     }
