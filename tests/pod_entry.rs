@@ -111,21 +111,37 @@ fn a_bad_command_line_is_a_usage_error() {
     assert!(String::from_utf8_lossy(&output.stderr).contains("usage: __pod-entry"), "{output:?}");
 }
 
+/// The helper's container started (`--install DIR`), once its `postStart` hook
+/// (`--await-install DIR`) has returned, as the kubelet waits for it.
+fn installed_and_holding(dir: &std::path::Path) -> std::process::Child {
+    let hold = Command::new(support::deployster())
+        .args(["__pod-entry", "--install"])
+        .arg(dir)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let hook = Command::new(support::deployster()).args(["__pod-entry", "--await-install"]).arg(dir).output().unwrap();
+    assert_eq!(hook.status.code(), Some(0), "{hook:?}");
+    hold
+}
+
+/// The process's exit code, once it has exited; fails saying `still` after 10 s.
+fn exit_within_10s(child: &mut std::process::Child, still: &str) -> Option<i32> {
+    let started = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        assert!(started.elapsed() < Duration::from_secs(10), "{still}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait().unwrap().code()
+}
+
 /// The helper's container: `--install` copies the helper and holds; its `postStart` hook
 /// (`--await-install`) returns once the copy is whole; the copy, run as the type's container's
 /// entry with `--done`, ends the hold once its program has run.
 #[test]
 fn the_helper_s_container_installs_the_helper_and_holds_until_the_type_s_container_is_done() {
     let dir = tempfile::tempdir().unwrap();
-    let mut hold = Command::new(support::deployster())
-        .args(["__pod-entry", "--install"])
-        .arg(dir.path())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let hook =
-        Command::new(support::deployster()).args(["__pod-entry", "--await-install"]).arg(dir.path()).output().unwrap();
-    assert_eq!(hook.status.code(), Some(0), "{hook:?}");
+    let mut hold = installed_and_holding(dir.path());
     let installed = dir.path().join("deployster");
     assert_eq!(std::fs::read(&installed).unwrap(), std::fs::read(support::deployster()).unwrap(), "whole");
     std::thread::sleep(Duration::from_millis(300));
@@ -145,12 +161,7 @@ fn the_helper_s_container_installs_the_helper_and_holds_until_the_type_s_contain
         .unwrap();
     assert_eq!(ran.status.code(), Some(0), "the copy runs: {ran:?}");
     assert!(done.exists(), "the type's container marked itself done");
-    let started = Instant::now();
-    while hold.try_wait().unwrap().is_none() {
-        assert!(started.elapsed() < Duration::from_secs(10), "the helper still holds");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert_eq!(hold.wait().unwrap().code(), Some(0));
+    assert_eq!(exit_within_10s(&mut hold, "the helper still holds"), Some(0));
 }
 
 /// The Pod deleted before the type's container is done: the helper, PID 1 of its container,
@@ -158,22 +169,9 @@ fn the_helper_s_container_installs_the_helper_and_holds_until_the_type_s_contain
 #[test]
 fn the_helper_s_container_ends_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
-    let mut hold = Command::new(support::deployster())
-        .args(["__pod-entry", "--install"])
-        .arg(dir.path())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let hook =
-        Command::new(support::deployster()).args(["__pod-entry", "--await-install"]).arg(dir.path()).output().unwrap();
-    assert_eq!(hook.status.code(), Some(0), "{hook:?}");
+    let mut hold = installed_and_holding(dir.path());
     kill(Pid::from_raw(hold.id() as i32), Signal::SIGTERM).unwrap();
-    let started = Instant::now();
-    while hold.try_wait().unwrap().is_none() {
-        assert!(started.elapsed() < Duration::from_secs(10), "the helper ignored SIGTERM");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert_eq!(hold.wait().unwrap().code(), Some(0));
+    assert_eq!(exit_within_10s(&mut hold, "the helper ignored SIGTERM"), Some(0));
 }
 
 /// A termination-message file the container may not write (a runtime that gives a non-root
