@@ -1,7 +1,8 @@
 //! `deployster __pod-entry`, the helper in front of a type's program in its Pod, run here as a
 //! process: the request reaches the program's stdin, its stdout comes back framed and verified
-//! against the record, its stderr passes through, SIGTERM reaches it, and a program that cannot
-//! start leaves a record saying why.
+//! against the record, its stderr passes on in whole lines before the record (all of it on the
+//! helper's stdout, which keeps the order), SIGTERM reaches it, and a program that cannot start
+//! leaves a record saying why.
 #![cfg(feature = "kube")]
 
 mod support;
@@ -47,6 +48,13 @@ fn finish(dir: &std::path::Path, child: std::process::Child) -> Ran {
     }
 }
 
+impl Ran {
+    /// The program's stderr as the log gives it: the lines that are not frames or the record.
+    fn stderr_lines(&self) -> Vec<String> {
+        split(&self.stdout, "n1").unwrap().stderr
+    }
+}
+
 fn run(program: &[&str]) -> Ran {
     let dir = tempfile::tempdir().unwrap();
     let child = entry(dir.path(), program).spawn().unwrap();
@@ -57,9 +65,9 @@ fn run(program: &[&str]) -> Ran {
 fn the_request_reaches_the_program_and_its_stdout_comes_back_whole() {
     let script = "cat; echo; echo progress >&2; head -c 100000 /dev/zero | tr '\\0' 'x'; exit 4";
     let ran = run(&["sh", "-c", script]);
-    assert_eq!(ran.code, 4, "{}", ran.stderr);
-    assert_eq!(ran.stderr, "progress\n", "stderr passes through as it is");
-    assert!(ran.stdout.lines().all(|l| l.starts_with("@@deployster")), "only frames and the record on stdout");
+    assert_eq!(ran.code, 4, "{}", ran.stdout);
+    assert_eq!(ran.stderr, "", "everything goes to stdout, in order");
+    assert_eq!(ran.stderr_lines(), ["progress"], "stderr passes on as it is");
     assert!(ran.stdout.lines().last().unwrap().starts_with("@@deployster-record n1 {"), "the record last");
     let parts = split(&ran.stdout, "n1").unwrap();
     let (record, stdout) = reassemble(&parts, &ran.record, "n1").unwrap();
@@ -69,13 +77,36 @@ fn the_request_reaches_the_program_and_its_stdout_comes_back_whole() {
     assert!(record.frames > 30, "frames as the output came: {}", record.frames);
 }
 
+/// The executor takes the record's arrival in the log as the program's end: every line of the
+/// program's stderr is there before it, whole, even one the program never ended and one a frame
+/// was written in the middle of.
+#[test]
+fn stderr_comes_in_whole_lines_before_the_record() {
+    let script = "printf 'half' >&2; sleep 0.2; echo out; sleep 0.2; printf ' done\\nlast' >&2; echo more";
+    let ran = run(&["sh", "-c", script]);
+    assert_eq!(ran.code, 0, "{}", ran.stdout);
+    let lines: Vec<&str> = ran.stdout.lines().collect();
+    assert!(lines.last().unwrap().starts_with("@@deployster-record n1 {"), "{lines:?}");
+    assert_eq!(ran.stderr_lines(), ["half done", "last"]);
+    let (_, stdout) = reassemble(&split(&ran.stdout, "n1").unwrap(), &ran.record, "n1").unwrap();
+    assert_eq!(stdout, b"out\nmore\n");
+    let long = run(&["sh", "-c", "head -c 20000 /dev/zero | tr '\\0' 'e' >&2"]);
+    let broken = long.stderr_lines();
+    assert_eq!(broken.concat(), "e".repeat(20_000), "an over-long line is broken, never lost");
+    assert!(
+        broken.iter().all(|l| l.len() <= 8 * 1024 + 4096),
+        "{:?}",
+        broken.iter().map(String::len).collect::<Vec<_>>()
+    );
+}
+
 #[test]
 fn a_program_that_cannot_start_or_dies_by_a_signal_says_so_in_the_record() {
     let ran = run(&["/no/such/entrypoint"]);
     assert_eq!(ran.code, 127);
     let record: Record = serde_json::from_str(&ran.record).unwrap();
     assert!(record.error.as_deref().is_some_and(|e| e.contains("cannot start `/no/such/entrypoint`")), "{record:?}");
-    assert!(ran.stderr.contains("cannot start"), "{}", ran.stderr);
+    assert!(ran.stderr_lines().iter().any(|l| l.contains("cannot start")), "{}", ran.stdout);
 
     let ran = run(&["sh", "-c", "echo partial; kill -KILL $$"]);
     assert_eq!(ran.code, 128 + 9);
@@ -88,14 +119,14 @@ fn sigterm_reaches_the_program_which_may_clean_up() {
     let dir = tempfile::tempdir().unwrap();
     let script = "trap 'echo cleaning up >&2; kill $!; exit 3' TERM; sleep 30 >/dev/null 2>&1 & echo ready >&2; wait";
     let mut child = entry(dir.path(), &["sh", "-c", script]).spawn().unwrap();
-    let mut stderr = child.stderr.take().unwrap();
+    let mut out = child.stdout.take().unwrap();
     let mut first = [0u8; 6];
-    stderr.read_exact(&mut first).unwrap();
+    out.read_exact(&mut first).unwrap();
     assert_eq!(&first, b"ready\n");
     kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
     let started = std::time::Instant::now();
     let mut rest = String::new();
-    stderr.read_to_string(&mut rest).unwrap();
+    out.read_to_string(&mut rest).unwrap();
     let ran = finish(dir.path(), child);
     assert!(started.elapsed() < Duration::from_secs(10), "the program was not stopped");
     assert_eq!(ran.code, 3, "{rest}");
@@ -196,7 +227,7 @@ fn the_environment_beside_the_request_reaches_the_program() {
     std::fs::write(dir.path().join("env"), r#"{"GREETING": "hello there", "EMPTY": ""}"#).unwrap();
     let child = entry(dir.path(), &["sh", "-c", "echo \"$GREETING|${EMPTY-unset}\" >&2"]).spawn().unwrap();
     let ran = finish(dir.path(), child);
-    assert_eq!((ran.code, ran.stderr.as_str()), (0, "hello there|\n"));
+    assert_eq!((ran.code, ran.stderr_lines()), (0, vec!["hello there|".to_string()]));
     std::fs::write(dir.path().join("env"), "not json").unwrap();
     let child = entry(dir.path(), &["true"]).spawn().unwrap();
     let ran = finish(dir.path(), child);

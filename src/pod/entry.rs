@@ -4,10 +4,15 @@
 //! user's and cannot be changed. So, as Argo's emissary and Tekton's entrypoint do, a helper
 //! container copies this helper into a shared `emptyDir`, and the type's container runs it as
 //! its command: it starts the image's own entrypoint with the request (from the invocation's
-//! Secret, mounted read-only) on its stdin, passes the program's stderr through, writes its
-//! stdout to the log as frames ([`super::frames`]) as it comes, forwards SIGTERM (the Pod's
+//! Secret, mounted read-only) on its stdin, passes the program's stderr on line by line, writes
+//! its stdout to the log as frames ([`super::frames`]) as it comes, forwards SIGTERM (the Pod's
 //! deletion, a timeout) to the program, and once the program has exited leaves the
 //! [`Record`] in the termination message and exits as the program did.
+//!
+//! Everything goes to the log through this process's stdout, in the order it was written: a
+//! runtime copies a container's stdout and stderr into the log separately, and the record must
+//! come after the last line of the program's stderr, since the executor takes the record's
+//! arrival in the log as the program's end (the kubelet tells of it only at its next relist).
 //!
 //! The helper's container is the Pod's first regular container, not an init container: this
 //! kubelet notices an init container's end only at its next relist (about a second later). Its
@@ -198,7 +203,7 @@ fn await_install(dir: &Path) -> i32 {
 
 /// Leaves a record saying why the program could not be run; exits 127 as a shell would.
 fn fail(entry: &Entry, why: String) -> i32 {
-    let _ = writeln!(std::io::stderr(), "deployster {ENTRY_SUBCOMMAND}: {why}");
+    emit(format!("deployster {ENTRY_SUBCOMMAND}: {why}\n").as_bytes());
     let record = Record { error: Some(why), ..Record::of(&entry.nonce, b"", 0) };
     write_record(entry, &record);
     127
@@ -209,8 +214,47 @@ fn fail(entry: &Entry, why: String) -> i32 {
 fn write_record(entry: &Entry, record: &Record) {
     let text = serde_json::to_string(record).expect("records serialize");
     let _ = std::fs::write(&entry.termination_log, text);
+    emit(record_line(record).as_bytes());
+}
+
+/// Writes `text` (whole lines) to the log, at once.
+fn emit(text: &[u8]) {
     let mut out = std::io::stdout().lock();
-    let _ = out.write_all(record_line(record).as_bytes()).and_then(|()| out.flush());
+    let _ = out.write_all(text).and_then(|()| out.flush());
+}
+
+/// The longest stderr line passed on whole; a longer one is broken, as runtimes break lines of
+/// 16 KiB.
+const STDERR_LINE: usize = 8 * 1024;
+
+/// Passes the program's stderr on to the log, whole lines at a time (so that no frame lands
+/// inside one), until it ends or `held` (a pipe left open past the program's exit).
+async fn relay_stderr(mut stderr: tokio::process::ChildStderr, held: &CancellationToken) {
+    let (mut pending, mut chunk) = (Vec::new(), vec![0u8; 4096]);
+    loop {
+        let n = tokio::select! {
+            n = stderr.read(&mut chunk) => n.unwrap_or(0),
+            () = held.cancelled() => 0,
+        };
+        if n == 0 {
+            break;
+        }
+        pending.extend_from_slice(&chunk[..n]);
+        let whole = match pending.iter().rposition(|&b| b == b'\n') {
+            Some(last) => last + 1,
+            None if pending.len() >= STDERR_LINE => pending.len(),
+            None => continue,
+        };
+        let mut lines: Vec<u8> = pending.drain(..whole).collect();
+        if !lines.ends_with(b"\n") {
+            lines.push(b'\n');
+        }
+        emit(&lines);
+    }
+    if !pending.is_empty() {
+        pending.push(b'\n');
+        emit(&pending);
+    }
 }
 
 async fn run(entry: &Entry) -> i32 {
@@ -236,7 +280,7 @@ async fn run(entry: &Entry) -> i32 {
         .envs(env)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::inherit());
+        .stderr(std::process::Stdio::piped());
     let mut child = match command.spawn() {
         Ok(child) => child,
         Err(e) => return fail(entry, format!("cannot start `{}`: {e}", entry.program[0])),
@@ -244,17 +288,17 @@ async fn run(entry: &Entry) -> i32 {
     let pid = child.id();
     let mut stdin = child.stdin.take().expect("piped");
     let mut stdout = child.stdout.take().expect("piped");
+    let stderr = child.stderr.take().expect("piped");
     let feed = async move {
         // A program may exit without reading its input: a broken pipe is not a failure.
         let _ = stdin.write_all(&request).await;
     };
-    // Once the program has exited, its stdout may still be held open by something it left
-    // running (`daemon &`): read on for a short grace, then stop.
+    // Once the program has exited, its stdout and stderr may still be held open by something it
+    // left running (`daemon &`): read on for a short grace, then stop.
     let (held, read) = (CancellationToken::new(), CancellationToken::new());
     let relay = async {
         let (mut digest, mut bytes, mut frames) = (Sha256::new(), 0u64, 0u64);
         let mut chunk = vec![0u8; FRAME_BYTES];
-        let mut out = std::io::stdout().lock();
         loop {
             let n = tokio::select! {
                 n = stdout.read(&mut chunk) => n.unwrap_or(0),
@@ -266,11 +310,15 @@ async fn run(entry: &Entry) -> i32 {
             digest.update(&chunk[..n]);
             bytes += n as u64;
             // Written and flushed as it comes: actions' progress messages show live.
-            let _ = out.write_all(frame(&entry.nonce, frames, &chunk[..n]).as_bytes()).and_then(|()| out.flush());
+            emit(frame(&entry.nonce, frames, &chunk[..n]).as_bytes());
             frames += 1;
         }
-        read.cancel();
         (hex::encode(digest.finalize()), bytes, frames)
+    };
+    let relays = async {
+        let (stdout, ()) = tokio::join!(relay, relay_stderr(stderr, &held));
+        read.cancel();
+        stdout
     };
     let waited = async {
         let status = child.wait().await;
@@ -291,7 +339,7 @@ async fn run(entry: &Entry) -> i32 {
         }
         std::future::pending::<()>().await
     };
-    let work = async { tokio::join!(feed, relay, waited) };
+    let work = async { tokio::join!(feed, relays, waited) };
     let ((), (sha256, bytes, frames), status) = tokio::select! {
         done = work => done,
         () = terminated => unreachable!("pending forever"),

@@ -473,7 +473,15 @@ impl PodExecutor {
         let mut log = LogFollower::new(nonce, self.settings.output_limit, invocation);
         loop {
             let done = pod.as_ref().is_some_and(ended);
-            log.read(&pods, name, !done).await?;
+            if log.read(&pods, name, !done).await? {
+                // The log told of the program's end before the watch: the Pod as it is now, so
+                // that a deletion by someone else (whose SIGTERM ended the program) is seen.
+                let now = pods.get_opt(name).await.map_err(|e| api_error("reading the Pod", e))?;
+                pod = Some(now.ok_or_else(|| {
+                    pod_error("PodDeleted", format!("the Pod {name} was deleted by someone else while its program ran"))
+                })?);
+                break;
+            }
             if done {
                 break;
             }
@@ -738,13 +746,14 @@ impl<'a> LogFollower<'a> {
         }
     }
 
-    /// Reads the log from where it was left until the stream ends.
-    async fn read(&mut self, pods: &Api<Pod>, name: &str, follow: bool) -> Result<(), ExecError> {
+    /// Reads the log from where it was left until the stream ends, or until the program's
+    /// record has come and the output read verifies against it: whether it has.
+    async fn read(&mut self, pods: &Api<Pod>, name: &str, follow: bool) -> Result<bool, ExecError> {
         let params = self.params(follow);
         let stream = match pods.log_stream(name, &params).await {
             Ok(stream) => stream,
             // The container is not there to read yet (or any more): the next read tells.
-            Err(kube::Error::Api(status)) if status.code == 400 => return Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 400 => return Ok(false),
             Err(e) => return Err(api_error("reading the Pod's log", e)),
         };
         let mut lines = stream.lines();
@@ -767,8 +776,18 @@ impl<'a> LogFollower<'a> {
                 _ => (self.since, self.at_since) = (Some(stamp), 1),
             }
             self.take(text)?;
+            if self.complete() {
+                return Ok(true);
+            }
         }
-        Ok(())
+        Ok(false)
+    }
+
+    /// Whether the log has given the program's record and all the output it names: the program
+    /// has ended (the record is the helper's last line), which the log tells before the
+    /// kubelet's next relist and before a followed log's stream ends (each up to a second on).
+    fn complete(&self) -> bool {
+        self.split.record.is_some() && frames::reassemble(&self.split, "", self.nonce).is_ok()
     }
 
     /// What the next read asks for: the main container's log, with timestamps, from the
@@ -1032,6 +1051,30 @@ mod tests {
         silent.code = Some(1);
         let logged = frames::record_line(&silent);
         assert!(!follower(&invocation, "n1", &logged).still_arriving(&no_record), "the logged record is all");
+    }
+
+    /// The log's record ends the wait for a running Pod only once the output it names is all
+    /// there and verifies; another invocation's record, or a frame short, does not.
+    #[test]
+    fn the_log_s_record_with_all_its_output_is_the_program_s_end() {
+        let invocation = Invocation::new(TypeRef::Builtin("x".into()), Duration::from_secs(1));
+        let (first, second) = (b"{\"status\": ".as_slice(), b"\"VALID\"}\n".as_slice());
+        let mut record = frames::Record::of("n1", &[first, second].concat(), 2);
+        record.code = Some(0);
+        let mut log = follower(&invocation, "n1", &frames::frame("n1", 0, first));
+        assert!(!log.complete(), "no record yet");
+        let mut foreign = record.clone();
+        foreign.nonce = "n0".into();
+        log.take(frames::record_line(&foreign).trim_end()).unwrap();
+        assert!(!log.complete(), "another invocation's record");
+        log.take(frames::record_line(&record).trim_end()).unwrap();
+        assert!(!log.complete(), "the record names a frame the log has not given");
+        log.take(frames::frame("n1", 1, second).trim_end()).unwrap();
+        assert!(log.complete());
+        let running = pod(serde_json::json!({"phase": "Running", "containerStatuses": [{"name": "main", "image": "i",
+            "imageID": "", "ready": true, "restartCount": 0, "state": {"running": {}}}]}));
+        let (exit, stdout, _) = log.finish(&running, "dst-x").unwrap();
+        assert_eq!((exit, stdout), (Exit::Code(0), b"{\"status\": \"VALID\"}\n".to_vec()));
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //!
 //! A container's log mixes its stdout and stderr and can lose lines (rotation, a restarted
 //! kubelet), and its termination message holds 4 KiB. So the helper that runs the type's program
-//! in the Pod ([`super::entry`]) passes the program's stderr through as it is, writes its stdout
+//! in the Pod ([`super::entry`]) passes the program's stderr on line by line, writes its stdout
 //! to the log as *frames* — lines carrying a per-invocation nonce, a sequence number and a
 //! base64 chunk, written as the output comes so that progress shows live — and, when the
 //! program has exited, writes a small [`Record`] to the termination message: the exit, and the
