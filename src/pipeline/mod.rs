@@ -10,7 +10,10 @@
 //!   [`drive::StepRunner`] that applies manifests.
 //! - [`query`]: what the log says at every granularity: latest revision through, latest
 //!   failed, in progress.
+//! - [`compact`]: the part of a log that still says something, so that a log kept whole
+//!   (the controller's, in ConfigMaps) is bounded by what is live, not by history.
 
+pub mod compact;
 pub mod drive;
 pub mod progress;
 pub mod query;

@@ -111,8 +111,7 @@ pub fn status(pipeline: &Pipeline, progress: &Progress, now: i64, how: &dyn Fn(&
     for (t, target) in pipeline.targets.iter().enumerate() {
         let mut status =
             node(progress, &target.id, Event::TargetFinishedSuccessfully, Event::TargetFailed, Event::TargetStarted);
-        let deploy = pipeline.step(&format!("{}/deploy", target.id)).filter(|&s| pipeline.steps[s].target == t);
-        status.current = deploy.and_then(|s| {
+        status.current = pipeline.deploy_step(t).and_then(|s| {
             progress
                 .revisions
                 .iter()

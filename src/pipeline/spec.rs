@@ -216,6 +216,11 @@ impl Pipeline {
         self.by_id.get(id).copied()
     }
 
+    /// Target `target`'s `deploy` step: whose newest success says what the target runs.
+    pub fn deploy_step(&self, target: usize) -> Option<usize> {
+        self.step(&format!("{}/deploy", self.targets[target].id)).filter(|&s| self.steps[s].target == target)
+    }
+
     /// Renders the revision template with `vars`; empty is an error.
     pub fn revision_of(&self, vars: &Map<String, Value>) -> Result<String, PipelineError> {
         let invalid = |message: String| PipelineError::Invalid(format!("revision `{}`: {message}", self.revision));

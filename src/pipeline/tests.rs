@@ -714,3 +714,93 @@ fn a_cancelled_drive_records_its_step_interrupted_and_the_next_runs_it() {
     assert_eq!(f.runner.take()[0], "v1 beta/all/antworker002/deploy");
     assert_eq!(f.node("pipeline").latest_through.as_deref(), Some("v1"));
 }
+
+/// Compaction keeps what still answers something: read, the compacted log says what the whole
+/// one says at every node and on the frontier, the next drives on either do the same, and
+/// compacting it again keeps it as it is.
+#[test]
+fn a_compacted_log_answers_and_drives_as_the_whole_log() {
+    let f = Fixture::new(WAVES);
+    let how = |_: &str, _: &str| String::new();
+    for n in 1..=24 {
+        let failing = n % 5 == 0;
+        f.runner.failing.lock().unwrap().clone_from(&if failing {
+            HashSet::from(["prod/fleet/prod-b1/deploy".to_string()])
+        } else {
+            HashSet::new()
+        });
+        // A rollback: v3 again, as a new run.
+        let revision = if n == 12 { "v3".to_string() } else { format!("v{n}") };
+        f.start(&revision);
+        f.drive();
+        f.with_driver(|d| d.approve(&revision, "prod/fleet")).unwrap();
+        f.drive();
+        f.advance(1);
+    }
+    f.runner.failing.lock().unwrap().clear();
+    // Left live: one waiting for its approval.
+    f.start("v25");
+    f.drive();
+    f.runner.take();
+
+    let whole = f.log.entries();
+    let compacted = super::compact::compact(&f.pipeline, &whole);
+    assert!(compacted.len() * 4 < whole.len(), "{} of {} entries kept", compacted.len(), whole.len());
+    let now = f.clock.load(Ordering::SeqCst);
+    let answers = |entries: &[crate::history::Entry]| {
+        status(&f.pipeline, &Progress::from_entries(&f.pipeline, entries), now, &how)
+    };
+    let (before, after) = (answers(&whole), answers(&compacted));
+    assert_eq!(before.nodes, after.nodes);
+    assert_eq!(before.frontier, after.frontier);
+    assert!(after.frontier.iter().any(|s| s.revision == "v25"), "{:?}", after.frontier);
+    let named = |s: &super::query::Status| -> Vec<(String, String)> {
+        s.revisions.iter().map(|r| (r.revision.clone(), r.status.clone())).collect()
+    };
+    let kept = named(&after);
+    let mut all = named(&before).into_iter();
+    assert!(kept.iter().all(|k| all.any(|r| r == *k)), "the runs kept, in their order: {kept:?}");
+    assert!(kept.len() < 10, "{kept:?}");
+    assert_eq!(super::compact::compact(&f.pipeline, &compacted), compacted, "nothing more to drop");
+
+    // The next drives, on the whole log and on the compacted one.
+    let g = Fixture::new(WAVES);
+    g.clock.store(now, Ordering::SeqCst);
+    for entry in &compacted {
+        g.log.append(std::slice::from_ref(entry)).unwrap();
+    }
+    for fixture in [&f, &g] {
+        fixture.with_driver(|d| d.approve("v25", "prod/fleet")).unwrap();
+        fixture.drive();
+        fixture.start("v26");
+        fixture.drive();
+    }
+    assert_eq!(f.runner.take(), g.runner.take());
+    assert_eq!(answers(&f.log.entries()).nodes, answers(&g.log.entries()).nodes);
+    // The revision the newest registration names is not registered again.
+    assert!(!g.with_driver(|d| d.register("v26", &Map::new())).unwrap());
+
+    // What a target runs is the newest deploy that succeeded there, from a run that answers
+    // nothing else: v2 deployed to prod and failed its test, v3 failed to deploy there.
+    let f = Fixture::new(SIMPLE);
+    for (revision, failing) in
+        [("v1", None), ("v2", Some("prod/all/antworker001/test")), ("v3", Some("prod/all/antworker001/deploy"))]
+    {
+        f.runner.failing.lock().unwrap().clone_from(&failing.into_iter().map(String::from).collect());
+        f.start(revision);
+        f.drive();
+        f.advance(1);
+    }
+    let compacted = super::compact::compact(&f.pipeline, &f.log.entries());
+    let prod = |entries: &[crate::history::Entry]| {
+        let now = f.clock.load(Ordering::SeqCst);
+        let nodes = status(&f.pipeline, &Progress::from_entries(&f.pipeline, entries), now, &how).nodes;
+        nodes.into_iter().find(|n| n.node == "prod/all/antworker001").unwrap()
+    };
+    let target = prod(&compacted);
+    assert_eq!(
+        (target.current.as_deref(), target.latest_through.as_deref(), target.latest_failed.as_deref()),
+        (Some("v2"), Some("v1"), Some("v3"))
+    );
+    assert_eq!(target, prod(&f.log.entries()));
+}
