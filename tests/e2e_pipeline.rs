@@ -332,3 +332,78 @@ async fn the_log_fills_config_maps_in_order_and_refuses_a_stale_writer() {
     let same = logs.get(client, &object).await.unwrap();
     assert!(std::sync::Arc::ptr_eq(&again, &same), "unchanged, it is kept");
 }
+
+/// Past a few ConfigMaps the log is compacted into one, marked as its base: read anew it is
+/// the compacted log, the ConfigMaps before it are gone, and appends go on after it.
+#[ignore = "needs a Kubernetes API server: DEPLOYSTER_E2E_KUBECONFIG=<kubeconfig ../shared/apiserver/up.sh prints> cargo test --test e2e_pipeline -- --include-ignored"]
+#[tokio::test(flavor = "multi_thread")]
+async fn a_long_log_is_compacted_into_one_config_map_and_read_back_as_such() {
+    use deployster::controller::pipelines::log::{BASE_ANNOTATION, ConfigMapLog};
+    use deployster::history::{Entry, Event, History};
+    use deployster::pipeline::spec::{Files, PipelineSpec, compile};
+    let cluster = Cluster::new("pipeline-compact");
+    cluster.apply_yaml(&pipeline_document().replace("name: release", "name: compacted"));
+    let kubeconfig = kube::config::Kubeconfig::read_from(&cluster.kubeconfig).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await.unwrap();
+    let client = deployster::controller::connect(config).unwrap();
+    let api: kube::Api<deployster::crd::pipeline::Pipeline> = kube::Api::namespaced(client.clone(), &cluster.namespace);
+    let object = api.get("compacted").await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("app.yaml"), "resources: {}\n").unwrap();
+    let spec: PipelineSpec = serde_norway::from_str(
+        "revision: \"{{ version }}\"\nstages:\n  - {name: staging, targets: [{name: stg, manifest: app.yaml}], steps: [deploy]}\n",
+    )
+    .unwrap();
+    let pipeline = compile("compacted", &spec, &Files::new(dir.path())).unwrap();
+
+    // 100 runs through, each registered, its deploy and its markers.
+    let run = |n: usize| -> Vec<Entry> {
+        let entry = |target: &str, event| Entry {
+            id: format!("run-{n}"),
+            target: target.into(),
+            revision: format!("1.0.{n}"),
+            event,
+            at: n as i64,
+            detail: serde_json::json!({}),
+        };
+        vec![
+            entry("pipeline", Event::RevisionRegistered),
+            entry("pipeline", Event::PipelineStarted),
+            entry("pipeline/staging/all/stg/deploy", Event::StepStarted),
+            entry("pipeline/staging/all/stg/deploy", Event::StepSucceeded),
+            entry("pipeline/staging", Event::StageFinishedSuccessfully),
+            entry("pipeline", Event::PipelineFinishedSuccessfully),
+        ]
+    };
+    let log = ConfigMapLog::open(client.clone(), &object).await.unwrap().with_chunk_bytes(4096);
+    for n in 0..100 {
+        log.append(&run(n)).unwrap();
+        if n == 0 {
+            assert!(!log.compact(&pipeline).await.unwrap(), "one ConfigMap: nothing to compact");
+        }
+    }
+    let (selector, before, _) = log.where_kept();
+    assert!(before > 4, "{before} ConfigMaps");
+    assert!(log.compact(&pipeline).await.unwrap());
+    let (_, after, entries) = log.where_kept();
+    // The newest run answers every question; its step's start says nothing any more.
+    assert_eq!((after, entries), (1, 5));
+    let listed = cluster.get(&["configmaps", "-l", &selector]).unwrap();
+    let items = listed["items"].as_array().unwrap();
+    assert_eq!(items.len(), 1, "{listed}");
+    assert_eq!(items[0]["metadata"]["annotations"][BASE_ANNOTATION], "true");
+
+    let read = ConfigMapLog::open(client.clone(), &object).await.unwrap();
+    let mut back = read.recent("", usize::MAX).unwrap();
+    back.reverse();
+    let answering: Vec<Entry> = run(99).into_iter().filter(|e| e.event != Event::StepStarted).collect();
+    assert_eq!(back, answering);
+    // Appends go on after the base, which stays the base.
+    log.append(&run(100)).unwrap();
+    let read = ConfigMapLog::open(client.clone(), &object).await.unwrap();
+    assert_eq!(read.where_kept().2, 11);
+    let listed = cluster.get(&["configmaps", "-l", &selector]).unwrap();
+    assert!(
+        listed["items"].as_array().unwrap().iter().any(|c| c["metadata"]["annotations"][BASE_ANNOTATION] == "true")
+    );
+}

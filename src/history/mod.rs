@@ -325,6 +325,12 @@ impl MemoryLog {
         self.entries.lock().expect("log lock").clone()
     }
 
+    /// Holds `entries` instead of what it held (a compacted log).
+    pub fn replace(&self, entries: Vec<Entry>) {
+        self.entries.lock().expect("log lock").clear();
+        self.push(entries);
+    }
+
     fn push(&self, entries: Vec<Entry>) {
         let mut all = self.entries.lock().expect("log lock");
         all.extend(entries);

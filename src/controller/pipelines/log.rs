@@ -3,6 +3,11 @@
 //! `resourceVersion` (or create the next), so two writers can never both succeed: a replica
 //! whose view is stale gets a conflict, forgets it ([`Logs::forget`]) and reads the log anew.
 //! Deleting the Pipeline deletes its log (owner references).
+//!
+//! Past [`COMPACT_AT`] ConfigMaps the log is compacted ([`crate::pipeline::compact`]): what
+//! still answers something goes whole into the next ConfigMap, marked as the log's *base*
+//! ([`BASE_ANNOTATION`]), and the ConfigMaps before it are deleted. A reader takes the newest
+//! base and what follows it, so a compaction cut short leaves the log whole either way.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -23,6 +28,16 @@ pub const LOG_LABEL: &str = "deployster.io/pipeline-log";
 /// a step's append into a nearly full one at 148 ms with 512 KiB, against 5 ms into an empty one.
 pub const CHUNK_BYTES: usize = 128 * 1024;
 
+/// Marks the ConfigMap a compaction wrote: the ConfigMaps before it are no longer the log.
+pub const BASE_ANNOTATION: &str = "deployster.io/log-base";
+
+/// How many ConfigMaps the log may fill before it is compacted.
+pub const COMPACT_AT: u32 = 4;
+
+/// The most a compacted log may hold in its one ConfigMap (which may hold 1 MiB); past it the
+/// log is left as it is and a warning says so.
+pub const BASE_BYTES: usize = 900 * 1024;
+
 /// The newest ConfigMap: its name, resourceVersion and entries' text.
 #[derive(Debug, Clone, Default)]
 struct Newest {
@@ -30,6 +45,8 @@ struct Newest {
     name: String,
     resource_version: Option<String>,
     text: String,
+    /// Written by a compaction.
+    base: bool,
 }
 
 /// One Pipeline's log, read whole once and then appended to.
@@ -67,6 +84,12 @@ impl ConfigMapLog {
             })?;
             chunks.insert(index, config_map);
         }
+        // What a compaction left behind it is not the log (but is counted: it is listed).
+        let listed = chunks.len() as u32;
+        let is_base = |c: &ConfigMap| c.annotations().contains_key(BASE_ANNOTATION);
+        if let Some(base) = chunks.iter().rev().find(|(_, c)| is_base(c)).map(|(i, _)| *i) {
+            chunks.retain(|&i, _| i >= base);
+        }
         let mut entries = Vec::new();
         let mut newest = None;
         for (index, config_map) in &chunks {
@@ -83,6 +106,7 @@ impl ConfigMapLog {
                 name: config_map.name_any(),
                 resource_version: config_map.resource_version(),
                 text,
+                base: is_base(config_map),
             });
         }
         let owner = pipeline.controller_owner_ref(&()).expect("a Pipeline read from the API has a name and uid");
@@ -95,7 +119,7 @@ impl ConfigMapLog {
             owner,
             entries: MemoryLog::from_entries(entries, None),
             newest: Mutex::new(newest),
-            chunks: Mutex::new(chunks.len() as u32),
+            chunks: Mutex::new(listed),
             count: Mutex::new(count),
             chunk_bytes: CHUNK_BYTES,
         })
@@ -139,6 +163,7 @@ impl ConfigMapLog {
                     name: format!("{}-log-{index}", self.pipeline),
                     resource_version: None,
                     text: lines,
+                    base: false,
                 };
                 let created = self
                     .api
@@ -159,12 +184,64 @@ impl ConfigMapLog {
             metadata: ObjectMeta {
                 name: Some(newest.name.clone()),
                 labels: Some([(LOG_LABEL.to_string(), self.uid.clone())].into()),
+                annotations: newest.base.then(|| [(BASE_ANNOTATION.to_string(), "true".to_string())].into()),
                 owner_references: Some(vec![self.owner.clone()]),
                 ..Default::default()
             },
             data: Some([("entries".to_string(), newest.text.clone())].into()),
             ..Default::default()
         }
+    }
+
+    /// Compacts the log once it fills more than [`COMPACT_AT`] ConfigMaps (see the module's
+    /// documentation); whether it did.
+    pub async fn compact(&self, pipeline: &crate::pipeline::spec::Pipeline) -> Result<bool, HistoryError> {
+        if *self.chunks.lock().expect("log lock") <= COMPACT_AT {
+            return Ok(false);
+        }
+        let kept = crate::pipeline::compact::compact(pipeline, &self.entries.entries());
+        let mut text = String::new();
+        for entry in &kept {
+            text.push_str(&serde_json::to_string(entry).expect("an entry serializes"));
+            text.push('\n');
+        }
+        if text.len() > BASE_BYTES {
+            tracing::warn!(
+                pipeline = %format!("{}/{}", self.namespace, self.pipeline),
+                "the pipeline's log, compacted, is {} bytes, more than one ConfigMap holds ({BASE_BYTES}): left as it is",
+                text.len()
+            );
+            return Ok(false);
+        }
+        let previous = self.newest.lock().expect("log lock").clone();
+        let index = previous.map_or(0, |p| p.index + 1);
+        let mut base =
+            Newest { index, name: format!("{}-log-{index}", self.pipeline), resource_version: None, text, base: true };
+        let shown = format!("ConfigMap {}/{}", self.namespace, base.name);
+        let created =
+            self.api.create(&PostParams::default(), &self.chunk(&base)).await.map_err(|e| self.failed(&shown, e))?;
+        base.resource_version = created.resource_version();
+        let count = kept.len() as u64;
+        *self.newest.lock().expect("log lock") = Some(base);
+        self.entries.replace(kept);
+        *self.count.lock().expect("log lock") = count;
+        // What is before the base is no longer read; one left (a deletion that failed) goes with
+        // the next compaction, or with the Pipeline.
+        let listed = self.api.list_metadata(&ListParams::default().labels(&format!("{LOG_LABEL}={}", self.uid))).await;
+        let mut left = 1;
+        for old in listed.map(|l| l.items).unwrap_or_default() {
+            let name = old.name_any();
+            let older = name.rsplit('-').next().and_then(|n| n.parse::<u32>().ok()).is_some_and(|i| i < index);
+            if !older {
+                continue;
+            }
+            if let Err(e) = self.api.delete(&name, &Default::default()).await {
+                tracing::warn!(config_map = %name, "could not delete a compacted part of a pipeline's log: {e}");
+                left += 1;
+            }
+        }
+        *self.chunks.lock().expect("log lock") = left;
+        Ok(true)
     }
 
     fn failed(&self, shown: &str, e: kube::Error) -> HistoryError {

@@ -170,6 +170,15 @@ pub async fn reconcile(object: Arc<Pipeline>, ctx: Arc<Context>) -> Result<Actio
         let note = format!("revision {failed_revision}, step {step}: {why}");
         publish(&ctx, &object, EventType::Warning, "StepFailed", &note).await;
     }
+    match log.compact(&pipeline).await {
+        Ok(true) => tracing::info!(pipeline = %format!("{namespace}/{name}"), "compacted the pipeline's log"),
+        Ok(false) => {}
+        // Not fatal: the log stays whole, and the next reconcile reads it anew and tries again.
+        Err(e) => {
+            tracing::warn!(pipeline = %format!("{namespace}/{name}"), "could not compact the pipeline's log: {e}");
+            pipelines.logs.forget(&object);
+        }
+    }
     let new = next_status(&pipeline, &driven, &old, generation, &revision, now, log.where_kept());
     if through(&driven.progress, &revision) && !through_in(&old, &revision) {
         publish(&ctx, &object, EventType::Normal, "RevisionThrough", &format!("revision {revision} is through")).await;
