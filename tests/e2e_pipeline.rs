@@ -384,6 +384,8 @@ async fn a_long_log_is_compacted_into_one_config_map_and_read_back_as_such() {
     }
     let (selector, before, _) = log.where_kept();
     assert!(before > 4, "{before} ConfigMaps");
+    // A second writer, current until the compaction, with room in the newest ConfigMap.
+    let stale = ConfigMapLog::open(client.clone(), &object).await.unwrap().with_chunk_bytes(1 << 20);
     assert!(log.compact(&pipeline).await.unwrap());
     let (_, after, entries) = log.where_kept();
     // The newest run answers every question; its step's start says nothing any more.
@@ -393,6 +395,9 @@ async fn a_long_log_is_compacted_into_one_config_map_and_read_back_as_such() {
     assert_eq!(items.len(), 1, "{listed}");
     assert_eq!(items[0]["metadata"]["annotations"][BASE_ANNOTATION], "true");
 
+    // A writer whose view is from before the compaction cannot append where no one reads.
+    let refused = stale.append(&run(500)).unwrap_err().to_string();
+    assert!(refused.contains("another writer changed the log"), "{refused}");
     let read = ConfigMapLog::open(client.clone(), &object).await.unwrap();
     let mut back = read.recent("", usize::MAX).unwrap();
     back.reverse();

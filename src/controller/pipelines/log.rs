@@ -31,6 +31,9 @@ pub const CHUNK_BYTES: usize = 128 * 1024;
 /// Marks the ConfigMap a compaction wrote: the ConfigMaps before it are no longer the log.
 pub const BASE_ANNOTATION: &str = "deployster.io/log-base";
 
+/// Marks the ConfigMap that was the newest when a compaction began: nothing is appended to it.
+pub const SEALED_ANNOTATION: &str = "deployster.io/log-sealed";
+
 /// How many ConfigMaps the log may fill before it is compacted.
 pub const COMPACT_AT: u32 = 4;
 
@@ -214,6 +217,18 @@ impl ConfigMapLog {
             return Ok(false);
         }
         let previous = self.newest.lock().expect("log lock").clone();
+        // Sealed first: a stale writer's append to it (which no reader would see once the base
+        // is there) is refused from here on, and this compaction is refused if one came first.
+        if let Some(previous) = &previous {
+            let mut sealed = self.chunk(previous);
+            sealed.metadata.resource_version = previous.resource_version.clone();
+            sealed.metadata.annotations.get_or_insert_default().insert(SEALED_ANNOTATION.into(), "true".into());
+            let shown = format!("ConfigMap {}/{}", self.namespace, previous.name);
+            self.api
+                .replace(&previous.name, &PostParams::default(), &sealed)
+                .await
+                .map_err(|e| self.failed(&shown, e))?;
+        }
         let index = previous.map_or(0, |p| p.index + 1);
         let mut base =
             Newest { index, name: format!("{}-log-{index}", self.pipeline), resource_version: None, text, base: true };
@@ -246,7 +261,8 @@ impl ConfigMapLog {
 
     fn failed(&self, shown: &str, e: kube::Error) -> HistoryError {
         let message = match &e {
-            kube::Error::Api(status) if status.code == 409 => format!(
+            // 404: a compaction by another writer deleted the ConfigMap this one appended to.
+            kube::Error::Api(status) if status.code == 409 || status.code == 404 => format!(
                 "{e}: another writer changed the log (a second controller replica?); nothing of this append was kept, \
                  and the log is read anew on the next reconcile"
             ),
