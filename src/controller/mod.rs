@@ -18,6 +18,7 @@ pub mod rbac;
 pub mod reconcile;
 pub mod server;
 pub mod status;
+mod stream;
 
 use std::fmt::Debug;
 use std::net::SocketAddr;
@@ -113,6 +114,9 @@ pub struct Context {
     pub kube_objects: Option<Arc<crate::kubernetes::KubeObjects>>,
     /// Pipelines' logs and step settings.
     pub pipelines: pipelines::Pipelines,
+    /// The watch caches of Manifests, by scope (a namespace, or all): where a Pipeline finds the
+    /// names of its targets' Manifests. None covering a namespace: the API is asked.
+    pub manifests: Vec<(Option<String>, Store<DeserializeGuard<Manifest>>)>,
 }
 
 impl Context {
@@ -134,6 +138,7 @@ impl Context {
             pods: None,
             kube_objects: None,
             pipelines: pipelines::Pipelines::default(),
+            manifests: Vec::new(),
         }
     }
 }
@@ -328,13 +333,14 @@ pub async fn run(mut config: RunConfig, executors: Executors) -> Result<(), Erro
     ctx.leadership = leadership;
     ctx.metrics = metrics.clone();
     ctx.workers = Semaphore::new(usize::from(config.concurrency.max(1)));
+    let watches: Vec<_> =
+        scopes.iter().enumerate().map(|(i, scope)| watch(&client, scope, readiness.clone(), i)).collect();
+    let stores: Vec<Store<DeserializeGuard<Manifest>>> = watches.iter().map(|(store, _)| store.clone()).collect();
+    ctx.manifests = scopes.iter().cloned().zip(stores.iter().cloned()).collect();
     let ctx = Arc::new(ctx);
     let stopping = stop.requested.clone();
     tokio::spawn(log_stop(stop));
 
-    let watches: Vec<_> =
-        scopes.iter().enumerate().map(|(i, scope)| watch(&client, scope, readiness.clone(), i)).collect();
-    let stores: Vec<Store<DeserializeGuard<Manifest>>> = watches.iter().map(|(store, _)| store.clone()).collect();
     let refresh = Arc::new(move |m: &Metrics| m.set_manifests(&ready_counts(&stores)));
     let admin = tokio::spawn(server::serve(listener, metrics, readiness, refresh));
     tracing::info!(namespaces = ?config.namespaces, addr = %config.metrics_addr, "watching Manifests");
@@ -394,10 +400,8 @@ async fn pipelines_of(
             }
         }
         let (reader, writer) = reflector::store();
-        let stream = watcher(api, watcher::Config::default())
-            .default_backoff()
-            .reflect(writer)
-            .applied_objects()
+        let stream = watcher(api, watcher::Config::default()).default_backoff().reflect(writer);
+        let stream = stream::applied_once_stored(stream)
             // Its own status writes start nothing; a spec edit or an approval does.
             .predicate_filter(predicates::generation.combine(predicates::annotations), Default::default());
         let controller = Controller::for_stream(stream, reader)
@@ -446,8 +450,8 @@ fn watch(
                 prune_for_cache(manifest)
             }
         })
-        .reflect(writer)
-        .applied_objects()
+        .reflect(writer);
+    let stream = stream::applied_once_stored(stream)
         // What the controller writes itself (the status, progress) starts no pass: a failing
         // Manifest's pass would otherwise start the next at once, and so on. A spec edit
         // (generation), an approval (annotation), the finalizer and a deletion do.

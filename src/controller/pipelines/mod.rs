@@ -92,9 +92,7 @@ pub async fn reconcile(object: Arc<Pipeline>, ctx: Arc<Context>) -> Result<Actio
     let now = (ctx.clock)();
     let generation = object.meta().generation;
 
-    let manifests: Api<Manifest> = Api::namespaced(ctx.client.clone(), &namespace);
-    let names =
-        manifests.list_metadata(&ListParams::default()).await?.items.iter().map(ResourceExt::name_any).collect();
+    let names = manifest_names(&ctx, &namespace).await?;
     let resolver = ManifestObjects { namespace: namespace.clone(), names, missing: Default::default() };
     let compiled = spec::compile(&name, &object.spec.pipeline, &resolver)
         .map_err(|e| PipelineError::Invalid(format!("Pipeline {namespace}/{name}: {e}")))
@@ -189,6 +187,21 @@ pub async fn reconcile(object: Arc<Pipeline>, ctx: Arc<Context>) -> Result<Actio
     counted(&ctx, new.conditions.first().map_or("", |ready| ready.reason.as_str()));
     let live = driven.progress.revisions.iter().any(|r| r.is_live());
     Ok(if live { Action::requeue(pipelines.poll.max(Duration::from_secs(1)) * 5) } else { Action::await_change() })
+}
+
+/// The names of the Manifests in `namespace`: from the controller's watch cache of it once
+/// that has synced (a reconcile asks the API nothing for them), else from the API.
+async fn manifest_names(ctx: &Context, namespace: &str) -> Result<HashSet<String>, Error> {
+    let cache = ctx.manifests.iter().find(|(scope, _)| scope.as_deref().is_none_or(|s| s == namespace));
+    if let Some((_, store)) = cache
+        && store.wait_until_ready().await.is_ok()
+    {
+        let refs =
+            store.state().iter().map(|m| kube::runtime::reflector::ObjectRef::from_obj(&**m)).collect::<Vec<_>>();
+        return Ok(refs.into_iter().filter(|r| r.namespace.as_deref() == Some(namespace)).map(|r| r.name).collect());
+    }
+    let manifests: Api<Manifest> = Api::namespaced(ctx.client.clone(), namespace);
+    Ok(manifests.list_metadata(&ListParams::default()).await?.items.iter().map(ResourceExt::name_any).collect())
 }
 
 /// Registers the spec's revision when it is not the newest registered, records the
