@@ -276,6 +276,17 @@ spec:
     assert!(metric(r#"deployster_pipeline_reconciles_total{result="failed"}"#) >= 2.0);
 }
 
+/// The example Pipeline, made as `name`, and a client of the cluster as the library uses one.
+async fn pipeline_object(cluster: &Cluster, name: &str) -> (kube::Client, deployster::crd::pipeline::Pipeline) {
+    cluster.apply_yaml(&pipeline_document().replace("name: release", &format!("name: {name}")));
+    let kubeconfig = kube::config::Kubeconfig::read_from(&cluster.kubeconfig).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await.unwrap();
+    let client = deployster::controller::connect(config).unwrap();
+    let api: kube::Api<deployster::crd::pipeline::Pipeline> = kube::Api::namespaced(client.clone(), &cluster.namespace);
+    let object = api.get(name).await.unwrap();
+    (client, object)
+}
+
 /// The log in ConfigMaps, through the library: entries fill ConfigMaps in order and read back
 /// whole; a writer whose view is stale is refused and nothing of its append is kept; the
 /// kept logs notice another writer and read anew.
@@ -285,12 +296,7 @@ async fn the_log_fills_config_maps_in_order_and_refuses_a_stale_writer() {
     use deployster::controller::pipelines::log::{ConfigMapLog, Logs};
     use deployster::history::{Entry, Event, History};
     let cluster = Cluster::new("pipeline-log");
-    cluster.apply_yaml(&pipeline_document().replace("name: release", "name: logged"));
-    let kubeconfig = kube::config::Kubeconfig::read_from(&cluster.kubeconfig).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await.unwrap();
-    let client = deployster::controller::connect(config).unwrap();
-    let api: kube::Api<deployster::crd::pipeline::Pipeline> = kube::Api::namespaced(client.clone(), &cluster.namespace);
-    let object = api.get("logged").await.unwrap();
+    let (client, object) = pipeline_object(&cluster, "logged").await;
 
     let log = ConfigMapLog::open(client.clone(), &object).await.unwrap().with_chunk_bytes(2048);
     let stale = ConfigMapLog::open(client.clone(), &object).await.unwrap();
@@ -342,12 +348,7 @@ async fn a_long_log_is_compacted_into_one_config_map_and_read_back_as_such() {
     use deployster::history::{Entry, Event, History};
     use deployster::pipeline::spec::{Files, PipelineSpec, compile};
     let cluster = Cluster::new("pipeline-compact");
-    cluster.apply_yaml(&pipeline_document().replace("name: release", "name: compacted"));
-    let kubeconfig = kube::config::Kubeconfig::read_from(&cluster.kubeconfig).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await.unwrap();
-    let client = deployster::controller::connect(config).unwrap();
-    let api: kube::Api<deployster::crd::pipeline::Pipeline> = kube::Api::namespaced(client.clone(), &cluster.namespace);
-    let object = api.get("compacted").await.unwrap();
+    let (client, object) = pipeline_object(&cluster, "compacted").await;
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("app.yaml"), "resources: {}\n").unwrap();
     let spec: PipelineSpec = serde_norway::from_str(

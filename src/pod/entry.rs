@@ -227,15 +227,20 @@ fn emit(text: &[u8]) {
 /// 16 KiB.
 const STDERR_LINE: usize = 8 * 1024;
 
+/// Reads what `from` has into `chunk`: how much, 0 at its end, on an error or once `held`.
+async fn read_unless(from: &mut (impl AsyncReadExt + Unpin), chunk: &mut [u8], held: &CancellationToken) -> usize {
+    tokio::select! {
+        n = from.read(chunk) => n.unwrap_or(0),
+        () = held.cancelled() => 0,
+    }
+}
+
 /// Passes the program's stderr on to the log, whole lines at a time (so that no frame lands
 /// inside one), until it ends or `held` (a pipe left open past the program's exit).
 async fn relay_stderr(mut stderr: tokio::process::ChildStderr, held: &CancellationToken) {
     let (mut pending, mut chunk) = (Vec::new(), vec![0u8; 4096]);
     loop {
-        let n = tokio::select! {
-            n = stderr.read(&mut chunk) => n.unwrap_or(0),
-            () = held.cancelled() => 0,
-        };
+        let n = read_unless(&mut stderr, &mut chunk, held).await;
         if n == 0 {
             break;
         }
@@ -300,10 +305,7 @@ async fn run(entry: &Entry) -> i32 {
         let (mut digest, mut bytes, mut frames) = (Sha256::new(), 0u64, 0u64);
         let mut chunk = vec![0u8; FRAME_BYTES];
         loop {
-            let n = tokio::select! {
-                n = stdout.read(&mut chunk) => n.unwrap_or(0),
-                () = held.cancelled() => 0,
-            };
+            let n = read_unless(&mut stdout, &mut chunk, &held).await;
             if n == 0 {
                 break;
             }

@@ -41,6 +41,26 @@ pub const COMPACT_AT: u32 = 4;
 /// log is left as it is and a warning says so.
 pub const BASE_BYTES: usize = 900 * 1024;
 
+/// The label selector of the ConfigMaps of the log of the Pipeline with `uid`.
+fn selector(uid: &str) -> String {
+    format!("{LOG_LABEL}={uid}")
+}
+
+/// A log ConfigMap's place in the log, from its name (`<pipeline>-log-<n>`).
+fn index_of(name: &str) -> Option<u32> {
+    name.rsplit('-').next()?.parse().ok()
+}
+
+/// `entries` as the ConfigMaps hold them: JSON lines.
+fn lines(entries: &[Entry]) -> String {
+    let mut text = String::new();
+    for entry in entries {
+        text.push_str(&serde_json::to_string(entry).expect("an entry serializes"));
+        text.push('\n');
+    }
+    text
+}
+
 /// The newest ConfigMap: its name, resourceVersion and entries' text.
 #[derive(Debug, Clone, Default)]
 struct Newest {
@@ -75,13 +95,13 @@ impl ConfigMapLog {
         let api: Api<ConfigMap> = Api::namespaced(client, &namespace);
         let shown = format!("ConfigMaps {namespace}/{}-log-*", pipeline.name_any());
         let listed = api
-            .list(&ListParams::default().labels(&format!("{LOG_LABEL}={uid}")))
+            .list(&ListParams::default().labels(&selector(&uid)))
             .await
             .map_err(|e| HistoryError::Store { path: shown.clone(), message: e.to_string() })?;
         let mut chunks: BTreeMap<u32, ConfigMap> = BTreeMap::new();
         for config_map in listed {
             let name = config_map.name_any();
-            let index = name.rsplit('-').next().and_then(|n| n.parse().ok()).ok_or_else(|| HistoryError::Store {
+            let index = index_of(&name).ok_or_else(|| HistoryError::Store {
                 path: shown.clone(),
                 message: format!("{name} is labelled as part of the log but its name has no number"),
             })?;
@@ -136,11 +156,7 @@ impl ConfigMapLog {
 
     /// The label selector of its ConfigMaps, how many there are, and how many entries.
     pub fn where_kept(&self) -> (String, u32, u64) {
-        (
-            format!("{LOG_LABEL}={}", self.uid),
-            *self.chunks.lock().expect("log lock"),
-            *self.count.lock().expect("log lock"),
-        )
+        (selector(&self.uid), *self.chunks.lock().expect("log lock"), *self.count.lock().expect("log lock"))
     }
 
     async fn write(&self, lines: String) -> Result<(), HistoryError> {
@@ -203,11 +219,7 @@ impl ConfigMapLog {
             return Ok(false);
         }
         let kept = crate::pipeline::compact::compact(pipeline, &self.entries.entries());
-        let mut text = String::new();
-        for entry in &kept {
-            text.push_str(&serde_json::to_string(entry).expect("an entry serializes"));
-            text.push('\n');
-        }
+        let text = lines(&kept);
         if text.len() > BASE_BYTES {
             tracing::warn!(
                 pipeline = %format!("{}/{}", self.namespace, self.pipeline),
@@ -242,11 +254,11 @@ impl ConfigMapLog {
         *self.count.lock().expect("log lock") = count;
         // What is before the base is no longer read; one left (a deletion that failed) goes with
         // the next compaction, or with the Pipeline.
-        let listed = self.api.list_metadata(&ListParams::default().labels(&format!("{LOG_LABEL}={}", self.uid))).await;
+        let listed = self.api.list_metadata(&ListParams::default().labels(&selector(&self.uid))).await;
         let mut left = 1;
         for old in listed.map(|l| l.items).unwrap_or_default() {
             let name = old.name_any();
-            let older = name.rsplit('-').next().and_then(|n| n.parse::<u32>().ok()).is_some_and(|i| i < index);
+            let older = index_of(&name).is_some_and(|i| i < index);
             if !older {
                 continue;
             }
@@ -277,11 +289,7 @@ impl History for ConfigMapLog {
     /// a multi-threaded runtime (the controller's), whose worker it blocks meanwhile, as a
     /// SQLite write would.
     fn append(&self, entries: &[Entry]) -> Result<(), HistoryError> {
-        let mut lines = String::new();
-        for entry in entries {
-            lines.push_str(&serde_json::to_string(entry).expect("an entry serializes"));
-            lines.push('\n');
-        }
+        let lines = lines(entries);
         let handle = tokio::runtime::Handle::try_current()
             .ok()
             .filter(|h| matches!(h.runtime_flavor(), tokio::runtime::RuntimeFlavor::MultiThread));
@@ -322,13 +330,9 @@ impl Logs {
         let uid = pipeline.uid().unwrap_or_default();
         let kept = self.0.lock().expect("logs lock").get(&uid).cloned();
         if let Some(log) = kept {
-            let listed =
-                log.api.list_metadata(&ListParams::default().labels(&format!("{LOG_LABEL}={uid}"))).await.map_err(
-                    |e| HistoryError::Store {
-                        path: format!("the log of Pipeline {}", log.pipeline),
-                        message: e.to_string(),
-                    },
-                )?;
+            let listed = log.api.list_metadata(&ListParams::default().labels(&selector(&uid))).await.map_err(|e| {
+                HistoryError::Store { path: format!("the log of Pipeline {}", log.pipeline), message: e.to_string() }
+            })?;
             let newest = log.newest.lock().expect("log lock").clone();
             let current = listed.items.len() as u32 == *log.chunks.lock().expect("log lock")
                 && newest.is_none_or(|n| {
