@@ -227,7 +227,7 @@ impl Executors {
     fn new() -> (Self, Arc<dyn Executor>) {
         let programs = Arc::new(ProcessExecutor::new(env!("CARGO_BIN_EXE_deployster").into()));
         let in_process = Arc::new(InProcess::new(programs.clone()));
-        let executor = Arc::new(Dispatch { local: in_process.clone(), images: None, local_programs: false });
+        let executor = Arc::new(Dispatch { local_programs: false, ..Dispatch::new(in_process.clone(), None) });
         (Self { in_process, programs }, executor)
     }
 
@@ -285,7 +285,7 @@ impl Simulation<'_> {
     /// `states`; and that executor, which counts the programs it started.
     fn as_programs(&self, states: &Arc<std::sync::atomic::AtomicU64>) -> (Context, Arc<ProcessExecutor>) {
         let programs = Arc::new(ProcessExecutor::new(env!("CARGO_BIN_EXE_deployster").into()));
-        let dispatch = Arc::new(Dispatch { local: programs.clone(), images: None, local_programs: false });
+        let dispatch = Arc::new(Dispatch { local_programs: false, ..Dispatch::new(programs.clone(), None) });
         let executor = Arc::new(CountingStates { inner: dispatch, states: states.clone() });
         (context(self.client, executor, self.dir, self.clock), programs)
     }
@@ -423,7 +423,7 @@ fn main() {
         // on some of the objects: what the executors' CPU per object is when they are processes.
         let sample = &names[..if quick() { SAMPLE / 5 } else { SAMPLE }.min(objects)];
         let programs: Arc<dyn Executor> = Arc::new(ProcessExecutor::new(env!("CARGO_BIN_EXE_deployster").into()));
-        let as_programs = context(&client, Arc::new(Dispatch { local: programs, images: None, local_programs: false }), dir.path(), &clock);
+        let as_programs = context(&client, Arc::new(Dispatch { local_programs: false, ..Dispatch::new(programs, None) }), dir.path(), &clock);
         clock.fetch_add(Duration::from_secs(3600).as_millis() as i64, Ordering::SeqCst);
         let children_before = cpu(UsageWho::RUSAGE_CHILDREN);
         pass(&api, &as_programs, sample).await;

@@ -410,9 +410,12 @@ fn a_custom_resource_given_to_the_cli_is_recognised() {
         2,
         &[
             "not a valid manifest: unknown field `apiVersion`",
-            "a Kubernetes object (kind: Manifest), not a manifest file",
+            "this holds Kubernetes objects (kinds: Manifest, PersistentVolumeClaim), not a manifest file",
         ],
     );
+    ws.write("object.yaml", "apiVersion: deployster.io/v1alpha1\nkind: Manifest\nspec: {resources: {}}\n");
+    let run = ws.run(&["plan", "-f", "object.yaml"]);
+    assert_failed(&run, 2, &["this is a Kubernetes object (kind: Manifest), not a manifest file"]);
     // An ordinary mistake gets no such hint.
     ws.write("typo.yaml", "resource: {}\n");
     let run = ws.run(&["plan", "-f", "typo.yaml"]);

@@ -31,11 +31,8 @@ struct Counting {
 
 impl Counting {
     fn new(allow_local: bool) -> Arc<Self> {
-        let inner = Dispatch {
-            local: Arc::new(ProcessExecutor::new(support::deployster())),
-            images: None,
-            local_programs: allow_local,
-        };
+        let local = Arc::new(ProcessExecutor::new(support::deployster()));
+        let inner = Dispatch { local_programs: allow_local, ..Dispatch::new(local, None) };
         Arc::new(Self { inner, calls: Mutex::default() })
     }
 
@@ -536,10 +533,9 @@ async fn a_client_for_a_tls_api_server_can_be_made_whatever_crypto_features_the_
 
 #[tokio::test]
 async fn the_bundled_example_reconciles_to_ready() {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/k8s/builtins.yaml");
-    let mut example: Manifest = serde_norway::from_str(&std::fs::read_to_string(path).unwrap()).expect("a Manifest");
     let dir = tempfile::tempdir().unwrap();
-    example.spec.vars.insert("base".into(), serde_json::json!(dir.path().join("demo")));
+    let text = support::builtins_example_on_this_machine(&dir.path().join("demo"), "");
+    let mut example: Manifest = serde_norway::from_str(&text).expect("a Manifest");
     example.metadata.namespace = Some(NS.into());
     example.metadata.generation = Some(1);
     let client = client_with(vec![example], |b| b).await;

@@ -14,7 +14,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use support::cluster::{Cluster, ControllerProcess, assert_api_calls_are_listed, wait_for};
-use support::pod_objects::{assert_nothing_left, claim, dependent_pair, manifest, on_cluster, wait_until_a_pod_runs};
+use support::pod_objects::{
+    assert_nothing_left, claim, dependent_pair, host_volume, manifest, on_cluster, wait_until_a_pod_runs,
+};
 use support::pods::PodEnv;
 
 /// `deployster controller` for the test's namespace, running image types as Pods.
@@ -167,4 +169,80 @@ fn a_controller_killed_mid_action_never_runs_it_twice_at_once() {
     wait_for("slow to go", Duration::from_secs(60), || cluster.get(&["manifest", "slow"]).is_none());
     assert_nothing_left(&cluster);
     drop(second);
+}
+
+/// `examples/k8s/builtins.yaml` as a cluster user applies it (with a short interval), kept by a
+/// controller that runs Pods: the built-ins' state and actions run in Pods of the namespace on
+/// the claim plugged as `files` — the directory and the file appear on the volume, with the mode
+/// asked for; drift is corrected; the deletion removes them. What cannot work in a cluster is
+/// refused before anything runs, naming the resource and the cause: a file built-in given no
+/// claim, `builtin/package`, a path outside the claim.
+#[ignore = "needs a cluster whose Pods run: DEPLOYSTER_E2E_CLUSTER=<kubeconfig ../shared/cluster/up.sh prints> cargo test --test controller_pods -- --include-ignored"]
+#[test]
+fn built_in_types_act_in_pods_on_their_claim() {
+    use std::os::unix::fs::PermissionsExt;
+    let (env, cluster) = on_cluster("ctl-builtins");
+    // The example's claim names no storage class; this cluster has no provisioner.
+    let volume = host_volume(&cluster, "demo-files", "");
+    let work = tempfile::tempdir().unwrap();
+    let controller = controller(env, &cluster, work.path(), "controller");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let example = std::fs::read_to_string(root.join("examples/k8s/builtins.yaml")).unwrap();
+    cluster.apply_yaml(&example.replace("interval: 1m", "interval: 3s"));
+    wait_for("demo to be Ready", Duration::from_secs(120), || cluster.condition("demo", "Ready") == "True");
+    let app = volume.join("demo/app.json");
+    assert_eq!(std::fs::read_to_string(&app).unwrap(), "{\"env\": \"staging\"}\n");
+    let mode = std::fs::metadata(volume.join("demo")).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode, 0o755);
+    let controller_side = work.path().join("controller-plugs").join(&cluster.namespace).join("demo");
+    assert!(!controller_side.join("demo").exists(), "nothing written beside the controller");
+    let resources = status(&cluster, "demo")["resources"].clone();
+    let app_config = resources.as_array().unwrap().iter().find(|r| r["name"] == "app_config").unwrap();
+    assert_eq!(app_config["state"]["path"], "/files/demo/app.json", "the path in its Pod: {app_config:#}");
+
+    std::fs::remove_file(&app).unwrap();
+    wait_for("the drift to be corrected", Duration::from_secs(60), || app.exists());
+    wait_for("the DriftCorrected event", Duration::from_secs(30), || {
+        cluster.event_reasons("demo").iter().any(|r| r == "DriftCorrected")
+    });
+
+    // What a cluster cannot do: each refused on its object, naming the resource and the cause.
+    let builtin = |name: &str, plugs: &str, resource: &str| {
+        format!(
+            "apiVersion: deployster.io/v1alpha1\nkind: Manifest\nmetadata: {{name: {name}}}\nspec:\n  interval: 3s\n\
+             {plugs}  resources:\n    {resource}\n"
+        )
+    };
+    let claim = "  plugs: {files: {persistentVolumeClaim: {claimName: demo-files}}}\n";
+    cluster.apply_yaml(&builtin("no-claim", "", "f: {type: builtin/file, config: {path: a, content: x}}"));
+    let package = "p: {type: builtin/package, config: {service: s, home: h, version: v1, package: p-1.0.0.x.cronus}}";
+    cluster.apply_yaml(&builtin("package", claim, package));
+    cluster.apply_yaml(&builtin("outside", claim, "f: {type: builtin/file, config: {path: /etc/escape, content: x}}"));
+    wait_for("the refusals on their objects", Duration::from_secs(60), || {
+        ["no-claim", "package"].iter().all(|m| not_ready_because(&cluster, m).is_some())
+            && resource_message(&cluster, "outside", "f").starts_with("\"FAILED\"")
+    });
+    let (reason, message) = not_ready_because(&cluster, "no-claim").unwrap();
+    assert_eq!(reason, "InvalidManifest", "{message}");
+    assert!(
+        message.contains("resource `f` (builtin/file) needs a plug `files` naming a PersistentVolumeClaim"),
+        "{message}"
+    );
+    let (reason, message) = not_ready_because(&cluster, "package").unwrap();
+    assert_eq!(reason, "InvalidManifest", "{message}");
+    assert!(message.contains("resource `p` (builtin/package) cannot be used here"), "{message}");
+    let outside = resource_message(&cluster, "outside", "f");
+    assert!(outside.contains("config.path `/etc/escape` is outside its `files` plug"), "{outside}");
+    for refused in ["no-claim", "package", "outside"] {
+        cluster.must(&cluster.ns(&["delete", "manifest", refused, "--wait=false"]));
+    }
+
+    cluster.must(&cluster.ns(&["delete", "manifest", "demo", "--wait=false"]));
+    wait_for("demo to go", Duration::from_secs(120), || cluster.get(&["manifest", "demo"]).is_none());
+    assert!(!volume.join("demo").exists(), "the delete actions ran in Pods");
+    for gone in ["no-claim", "package", "outside"] {
+        wait_for("the refused Manifests to go", Duration::from_secs(60), || cluster.get(&["manifest", gone]).is_none());
+    }
+    assert_nothing_left(&cluster);
+    assert_api_calls_are_listed(&controller);
 }

@@ -17,7 +17,7 @@ fn leads(controller: &ControllerProcess) -> bool {
 }
 
 /// Installs the CRD, starts `deployster controller` (built-in types, acting on this machine's
-/// filesystem) for a fresh namespace, applies `examples/k8s/builtins.yaml` with plugs from a
+/// filesystem) for a fresh namespace, applies `examples/k8s/builtins.yaml`'s Manifest with plugs from a
 /// Secret and a ConfigMap, waits for Ready, causes drift and waits for its correction and
 /// event, then deletes the Manifest and waits for its resources to be deleted and the object
 /// to go. Along the way: health, readiness, the documented metrics, and API calls only from the
@@ -36,15 +36,8 @@ fn a_manifest_is_applied_kept_and_deleted_by_the_controller() {
     cluster.must(&cluster.ns(&["create", "secret", "generic", "db", "--from-literal=password=s3cret"]));
     cluster.must(&cluster.ns(&["create", "configmap", "settings", "--from-literal=level=debug"]));
     // The example, with its files in this test's directory, a short interval, and plugs.
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let example = std::fs::read_to_string(root.join("examples/k8s/builtins.yaml"))
-        .unwrap()
-        .replace("/tmp/deployster-k8s-demo", base.to_str().unwrap())
-        .replace("interval: 1m", "interval: 3s")
-        .replace(
-            "  resources:\n",
-            "  plugs:\n    db: {secret: {name: db}}\n    settings: {configMap: {name: settings}}\n  resources:\n",
-        );
+    let plugs = "    db: {secret: {name: db}}\n    settings: {configMap: {name: settings}}\n";
+    let example = support::builtins_example_on_this_machine(&base, plugs).replace("interval: 1m", "interval: 3s");
     cluster.apply_yaml(&example);
 
     wait_for("the Manifest to be Ready", Duration::from_secs(120), || cluster.condition("demo", "Ready") == "True");
@@ -420,12 +413,9 @@ fn a_manual_manifest_waits_for_deployster_approve() {
     let base = work.path().join("gated");
     let _controller =
         ControllerProcess::start(&cluster, work.path(), "controller", &["--namespace", &cluster.namespace]);
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let example = std::fs::read_to_string(root.join("examples/k8s/builtins.yaml"))
-        .unwrap()
-        .replace("/tmp/deployster-k8s-demo", base.to_str().unwrap())
+    let example = support::builtins_example_on_this_machine(&base, "")
         .replace("interval: 1m", "interval: 3s")
-        .replace("deletionPolicy: Delete", "deletionPolicy: Delete\n  approval: Manual");
+        .replace("\n  deletionPolicy: Delete", "\n  approval: Manual\n  deletionPolicy: Delete");
     cluster.apply_yaml(&example);
 
     wait_for("the plan to await approval", Duration::from_secs(60), || {

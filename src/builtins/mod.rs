@@ -53,6 +53,38 @@ pub fn runs_in_process(name: &str, args: &[String]) -> bool {
     name != "package" || args.is_empty()
 }
 
+/// Why built-in `name` cannot be used in a cluster at all, when it cannot.
+pub fn refused_in_cluster(name: &str) -> Option<&'static str> {
+    (name == "package").then_some(
+        "it deploys a package on the machine it runs on, and its scripts need that machine's shell; in a cluster \
+         that would be a Pod gone when it ends: run it with the CLI on the machine it is for",
+    )
+}
+
+/// Whether a request to a file built-in ([`crate::engine::typeref::TypeRef::is_file_builtin`]) stays within its `files` plug: in a Pod
+/// the rest of the filesystem goes with the Pod, so a path elsewhere (absolute, or climbing out
+/// with `..`) would be written and lost.
+pub fn confined(request: &[u8]) -> Result<(), String> {
+    let request: Value = serde_json::from_slice(request).map_err(|e| format!("the request is not JSON: {e}"))?;
+    let Some(plug) = request.get("plugs").and_then(|p| p.get(FILES_PLUG)).and_then(Value::as_str) else {
+        return Err(format!(
+            "it has no `{FILES_PLUG}` plug: in a cluster it acts in a Pod, whose own filesystem goes with the Pod; \
+             give it a plug `{FILES_PLUG}` naming a PersistentVolumeClaim"
+        ));
+    };
+    let path = request.pointer("/config/path").and_then(Value::as_str).ok_or("config.path must be a string")?;
+    let given = Path::new(path);
+    let inside = given.strip_prefix(plug).unwrap_or(given);
+    let climbs = inside.components().any(|c| matches!(c, std::path::Component::ParentDir));
+    if inside.is_absolute() || climbs {
+        return Err(format!(
+            "config.path `{path}` is outside its `{FILES_PLUG}` plug: in a cluster it acts in a Pod, and only the \
+             plug (mounted at {plug}) outlives it; give a path relative to the plug"
+        ));
+    }
+    Ok(())
+}
+
 /// Answers one request to built-in type `name` (any call but a `builtin/package` action).
 pub fn respond(name: &str, args: &[String], input: &str) -> Reply {
     let mut said = Vec::new();
@@ -280,6 +312,26 @@ mod tests {
         call("file", Some("delete"), json!({"path": "d/f", "content": "x"}), ws.path())
             .expect("deleting twice is fine");
         call("directory", Some("delete"), json!({"path": "d"}), ws.path()).expect("deleting twice is fine");
+    }
+
+    #[test]
+    fn in_a_pod_a_file_built_in_stays_within_its_files_plug() {
+        let request = |path: &str, plugs: Value| {
+            serde_json::to_vec(&json!({"config": {"path": path, "content": ""}, "workspace": "/w", "plugs": plugs}))
+                .unwrap()
+        };
+        let plug = json!({"files": "/files"});
+        for inside in ["a", "d/a.json", "./a", "/files/a", "/files"] {
+            assert_eq!(confined(&request(inside, plug.clone())), Ok(()), "{inside}");
+        }
+        for outside in ["/tmp/a", "../a", "d/../../a", "/files/../etc/passwd", "/filesystem/a"] {
+            let why = confined(&request(outside, plug.clone())).unwrap_err();
+            assert!(why.contains(&format!("config.path `{outside}` is outside its `files` plug")), "{why}");
+            assert!(why.contains("mounted at /files"), "{why}");
+        }
+        let why = confined(&request("a", json!({}))).unwrap_err();
+        assert!(why.contains("it has no `files` plug"), "{why}");
+        assert!(confined(b"not json").unwrap_err().contains("not JSON"));
     }
 
     #[test]

@@ -766,7 +766,7 @@ fn executor_with(images: Option<Arc<dyn Executor>>, cluster: Cluster) -> Result<
     let local: Arc<dyn Executor> = Arc::new(crate::kubernetes::KubeObjects::new(local, cluster));
     #[cfg(not(feature = "kube"))]
     let () = cluster;
-    Ok(Arc::new(Dispatch { local, images, local_programs: true }))
+    Ok(Arc::new(Dispatch::new(local, images)))
 }
 
 /// Chooses how built-in types run: `in-process` (the default) or `process` (each call a

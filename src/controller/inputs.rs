@@ -42,6 +42,8 @@ pub enum InputError {
         .0.join(", ")
     )]
     LocalPrograms(Vec<String>),
+    #[error("in a cluster, built-in types act in Pods of the namespace: {}", .0.join("; "))]
+    BuiltinsInCluster(Vec<String>),
     #[error("cannot write plug files: {0}")]
     Files(std::io::Error),
     #[error("spec.outputs: give at most one of `secretName` or `configMapName`")]
@@ -61,6 +63,7 @@ impl InputError {
             | InputError::ClaimNeedsPods { .. }
             | InputError::Manifest(_)
             | InputError::OutputsTarget
+            | InputError::BuiltinsInCluster(_)
             | InputError::VarNotText { .. } => "InvalidManifest",
             InputError::LocalPrograms(_) => "LocalProgramRefused",
             InputError::Missing { .. } | InputError::MissingKey { .. } => "PlugUnavailable",
@@ -90,6 +93,9 @@ pub async fn prepare(
     let inputs = materialize(client, obj, &settings.plug_root, settings.plugs).await?;
     let manifest = engine_manifest(obj, &inputs, settings.plugs)?;
     check_programs(&manifest, settings.allow_local_programs)?;
+    if settings.plugs == Plugs::Volumes {
+        check_builtins_in_pods(&manifest)?;
+    }
     Ok((manifest, inputs))
 }
 
@@ -322,6 +328,41 @@ pub fn check_programs(manifest: &ValidatedManifest, allow_local: bool) -> Result
     Err(InputError::LocalPrograms(local))
 }
 
+/// What the built-ins of `manifest` need when they act in Pods, checked before anything runs:
+/// a file built-in's `files` plug is a PersistentVolumeClaim it may write to (nothing else
+/// outlives its Pod); `builtin/package` has no place in a cluster.
+pub fn check_builtins_in_pods(manifest: &ValidatedManifest) -> Result<(), InputError> {
+    use crate::engine::validate::ClusterPlug;
+    const FILES: &str = "files";
+    let mut problems = Vec::new();
+    for resource in &manifest.resources {
+        let named = format!("resource `{}` ({})", resource.name, resource.type_name);
+        if let TypeRef::Builtin(name) = &resource.type_ref
+            && let Some(why) = crate::builtins::refused_in_cluster(name)
+        {
+            problems.push(format!("{named} cannot be used here: {why}"));
+            continue;
+        }
+        if !resource.type_ref.is_file_builtin() {
+            continue;
+        }
+        let plug = manifest.plugs.get(FILES).filter(|p| p.allowed_for(resource));
+        let why = match plug {
+            None => "it is given no plug `files`, and its Pod's own filesystem goes with the Pod",
+            Some(p) if !matches!(p.cluster, Some(ClusterPlug::Claim { .. })) => {
+                "its plug `files` is not a PersistentVolumeClaim, the one kind of plug it can write to"
+            }
+            Some(p) if p.read_only => "its plug `files` is readOnly",
+            Some(_) => continue,
+        };
+        problems.push(format!(
+            "{named} needs a plug `files` naming a PersistentVolumeClaim it may write to (`plugs: {{files: \
+             {{persistentVolumeClaim: {{claimName: NAME}}}}}}`), with paths relative to it: {why}"
+        ));
+    }
+    if problems.is_empty() { Ok(()) } else { Err(InputError::BuiltinsInCluster(problems)) }
+}
+
 /// `interval` and `retryInterval`.
 pub fn intervals(obj: &Manifest) -> Result<Intervals, InputError> {
     let parse = |field: &'static str, text: &str| {
@@ -414,6 +455,53 @@ mod tests {
         );
         let m = engine_manifest(&as_files, &inputs(), Plugs::Files).unwrap();
         assert_eq!(m.plugs["db"].cluster, None, "a file the controller wrote");
+    }
+
+    /// The problems `check_builtins_in_pods` finds in a Manifest of `plugs` and `resources`.
+    fn builtin_problems(plugs: &str, resources: &str) -> Vec<String> {
+        let obj = manifest("team", &format!("plugs: {plugs}\nresources: {resources}\n"));
+        let m = engine_manifest(&obj, &Inputs { plug_paths: IndexMap::new(), ..inputs() }, Plugs::Volumes).unwrap();
+        match check_builtins_in_pods(&m) {
+            Ok(()) => Vec::new(),
+            Err(e) => {
+                assert_eq!(e.reason(), "InvalidManifest");
+                assert!(e.is_invalid(), "only a change of the spec fixes it");
+                let InputError::BuiltinsInCluster(problems) = e else { panic!("{e}") };
+                problems
+            }
+        }
+    }
+
+    #[test]
+    fn file_built_ins_in_pods_need_a_writable_claim_as_their_files_plug() {
+        let claim = "{files: {persistentVolumeClaim: {claimName: data}}}";
+        let file = "{type: builtin/file, config: {path: a, content: x}}";
+        assert!(
+            builtin_problems(claim, &format!("{{f: {file}, d: {{type: builtin/directory, config: {{path: d}}}}}}"))
+                .is_empty()
+        );
+        let cases = [
+            ("{}", "is given no plug `files`"),
+            ("{files: {secret: {name: s}}}", "not a PersistentVolumeClaim"),
+            ("{files: {persistentVolumeClaim: {claimName: data}, readOnly: true}}", "is readOnly"),
+            ("{files: {persistentVolumeClaim: {claimName: data}, resourceNames: [other]}}", "is given no plug `files`"),
+        ];
+        for (plugs, why) in cases {
+            let problems = builtin_problems(plugs, &format!("{{f: {file}}}"));
+            assert_eq!(problems.len(), 1, "{plugs}: {problems:?}");
+            assert!(problems[0].starts_with("resource `f` (builtin/file) needs a plug `files`"), "{}", problems[0]);
+            assert!(problems[0].contains(why), "{plugs}: {}", problems[0]);
+        }
+        // Every resource is named at once; what acts through the API is not concerned.
+        let problems = builtin_problems(
+            "{}",
+            "{a: {type: builtin/directory, config: {path: a}}, p: {type: builtin/package, config: {service: s, \
+             home: /h, version: v1, package: p.cronus}}, k: {type: builtin/kubernetes, config: {manifest: {}}}}",
+        );
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(problems[0].starts_with("resource `a` (builtin/directory)"), "{problems:?}");
+        assert!(problems[1].starts_with("resource `p` (builtin/package) cannot be used here"), "{problems:?}");
+        assert!(problems[1].contains("run it with the CLI"), "{problems:?}");
     }
 
     #[test]

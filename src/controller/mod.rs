@@ -323,7 +323,9 @@ pub async fn run(mut config: RunConfig, executors: Executors) -> Result<(), Erro
     };
     let local_programs = config.settings.allow_local_programs;
     let kube_objects = Arc::new(crate::kubernetes::KubeObjects::impersonating(executors.local, acting_config));
-    let dispatch = Arc::new(Dispatch { local: kube_objects.clone(), images, local_programs });
+    // In a cluster the file built-ins act in Pods too, on their `files` plug.
+    let builtins_with_images = pods.is_some();
+    let dispatch = Arc::new(Dispatch { local: kube_objects.clone(), images, local_programs, builtins_with_images });
     let executor = Arc::new(Budgeted::new(dispatch, executors.reads_per_second));
     let executor: Arc<dyn Executor> = Arc::new(MeteredExecutor { inner: executor, metrics: metrics.clone() });
     let mut ctx = Context::new(client.clone(), executor, config.settings.clone());

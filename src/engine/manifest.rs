@@ -291,20 +291,28 @@ pub fn parse_document(text: &str, json: bool) -> Result<ManifestSpec, String> {
     } else {
         serde_norway::from_str(text).map_err(|e| e.to_string())
     };
-    parsed.map_err(|message| match kubernetes_kind(text, json) {
-        Some(kind) => format!(
-            "{message}\n  hint: this is a Kubernetes object (kind: {kind}), not a manifest file; \
-             a Manifest custom resource is applied with `kubectl apply -f` and kept by `deployster controller`"
-        ),
-        None => message,
+    parsed.map_err(|message| {
+        let kinds = kubernetes_kinds(text, json);
+        let what = match kinds.as_slice() {
+            [] => return message,
+            [kind] => format!("this is a Kubernetes object (kind: {kind})"),
+            kinds => format!("this holds Kubernetes objects (kinds: {})", kinds.join(", ")),
+        };
+        format!(
+            "{message}\n  hint: {what}, not a manifest file; a Manifest custom resource is applied with `kubectl \
+             apply -f` and kept by `deployster controller`"
+        )
     })
 }
 
-/// The `kind` of a document that looks like a Kubernetes object (`apiVersion` and `kind`).
-fn kubernetes_kind(text: &str, json: bool) -> Option<String> {
-    let doc: Value = if json { serde_json::from_str(text).ok()? } else { serde_norway::from_str(text).ok()? };
-    doc.get("apiVersion")?;
-    Some(doc.get("kind")?.as_str()?.to_string())
+/// The `kind`s of the documents that look like Kubernetes objects (`apiVersion` and `kind`),
+/// in order: a file of several (a Manifest and the claim it plugs) is read whole.
+fn kubernetes_kinds(text: &str, json: bool) -> Vec<String> {
+    let kind = |doc: Value| Some(doc.get("kind")?.as_str()?.to_string()).filter(|_| doc.get("apiVersion").is_some());
+    if json {
+        return serde_json::from_str(text).ok().and_then(kind).into_iter().collect();
+    }
+    serde_norway::Deserializer::from_str(text).filter_map(|doc| kind(Value::deserialize(doc).ok()?)).collect()
 }
 
 /// Whether a file should be parsed as JSON (by extension) rather than YAML.

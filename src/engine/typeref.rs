@@ -36,6 +36,13 @@ impl TypeRef {
         ImageRef::parse(text).map(TypeRef::Image)
     }
 
+    /// A built-in that does nothing but read and write files (`builtin/directory`,
+    /// `builtin/file`): in a cluster, where the machine deployster runs on is no place to write
+    /// anything, its state and actions run in a Pod on its `files` plug.
+    pub fn is_file_builtin(&self) -> bool {
+        matches!(self, TypeRef::Builtin(name) if name == "directory" || name == "file")
+    }
+
     /// Whether the program sees host paths (local processes) or its own filesystem (containers).
     pub fn sees_host_paths(&self) -> bool {
         !matches!(self, TypeRef::Image(_))

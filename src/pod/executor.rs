@@ -29,6 +29,7 @@ use super::spec::{self, OWNER_LABEL, PlugSource, PodInvocation, PodPlug};
 use crate::crd::PodOptions;
 use crate::engine::executor::init_cache::{InitAnswers, InitKey};
 use crate::engine::executor::output::Capture;
+use crate::engine::executor::process::BUILTIN_SUBCOMMAND;
 use crate::engine::executor::{DEFAULT_OUTPUT_LIMIT, ExecError, Executor, Exit, Invocation, Outcome, Stream};
 use crate::engine::typeref::TypeRef;
 
@@ -649,6 +650,28 @@ impl PodExecutor {
     }
 }
 
+impl PodExecutor {
+    /// Runs a call to built-in `name` (one that [`TypeRef::is_file_builtin`]) in a Pod of
+    /// the helper's image, which is deployster: `deployster __type NAME ARGS`, on the plug it
+    /// must stay within ([`crate::builtins::confined`]).
+    async fn run_builtin(&self, name: &str, invocation: &Invocation) -> Result<Outcome, ExecError> {
+        crate::builtins::confined(&invocation.stdin)
+            .map_err(|why| pod_error("OutsidePlug", format!("builtin/{name}: {why}")))?;
+        let pass = invocation.labels.run_id.clone();
+        let scope = self.scope(&pass)?;
+        // A ServiceAccount that does not exist fails here, as for an image.
+        self.credentials(&pass, &scope).await?;
+        let helper = ImageRun {
+            pinned: self.settings.helper_image.clone(),
+            entrypoint: vec![spec::HELPER_BINARY.into(), BUILTIN_SUBCOMMAND.into(), name.into()],
+            cmd: Vec::new(),
+            // Set explicitly (the image's own user), so that a claim's volume is made writable.
+            non_root_uid: None,
+        };
+        self.run(invocation, &helper, &scope).await
+    }
+}
+
 /// Forgets a pass's scope when dropped.
 pub struct ScopeGuard {
     executor: Arc<PodExecutor>,
@@ -934,8 +957,13 @@ impl Executor for PodExecutor {
     }
 
     async fn invoke(&self, invocation: Invocation) -> Result<Outcome, ExecError> {
-        let TypeRef::Image(image) = &invocation.program else {
-            return Err(ExecError::Unavailable(format!("the Pod executor cannot run {}", invocation.program)));
+        let image = match &invocation.program {
+            TypeRef::Image(image) => image,
+            TypeRef::Builtin(name) if invocation.program.is_file_builtin() => {
+                let name = name.clone();
+                return self.run_builtin(&name, &invocation).await;
+            }
+            other => return Err(ExecError::Unavailable(format!("the Pod executor cannot run {other}"))),
         };
         let pass = invocation.labels.run_id.clone();
         let scope = self.scope(&pass)?;

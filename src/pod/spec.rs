@@ -21,6 +21,8 @@ use crate::crd::PodOptions;
 /// Where the helper is installed in the type's container, and where the request is mounted.
 const HELPER_DIR: &str = "/.deployster/bin";
 const REQUEST_DIR: &str = "/.deployster/request";
+/// Where the helper (deployster) is in its own image.
+pub const HELPER_BINARY: &str = "/deployster";
 /// The key of the invocation's Secret that holds the request.
 pub const REQUEST_KEY: &str = "request";
 /// The label every object of Deployster's carries (the sweep and the RBAC selectors use it).
@@ -178,7 +180,7 @@ pub fn pod(invocation: &PodInvocation, request_secret: &str) -> Pod {
     let mut command = vec![installed.display().to_string(), ENTRY_SUBCOMMAND.to_string()];
     command.extend(entry.args());
     let helper_command =
-        |flag: &str| vec!["/deployster".into(), ENTRY_SUBCOMMAND.into(), flag.into(), HELPER_DIR.into()];
+        |flag: &str| vec![HELPER_BINARY.into(), ENTRY_SUBCOMMAND.into(), flag.into(), HELPER_DIR.into()];
     let helper = Container {
         name: "helper".into(),
         image: Some(invocation.helper_image.clone()),

@@ -36,6 +36,22 @@ pub const BROKEN_TYPE_CASES: [(&str, &str); 6] = [
     ("strict: true", "P017"),
 ];
 
+/// `examples/k8s/builtins.yaml`'s Manifest as a controller that runs built-ins beside it
+/// (`--executor docker`) takes it: its files under `base` on this machine, and `plugs` (YAML
+/// lines indented by four, or nothing) for its `files` claim, which no Pod mounts there.
+pub fn builtins_example_on_this_machine(base: &Path, plugs: &str) -> String {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let example = std::fs::read_to_string(root.join("examples/k8s/builtins.yaml")).unwrap();
+    let manifest = example.split("\n---\n").find(|doc| doc.contains("kind: Manifest")).expect("the example's Manifest");
+    let (head, rest) = manifest.split_once("  plugs:\n").expect("the example's plugs");
+    let (_, resources) = rest.split_once("  resources:\n").expect("the example's resources");
+    let plugs = if plugs.is_empty() { String::new() } else { format!("  plugs:\n{plugs}") };
+    let head = head.lines().map(|l| {
+        if l.trim_start().starts_with("base:") { format!("    base: {}", base.display()) } else { l.to_string() }
+    });
+    format!("{}\n{plugs}  resources:\n{resources}\n", head.collect::<Vec<_>>().join("\n"))
+}
+
 /// The deployster binary under test.
 pub fn deployster() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_deployster"))

@@ -252,6 +252,25 @@ pub struct Dispatch {
     /// Whether local program paths may run. The controller refuses them by default: whoever
     /// can create a Manifest must not gain code execution in the controller.
     pub local_programs: bool,
+    /// Whether the state and actions of built-ins that act on files run where images do: the
+    /// controller's Pods ([`TypeRef::is_file_builtin`]). Their init, the same answer for
+    /// every resource, is still answered here.
+    pub builtins_with_images: bool,
+}
+
+impl Dispatch {
+    /// Local programs as `local` says, images on `images`, built-ins beside deployster.
+    pub fn new(local: Arc<dyn Executor>, images: Option<Arc<dyn Executor>>) -> Dispatch {
+        Dispatch { local, images, local_programs: true, builtins_with_images: false }
+    }
+
+    /// The executor of `invocation`'s images, when it is one it runs.
+    fn runs_with_images(&self, invocation: &Invocation) -> bool {
+        match &invocation.program {
+            TypeRef::Image(_) => true,
+            builtin => self.builtins_with_images && builtin.is_file_builtin() && !invocation.args.is_empty(),
+        }
+    }
 }
 
 fn no_image_executor(image: &super::typeref::ImageRef) -> ExecError {
@@ -284,16 +303,16 @@ impl Executor for Dispatch {
     }
 
     fn starts_program(&self, invocation: &Invocation) -> bool {
-        match (&invocation.program, &self.images) {
-            (TypeRef::Image(_), Some(images)) => images.starts_program(invocation),
-            (TypeRef::Image(_), None) => false,
-            _ => self.local.starts_program(invocation),
+        match (self.runs_with_images(invocation), &self.images) {
+            (true, Some(images)) => images.starts_program(invocation),
+            (true, None) => false,
+            (false, _) => self.local.starts_program(invocation),
         }
     }
 
     async fn invoke(&self, invocation: Invocation) -> Result<Outcome, ExecError> {
         match (&invocation.program, &self.images) {
-            (TypeRef::Image(_), Some(images)) => images.invoke(invocation).await,
+            (_, Some(images)) if self.runs_with_images(&invocation) => images.invoke(invocation).await,
             (TypeRef::Image(image), None) => Err(no_image_executor(image)),
             (TypeRef::Local(path), _) if !self.local_programs => Err(ExecError::Unavailable(format!(
                 "local programs are refused here ({}); use builtin/<name> or a Docker image",
@@ -315,7 +334,7 @@ mod tests {
     #[tokio::test]
     async fn without_an_image_executor_images_fail_once_with_a_clear_message() {
         let local = Arc::new(FakeExecutor::new(|_| FakeReply::default()));
-        let dispatch = Dispatch { local: local.clone(), images: None, local_programs: true };
+        let dispatch = Dispatch::new(local.clone(), None);
         let image = TypeRef::parse("registry.local:5000/acme/vm:1.2", std::path::Path::new("/")).unwrap();
         let err = dispatch.preflight(&[TypeRef::Builtin("file".into()), image]).await.unwrap_err();
         assert_eq!(err.reason(), "ExecutorUnavailable");
@@ -327,9 +346,36 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn in_a_cluster_file_built_ins_run_where_images_do_but_for_init() {
+        let local = Arc::new(FakeExecutor::new(|_| FakeReply::default()));
+        let images = Arc::new(FakeExecutor::new(|_| FakeReply::default()));
+        let dispatch = Dispatch { builtins_with_images: true, ..Dispatch::new(local.clone(), Some(images.clone())) };
+        let call = |name: &str, args: &[&str]| {
+            let mut invocation = Invocation::new(TypeRef::Builtin(name.into()), Duration::from_secs(1));
+            invocation.args = args.iter().map(|a| a.to_string()).collect();
+            invocation
+        };
+        for (name, args) in [("file", &["state"][..]), ("directory", &["create"]), ("file", &["delete"])] {
+            assert!(dispatch.starts_program(&call(name, args)), "{name} {args:?} starts a Pod");
+            dispatch.invoke(call(name, args)).await.unwrap();
+        }
+        for (name, args) in [("file", &[][..]), ("directory", &[]), ("kubernetes", &["state"]), ("package", &["state"])]
+        {
+            dispatch.invoke(call(name, args)).await.unwrap();
+        }
+        let args = |calls: Vec<fake::FakeCall>| calls.into_iter().map(|c| c.args.join(" ")).collect::<Vec<_>>();
+        assert_eq!(args(images.calls()), ["state", "create", "delete"]);
+        assert_eq!(args(local.calls()), ["", "", "state", "state"], "inits, builtin/kubernetes and the rest stay");
+        // Beside deployster (the CLI), every built-in stays.
+        let beside = Dispatch::new(local.clone(), Some(images.clone()));
+        beside.invoke(call("file", &["state"])).await.unwrap();
+        assert_eq!(images.calls().len(), 3);
+    }
+
+    #[tokio::test]
     async fn local_programs_can_be_refused() {
         let local = Arc::new(FakeExecutor::new(|_| FakeReply::default()));
-        let dispatch = Dispatch { local: local.clone(), images: None, local_programs: false };
+        let dispatch = Dispatch { local_programs: false, ..Dispatch::new(local.clone(), None) };
         let invocation = |program| Invocation::new(program, Duration::from_secs(1));
         let err = dispatch.invoke(invocation(TypeRef::Local("/bin/evil".into()))).await.unwrap_err();
         assert!(err.to_string().contains("local programs are refused here (/bin/evil)"), "{err}");
