@@ -181,7 +181,7 @@ async fn main() {
         times
     };
     println!(
-        "  a reconcile's check that its kept copy is current (metadata list): median {:.1?}, worst {:.1?}",
+        "  a reconcile's check that its kept copy is current (two metadata reads by name): median {:.1?}, worst {:.1?}",
         median(checks.clone()),
         checks.iter().max().unwrap()
     );

@@ -276,15 +276,27 @@ spec:
     assert!(metric(r#"deployster_pipeline_reconciles_total{result="failed"}"#) >= 2.0);
 }
 
-/// The example Pipeline, made as `name`, and a client of the cluster as the library uses one.
+/// The metrics that count the requests of [`pipeline_object`]'s clients (in this test process).
+fn metered() -> &'static std::sync::Arc<deployster::controller::metrics::Metrics> {
+    static METRICS: std::sync::OnceLock<std::sync::Arc<deployster::controller::metrics::Metrics>> =
+        std::sync::OnceLock::new();
+    METRICS.get_or_init(|| std::sync::Arc::new(deployster::controller::metrics::Metrics::new()))
+}
+
+/// The example Pipeline, made as `name`, and a client of the cluster as the controller uses one:
+/// each request counted in [`metered`]'s metrics.
 async fn pipeline_object(cluster: &Cluster, name: &str) -> (kube::Client, deployster::crd::pipeline::Pipeline) {
+    use deployster::controller::metrics::ApiMeteringLayer;
+    use deployster::controller::server::Readiness;
     cluster.apply_yaml(&pipeline_document().replace("name: release", &format!("name: {name}")));
     let kubeconfig = kube::config::Kubeconfig::read_from(&cluster.kubeconfig).unwrap();
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await.unwrap();
-    let client = deployster::controller::connect(config).unwrap();
-    let api: kube::Api<deployster::crd::pipeline::Pipeline> = kube::Api::namespaced(client.clone(), &cluster.namespace);
+    // The object as the controller's watch has it: read by the test, not counted.
+    let reader = deployster::controller::connect(config.clone()).unwrap();
+    let api: kube::Api<deployster::crd::pipeline::Pipeline> = kube::Api::namespaced(reader, &cluster.namespace);
     let object = api.get(name).await.unwrap();
-    (client, object)
+    let layer = ApiMeteringLayer { metrics: metered().clone(), readiness: std::sync::Arc::new(Readiness::new(1)) };
+    (deployster::controller::connect_metered(config, layer).unwrap(), object)
 }
 
 /// The log in ConfigMaps, through the library: entries fill ConfigMaps in order and read back
@@ -335,8 +347,17 @@ async fn the_log_fills_config_maps_in_order_and_refuses_a_stale_writer() {
     let again = logs.get(client.clone(), &object).await.unwrap();
     assert!(!std::sync::Arc::ptr_eq(&kept, &again));
     assert_eq!(again.recent("", usize::MAX).unwrap().len(), 60);
-    let same = logs.get(client, &object).await.unwrap();
+    let same = logs.get(client.clone(), &object).await.unwrap();
     assert!(std::sync::Arc::ptr_eq(&again, &same), "unchanged, it is kept");
+    // Another writer starts a new ConfigMap, leaving the newest as it was: read anew all the same.
+    let (_, before, _) = log.where_kept();
+    let mut large = entry(60);
+    large.detail = serde_json::json!({"text": "x".repeat(2048)});
+    log.append(std::slice::from_ref(&large)).unwrap();
+    assert_eq!(log.where_kept().1, before + 1, "a new ConfigMap");
+    let fresh = logs.get(client, &object).await.unwrap();
+    assert!(!std::sync::Arc::ptr_eq(&same, &fresh));
+    assert_eq!(fresh.recent("", 1).unwrap(), [large]);
 }
 
 /// Past a few ConfigMaps the log is compacted into one, marked as its base: read anew it is
@@ -412,4 +433,9 @@ async fn a_long_log_is_compacted_into_one_config_map_and_read_back_as_such() {
     assert!(
         listed["items"].as_array().unwrap().iter().any(|c| c["metadata"]["annotations"][BASE_ANNOTATION] == "true")
     );
+    // What the log asked of the server, the compaction's deletions among it, is what the
+    // controller's RBAC (and the chart) grants.
+    let calls = support::cluster::api_requests_in(&metered().encode());
+    assert!(calls.contains_key(&("delete".into(), "".into(), "configmaps".into())), "{calls:?}");
+    support::cluster::assert_listed(&calls);
 }

@@ -251,7 +251,7 @@ pub fn connect(config: kube::Config) -> Result<Client, Error> {
 }
 
 /// A client whose every request is counted and tells readiness whether the API answers.
-fn connect_metered(config: kube::Config, layer: ApiMeteringLayer) -> Result<Client, Error> {
+pub fn connect_metered(config: kube::Config, layer: ApiMeteringLayer) -> Result<Client, Error> {
     crate::pod::install_crypto();
     Ok(kube::client::ClientBuilder::try_from(config)?.with_layer(&layer).build())
 }

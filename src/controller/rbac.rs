@@ -56,10 +56,12 @@ pub const API_ACCESS: &[Access] = &[
         verbs: &["get", "list", "watch", "create", "update"],
         scope: Scope::Watched,
     },
+    // Besides: a Pipeline's log (src/controller/pipelines/log.rs), ConfigMaps it owns, created,
+    // replaced, read by name, listed, and deleted once compacted.
     Access {
         group: "",
         resource: "configmaps",
-        verbs: &["get", "list", "watch", "create", "update"],
+        verbs: &["get", "list", "watch", "create", "update", "delete"],
         scope: Scope::Watched,
     },
     // builtin/kubernetes (src/kubernetes): each pass acts as its Manifest's ServiceAccount by

@@ -271,6 +271,21 @@ impl ConfigMapLog {
         Ok(true)
     }
 
+    /// Whether the ConfigMaps are still as this log last wrote them: its newest unchanged (an
+    /// append or a compaction's seal changes it) and none after it (an append that started a
+    /// new one). Two reads of metadata by name, however long the log.
+    async fn is_current(&self) -> Result<bool, kube::Error> {
+        let newest = self.newest.lock().expect("log lock").clone();
+        let next = format!("{}-log-{}", self.pipeline, newest.as_ref().map_or(0, |n| n.index + 1));
+        let unchanged = async {
+            let Some(newest) = &newest else { return Ok(true) };
+            let now = self.api.get_metadata_opt(&newest.name).await?;
+            Ok::<_, kube::Error>(now.is_some_and(|m| m.resource_version() == newest.resource_version))
+        };
+        let (unchanged, next) = tokio::join!(unchanged, self.api.get_metadata_opt(&next));
+        Ok(unchanged? && next?.is_none())
+    }
+
     fn failed(&self, shown: &str, e: kube::Error) -> HistoryError {
         let message = match &e {
             // 404: a compaction by another writer deleted the ConfigMap this one appended to.
@@ -325,19 +340,15 @@ pub struct Logs(Mutex<BTreeMap<String, Arc<ConfigMapLog>>>);
 
 impl Logs {
     /// The log of `pipeline`: the one kept, when its ConfigMaps are still as this replica last
-    /// wrote them (a metadata list says), else read anew.
+    /// wrote them ([`ConfigMapLog::is_current`]), else read anew.
     pub async fn get(&self, client: kube::Client, pipeline: &Pipeline) -> Result<Arc<ConfigMapLog>, HistoryError> {
         let uid = pipeline.uid().unwrap_or_default();
         let kept = self.0.lock().expect("logs lock").get(&uid).cloned();
         if let Some(log) = kept {
-            let listed = log.api.list_metadata(&ListParams::default().labels(&selector(&uid))).await.map_err(|e| {
-                HistoryError::Store { path: format!("the log of Pipeline {}", log.pipeline), message: e.to_string() }
+            let current = log.is_current().await.map_err(|e| HistoryError::Store {
+                path: format!("the log of Pipeline {}", log.pipeline),
+                message: e.to_string(),
             })?;
-            let newest = log.newest.lock().expect("log lock").clone();
-            let current = listed.items.len() as u32 == *log.chunks.lock().expect("log lock")
-                && newest.is_none_or(|n| {
-                    listed.items.iter().any(|m| m.name_any() == n.name && m.resource_version() == n.resource_version)
-                });
             if current {
                 return Ok(log);
             }
