@@ -367,16 +367,9 @@ async fn the_log_fills_config_maps_in_order_and_refuses_a_stale_writer() {
 async fn a_long_log_is_compacted_into_one_config_map_and_read_back_as_such() {
     use deployster::controller::pipelines::log::{BASE_ANNOTATION, ConfigMapLog};
     use deployster::history::{Entry, Event, History};
-    use deployster::pipeline::spec::{Files, PipelineSpec, compile};
     let cluster = Cluster::new("pipeline-compact");
     let (client, object) = pipeline_object(&cluster, "compacted").await;
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("app.yaml"), "resources: {}\n").unwrap();
-    let spec: PipelineSpec = serde_norway::from_str(
-        "revision: \"{{ version }}\"\nstages:\n  - {name: staging, targets: [{name: stg, manifest: app.yaml}], steps: [deploy]}\n",
-    )
-    .unwrap();
-    let pipeline = compile("compacted", &spec, &Files::new(dir.path())).unwrap();
+    let pipeline = one_stage("compacted");
 
     // 100 runs through, each registered, its deploy and its markers.
     let run = |n: usize| -> Vec<Entry> {
@@ -415,7 +408,7 @@ async fn a_long_log_is_compacted_into_one_config_map_and_read_back_as_such() {
     let listed = cluster.get(&["configmaps", "-l", &selector]).unwrap();
     let items = listed["items"].as_array().unwrap();
     assert_eq!(items.len(), 1, "{listed}");
-    assert_eq!(items[0]["metadata"]["annotations"][BASE_ANNOTATION], "true");
+    assert_eq!(items[0]["metadata"]["annotations"][BASE_ANNOTATION], "1", "a base of one ConfigMap");
 
     // A writer whose view is from before the compaction cannot append where no one reads.
     let refused = stale.append(&run(500)).unwrap_err().to_string();
@@ -430,12 +423,91 @@ async fn a_long_log_is_compacted_into_one_config_map_and_read_back_as_such() {
     let read = ConfigMapLog::open(client.clone(), &object).await.unwrap();
     assert_eq!(read.where_kept().2, 11);
     let listed = cluster.get(&["configmaps", "-l", &selector]).unwrap();
-    assert!(
-        listed["items"].as_array().unwrap().iter().any(|c| c["metadata"]["annotations"][BASE_ANNOTATION] == "true")
-    );
+    assert!(listed["items"].as_array().unwrap().iter().any(|c| c["metadata"]["annotations"][BASE_ANNOTATION] == "1"));
     // What the log asked of the server, the compaction's deletions among it, is what the
     // controller's RBAC (and the chart) grants.
     let calls = support::cluster::api_requests_in(&metered().encode());
     assert!(calls.contains_key(&("delete".into(), "".into(), "configmaps".into())), "{calls:?}");
     support::cluster::assert_listed(&calls);
+}
+
+/// A compiled pipeline `name` of one stage, `staging`, of one target, `stg`, deployed.
+fn one_stage(name: &str) -> deployster::pipeline::spec::Pipeline {
+    use deployster::pipeline::spec::{Files, PipelineSpec, compile};
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("app.yaml"), "resources: {}\n").unwrap();
+    let spec: PipelineSpec = serde_norway::from_str(
+        "revision: \"{{ version }}\"\nstages:\n  - {name: staging, targets: [{name: stg, manifest: app.yaml}], steps: [deploy]}\n",
+    )
+    .unwrap();
+    compile(name, &spec, &Files::new(dir.path())).unwrap()
+}
+
+/// A live run keeps all its entries through a compaction: when they fill more than one
+/// ConfigMap, the base spans several, its last written last and marked with their number; read
+/// anew it is the compacted log. The parts of a compaction cut short (no last ConfigMap) are
+/// skipped by readers, and appends go on past them.
+#[ignore = "needs a Kubernetes API server: DEPLOYSTER_E2E_KUBECONFIG=<kubeconfig ../shared/apiserver/up.sh prints> cargo test --test e2e_pipeline -- --include-ignored"]
+#[tokio::test(flavor = "multi_thread")]
+async fn a_live_run_too_large_for_one_config_map_is_compacted_into_several() {
+    use deployster::controller::pipelines::log::{BASE_ANNOTATION, ConfigMapLog, PART_ANNOTATION};
+    use deployster::history::{Entry, Event, History};
+    use kube::ResourceExt;
+    let cluster = Cluster::new("pipeline-parts");
+    let (client, object) = pipeline_object(&cluster, "parted").await;
+    let pipeline = one_stage("parted");
+    let entry = |run: &str, target: &str, event, i: usize| Entry {
+        id: run.into(),
+        target: target.into(),
+        revision: run.into(),
+        event,
+        at: i as i64,
+        detail: serde_json::json!({"i": i, "pad": "x".repeat(200)}),
+    };
+    let log = ConfigMapLog::open(client.clone(), &object).await.unwrap().with_chunk_bytes(2048).with_base_bytes(4096);
+    let deploy = "pipeline/staging/all/stg/deploy";
+    // A run that ended, then a live one whose 60 attempts at its step (about 17 KiB) all stay.
+    log.append(&[entry("old", "pipeline", Event::RevisionRegistered, 0)]).unwrap();
+    log.append(&[entry("old", deploy, Event::StepStarted, 0)]).unwrap();
+    log.append(&[entry("old", "pipeline", Event::PipelineFinishedSuccessfully, 1)]).unwrap();
+    log.append(&[entry("live", "pipeline", Event::RevisionRegistered, 2)]).unwrap();
+    for i in 0..60 {
+        log.append(&[entry("live", deploy, Event::StepStarted, 3 + i)]).unwrap();
+    }
+    let before = log.recent("", usize::MAX).unwrap();
+    assert!(log.compact(&pipeline).await.unwrap());
+    let (selector, parts, count) = log.where_kept();
+    assert!(parts >= 4, "{parts} ConfigMaps of at most 4 KiB");
+    assert_eq!(count, 61 + 2, "the live run whole, and the ended run's registration and end");
+    let listed = cluster.get(&["configmaps", "-l", &selector]).unwrap();
+    let items = listed["items"].as_array().unwrap();
+    assert_eq!(items.len() as u32, parts, "nothing from before the compaction: {listed}");
+    let bases: Vec<&serde_json::Value> =
+        items.iter().filter(|c| c["metadata"]["annotations"][BASE_ANNOTATION].is_string()).collect();
+    assert_eq!(bases.len(), 1);
+    assert_eq!(bases[0]["metadata"]["annotations"][BASE_ANNOTATION], parts.to_string().as_str());
+    let head = bases[0]["metadata"]["name"].as_str().unwrap().to_string();
+    let head_index = head.rsplit('-').next().unwrap().to_string();
+    let of_head = items.iter().filter(|c| c["metadata"]["annotations"][PART_ANNOTATION] == head_index.as_str());
+    assert_eq!(of_head.count() as u32, parts - 1, "{listed}");
+    let compacted = log.recent("", usize::MAX).unwrap();
+    assert_eq!(before.len() - compacted.len(), 1, "the ended run's step start goes");
+    let read = ConfigMapLog::open(client.clone(), &object).await.unwrap();
+    assert_eq!(read.recent("", usize::MAX).unwrap(), compacted, "read anew, the compacted log");
+
+    // A compaction cut short: a part of a base that was never written.
+    let orphan = format!("parted-log-{}", head_index.parse::<u32>().unwrap() + 5);
+    cluster.apply_yaml(&format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {orphan}\n  labels: {{deployster.io/pipeline-log: {uid}}}\n  \
+         annotations: {{{PART_ANNOTATION}: \"999\"}}\ndata:\n  entries: |\n    {line}\n",
+        uid = object.uid().unwrap(),
+        line = serde_json::to_string(&entry("ghost", deploy, Event::StepStarted, 999)).unwrap(),
+    ));
+    let read = ConfigMapLog::open(client.clone(), &object).await.unwrap().with_chunk_bytes(2048);
+    assert_eq!(read.recent("", usize::MAX).unwrap(), compacted, "the unfinished base's part is skipped");
+    let after = entry("live", deploy, Event::StepSucceeded, 100);
+    read.append(std::slice::from_ref(&after)).unwrap();
+    let again = ConfigMapLog::open(client.clone(), &object).await.unwrap();
+    assert_eq!(again.recent("", 1).unwrap(), [after], "appended past it");
+    assert_eq!(again.where_kept().2, compacted.len() as u64 + 1);
 }
