@@ -198,7 +198,7 @@ async fn start_api(dir: &std::path::Path) -> (std::process::Child, kube::Client)
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     let config = kube::Config::new(format!("http://127.0.0.1:{port}").parse().expect("a URL"));
-    (child, deployster::controller::connect(config).expect("client"))
+    (child, deployster::client::connect(config).expect("client"))
 }
 
 /// The executor the controller runs with, and what it counts.

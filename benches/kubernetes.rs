@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use deployster::controller::metrics::{ApiMeteringLayer, Metrics};
-use deployster::controller::server::Readiness;
+use deployster::controller::readiness::Readiness;
 use deployster::engine::context::RunOptions;
 use deployster::engine::events::ApproveAll;
 use deployster::engine::executor::fake::FakeExecutor;
@@ -53,7 +53,7 @@ fn main() {
         )
         .await
         .unwrap();
-        deployster::pod::install_crypto();
+        deployster::client::install_crypto();
         let client = kube::client::ClientBuilder::try_from(config).unwrap().with_layer(&layer).build();
         let others = Arc::new(FakeExecutor::new(|_| unreachable!("only builtin/kubernetes")));
         let executor = Arc::new(KubeObjects::with_client(others, client));

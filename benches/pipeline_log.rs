@@ -79,7 +79,7 @@ async fn main() {
     let entries: usize = std::env::var("DEPLOYSTER_BENCH_ENTRIES").ok().and_then(|n| n.parse().ok()).unwrap_or(100_000);
     let kubeconfig = kube::config::Kubeconfig::read_from(&path).expect("read the kubeconfig");
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await.expect("kubeconfig");
-    let client = deployster::controller::connect(config).expect("client");
+    let client = deployster::client::connect(config).expect("client");
 
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let apply = PatchParams::apply("deployster-bench").force();

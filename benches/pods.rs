@@ -44,7 +44,7 @@ fn main() {
     kubectl(&["create", "namespace", &namespace]);
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     runtime.block_on(async {
-        deployster::pod::install_crypto();
+        deployster::client::install_crypto();
         let config = kube::Config::from_custom_kubeconfig(
             kube::config::Kubeconfig::read_from(&env.kubeconfig).expect("kubeconfig"),
             &Default::default(),

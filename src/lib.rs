@@ -10,6 +10,8 @@
 pub mod builtins;
 pub mod cli;
 #[cfg(feature = "kube")]
+pub mod client;
+#[cfg(feature = "kube")]
 pub mod controller;
 #[cfg(feature = "kube")]
 pub mod crd;

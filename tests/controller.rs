@@ -528,7 +528,7 @@ async fn a_client_for_a_tls_api_server_can_be_made_whatever_crypto_features_the_
     // This test binary enables both rustls providers (kube-fake-client asks for aws-lc-rs, we
     // for ring); left to choose, rustls panics building the first TLS client.
     let config = kube::Config::new("https://127.0.0.1:6443".parse().unwrap());
-    deployster::controller::connect(config).expect("a client");
+    deployster::client::connect(config).expect("a client");
 }
 
 #[tokio::test]

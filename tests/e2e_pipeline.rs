@@ -287,12 +287,12 @@ fn metered() -> &'static std::sync::Arc<deployster::controller::metrics::Metrics
 /// each request counted in [`metered`]'s metrics.
 async fn pipeline_object(cluster: &Cluster, name: &str) -> (kube::Client, deployster::crd::pipeline::Pipeline) {
     use deployster::controller::metrics::ApiMeteringLayer;
-    use deployster::controller::server::Readiness;
+    use deployster::controller::readiness::Readiness;
     cluster.apply_yaml(&pipeline_document().replace("name: release", &format!("name: {name}")));
     let kubeconfig = kube::config::Kubeconfig::read_from(&cluster.kubeconfig).unwrap();
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await.unwrap();
     // The object as the controller's watch has it: read by the test, not counted.
-    let reader = deployster::controller::connect(config.clone()).unwrap();
+    let reader = deployster::client::connect(config.clone()).unwrap();
     let api: kube::Api<deployster::crd::pipeline::Pipeline> = kube::Api::namespaced(reader, &cluster.namespace);
     let object = api.get(name).await.unwrap();
     let layer = ApiMeteringLayer { metrics: metered().clone(), readiness: std::sync::Arc::new(Readiness::new(1)) };

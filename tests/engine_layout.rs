@@ -51,3 +51,82 @@ fn engine_modules_import_each_other_without_cycles() {
     }
     assert!(left.is_empty(), "engine modules on (or importing) an import cycle: {left:?}");
 }
+
+/// Every file of `src/` as a module path (`controller::pipelines::log`; `crate` for lib.rs).
+fn src_modules() -> BTreeMap<String, std::path::PathBuf> {
+    fn walk(dir: &Path, found: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, found);
+            } else if path.extension().is_some_and(|x| x == "rs") {
+                found.push(path);
+            }
+        }
+    }
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    walk(&src, &mut files);
+    files
+        .into_iter()
+        .map(|path| {
+            let relative = path.strip_prefix(&src).unwrap().with_extension("");
+            let parts: Vec<String> = relative.iter().map(|p| p.to_string_lossy().into_owned()).collect();
+            let module = match parts.as_slice() {
+                [only] if only == "lib" || only == "main" => "crate".to_string(),
+                [dirs @ .., last] if last == "mod" => dirs.join("::"),
+                all => all.join("::"),
+            };
+            (module, path)
+        })
+        .collect()
+}
+
+/// Module → the modules of `src/` its code (comments and unit tests aside) names through
+/// `crate::` or `super::`, each resolved to the longest module path it starts with.
+fn src_imports() -> BTreeMap<String, BTreeSet<String>> {
+    let modules = src_modules();
+    let reference = regex::Regex::new(r"\b(crate|super)::([a-z_][a-z0-9_]*(?:::[a-z_][a-z0-9_]*)*)").unwrap();
+    let resolve = |path: &str| {
+        let parts: Vec<&str> = path.split("::").collect();
+        (1..=parts.len()).rev().map(|n| parts[..n].join("::")).find(|m| modules.contains_key(m))
+    };
+    modules
+        .iter()
+        .map(|(module, path)| {
+            let text = std::fs::read_to_string(path).unwrap();
+            let code = text.split("#[cfg(test)]\nmod tests").next().unwrap();
+            let code: String = code.lines().map(|l| l.split("//").next().unwrap()).collect::<Vec<_>>().join("\n");
+            let parent = module.rsplit_once("::").map_or("", |(p, _)| p);
+            let used = reference
+                .captures_iter(&code)
+                .filter_map(|c| match &c[1] {
+                    "crate" => resolve(&c[2]),
+                    _ if parent.is_empty() => resolve(&c[2]),
+                    _ => resolve(&format!("{parent}::{}", &c[2])),
+                })
+                .filter(|m| m != module)
+                .collect();
+            (module.clone(), used)
+        })
+        .collect()
+}
+
+/// Issue 36: no two modules anywhere in `src/` import each other, directly or round a circle.
+#[test]
+fn no_module_of_src_is_on_an_import_cycle() {
+    let imports = src_imports();
+    assert!(imports["kubernetes"].contains("client"), "the walk sees what it should: {:?}", imports["kubernetes"]);
+    let mut left = imports.clone();
+    while let Some(leaf) =
+        left.iter().find(|(_, used)| used.iter().all(|m| !left.contains_key(m))).map(|(n, _)| n.clone())
+    {
+        left.remove(&leaf);
+    }
+    // What remains is on a cycle, or imports a module that is: name the cycles' edges.
+    let on_cycle: Vec<String> = left
+        .iter()
+        .flat_map(|(m, used)| used.iter().filter(|u| left.contains_key(*u)).map(move |u| format!("{m} -> {u}")))
+        .collect();
+    assert!(on_cycle.is_empty(), "modules of src/ on (or importing) an import cycle: {on_cycle:#?}");
+}

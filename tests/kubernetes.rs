@@ -29,9 +29,8 @@ fn resource_version(cluster: &Cluster, object: &[&str]) -> String {
 /// The type as the engine would call it, with the test server's client (the library's own
 /// kubeconfig loading), and no other type behind it.
 async fn objects_on(cluster: &Cluster) -> KubeObjects {
-    let kubeconfig =
-        deployster::kubernetes::Kubeconfig { file: Some(cluster.kubeconfig.clone().into()), context: None };
-    let client = deployster::controller::connect(kubeconfig.load().await.unwrap()).unwrap();
+    let kubeconfig = deployster::client::Kubeconfig { file: Some(cluster.kubeconfig.clone().into()), context: None };
+    let client = deployster::client::connect(kubeconfig.load().await.unwrap()).unwrap();
     let others = Arc::new(FakeExecutor::new(|_: &FakeCall| -> FakeReply { unreachable!("no other type") }));
     KubeObjects::with_client(others, client)
 }

@@ -746,15 +746,14 @@ pub enum CrdKind {
 /// containers (connected to only when a manifest uses one) or as Pods (`--executor pod`).
 pub(super) async fn executor(args: &ImageArgs) -> Result<Arc<dyn Executor>, CliError> {
     #[cfg(feature = "kube")]
-    let cluster =
-        crate::kubernetes::Kubeconfig { file: args.pods.kubeconfig.clone(), context: args.pods.context.clone() };
+    let cluster = crate::client::Kubeconfig { file: args.pods.kubeconfig.clone(), context: args.pods.context.clone() };
     #[cfg(not(feature = "kube"))]
     let cluster = ();
     executor_with(image_executor(args).await?, cluster)
 }
 
 #[cfg(feature = "kube")]
-type Cluster = crate::kubernetes::Kubeconfig;
+type Cluster = crate::client::Kubeconfig;
 #[cfg(not(feature = "kube"))]
 type Cluster = ();
 
@@ -805,13 +804,12 @@ async fn image_executor(args: &ImageArgs) -> Result<Option<Arc<dyn Executor>>, C
 #[cfg(feature = "kube")]
 async fn pod_executor(args: &PodArgs) -> Result<Arc<dyn Executor>, CliError> {
     use crate::pod::executor::{PodExecutor, PodSettings};
-    crate::pod::install_crypto();
     let cluster =
         |e: &dyn std::fmt::Display| CliError::Refused(format!("--executor pod: cannot reach the cluster: {e}"));
-    let kubeconfig = crate::kubernetes::Kubeconfig { file: args.kubeconfig.clone(), context: args.context.clone() };
+    let kubeconfig = crate::client::Kubeconfig { file: args.kubeconfig.clone(), context: args.context.clone() };
     let config = kubeconfig.load().await.map_err(|e| cluster(&e))?;
     let namespace = args.namespace.clone().unwrap_or_else(|| config.default_namespace.clone());
-    let client = kube::Client::try_from(config).map_err(|e| cluster(&e))?;
+    let client = crate::client::connect(config).map_err(|e| cluster(&e))?;
     let mut settings = PodSettings::new(namespace, helper_image(&args.helper_image));
     if let Some(scope) = &mut settings.scope {
         scope.service_account = args.service_account.clone();

@@ -14,7 +14,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use super::rbac::ApiCall;
-use super::server::Readiness;
+use super::readiness::Readiness;
 use super::status::PassResult;
 use crate::engine::executor::{ExecError, Executor, Invocation, Outcome};
 

@@ -15,6 +15,7 @@ pub mod metrics;
 pub mod outputs;
 pub mod pipelines;
 pub mod rbac;
+pub mod readiness;
 pub mod reconcile;
 pub mod server;
 pub mod status;
@@ -51,8 +52,8 @@ use crate::stop::{Cancel, Stop};
 pub use error::Error;
 use leader::{Leadership, LeaseConfig};
 use metrics::{ApiMeteringLayer, MeteredExecutor, Metrics, Timer};
+use readiness::Readiness;
 pub use reconcile::Next;
-use server::Readiness;
 
 /// How the controller runs passes.
 #[derive(Debug, Clone)]
@@ -242,17 +243,9 @@ pub async fn check_crd(client: &Client) -> Result<(), Error> {
     check_access(client, &[]).await
 }
 
-/// A client for `config`. The TLS crypto provider is chosen here rather than left to rustls's
-/// crate features: when a build enables both of its providers (another crate in the build may
-/// ask for aws-lc-rs), rustls cannot choose and panics on the first connection.
-pub fn connect(config: kube::Config) -> Result<Client, Error> {
-    crate::pod::install_crypto();
-    Ok(Client::try_from(config)?)
-}
-
 /// A client whose every request is counted and tells readiness whether the API answers.
 pub fn connect_metered(config: kube::Config, layer: ApiMeteringLayer) -> Result<Client, Error> {
-    crate::pod::install_crypto();
+    crate::client::install_crypto();
     Ok(kube::client::ClientBuilder::try_from(config)?.with_layer(&layer).build())
 }
 
@@ -315,7 +308,7 @@ pub async fn run(mut config: RunConfig, executors: Executors) -> Result<(), Erro
         Images::None => (None, None),
         Images::Here(executor) => (Some(executor), None),
         Images::Pods(settings) => {
-            crate::pod::install_crypto();
+            crate::client::install_crypto();
             let pods = Arc::new(PodExecutor::new(client.clone(), *settings));
             config.settings.plugs = inputs::Plugs::Volumes;
             (Some(pods.clone() as Arc<dyn Executor>), Some(pods))

@@ -2,7 +2,6 @@
 //! answers), `/readyz` (every watch cache has synced and the API server answers).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 use axum::Router;
 use axum::extract::State;
@@ -12,56 +11,7 @@ use axum::routing::get;
 use tokio::net::TcpListener;
 
 use super::metrics::Metrics;
-
-/// Whether the controller can do its job: each watch has listed its Manifests once, and the
-/// last request to the API server got an answer.
-pub struct Readiness {
-    synced: Vec<AtomicBool>,
-    /// `UNKNOWN` until the first answer (start-up failures are errors, not flips), then
-    /// `REACHABLE` or `UNREACHABLE`.
-    api: AtomicU8,
-}
-
-const UNKNOWN: u8 = 0;
-const REACHABLE: u8 = 1;
-const UNREACHABLE: u8 = 2;
-
-impl Readiness {
-    /// For `watches` watch caches.
-    pub fn new(watches: usize) -> Self {
-        Self { synced: (0..watches).map(|_| AtomicBool::new(false)).collect(), api: AtomicU8::new(UNKNOWN) }
-    }
-
-    pub fn synced(&self, watch: usize) {
-        if !self.synced[watch].swap(true, Ordering::SeqCst) {
-            tracing::info!(watch, "watch cache synced");
-        }
-    }
-
-    /// Records whether a request reached the API server; says so in the log when it flips.
-    pub fn api_answered(&self, answered: bool, error: impl FnOnce() -> String) {
-        let was = self.api.swap(if answered { REACHABLE } else { UNREACHABLE }, Ordering::SeqCst);
-        match (was, answered) {
-            (REACHABLE, false) => tracing::warn!(
-                error = %error(),
-                "the Kubernetes API server is unreachable: not ready; the watches and the lease retry with backoff"
-            ),
-            (UNREACHABLE, true) => tracing::info!("the Kubernetes API server answers again"),
-            _ => {}
-        }
-    }
-
-    /// Why the controller is not ready, or `None` when it is.
-    pub fn problem(&self) -> Option<&'static str> {
-        if !self.synced.iter().all(|s| s.load(Ordering::SeqCst)) {
-            Some("the watch caches have not synced yet")
-        } else if self.api.load(Ordering::SeqCst) == UNREACHABLE {
-            Some("the Kubernetes API server is unreachable")
-        } else {
-            None
-        }
-    }
-}
+use super::readiness::Readiness;
 
 #[derive(Clone)]
 struct Admin {

@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::error::{Cause, Phase, ResourceError};
 use super::events::{IntentError, Observer, RunEvent};
-use super::executor::process::RUN_ID_ENV;
+use super::executor::RUN_ID_ENV;
 use super::executor::{Executor, Invocation, InvocationLabels, LineSink, Mount, Outcome as ExecOutcome, Stream};
 use super::messages::{Line, Message, Progress, Reader};
 use super::protocol::{InitResponse, Invocable};

@@ -16,7 +16,8 @@ use serde_json::Value;
 
 mod budget;
 mod folding;
-pub use budget::RENDER_BUDGET;
+mod limits;
+pub use limits::RENDER_BUDGET;
 
 /// One step of a path into a JSON value.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -206,7 +207,7 @@ fn describe(e: &minijinja::Error) -> String {
     if e.kind() == minijinja::ErrorKind::OutOfFuel {
         return format!("rendering took more than {TEMPLATE_FUEL} steps and was stopped (a loop too large?)");
     }
-    if e.detail() == Some(budget::OVER_BUDGET) {
+    if e.detail() == Some(limits::OVER_BUDGET) {
         return format!(
             "rendering would build or handle more than {} MiB and was stopped (a value, a filter or a loop too large?)",
             RENDER_BUDGET >> 20

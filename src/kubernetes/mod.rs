@@ -50,6 +50,7 @@ use kube::discovery::{ApiCapabilities, Scope};
 use serde_json::{Value, json};
 use tokio::sync::OnceCell;
 
+use crate::client::{Kubeconfig, acting_as};
 use crate::engine::executor::{ExecError, Executor, Exit, Invocation, Outcome, Stream};
 use crate::engine::typeref::TypeRef;
 use ownership::Force;
@@ -97,36 +98,6 @@ struct Identity {
     namespace: String,
 }
 
-/// Which cluster: a kubeconfig file and context, each else the usual default.
-#[derive(Debug, Clone, Default)]
-pub struct Kubeconfig {
-    /// [default: KUBECONFIG, then ~/.kube/config, then in-cluster configuration]
-    pub file: Option<std::path::PathBuf>,
-    /// [default: the kubeconfig's current context]
-    pub context: Option<String>,
-}
-
-impl Kubeconfig {
-    pub async fn load(&self) -> Result<kube::Config, String> {
-        let Kubeconfig { file, context } = self;
-        if file.is_none() && context.is_none() {
-            return kube::Config::infer().await.map_err(|e| {
-                format!("no cluster to talk to (KUBECONFIG, ~/.kube/config or in-cluster configuration): {e}")
-            });
-        }
-        let read = match file {
-            Some(file) => kube::config::Kubeconfig::read_from(file)
-                .map_err(|e| format!("cannot read the kubeconfig {}: {e}", file.display())),
-            None => kube::config::Kubeconfig::read().map_err(|e| format!("cannot read the kubeconfig: {e}")),
-        }?;
-        let options = kube::config::KubeConfigOptions { context: context.clone(), ..Default::default() };
-        kube::Config::from_custom_kubeconfig(read, &options).await.map_err(|e| match context {
-            Some(context) => format!("cannot use context `{context}` of the kubeconfig: {e}"),
-            None => format!("cannot use the kubeconfig: {e}"),
-        })
-    }
-}
-
 impl KubeObjects {
     pub fn new(others: Arc<dyn Executor>, cluster: Kubeconfig) -> Self {
         Self {
@@ -168,7 +139,7 @@ impl KubeObjects {
                 let mut clients = clients.lock().expect("clients lock");
                 match clients.get(&format!("{namespace}/{account}")) {
                     Some(client) => Ok(client.clone()),
-                    None => crate::controller::connect(acting_as(config, namespace, account))
+                    None => crate::client::connect(acting_as(config, namespace, account))
                         .map(|client| clients.entry(format!("{namespace}/{account}")).or_insert(client).clone())
                         .map_err(|e| {
                             format!("cannot make a client acting as ServiceAccount {namespace}/{account}: {e}")
@@ -198,7 +169,7 @@ impl KubeObjects {
         self.client
             .get_or_init(|| async {
                 let config = self.cluster.load().await?;
-                crate::controller::connect(config).map_err(|e| format!("cannot make a client of the kubeconfig: {e}"))
+                crate::client::connect(config).map_err(|e| format!("cannot make a client of the kubeconfig: {e}"))
             })
             .await
             .clone()
@@ -289,17 +260,6 @@ impl Drop for IdentityGuard {
     fn drop(&mut self) {
         self.objects.identities.lock().expect("identities lock").remove(&self.run_id);
     }
-}
-
-/// `config`, acting as ServiceAccount `account` of `namespace`: the API server authorizes each
-/// request as that account (and its groups) once it has checked that `config`'s user may
-/// `impersonate` it.
-fn acting_as(config: &kube::Config, namespace: &str, account: &str) -> kube::Config {
-    let mut config = config.clone();
-    config.auth_info.impersonate = Some(format!("system:serviceaccount:{namespace}:{account}"));
-    config.auth_info.impersonate_groups = None;
-    config.default_namespace = namespace.to_string();
-    config
 }
 
 /// What a call says on stdout: kept for its outcome, and shown as it is said (a wait for
@@ -692,9 +652,9 @@ impl Call {
         }
         // As asked, and (with `wait`) ready: else a dependent waits for the `wait` action.
         match options.wait.map(|_| ready::readiness(&live)) {
-            None | Some(ready::Readiness::Ready) => Ok(Standing::Valid { state }),
-            Some(ready::Readiness::Waiting(why)) => Ok(Standing::NotReady { state, why }),
-            Some(ready::Readiness::Failed(why)) => {
+            None | Some(ready::Rollout::Ready) => Ok(Standing::Valid { state }),
+            Some(ready::Rollout::Waiting(why)) => Ok(Standing::NotReady { state, why }),
+            Some(ready::Rollout::Failed(why)) => {
                 Err(format!("{} is not ready, and waiting will not make it so: {why}", self.shown))
             }
         }
@@ -819,19 +779,19 @@ impl Call {
         loop {
             let live = self.live().await?.ok_or_else(|| format!("{} is gone", self.shown))?;
             match ready::readiness(&live) {
-                ready::Readiness::Ready => {
+                ready::Rollout::Ready => {
                     said.push(format!("{} is ready", self.shown));
                     return Ok(());
                 }
-                ready::Readiness::Failed(why) => return Err(format!("{} will not be ready: {why}", self.shown)),
-                ready::Readiness::Waiting(why) if Instant::now() >= deadline => {
+                ready::Rollout::Failed(why) => return Err(format!("{} will not be ready: {why}", self.shown)),
+                ready::Rollout::Waiting(why) if Instant::now() >= deadline => {
                     return Err(format!(
                         "{} was not ready within {}: {why}",
                         self.shown,
                         humantime::format_duration(timeout)
                     ));
                 }
-                ready::Readiness::Waiting(why) => {
+                ready::Rollout::Waiting(why) => {
                     if why != last {
                         said.push(format!("waiting for {}: {why}", self.shown));
                         last = why;
@@ -932,7 +892,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_pass_acts_as_what_it_entered_and_the_controller_never_as_itself() {
-        crate::pod::install_crypto();
+        crate::client::install_crypto();
         let others: Arc<dyn Executor> =
             Arc::new(crate::engine::executor::fake::FakeExecutor::new(|_| unreachable!("no other type")));
         let objects =
@@ -1069,7 +1029,7 @@ mod tests {
 
     /// The type, acting on the server at `address` as the CLI does (no impersonation).
     fn objects_at(address: &str) -> KubeObjects {
-        crate::pod::install_crypto();
+        crate::client::install_crypto();
         let others: Arc<dyn Executor> =
             Arc::new(crate::engine::executor::fake::FakeExecutor::new(|_| unreachable!("no other type")));
         let mut config = kube::Config::new(format!("http://{address}").parse().unwrap());
@@ -1209,7 +1169,7 @@ mod tests {
     /// account (impersonated), the verb and the resource.
     #[tokio::test]
     async fn a_service_account_without_rights_fails_with_the_api_s_403() {
-        crate::pod::install_crypto();
+        crate::client::install_crypto();
         let address = forbidding_api_server().await;
         let others: Arc<dyn Executor> =
             Arc::new(crate::engine::executor::fake::FakeExecutor::new(|_| unreachable!("no other type")));

@@ -5,9 +5,9 @@
 
 use serde_json::Value;
 
-/// What the object's status says.
+/// How far the object has rolled out, as its status says.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Readiness {
+pub enum Rollout {
     Ready,
     /// Not yet, and why (`1 of 2 replicas available`).
     Waiting(String),
@@ -15,9 +15,9 @@ pub enum Readiness {
     Failed(String),
 }
 
-use Readiness::{Failed, Ready, Waiting};
+use Rollout::{Failed, Ready, Waiting};
 
-pub fn readiness(object: &Value) -> Readiness {
+pub fn readiness(object: &Value) -> Rollout {
     let status = &object["status"];
     let generation = object.pointer("/metadata/generation").and_then(Value::as_i64);
     let observed = status.get("observedGeneration").and_then(Value::as_i64);
@@ -68,7 +68,7 @@ fn wanted_replicas(object: &Value) -> i64 {
     object.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(1)
 }
 
-fn deployment(object: &Value) -> Readiness {
+fn deployment(object: &Value) -> Rollout {
     let status = &object["status"];
     if let Some((_, why)) =
         condition(status, "Progressing").filter(|(_, why)| why.starts_with("ProgressDeadlineExceeded"))
@@ -89,12 +89,12 @@ fn deployment(object: &Value) -> Readiness {
     }
 }
 
-fn replicas(object: &Value, field: &str, word: &str) -> Readiness {
+fn replicas(object: &Value, field: &str, word: &str) -> Rollout {
     let (wanted, have) = (wanted_replicas(object), count(&object["status"], field));
     if have < wanted { Waiting(format!("{have} of {wanted} replicas {word}")) } else { Ready }
 }
 
-fn daemon_set(status: &Value) -> Readiness {
+fn daemon_set(status: &Value) -> Rollout {
     let wanted = count(status, "desiredNumberScheduled");
     let (updated, ready) = (count(status, "updatedNumberScheduled"), count(status, "numberReady"));
     match () {
@@ -104,7 +104,7 @@ fn daemon_set(status: &Value) -> Readiness {
     }
 }
 
-fn job(status: &Value) -> Readiness {
+fn job(status: &Value) -> Rollout {
     if let Some(("True", why)) = condition(status, "Failed") {
         return Failed(format!("the Job failed: {why}"));
     }
@@ -114,7 +114,7 @@ fn job(status: &Value) -> Readiness {
     }
 }
 
-fn pod(status: &Value) -> Readiness {
+fn pod(status: &Value) -> Rollout {
     match status["phase"].as_str() {
         Some("Succeeded") => return Ready,
         Some("Failed") => {
@@ -145,7 +145,7 @@ fn pod(status: &Value) -> Readiness {
 
 /// A custom resource (or any kind without rules of its own): `Stalled` fails, `Ready` decides,
 /// and without either it is ready.
-fn by_conditions(status: &Value) -> Readiness {
+fn by_conditions(status: &Value) -> Rollout {
     if let Some(("True", why)) = condition(status, "Stalled") {
         return Failed(format!("Stalled: {why}"));
     }

@@ -35,6 +35,11 @@ use crate::engine::executor::process::PIPE_GRACE;
 /// The subcommand the type's container runs.
 pub const ENTRY_SUBCOMMAND: &str = "__pod-entry";
 
+/// The key of the invocation's Secret, beside the request, that holds the program's extra
+/// environment (a JSON object), which the helper sets: never in the Pod's spec, where anyone
+/// who can read Pods would see it.
+pub const ENV_KEY: &str = "env";
+
 /// What the executor tells the helper, on its command line.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
@@ -271,7 +276,7 @@ async fn run(entry: &Entry) -> i32 {
     // (it would leave no record) but reach the program.
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
     // The program's extra environment, from the Secret beside the request (when there is one).
-    let env_file = entry.request.with_file_name(super::spec::ENV_KEY);
+    let env_file = entry.request.with_file_name(ENV_KEY);
     let env: std::collections::BTreeMap<String, String> = match std::fs::read(&env_file) {
         Ok(bytes) => match serde_json::from_slice(&bytes) {
             Ok(env) => env,

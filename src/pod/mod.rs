@@ -10,9 +10,3 @@ pub mod executor;
 pub mod frames;
 pub mod registry;
 pub mod spec;
-
-/// The TLS crypto provider (ring) for this process, once: the registry client and the
-/// Kubernetes client share it.
-pub fn install_crypto() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-}

@@ -155,7 +155,7 @@ impl Registry {
     /// which it speaks plain HTTP to (as a container runtime does by default); registries named
     /// in `endpoints` are read there.
     pub fn new(insecure: &[String], endpoints: &[Endpoint]) -> Registry {
-        crate::pod::install_crypto();
+        crate::client::install_crypto();
         let config = |protocol| ClientConfig {
             protocol,
             connect_timeout: Some(Duration::from_secs(10)),

@@ -15,7 +15,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use sha2::{Digest, Sha256};
 
-use super::entry::{AWAIT_INSTALL, ENTRY_SUBCOMMAND, Entry};
+use super::entry::{AWAIT_INSTALL, ENTRY_SUBCOMMAND, ENV_KEY, Entry};
 use crate::crd::PodOptions;
 
 /// Where the helper is installed in the type's container, and where the request is mounted.
@@ -280,11 +280,6 @@ fn helper_resources(of_main: &ResourceRequirements) -> ResourceRequirements {
     };
     ResourceRequirements { requests: small(&of_main.requests), limits: small(&of_main.limits), ..Default::default() }
 }
-
-/// The key of the invocation's Secret that holds the program's extra environment (a JSON
-/// object), which the helper sets: never in the Pod's spec, where anyone who can read Pods
-/// would see it.
-pub const ENV_KEY: &str = "env";
 
 /// The request's Secret: immutable, owned by the Pod (gone with it), never in the Pod's spec;
 /// with the program's extra environment beside it.

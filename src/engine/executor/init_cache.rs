@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use sha2::Digest;
 
-use super::process::RUN_ID_ENV;
+use super::RUN_ID_ENV;
 use super::{ExecError, Invocation, Outcome};
 
 /// What makes two `init` invocations the same, as a digest: what identifies the program as it

@@ -241,6 +241,11 @@ pub fn check_workdir(invocation: &Invocation) -> Result<(), ExecError> {
     }
 }
 
+/// The run an invocation belongs to, in every program's environment: how a process executor's
+/// [`Executor::stop_run`] finds what an interrupted run left running, descendants included. Not
+/// part of what an init answer depends on ([`init_cache`]).
+pub const RUN_ID_ENV: &str = "DEPLOYSTER_RUN_ID";
+
 /// Default bound on each captured stream.
 pub const DEFAULT_OUTPUT_LIMIT: usize = 8 * 1024 * 1024;
 

@@ -21,7 +21,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::init_cache::{InitAnswers, InitKey};
 use super::output::Capture;
-use super::{DEFAULT_OUTPUT_LIMIT, ExecError, Executor, Exit, Invocation, LineSink, Outcome, Stream, check_workdir};
+use super::{
+    DEFAULT_OUTPUT_LIMIT, ExecError, Executor, Exit, Invocation, LineSink, Outcome, RUN_ID_ENV, Stream, check_workdir,
+};
 use crate::engine::typeref::TypeRef;
 
 /// The hidden sub-command of the deployster binary that runs a built-in type.
@@ -29,9 +31,6 @@ pub const BUILTIN_SUBCOMMAND: &str = "__type";
 /// The hidden sub-command of the deployster binary that kills what deployster started when it
 /// dies (see [`reap`]).
 pub const REAPER_SUBCOMMAND: &str = "__reaper";
-/// The run an invocation belongs to, in every program's environment: how [`Executor::stop_run`]
-/// finds what an interrupted run left running, descendants included.
-pub const RUN_ID_ENV: &str = "DEPLOYSTER_RUN_ID";
 
 /// `deployster __reaper`: one per executor, reading from a pipe that only the deployster that
 /// started it holds. Each line registers (`+PGID`) or forgets (`-PGID`) a program's process

@@ -21,15 +21,7 @@ use minijinja::machinery::{self, CodeGenerator, Instruction, Instructions};
 use minijinja::value::{Rest, ValueKind, ValueOrKwargs};
 use minijinja::{AutoEscape, Environment, Error, ErrorKind, State, Value};
 
-/// Bytes one render may produce or handle: far beyond any real configuration (a Kubernetes
-/// object is at most 1.5 MiB), small beside the process.
-pub const RENDER_BUDGET: usize = 16 << 20;
-
-/// What a value in a sequence or map costs beyond its text (a minijinja value and its slot).
-pub(super) const ITEM_COST: usize = 32;
-
-/// The detail of the error a render over budget fails with.
-pub const OVER_BUDGET: &str = "over the render budget";
+use super::limits::{ITEM_COST, OVER_BUDGET, RENDER_BUDGET};
 
 thread_local! {
     /// Bytes charged to the render running on this thread (a render never awaits).

@@ -10,7 +10,7 @@ use minijinja::machinery::ast::{BinOpKind, CallArg, Expr, Stmt, UnaryOpKind};
 use minijinja::value::ValueKind;
 use minijinja::{Error, ErrorKind};
 
-use super::budget::{ITEM_COST, OVER_BUDGET, RENDER_BUDGET};
+use super::limits::{ITEM_COST, OVER_BUDGET, RENDER_BUDGET};
 
 /// What a constant expression would fold into: its size, and its value when an integer.
 #[derive(Clone, Copy)]
