@@ -9,28 +9,27 @@
 //! stdout frames and stderr lines as they come; once the Pod has ended, hold the frames against
 //! the helper's record ([`super::frames`]); delete the Pod and the Secret.
 
-use std::collections::BTreeMap;
 use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use futures::{AsyncBufReadExt, StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::{ConfigMap, ContainerStatus, PersistentVolumeClaim, Pod, Secret, ServiceAccount};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, ServiceAccount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, ListParams, LogParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 
 use super::entry::Entry;
-use super::frames::{self, FrameError, Split};
+use super::log::LogFollower;
+use super::progress::{Progress, ended, observed, progress};
 use super::registry::{Credentials, ImageRun, Registry, read_docker_config};
+pub use super::settings::{PodScope, PodSettings};
 use super::spec::{self, OWNER_LABEL, PlugSource, PodInvocation, PodPlug};
-use crate::crd::PodOptions;
+use super::{api_error, is_not_found, pod_error};
 use crate::engine::executor::init_cache::{InitAnswers, InitKey};
-use crate::engine::executor::output::Capture;
 use crate::engine::executor::process::BUILTIN_SUBCOMMAND;
-use crate::engine::executor::{DEFAULT_OUTPUT_LIMIT, ExecError, Executor, Exit, Invocation, Outcome, Stream};
+use crate::engine::executor::{ExecError, Executor, Exit, Invocation, Outcome};
 use crate::engine::typeref::TypeRef;
 
 /// The label that names an invocation's run: what [`Executor::stop_run`] selects by.
@@ -41,78 +40,6 @@ pub const OWNER_VALUE: &str = "deployster";
 pub const MAX_REQUEST_BYTES: usize = 1024 * 1024 - 4096;
 /// The user a type's program runs as when its image names no numeric non-root user.
 pub const DEFAULT_UID: i64 = 65532;
-
-/// Where and as whom the Pods of one pass run: for the controller, its Manifest's namespace,
-/// `spec.serviceAccountName` and `spec.pod`, and the Manifest as their owner.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct PodScope {
-    pub namespace: String,
-    /// The ServiceAccount the Pods run as; the namespace's `default` when `None`.
-    pub service_account: Option<String>,
-    /// The object that owns every Pod and Secret (they go with it), when there is one.
-    pub owner: Option<OwnerReference>,
-    /// Resources, node selection, the user, pull secrets besides the ServiceAccount's.
-    pub options: PodOptions,
-    /// Labels for every Pod and Secret besides Deployster's own (the controller's name the
-    /// Manifest, so that [`PodExecutor::sweep`] finds what an earlier pass of it left).
-    pub labels: BTreeMap<String, String>,
-}
-
-impl PodScope {
-    pub fn new(namespace: impl Into<String>) -> PodScope {
-        PodScope { namespace: namespace.into(), ..PodScope::default() }
-    }
-}
-
-/// How the Pods are made and watched.
-#[derive(Debug, Clone)]
-pub struct PodSettings {
-    /// The scope of a pass that was given none ([`PodExecutor::enter`]): the CLI's one
-    /// namespace. `None` in the controller, where each pass runs in its Manifest's.
-    pub scope: Option<PodScope>,
-    /// The image that carries the helper (the controller's own).
-    pub helper_image: String,
-    /// Registries (`host:port`) spoken to over plain HTTP besides loopback ones.
-    pub insecure_registries: Vec<String>,
-    /// Registries whose image configs are read at another endpoint than their name.
-    pub registry_endpoints: Vec<super::registry::Endpoint>,
-    /// A Pod the scheduler cannot place fails after this long, with the scheduler's message.
-    pub schedule_timeout: Duration,
-    /// An image the node cannot pull fails after this long, naming the image.
-    pub pull_timeout: Duration,
-    /// A scheduled Pod whose program has not started (a volume that cannot mount) fails after
-    /// this long.
-    pub start_timeout: Duration,
-    /// Between SIGTERM and SIGKILL for a Pod stopped before it ended.
-    pub kill_grace: Duration,
-    /// Each captured stream's bound.
-    pub output_limit: usize,
-    /// Quota refusals at create are retried this many times, with backoff.
-    pub create_retries: u32,
-}
-
-impl PodSettings {
-    /// Pods in `namespace` unless a pass is given its own scope.
-    pub fn new(namespace: impl Into<String>, helper_image: impl Into<String>) -> PodSettings {
-        PodSettings { scope: Some(PodScope::new(namespace)), ..PodSettings::scoped_per_pass(helper_image) }
-    }
-
-    /// Every pass must be given its scope ([`PodExecutor::enter`]).
-    pub fn scoped_per_pass(helper_image: impl Into<String>) -> PodSettings {
-        PodSettings {
-            scope: None,
-            helper_image: helper_image.into(),
-            insecure_registries: Vec::new(),
-            registry_endpoints: Vec::new(),
-            schedule_timeout: Duration::from_secs(300),
-            pull_timeout: Duration::from_secs(60),
-            start_timeout: Duration::from_secs(300),
-            kill_grace: Duration::from_secs(5),
-            output_limit: DEFAULT_OUTPUT_LIMIT,
-            create_retries: 4,
-        }
-    }
-}
 
 /// Runs image types as Pods.
 pub struct PodExecutor {
@@ -126,19 +53,6 @@ pub struct PodExecutor {
     scopes: Mutex<std::collections::HashMap<String, Arc<PodScope>>>,
     /// How many times each (pass, resource, phase) ran: a Pod name is never reused.
     attempts: Mutex<lru::LruCache<(String, String, String), u32>>,
-}
-
-/// Why a Pod failed, as a reason and a sentence.
-fn pod_error(reason: &'static str, message: impl Into<String>) -> ExecError {
-    ExecError::Pod { reason, message: message.into() }
-}
-
-fn api_error(step: &str, error: kube::Error) -> ExecError {
-    let message = match &error {
-        kube::Error::Api(status) => format!("{step}: {} ({})", status.message, status.code),
-        other => format!("{step}: {other}"),
-    };
-    pod_error("KubernetesApi", message)
 }
 
 impl PodExecutor {
@@ -510,102 +424,6 @@ impl PodExecutor {
     }
 }
 
-/// Where the Pod is on its way to running its program; an error for what will not get
-/// better.
-fn progress(settings: &PodSettings, pod: &Pod, waited: Duration) -> Result<Progress, ExecError> {
-    if ended(pod) {
-        return Ok(Progress::Ended);
-    }
-    let status = pod.status.clone().unwrap_or_default();
-    let main = status.container_statuses.as_ref().and_then(|s| s.iter().find(|c| c.name == "main"));
-    if let Some(state) = main.and_then(|c| c.state.as_ref())
-        && (state.running.is_some() || state.terminated.is_some())
-    {
-        return Ok(Progress::Started);
-    }
-    let helper = status.container_statuses.as_ref().and_then(|s| s.iter().find(|c| c.name == "helper"));
-    for (container, which) in [(helper, "the helper image"), (main, "the type's image")] {
-        let Some(container) = container else { continue };
-        let Some(waiting) = container.state.as_ref().and_then(|s| s.waiting.as_ref()) else { continue };
-        let reason = waiting.reason.as_deref().unwrap_or("");
-        let message = waiting.message.as_deref().unwrap_or("");
-        let image = container.image.as_str();
-        match reason {
-            "ErrImagePull" | "ImagePullBackOff" if waited >= settings.pull_timeout => {
-                return Err(pod_error(
-                    "ImagePullFailed",
-                    format!(
-                        "the node could not pull {which} `{image}` within {:?}: {reason}: {message}",
-                        settings.pull_timeout
-                    ),
-                ));
-            }
-            "InvalidImageName" | "ErrImageNeverPull" => {
-                return Err(pod_error("ImagePullFailed", format!("{which} `{image}`: {reason}: {message}")));
-            }
-            "CreateContainerConfigError" | "CreateContainerError" | "RunContainerError" => {
-                return Err(pod_error("ContainerNotStarted", format!("{which} `{image}`: {reason}: {message}")));
-            }
-            _ => {}
-        }
-    }
-    // The helper holds until the type's container is done: ended before that one started, it
-    // failed (its copy, or its `postStart` hook, after which the kubelet kills it).
-    if let Some(helper) = helper
-        && let Some(done) = helper.state.as_ref().and_then(|s| s.terminated.as_ref())
-    {
-        return Err(pod_error(
-            "HelperFailed",
-            format!(
-                "the helper's container (`{}`) ended with code {} before the type's started: {} {}",
-                helper.image,
-                done.exit_code,
-                done.reason.as_deref().unwrap_or(""),
-                done.message.as_deref().unwrap_or("")
-            ),
-        ));
-    }
-    let unschedulable = status
-        .conditions
-        .iter()
-        .flatten()
-        .find(|c| c.type_ == "PodScheduled" && c.status == "False" && c.reason.as_deref() == Some("Unschedulable"));
-    if let Some(condition) = unschedulable {
-        if waited >= settings.schedule_timeout {
-            return Err(pod_error(
-                "Unschedulable",
-                format!(
-                    "no node took the Pod within {:?}: {}",
-                    settings.schedule_timeout,
-                    condition.message.as_deref().unwrap_or("the scheduler gave no reason")
-                ),
-            ));
-        }
-        return Ok(Progress::Waiting);
-    }
-    let scheduled = status.conditions.iter().flatten().any(|c| c.type_ == "PodScheduled" && c.status == "True");
-    if scheduled && waited >= settings.start_timeout {
-        let why = [helper, main]
-            .into_iter()
-            .flatten()
-            .filter_map(|c| c.state.as_ref()?.waiting.as_ref())
-            .map(|w| format!("{}: {}", w.reason.as_deref().unwrap_or(""), w.message.as_deref().unwrap_or("")))
-            .next()
-            .unwrap_or_else(|| "no reason given (a volume that cannot mount shows in the Pod's events)".into());
-        return Err(pod_error(
-            "ContainerNotStarted",
-            format!("the Pod was scheduled but its program had not started after {:?}: {why}", settings.start_timeout),
-        ));
-    }
-    if !scheduled && waited >= settings.schedule_timeout {
-        return Err(pod_error(
-            "Unschedulable",
-            format!("the Pod was not scheduled within {:?}", settings.schedule_timeout),
-        ));
-    }
-    Ok(Progress::Waiting)
-}
-
 impl PodExecutor {
     /// Deletes the Pod and the request's Secret, trying again for a while when the API server
     /// fails to answer: nothing of an invocation is left behind.
@@ -684,29 +502,6 @@ impl Drop for ScopeGuard {
     }
 }
 
-/// Where a Pod is.
-enum Progress {
-    Waiting,
-    Started,
-    Ended,
-}
-
-/// The Pod has ended, or the type's container has: the helper's ends a moment later (when its
-/// program could not mark itself done, only with the Pod's deletion), and is not waited for.
-fn ended(pod: &Pod) -> bool {
-    let Some(status) = pod.status.as_ref() else { return false };
-    matches!(status.phase.as_deref(), Some("Succeeded" | "Failed"))
-        || status
-            .container_statuses
-            .iter()
-            .flatten()
-            .any(|c| c.name == "main" && c.state.as_ref().is_some_and(|s| s.terminated.is_some()))
-}
-
-fn is_not_found(error: &kube::Error) -> bool {
-    matches!(error, kube::Error::Api(status) if status.code == 404)
-}
-
 /// A label value: the text when it is one, else its digest.
 fn label_value(text: &str) -> String {
     let valid = text.len() <= 63
@@ -718,223 +513,6 @@ fn label_value(text: &str) -> String {
     }
     use sha2::Digest;
     hex::encode(&sha2::Sha256::digest(text.as_bytes())[..16])
-}
-
-/// The Pod a watch event shows; an error when the Pod is gone or the watch failed.
-fn observed(event: Option<Result<Option<Pod>, kube::runtime::watcher::Error>>, name: &str) -> Result<Pod, ExecError> {
-    match event {
-        Some(Ok(Some(pod))) => Ok(pod),
-        Some(Ok(None)) | None => {
-            Err(pod_error("PodDeleted", format!("the Pod {name} was deleted by someone else before its program ended")))
-        }
-        Some(Err(e)) => Err(pod_error("KubernetesApi", format!("watching the Pod {name}: {e}"))),
-    }
-}
-
-/// `at` down to its whole second: where a re-opened log starts. The API takes `sinceTime` in
-/// whole seconds and kube rounds to the *nearest* one, which would lose what the program printed
-/// in the second half of that second; the lines before `at` that the earlier second brings back
-/// are skipped by their timestamps.
-fn whole_second(at: Timestamp) -> Timestamp {
-    use k8s_openapi::jiff::{RoundMode, TimestampRound, Unit};
-    at.round(TimestampRound::new().smallest(Unit::Second).mode(RoundMode::Floor)).expect("seconds divide a day")
-}
-
-/// Reads a Pod's log as it grows: frames to stdout, other lines to stderr, each line once.
-struct LogFollower<'a> {
-    nonce: &'a str,
-    /// Each stream's bound.
-    limit: usize,
-    split: Split,
-    stdout: Capture,
-    stderr: Capture,
-    /// Frames handed to `stdout` so far (in order).
-    delivered: u64,
-    /// The last line's timestamp, and how many lines carried it: where a re-opened log goes on.
-    since: Option<Timestamp>,
-    at_since: usize,
-}
-
-impl<'a> LogFollower<'a> {
-    fn new(nonce: &'a str, limit: usize, invocation: &Invocation) -> Self {
-        LogFollower {
-            nonce,
-            limit,
-            split: Split::default(),
-            stdout: Capture::new(Stream::Stdout, limit, invocation.sink.clone()),
-            stderr: Capture::new(Stream::Stderr, limit, invocation.sink.clone()),
-            delivered: 0,
-            since: None,
-            at_since: 0,
-        }
-    }
-
-    /// Reads the log from where it was left until the stream ends, or until the program's
-    /// record has come and the output read verifies against it: whether it has.
-    async fn read(&mut self, pods: &Api<Pod>, name: &str, follow: bool) -> Result<bool, ExecError> {
-        let params = self.params(follow);
-        let stream = match pods.log_stream(name, &params).await {
-            Ok(stream) => stream,
-            // The container is not there to read yet (or any more): the next read tells.
-            Err(kube::Error::Api(status)) if status.code == 400 => return Ok(false),
-            Err(e) => return Err(api_error("reading the Pod's log", e)),
-        };
-        let mut lines = stream.lines();
-        let mut skip_at_since = self.at_since;
-        while let Some(line) =
-            lines.try_next().await.map_err(|e| pod_error("KubernetesApi", format!("reading the Pod's log: {e}")))?
-        {
-            let (stamp, text) =
-                match line.split_once(' ').and_then(|(t, rest)| Some((t.parse::<Timestamp>().ok()?, rest))) {
-                    Some(parsed) => parsed,
-                    None => (self.since.unwrap_or_default(), line.as_str()),
-                };
-            match self.since {
-                Some(since) if stamp < since => continue,
-                Some(since) if stamp == since && skip_at_since > 0 => {
-                    skip_at_since -= 1;
-                    continue;
-                }
-                Some(since) if stamp == since => self.at_since += 1,
-                _ => (self.since, self.at_since) = (Some(stamp), 1),
-            }
-            self.take(text)?;
-            if self.complete() {
-                return Ok(true);
-            }
-        }
-        Ok(false)
-    }
-
-    /// Whether the log has given the program's record and all the output it names: the program
-    /// has ended (the record is the helper's last line), which the log tells before the
-    /// kubelet's next relist and before a followed log's stream ends (each up to a second on).
-    fn complete(&self) -> bool {
-        self.split.record.is_some() && frames::reassemble(&self.split, "", self.nonce).is_ok()
-    }
-
-    /// What the next read asks for: the main container's log, with timestamps, from the
-    /// start of the last line's second.
-    fn params(&self, follow: bool) -> LogParams {
-        LogParams {
-            container: Some("main".into()),
-            follow,
-            timestamps: true,
-            since_time: self.since.map(whole_second),
-            ..LogParams::default()
-        }
-    }
-
-    fn take(&mut self, line: &str) -> Result<(), ExecError> {
-        let framed = self.split.take(line, self.nonce).map_err(|e| pod_error("OutputUnverified", e.to_string()))?;
-        if !framed {
-            self.stderr.push(line.as_bytes())?;
-            self.stderr.push(b"\n")?;
-            return Ok(());
-        }
-        while let Some(chunk) = self.split.chunks.get(&self.delivered) {
-            self.stdout.push(chunk)?;
-            self.delivered += 1;
-        }
-        Ok(())
-    }
-
-    /// Whether the ended Pod's record names output (or, without a termination message, the
-    /// record itself) that the log has not given yet, within the bound: what a runtime that
-    /// copies a container's output behind its exit has still to write.
-    fn still_arriving(&self, pod: &Pod) -> bool {
-        match frames::reassemble(&self.split, &termination_message(pod), self.nonce) {
-            Err(FrameError::Lost { bytes, .. }) => bytes <= self.limit as u64,
-            Err(FrameError::Record(_)) => self.split.record.is_none(),
-            _ => false,
-        }
-    }
-
-    /// The program's exit, its verified stdout and its stderr, once the Pod has ended.
-    fn finish(self, pod: &Pod, name: &str) -> Result<(Exit, Vec<u8>, Vec<u8>), ExecError> {
-        let status = pod.status.clone().unwrap_or_default();
-        let main: Option<&ContainerStatus> =
-            status.container_statuses.as_ref().and_then(|s| s.iter().find(|c| c.name == "main"));
-        let terminated = main.and_then(|c| c.state.as_ref()).and_then(|s| s.terminated.clone());
-        let termination = termination_message(pod);
-        let _ = self.stdout.finish();
-        let mut stderr = self.stderr.finish();
-        // Kubernetes' own word on why the Pod or its container ended, when it is not the program's.
-        let failed = status.phase.as_deref() == Some("Failed");
-        let pod_reason = status.reason.clone().filter(|r| failed && !r.is_empty());
-        let container_reason =
-            terminated.as_ref().and_then(|t| t.reason.clone()).filter(|r| r != "Completed" && r != "Error");
-        let verified = frames::reassemble(&self.split, &termination, self.nonce);
-        let (record, stdout) = match verified {
-            Ok(read) => read,
-            // The record says the program printed past the bound: that is the failure, whatever
-            // part of it the log kept (a runtime rotates a large log).
-            Err(FrameError::Lost { bytes, .. }) if bytes > self.limit as u64 => {
-                return Err(ExecError::OutputTooLarge { limit: self.limit, stream: "stdout" });
-            }
-            Err(e) => {
-                let (reason, why) = match (&pod_reason, &container_reason) {
-                    (Some(reason), _) => (reason.clone(), status.message.clone().unwrap_or_default()),
-                    (None, Some(reason)) => {
-                        (reason.clone(), format!("exit code {}", terminated.as_ref().map_or(0, |t| t.exit_code)))
-                    }
-                    (None, None) => {
-                        let unverified = matches!(e, FrameError::Lost { .. } | FrameError::Digest | FrameError::Nonce);
-                        let reason = if unverified { "OutputUnverified" } else { "NoRecord" };
-                        return Err(pod_error(
-                            reason,
-                            format!("the Pod {name} ended ({}) but {e}", status.phase.as_deref().unwrap_or("?")),
-                        ));
-                    }
-                };
-                return Err(pod_error(
-                    static_reason(&reason),
-                    format!("the Pod {name} ended before its program did: {reason}: {why}"),
-                ));
-            }
-        };
-        if let Some(error) = &record.error {
-            stderr.extend_from_slice(
-                format!("deployster: the program could not be run in its Pod: {error}\n").as_bytes(),
-            );
-        }
-        if let Some(reason) = container_reason.or(pod_reason) {
-            stderr.extend_from_slice(format!("deployster: Kubernetes ended the container: {reason}\n").as_bytes());
-        }
-        let exit = match (record.code, record.signal) {
-            (Some(code), _) => Exit::Code(code),
-            (None, Some(signal)) => Exit::Signal(signal),
-            (None, None) => Exit::Code(127),
-        };
-        // This executor deletes its Pods only once it stopped following them.
-        if pod.metadata.deletion_timestamp.is_some() {
-            return Err(pod_error(
-                "PodDeleted",
-                format!("the Pod {name} was deleted by someone else while its program ran (it ended with {exit})"),
-            ));
-        }
-        Ok((exit, stdout, stderr))
-    }
-}
-
-/// The termination message of the Pod's `main` container: the helper's record, when it could
-/// write it.
-fn termination_message(pod: &Pod) -> String {
-    let statuses = pod.status.as_ref().and_then(|s| s.container_statuses.as_ref());
-    let main = statuses.and_then(|s| s.iter().find(|c| c.name == "main"));
-    let terminated = main.and_then(|c| c.state.as_ref()).and_then(|s| s.terminated.as_ref());
-    terminated.and_then(|t| t.message.clone()).unwrap_or_default()
-}
-
-/// The reasons Kubernetes gives for a Pod or container that ended early, as the executor's.
-fn static_reason(reason: &str) -> &'static str {
-    match reason {
-        "OOMKilled" => "OOMKilled",
-        "Evicted" => "Evicted",
-        "DeadlineExceeded" => "DeadlineExceeded",
-        "ContainerCannotRun" | "StartError" => "ContainerNotStarted",
-        _ => "PodFailed",
-    }
 }
 
 #[async_trait]
@@ -983,193 +561,10 @@ impl Executor for PodExecutor {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
-
-    fn pod(status: serde_json::Value) -> Pod {
-        serde_json::from_value(serde_json::json!({"metadata": {"name": "dst-x"}, "status": status})).unwrap()
-    }
-
-    fn settings() -> PodSettings {
-        PodSettings::new("team-a", "helper:1")
-    }
-
-    fn waiting(reason: &str, message: &str) -> serde_json::Value {
-        serde_json::json!({"phase": "Pending",
-            "conditions": [{"type": "PodScheduled", "status": "True"}],
-            "containerStatuses": [{"name": "main", "image": "r/type@sha256:1", "imageID": "", "ready": false,
-                "restartCount": 0, "state": {"waiting": {"reason": reason, "message": message}}}]})
-    }
-
-    fn failure(result: Result<Progress, ExecError>) -> (String, String) {
-        match result {
-            Err(e) => (e.reason().to_string(), e.to_string()),
-            Ok(_) => panic!("expected a failure"),
-        }
-    }
-
-    #[test]
-    fn what_will_not_get_better_fails_and_names_its_cause() {
-        let s = settings();
-        let pull = pod(waiting("ImagePullBackOff", "manifest unknown"));
-        assert!(matches!(progress(&s, &pull, Duration::from_secs(10)), Ok(Progress::Waiting)), "pulls get a minute");
-        let (reason, text) = failure(progress(&s, &pull, Duration::from_secs(61)));
-        assert_eq!(reason, "ImagePullFailed");
-        assert!(text.contains("`r/type@sha256:1`") && text.contains("manifest unknown"), "{text}");
-        let config = pod(waiting("CreateContainerConfigError", "secret \"db\" not found"));
-        let (reason, text) = failure(progress(&s, &config, Duration::ZERO));
-        assert_eq!(reason, "ContainerNotStarted");
-        assert!(text.contains("secret \"db\" not found"), "{text}");
-        let mounting = pod(waiting("ContainerCreating", ""));
-        assert!(
-            matches!(progress(&s, &mounting, Duration::from_secs(200)), Ok(Progress::Waiting)),
-            "a slow pull is not a failure"
-        );
-        let (reason, _) = failure(progress(&s, &mounting, Duration::from_secs(301)));
-        assert_eq!(reason, "ContainerNotStarted");
-        let unschedulable = pod(serde_json::json!({"phase": "Pending", "conditions": [{"type": "PodScheduled",
-            "status": "False", "reason": "Unschedulable", "message": "0/1 nodes are available: node selector"}]}));
-        assert!(matches!(progress(&s, &unschedulable, Duration::from_secs(200)), Ok(Progress::Waiting)));
-        let (reason, text) = failure(progress(&s, &unschedulable, Duration::from_secs(301)));
-        assert_eq!(reason, "Unschedulable");
-        assert!(text.contains("0/1 nodes are available: node selector"), "{text}");
-        let running = serde_json::json!({"phase": "Running", "containerStatuses": [{"name": "main", "image": "i",
-            "imageID": "", "ready": true, "restartCount": 0, "state": {"running": {}}}]});
-        assert!(matches!(progress(&s, &pod(running), Duration::ZERO), Ok(Progress::Started)));
-        assert!(matches!(
-            progress(&s, &pod(serde_json::json!({"phase": "Failed"})), Duration::ZERO),
-            Ok(Progress::Ended)
-        ));
-    }
-
-    fn follower<'a>(invocation: &Invocation, nonce: &'a str, log: &str) -> LogFollower<'a> {
-        let mut follower = LogFollower::new(nonce, 1 << 20, invocation);
-        for line in log.lines() {
-            follower.take(line).unwrap();
-        }
-        follower
-    }
-
-    /// An ended Pod whose record names output the log has not given yet is read again (the
-    /// runtime copies output behind the container's exit); a complete log, a record past the
-    /// bound (rotated away: no waiting brings it back), or a Pod with no record at all is not.
-    #[test]
-    fn output_the_record_names_but_the_log_lacks_is_still_arriving() {
-        let invocation = Invocation::new(TypeRef::Builtin("x".into()), Duration::from_secs(1));
-        let mut record = frames::Record::of("n1", b"{\"status\": \"VALID\"}\n", 1);
-        record.code = Some(1);
-        let message = serde_json::to_string(&record).unwrap();
-        let ended = pod(serde_json::json!({"phase": "Failed", "containerStatuses": [{"name": "main", "image": "i",
-            "imageID": "", "ready": false, "restartCount": 0,
-            "state": {"terminated": {"exitCode": 1, "message": message}}}]}));
-        let mut log = follower(&invocation, "n1", "");
-        assert!(log.still_arriving(&ended), "the record names a frame the log has not given");
-        log.take(frames::frame("n1", 0, b"{\"status\": \"VALID\"}\n").trim_end()).unwrap();
-        assert!(!log.still_arriving(&ended), "all there");
-        assert!(log.finish(&ended, "dst-x").is_ok());
-
-        let mut huge = frames::Record::of("n1", &[b'x'; 4096], 4);
-        huge.code = Some(0);
-        let rotated = pod(serde_json::json!({"phase": "Succeeded", "containerStatuses": [{"name": "main",
-            "image": "i", "imageID": "", "ready": false, "restartCount": 0,
-            "state": {"terminated": {"exitCode": 0, "message": serde_json::to_string(&huge).unwrap()}}}]}));
-        assert!(!LogFollower::new("n1", 1024, &invocation).still_arriving(&rotated), "past the bound");
-        let no_record = pod(serde_json::json!({"phase": "Failed", "reason": "Evicted"}));
-        assert!(follower(&invocation, "n1", "").still_arriving(&no_record), "the record may be in the log yet");
-        let mut silent = frames::Record::of("n1", b"", 0);
-        silent.code = Some(1);
-        let logged = frames::record_line(&silent);
-        assert!(!follower(&invocation, "n1", &logged).still_arriving(&no_record), "the logged record is all");
-    }
-
-    /// The log's record ends the wait for a running Pod only once the output it names is all
-    /// there and verifies; another invocation's record, or a frame short, does not.
-    #[test]
-    fn the_log_s_record_with_all_its_output_is_the_program_s_end() {
-        let invocation = Invocation::new(TypeRef::Builtin("x".into()), Duration::from_secs(1));
-        let (first, second) = (b"{\"status\": ".as_slice(), b"\"VALID\"}\n".as_slice());
-        let mut record = frames::Record::of("n1", &[first, second].concat(), 2);
-        record.code = Some(0);
-        let mut log = follower(&invocation, "n1", &frames::frame("n1", 0, first));
-        assert!(!log.complete(), "no record yet");
-        let mut foreign = record.clone();
-        foreign.nonce = "n0".into();
-        log.take(frames::record_line(&foreign).trim_end()).unwrap();
-        assert!(!log.complete(), "another invocation's record");
-        log.take(frames::record_line(&record).trim_end()).unwrap();
-        assert!(!log.complete(), "the record names a frame the log has not given");
-        log.take(frames::frame("n1", 1, second).trim_end()).unwrap();
-        assert!(log.complete());
-        let running = pod(serde_json::json!({"phase": "Running", "containerStatuses": [{"name": "main", "image": "i",
-            "imageID": "", "ready": true, "restartCount": 0, "state": {"running": {}}}]}));
-        let (exit, stdout, _) = log.finish(&running, "dst-x").unwrap();
-        assert_eq!((exit, stdout), (Exit::Code(0), b"{\"status\": \"VALID\"}\n".to_vec()));
-    }
-
-    #[test]
-    fn kubernetes_reasons_for_an_early_end_are_the_failure() {
-        let invocation = Invocation::new(TypeRef::Builtin("x".into()), Duration::from_secs(1));
-        let evicted = pod(serde_json::json!({"phase": "Failed", "reason": "Evicted",
-            "message": "The node was low on resource: memory."}));
-        let err = follower(&invocation, "n1", "").finish(&evicted, "dst-x").unwrap_err();
-        assert_eq!(err.reason(), "Evicted");
-        assert!(err.to_string().contains("low on resource: memory"), "{err}");
-        let oom = pod(serde_json::json!({"phase": "Failed", "containerStatuses": [{"name": "main", "image": "i",
-            "imageID": "", "ready": false, "restartCount": 0,
-            "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}]}));
-        let err = follower(&invocation, "n1", "").finish(&oom, "dst-x").unwrap_err();
-        assert_eq!(err.reason(), "OOMKilled");
-        let mut record = frames::Record::of("n1", &[b'x'; 2048], 2);
-        record.code = Some(0);
-        let part = format!("{}{}", frames::frame("n1", 0, &[b'x'; 1024]), frames::record_line(&record));
-        let mut small = LogFollower::new("n1", 1500, &invocation);
-        for line in part.lines() {
-            small.take(line).unwrap();
-        }
-        let done = pod(serde_json::json!({"phase": "Succeeded"}));
-        let err = small.finish(&done, "dst-x").unwrap_err();
-        assert!(matches!(err, ExecError::OutputTooLarge { limit: 1500, stream: "stdout" }), "past the bound: {err}");
-        let silent = pod(serde_json::json!({"phase": "Failed"}));
-        let err = follower(&invocation, "n1", "Container main starting").finish(&silent, "dst-x").unwrap_err();
-        assert_eq!(err.reason(), "NoRecord", "placeholder log lines are never taken as output: {err}");
-    }
-
-    #[test]
-    fn stdout_stderr_and_the_exit_come_back_from_the_log() {
-        let invocation = Invocation::new(TypeRef::Builtin("x".into()), Duration::from_secs(1));
-        let mut record = frames::Record::of("n1", b"{\"status\": \"VALID\"}\n", 1);
-        record.code = Some(0);
-        let log = format!(
-            "checking\n{}{}",
-            frames::frame("n1", 0, b"{\"status\": \"VALID\"}\n"),
-            frames::record_line(&record)
-        );
-        let done = pod(serde_json::json!({"phase": "Succeeded"}));
-        let (exit, stdout, stderr) = follower(&invocation, "n1", &log).finish(&done, "dst-x").unwrap();
-        assert_eq!(
-            (exit, &stdout[..], &stderr[..]),
-            (Exit::Code(0), &b"{\"status\": \"VALID\"}\n"[..], &b"checking\n"[..])
-        );
-        let mut deleted = done.clone();
-        deleted.metadata.deletion_timestamp =
-            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::now()));
-        let err = follower(&invocation, "n1", &log).finish(&deleted, "dst-x").unwrap_err();
-        assert_eq!(err.reason(), "PodDeleted");
-    }
-
-    #[test]
-    fn a_re_opened_log_starts_at_the_whole_second_before_the_last_line() {
-        let last: Timestamp = "2026-11-27T02:35:56.868005508Z".parse().unwrap();
-        assert_eq!(whole_second(last), "2026-11-27T02:35:56Z".parse::<Timestamp>().unwrap());
-        assert_eq!(whole_second(whole_second(last)), whole_second(last));
-        // The follower's next read, after a line of that late in the second: kube rounds
-        // `sinceTime` to the nearest second, and given the whole one it keeps it.
-        let invocation = Invocation::new(TypeRef::Builtin("x".into()), Duration::from_secs(1));
-        let mut follower = follower(&invocation, "n1", "");
-        follower.since = Some(last);
-        let params = follower.params(true);
-        let request = kube::core::Request::new("/api/v1/namespaces/ns/pods").logs("p", &params).unwrap();
-        assert!(request.uri().to_string().contains("sinceTime=2026-11-27T02%3A35%3A56Z"), "{}", request.uri());
-    }
+    use crate::crd::PodOptions;
 
     #[test]
     fn label_values_are_valid_or_digested() {
@@ -1216,7 +611,7 @@ mod tests {
     #[tokio::test]
     async fn a_quota_refusal_is_retried_with_backoff_then_fails_with_the_quota_s_words() {
         let (client, creates) = quota_refusing_client();
-        let settings = PodSettings { create_retries: 2, ..settings() };
+        let settings = PodSettings { create_retries: 2, ..PodSettings::new("team-a", "helper:1") };
         let executor = PodExecutor::new(client, settings);
         let invocation = PodInvocation {
             namespace: "team-a".into(),

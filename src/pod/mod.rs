@@ -8,5 +8,27 @@
 pub mod entry;
 pub mod executor;
 pub mod frames;
+mod log;
+mod progress;
 pub mod registry;
+pub mod settings;
 pub mod spec;
+
+use crate::engine::executor::ExecError;
+
+/// Why a Pod failed, as a reason and a sentence.
+pub(crate) fn pod_error(reason: &'static str, message: impl Into<String>) -> ExecError {
+    ExecError::Pod { reason, message: message.into() }
+}
+
+pub(crate) fn api_error(step: &str, error: kube::Error) -> ExecError {
+    let message = match &error {
+        kube::Error::Api(status) => format!("{step}: {} ({})", status.message, status.code),
+        other => format!("{step}: {other}"),
+    };
+    pod_error("KubernetesApi", message)
+}
+
+pub(crate) fn is_not_found(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(status) if status.code == 404)
+}
