@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use deployster::engine::executor::{Executor, Invocation, InvocationLabels};
 use deployster::engine::typeref::{ImageRef, TypeRef};
-use deployster::pod::executor::{PodExecutor, PodSettings};
+use deployster::pod::executor::{PodRuntime, PodScope, PodSettings};
 
 const RUNS: usize = 30;
 const PARALLEL: usize = 20;
@@ -52,7 +52,8 @@ fn main() {
         .await
         .expect("kubeconfig");
         let client = kube::Client::try_from(config).expect("client");
-        let executor = Arc::new(PodExecutor::new(client.clone(), PodSettings::new(&namespace, &env.helper)));
+        let runtime = PodRuntime::new(client.clone(), PodSettings::new(&env.helper));
+        let executor = Arc::new(runtime.for_pass(PodScope::new(&namespace)));
         let image = TypeRef::Image(ImageRef::parse(&env.fixture).expect("reference"));
         let taking = |n: usize, sleep_ms: u64| Invocation {
             args: vec!["state".into()],

@@ -201,7 +201,7 @@ fn a_timed_out_action_s_pod_is_gone_before_the_run_ends() {
     );
     let first_term = first_term.unwrap_or_else(|| panic!("the action's program never got SIGTERM: {signals:?}"));
     assert!(first_kill.is_none_or(|kill| kill >= first_term), "SIGKILL before SIGTERM: {signals:?}");
-    let grace = PodSettings::scoped_per_pass("").kill_grace;
+    let grace = PodSettings::new("").kill_grace;
     assert!(
         first_kill.is_none_or(|kill| kill - first_term >= grace.as_nanos() - 500_000_000),
         "SIGKILL came before the grace period ({grace:?}) was over: {signals:?}"

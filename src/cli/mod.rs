@@ -803,24 +803,24 @@ async fn image_executor(args: &ImageArgs) -> Result<Option<Arc<dyn Executor>>, C
 /// Pods of the current kubeconfig's cluster, in `--namespace` or the kubeconfig's.
 #[cfg(feature = "kube")]
 async fn pod_executor(args: &PodArgs) -> Result<Arc<dyn Executor>, CliError> {
-    use crate::pod::executor::{PodExecutor, PodSettings};
+    use crate::pod::executor::{PodRuntime, PodScope, PodSettings};
     let cluster =
         |e: &dyn std::fmt::Display| CliError::Refused(format!("--executor pod: cannot reach the cluster: {e}"));
     let kubeconfig = crate::client::Kubeconfig { file: args.kubeconfig.clone(), context: args.context.clone() };
     let config = kubeconfig.load().await.map_err(|e| cluster(&e))?;
     let namespace = args.namespace.clone().unwrap_or_else(|| config.default_namespace.clone());
     let client = crate::client::connect(config).map_err(|e| cluster(&e))?;
-    let mut settings = PodSettings::new(namespace, helper_image(&args.helper_image));
-    if let Some(scope) = &mut settings.scope {
-        scope.service_account = args.service_account.clone();
-        let secrets = args.image_pull_secrets.iter().map(|name| crate::crd::LocalRef { name: name.clone() });
-        scope.options.image_pull_secrets = secrets.collect();
-        scope.options.node_selector = args.node_selector.iter().cloned().collect();
-    }
+    let mut settings = PodSettings::new(helper_image(&args.helper_image));
     settings.insecure_registries = args.insecure_registries.clone();
     settings.registry_endpoints = args.registry_endpoints.clone();
     settings.schedule_timeout = args.schedule_timeout;
-    Ok(Arc::new(PodExecutor::new(client, settings)))
+    // The CLI's one scope, for every run it makes.
+    let mut scope = PodScope::new(namespace);
+    scope.service_account = args.service_account.clone();
+    let secrets = args.image_pull_secrets.iter().map(|name| crate::crd::LocalRef { name: name.clone() });
+    scope.options.image_pull_secrets = secrets.collect();
+    scope.options.node_selector = args.node_selector.iter().cloned().collect();
+    Ok(Arc::new(PodRuntime::new(client, settings).for_pass(scope).checking_access()))
 }
 
 /// `--helper-image`, or the controller image of this version.
@@ -874,7 +874,7 @@ async fn controller(args: ControllerArgs) -> Result<Exit, CliError> {
     let images = match args.executor {
         ExecutorArg::Docker => images.map_or(Images::None, Images::Here),
         ExecutorArg::Pod => {
-            let mut settings = PodSettings::scoped_per_pass(helper_image(&args.helper_image));
+            let mut settings = PodSettings::new(helper_image(&args.helper_image));
             settings.insecure_registries = args.insecure_registries;
             settings.registry_endpoints = args.registry_endpoints;
             settings.schedule_timeout = args.schedule_timeout;

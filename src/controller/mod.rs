@@ -9,6 +9,7 @@
 pub mod approval;
 pub mod checks;
 pub mod error;
+pub mod executors;
 pub mod inputs;
 pub mod leader;
 pub mod metrics;
@@ -45,13 +46,14 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::crd::Manifest;
-use crate::engine::executor::budget::Budgeted;
-use crate::engine::executor::{Dispatch, Executor};
-use crate::pod::executor::{PodExecutor, PodSettings};
+use crate::engine::executor::Executor;
+use crate::engine::executor::budget::SharedBudget;
+use crate::pod::executor::{PodRuntime, PodSettings};
 use crate::stop::{Cancel, Stop};
 pub use error::Error;
+use executors::{PassExecutors, PassImages};
 use leader::{Leadership, LeaseConfig};
-use metrics::{ApiMeteringLayer, MeteredExecutor, Metrics, Timer};
+use metrics::{ApiMeteringLayer, Metrics, Timer};
 use readiness::Readiness;
 pub use reconcile::Next;
 
@@ -92,7 +94,8 @@ impl Default for Settings {
 /// Everything a reconcile needs. `clock` and `jitter` are injectable so tests are exact.
 pub struct Context {
     pub client: Client,
-    pub executor: Arc<dyn Executor>,
+    /// What makes each pass's executor, from its scope.
+    pub executors: PassExecutors,
     pub events: EventRecorder,
     pub settings: Settings,
     /// Milliseconds since the Unix epoch.
@@ -107,12 +110,6 @@ pub struct Context {
     pub workers: Semaphore,
     /// When each object's resources are next read (adaptive drift checks).
     pub checks: checks::Checks,
-    /// The executor of image types' Pods (also inside `executor`), when they run as Pods: each
-    /// pass enters its Manifest's scope.
-    pub pods: Option<Arc<PodExecutor>>,
-    /// The executor of `builtin/kubernetes` (also inside `executor`): each pass enters its
-    /// Manifest's ServiceAccount.
-    pub kube_objects: Option<Arc<crate::kubernetes::KubeObjects>>,
     /// Pipelines' logs and step settings.
     pub pipelines: pipelines::Pipelines,
     /// The watch caches of Manifests, by scope (a namespace, or all): where a Pipeline finds the
@@ -121,13 +118,14 @@ pub struct Context {
 }
 
 impl Context {
-    pub fn new(client: Client, executor: Arc<dyn Executor>, settings: Settings) -> Self {
+    /// `executors`: an `Arc<dyn Executor>` for the same executor in every pass.
+    pub fn new(client: Client, executors: impl Into<PassExecutors>, settings: Settings) -> Self {
         let reporter = Reporter { controller: reconcile::FIELD_MANAGER.into(), instance: hostname() };
         let shutdown = CancellationToken::new();
         Self {
             events: EventRecorder::new(client.clone(), reporter),
             client,
-            executor,
+            executors: executors.into(),
             settings,
             clock: Box::new(crate::history::now_ms),
             jitter: Box::new(reconcile::jitter),
@@ -136,8 +134,6 @@ impl Context {
             metrics: Arc::new(Metrics::new()),
             workers: Semaphore::new(Semaphore::MAX_PERMITS),
             checks: Default::default(),
-            pods: None,
-            kube_objects: None,
             pipelines: pipelines::Pipelines::default(),
             manifests: Vec::new(),
         }
@@ -304,26 +300,22 @@ pub async fn run(mut config: RunConfig, executors: Executors) -> Result<(), Erro
         }
     };
 
-    let (images, pods) = match executors.images {
-        Images::None => (None, None),
-        Images::Here(executor) => (Some(executor), None),
+    let images = match executors.images {
+        Images::None => PassImages::None,
+        Images::Here(executor) => PassImages::Here(executor),
         Images::Pods(settings) => {
-            crate::client::install_crypto();
-            let pods = Arc::new(PodExecutor::new(client.clone(), *settings));
             config.settings.plugs = inputs::Plugs::Volumes;
-            (Some(pods.clone() as Arc<dyn Executor>), Some(pods))
+            PassImages::Pods(PodRuntime::new(client.clone(), *settings))
         }
     };
-    let local_programs = config.settings.allow_local_programs;
-    let kube_objects = Arc::new(crate::kubernetes::KubeObjects::impersonating(executors.local, acting_config));
-    // In a cluster the file built-ins act in Pods too, on their `files` plug.
-    let builtins_with_images = pods.is_some();
-    let dispatch = Arc::new(Dispatch { local: kube_objects.clone(), images, local_programs, builtins_with_images });
-    let executor = Arc::new(Budgeted::new(dispatch, executors.reads_per_second));
-    let executor: Arc<dyn Executor> = Arc::new(MeteredExecutor { inner: executor, metrics: metrics.clone() });
-    let mut ctx = Context::new(client.clone(), executor, config.settings.clone());
-    ctx.pods = pods;
-    ctx.kube_objects = Some(kube_objects);
+    let executors = PassExecutors::Assembled {
+        objects: Arc::new(crate::kubernetes::KubeObjects::impersonating(executors.local, acting_config)),
+        images,
+        local_programs: config.settings.allow_local_programs,
+        budget: SharedBudget::new(executors.reads_per_second),
+        metrics: metrics.clone(),
+    };
+    let mut ctx = Context::new(client.clone(), executors, config.settings.clone());
     ctx.shutdown = shutdown.clone();
     ctx.leadership = leadership;
     ctx.metrics = metrics.clone();
@@ -651,7 +643,8 @@ mod tests {
             .build()
             .await
             .unwrap();
-        let executor = Arc::new(crate::engine::executor::fake::FakeExecutor::new(|_| Default::default()));
+        let executor: Arc<dyn Executor> =
+            Arc::new(crate::engine::executor::fake::FakeExecutor::new(|_| Default::default()));
         let mut ctx = Context::new(client.clone(), executor, Settings::default());
         ctx.clock = Box::new(|| 1_700_000_000_000);
         let metadata = kube::api::ObjectMeta {

@@ -276,30 +276,27 @@ async fn run_pass(
     tracing::Span::current().record("run_id", run_id.as_str());
     // Image types' Pods run in the Manifest's namespace, as its ServiceAccount, owned by it —
     // once nothing an earlier pass of it started still runs: an action never runs twice at once.
-    let _scope = match &ctx.pods {
-        Some(pods) => {
-            let scope = pod_scope(obj);
-            let selector = format!("{MANIFEST_LABEL}={}", obj.uid().unwrap_or_default());
-            let swept = pods
-                .sweep(&scope.namespace, &selector)
-                .await
-                .map_err(|source| PassError::Recovery { run: "an earlier pass of this Manifest".into(), source })?;
-            if swept > 0 {
-                let note = format!(
-                    "stopped {swept} Pod(s) an earlier pass left running (a controller that crashed or lost its \
-                     lease); an action among them is recorded as interrupted"
-                );
-                tracing::warn!("{note}");
-                publish(ctx, obj, EventType::Warning, "PodsStopped", "Reconcile", &note).await;
-            }
-            Some(pods.enter(&run_id, scope))
+    let scope = pod_scope(obj);
+    if let Some(pods) = ctx.executors.pods() {
+        let selector = format!("{MANIFEST_LABEL}={}", obj.uid().unwrap_or_default());
+        let swept = pods
+            .sweep(&scope.namespace, &selector)
+            .await
+            .map_err(|source| PassError::Recovery { run: "an earlier pass of this Manifest".into(), source })?;
+        if swept > 0 {
+            let note = format!(
+                "stopped {swept} Pod(s) an earlier pass left running (a controller that crashed or lost its \
+                 lease); an action among them is recorded as interrupted"
+            );
+            tracing::warn!("{note}");
+            publish(ctx, obj, EventType::Warning, "PodsStopped", "Reconcile", &note).await;
         }
-        None => None,
-    };
+    }
     // builtin/kubernetes acts as the Manifest's ServiceAccount, never as the controller.
-    let namespace = obj.namespace().unwrap_or_default();
     let account = obj.spec.service_account_name.as_deref();
-    let _identity = ctx.kube_objects.as_ref().map(|objects| objects.enter(&run_id, &namespace, account));
+    let objects = ctx.executors.objects();
+    let _identity = objects.map(|objects| objects.enter(&run_id, &scope.namespace, account));
+    let executor = ctx.executors.for_pass(&scope);
     let options = RunOptions {
         parallelism: settings.parallelism,
         timeouts: settings.timeouts,
@@ -310,7 +307,7 @@ async fn run_pass(
     let why = || interruption(ctx);
     let pass = Pass {
         manifest,
-        executor: ctx.executor.clone(),
+        executor,
         log,
         mode,
         options,

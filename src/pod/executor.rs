@@ -41,33 +41,54 @@ pub const MAX_REQUEST_BYTES: usize = 1024 * 1024 - 4096;
 /// The user a type's program runs as when its image names no numeric non-root user.
 pub const DEFAULT_UID: i64 = 65532;
 
-/// Runs image types as Pods.
-pub struct PodExecutor {
+/// What the Pods of every pass share: the client, how Pods are made and watched, what the
+/// registry said of each image, init answers, and the Pod names used. A pass runs its Pods
+/// through a [`PodExecutor`] made for its scope ([`PodRuntime::for_pass`]).
+pub struct PodRuntime {
     client: Client,
     settings: PodSettings,
     registry: Registry,
     init_cache: InitAnswers,
     /// What a pass knows of its namespace (credentials), read on its first invocation.
     passes: Mutex<lru::LruCache<String, Arc<Credentials>>>,
-    /// The scopes of the passes running now, by run id.
-    scopes: Mutex<std::collections::HashMap<String, Arc<PodScope>>>,
     /// How many times each (pass, resource, phase) ran: a Pod name is never reused.
     attempts: Mutex<lru::LruCache<(String, String, String), u32>>,
 }
 
+/// Runs one pass's image types (and, in a cluster, its file built-ins) as Pods of its scope.
+pub struct PodExecutor {
+    runtime: Arc<PodRuntime>,
+    scope: Arc<PodScope>,
+    /// Whether [`Executor::preflight`] checks that the scope's namespace can be reached (the
+    /// CLI's; the controller has just swept the namespace when a pass starts).
+    check_access: bool,
+}
+
 impl PodExecutor {
-    pub fn new(client: Client, settings: PodSettings) -> PodExecutor {
+    /// Also checks, before the run, that the scope's namespace can be reached.
+    pub fn checking_access(mut self) -> PodExecutor {
+        self.check_access = true;
+        self
+    }
+}
+
+impl PodRuntime {
+    pub fn new(client: Client, settings: PodSettings) -> Arc<PodRuntime> {
         let registry = Registry::new(&settings.insecure_registries, &settings.registry_endpoints);
         let kept = |n| NonZeroUsize::new(n).expect("non-zero");
-        PodExecutor {
+        Arc::new(PodRuntime {
             client,
             settings,
             registry,
             init_cache: InitAnswers::default(),
             passes: Mutex::new(lru::LruCache::new(kept(1024))),
-            scopes: Mutex::default(),
             attempts: Mutex::new(lru::LruCache::new(kept(65536))),
-        }
+        })
+    }
+
+    /// The executor of a pass whose Pods run in `scope`.
+    pub fn for_pass(self: &Arc<Self>, scope: PodScope) -> PodExecutor {
+        PodExecutor { runtime: self.clone(), scope: Arc::new(scope), check_access: false }
     }
 
     fn pods(&self, namespace: &str) -> Api<Pod> {
@@ -76,12 +97,6 @@ impl PodExecutor {
 
     fn secrets(&self, namespace: &str) -> Api<Secret> {
         Api::namespaced(self.client.clone(), namespace)
-    }
-
-    /// Runs the Pods of pass `run_id` in `scope` until the guard is dropped.
-    pub fn enter(self: &Arc<Self>, run_id: &str, scope: PodScope) -> ScopeGuard {
-        self.scopes.lock().expect("scopes lock").insert(run_id.to_string(), Arc::new(scope));
-        ScopeGuard { executor: self.clone(), run_id: run_id.to_string() }
     }
 
     /// Stops and deletes every Pod (and request Secret) of Deployster's in `namespace` whose
@@ -115,19 +130,6 @@ impl PodExecutor {
             }
         }
         Ok(stopping)
-    }
-
-    /// Where the Pods of pass `run_id` run.
-    fn scope(&self, run_id: &str) -> Result<Arc<PodScope>, ExecError> {
-        if let Some(scope) = self.scopes.lock().expect("scopes lock").get(run_id) {
-            return Ok(scope.clone());
-        }
-        match &self.settings.scope {
-            Some(scope) => Ok(Arc::new(scope.clone())),
-            None => Err(ExecError::Unavailable(format!(
-                "pass {run_id} was given no namespace to run its Pods in (a bug: the controller enters each pass)"
-            ))),
-        }
     }
 
     /// The pass's registry credentials: from the ServiceAccount's pull secrets and the
@@ -424,7 +426,7 @@ impl PodExecutor {
     }
 }
 
-impl PodExecutor {
+impl PodRuntime {
     /// Deletes the Pod and the request's Secret, trying again for a while when the API server
     /// fails to answer: nothing of an invocation is left behind.
     async fn delete(&self, namespace: &str, name: &str, secret_name: &str) {
@@ -468,17 +470,15 @@ impl PodExecutor {
     }
 }
 
-impl PodExecutor {
+impl PodRuntime {
     /// Runs a call to built-in `name` (one that [`TypeRef::is_file_builtin`]) in a Pod of
     /// the helper's image, which is deployster: `deployster __type NAME ARGS`, on the plug it
     /// must stay within ([`crate::builtins::confined`]).
-    async fn run_builtin(&self, name: &str, invocation: &Invocation) -> Result<Outcome, ExecError> {
+    async fn run_builtin(&self, name: &str, invocation: &Invocation, scope: &PodScope) -> Result<Outcome, ExecError> {
         crate::builtins::confined(&invocation.stdin)
             .map_err(|why| pod_error("OutsidePlug", format!("builtin/{name}: {why}")))?;
-        let pass = invocation.labels.run_id.clone();
-        let scope = self.scope(&pass)?;
         // A ServiceAccount that does not exist fails here, as for an image.
-        self.credentials(&pass, &scope).await?;
+        self.credentials(&invocation.labels.run_id, scope).await?;
         let helper = ImageRun {
             pinned: self.settings.helper_image.clone(),
             entrypoint: vec![spec::HELPER_BINARY.into(), BUILTIN_SUBCOMMAND.into(), name.into()],
@@ -486,19 +486,7 @@ impl PodExecutor {
             // Set explicitly (the image's own user), so that a claim's volume is made writable.
             non_root_uid: None,
         };
-        self.run(invocation, &helper, &scope).await
-    }
-}
-
-/// Forgets a pass's scope when dropped.
-pub struct ScopeGuard {
-    executor: Arc<PodExecutor>,
-    run_id: String,
-}
-
-impl Drop for ScopeGuard {
-    fn drop(&mut self) {
-        self.executor.scopes.lock().expect("scopes lock").remove(&self.run_id);
+        self.run(invocation, &helper, scope).await
     }
 }
 
@@ -518,20 +506,18 @@ fn label_value(text: &str) -> String {
 #[async_trait]
 impl Executor for PodExecutor {
     async fn preflight(&self, _programs: &[TypeRef]) -> Result<(), ExecError> {
-        // The controller's passes each have their own namespace, checked on their first Pod.
-        let Some(PodScope { namespace, .. }) = &self.settings.scope else { return Ok(()) };
-        self.pods(namespace).list(&ListParams::default().limit(1)).await.map(|_| ()).map_err(|e| {
+        if !self.check_access {
+            return Ok(());
+        }
+        let namespace = &self.scope.namespace;
+        self.runtime.pods(namespace).list(&ListParams::default().limit(1)).await.map(|_| ()).map_err(|e| {
             ExecError::Unavailable(format!("cannot list Pods in namespace `{namespace}` of the cluster: {e}"))
         })
     }
 
-    /// Deletes every Pod of run `run_id` and waits until they are gone.
+    /// Deletes every Pod of run `run_id` in this pass's namespace and waits until they are gone.
     async fn stop_run(&self, run_id: &str) -> Result<usize, ExecError> {
-        // Only the controller's executor has no scope for a run it was not given: a run of an
-        // earlier controller process or leader. The controller sweeps every Pod of a Manifest's
-        // earlier passes before the next starts (`controller::reconcile`), so none is left.
-        let Ok(scope) = self.scope(run_id) else { return Ok(0) };
-        self.sweep(&scope.namespace, &format!("{RUN_LABEL}={}", label_value(run_id))).await
+        self.runtime.sweep(&self.scope.namespace, &format!("{RUN_LABEL}={}", label_value(run_id))).await
     }
 
     async fn invoke(&self, invocation: Invocation) -> Result<Outcome, ExecError> {
@@ -539,15 +525,15 @@ impl Executor for PodExecutor {
             TypeRef::Image(image) => image,
             TypeRef::Builtin(name) if invocation.program.is_file_builtin() => {
                 let name = name.clone();
-                return self.run_builtin(&name, &invocation).await;
+                return self.runtime.run_builtin(&name, &invocation, &self.scope).await;
             }
             other => return Err(ExecError::Unavailable(format!("the Pod executor cannot run {other}"))),
         };
+        let (runtime, scope) = (&self.runtime, &self.scope);
         let pass = invocation.labels.run_id.clone();
-        let scope = self.scope(&pass)?;
-        let credentials = self.credentials(&pass, &scope).await?;
+        let credentials = runtime.credentials(&pass, scope).await?;
         let reference = image.to_string();
-        let resolved = self
+        let resolved = runtime
             .registry
             .resolve(&reference, &pass, &credentials)
             .await
@@ -555,7 +541,7 @@ impl Executor for PodExecutor {
         let cache_key = (invocation.labels.phase == "init").then(|| {
             InitKey::of(&[resolved.pinned.as_bytes()], invocation.entrypoint.as_deref(), &invocation.args, &invocation)
         });
-        self.init_cache.get_or_run(cache_key, self.run(&invocation, &resolved, &scope)).await
+        runtime.init_cache.get_or_run(cache_key, runtime.run(&invocation, &resolved, scope)).await
     }
 }
 
@@ -611,8 +597,8 @@ mod tests {
     #[tokio::test]
     async fn a_quota_refusal_is_retried_with_backoff_then_fails_with_the_quota_s_words() {
         let (client, creates) = quota_refusing_client();
-        let settings = PodSettings { create_retries: 2, ..PodSettings::new("team-a", "helper:1") };
-        let executor = PodExecutor::new(client, settings);
+        let settings = PodSettings { create_retries: 2, ..PodSettings::new("helper:1") };
+        let executor = PodRuntime::new(client, settings);
         let invocation = PodInvocation {
             namespace: "team-a".into(),
             name: "dst-x".into(),

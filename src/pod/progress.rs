@@ -148,7 +148,7 @@ mod tests {
     }
 
     fn settings() -> PodSettings {
-        PodSettings::new("team-a", "helper:1")
+        PodSettings::new("helper:1")
     }
 
     fn waiting(reason: &str, message: &str) -> serde_json::Value {

@@ -9,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use crate::crd::PodOptions;
 use crate::engine::executor::DEFAULT_OUTPUT_LIMIT;
 
-/// Where and as whom the Pods of one pass run: for the controller, its Manifest's namespace,
+/// Where and as whom the Pods of one pass run ([`super::executor::PodRuntime::for_pass`]): for the controller, its Manifest's namespace,
 /// `spec.serviceAccountName` and `spec.pod`, and the Manifest as their owner.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct PodScope {
@@ -34,9 +34,6 @@ impl PodScope {
 /// How the Pods are made and watched.
 #[derive(Debug, Clone)]
 pub struct PodSettings {
-    /// The scope of a pass that was given none ([`PodExecutor::enter`]): the CLI's one
-    /// namespace. `None` in the controller, where each pass runs in its Manifest's.
-    pub scope: Option<PodScope>,
     /// The image that carries the helper (the controller's own).
     pub helper_image: String,
     /// Registries (`host:port`) spoken to over plain HTTP besides loopback ones.
@@ -59,15 +56,9 @@ pub struct PodSettings {
 }
 
 impl PodSettings {
-    /// Pods in `namespace` unless a pass is given its own scope.
-    pub fn new(namespace: impl Into<String>, helper_image: impl Into<String>) -> PodSettings {
-        PodSettings { scope: Some(PodScope::new(namespace)), ..PodSettings::scoped_per_pass(helper_image) }
-    }
-
-    /// Every pass must be given its scope ([`PodExecutor::enter`]).
-    pub fn scoped_per_pass(helper_image: impl Into<String>) -> PodSettings {
+    /// The defaults, with the helper from `helper_image`.
+    pub fn new(helper_image: impl Into<String>) -> PodSettings {
         PodSettings {
-            scope: None,
             helper_image: helper_image.into(),
             insecure_registries: Vec::new(),
             registry_endpoints: Vec::new(),

@@ -14,12 +14,28 @@ use crate::engine::typeref::TypeRef;
 
 pub struct Budgeted {
     inner: Arc<dyn Executor>,
-    budget: Mutex<Budget>,
+    budget: Arc<Mutex<Budget>>,
 }
 
 impl Budgeted {
     pub fn new(inner: Arc<dyn Executor>, per_second: u32) -> Self {
-        Self { inner, budget: Mutex::new(Budget::new(per_second)) }
+        SharedBudget::new(per_second).over(inner)
+    }
+}
+
+/// One budget for every executor put under it: the controller's passes each have executors of
+/// their own, and one budget between them.
+#[derive(Clone)]
+pub struct SharedBudget(Arc<Mutex<Budget>>);
+
+impl SharedBudget {
+    pub fn new(per_second: u32) -> Self {
+        SharedBudget(Arc::new(Mutex::new(Budget::new(per_second))))
+    }
+
+    /// `inner` within this budget.
+    pub fn over(&self, inner: Arc<dyn Executor>) -> Budgeted {
+        Budgeted { inner, budget: self.0.clone() }
     }
 }
 
@@ -87,6 +103,21 @@ mod tests {
         let cancelled = call("state");
         cancelled.cancel.cancel();
         assert!(matches!(budgeted.invoke(cancelled).await, Err(ExecError::Cancelled)));
+    }
+
+    #[tokio::test]
+    async fn executors_over_one_budget_share_it() {
+        let budget = SharedBudget::new(20);
+        let first = budget.over(Arc::new(FakeExecutor::new(|_| FakeReply::default())));
+        let second = budget.over(Arc::new(FakeExecutor::new(|_| FakeReply::default())));
+        let started = std::time::Instant::now();
+        for _ in 0..10 {
+            first.invoke(call("state")).await.unwrap();
+            second.invoke(call("state")).await.unwrap();
+        }
+        assert!(started.elapsed() < Duration::from_millis(40), "a second's worth between them at once");
+        second.invoke(call("state")).await.unwrap();
+        assert!(started.elapsed() >= Duration::from_millis(40), "the 21st waits: {:?}", started.elapsed());
     }
 
     /// Answers in this process, as built-ins do.
