@@ -61,8 +61,9 @@ impl PassExecutors {
             // In a cluster the file built-ins act in Pods too, on their `files` plug.
             PassImages::Pods(runtime) => (Some(Arc::new(runtime.for_pass(scope.clone()))), true),
         };
-        let dispatch =
-            Dispatch { local: objects.clone(), images, local_programs: *local_programs, builtins_with_images };
+        // builtin/kubernetes acts as the Manifest's ServiceAccount, never as the controller.
+        let local = Arc::new(objects.for_pass(&scope.namespace, scope.service_account.as_deref()));
+        let dispatch = Dispatch { local, images, local_programs: *local_programs, builtins_with_images };
         Arc::new(MeteredExecutor { inner: Arc::new(budget.over(Arc::new(dispatch))), metrics: metrics.clone() })
     }
 
@@ -71,14 +72,6 @@ impl PassExecutors {
         match self {
             PassExecutors::Assembled { images: PassImages::Pods(runtime), .. } => Some(runtime),
             _ => None,
-        }
-    }
-
-    /// `builtin/kubernetes`'s executor, when assembled here: each pass enters its identity.
-    pub fn objects(&self) -> Option<&Arc<KubeObjects>> {
-        match self {
-            PassExecutors::Assembled { objects, .. } => Some(objects),
-            PassExecutors::Fixed(_) => None,
         }
     }
 }

@@ -292,10 +292,6 @@ async fn run_pass(
             publish(ctx, obj, EventType::Warning, "PodsStopped", "Reconcile", &note).await;
         }
     }
-    // builtin/kubernetes acts as the Manifest's ServiceAccount, never as the controller.
-    let account = obj.spec.service_account_name.as_deref();
-    let objects = ctx.executors.objects();
-    let _identity = objects.map(|objects| objects.enter(&run_id, &scope.namespace, account));
     let executor = ctx.executors.for_pass(&scope);
     let options = RunOptions {
         parallelism: settings.parallelism,

@@ -62,15 +62,14 @@ pub const FIELD_MANAGER: &str = "deployster";
 /// The annotation naming the manifest and resource an object belongs to.
 pub const OWNER_ANNOTATION: &str = "deployster.io/resource";
 
-/// Answers `builtin/kubernetes`; everything else goes to `others`. A call acts as the identity
-/// its pass entered ([`KubeObjects::enter`]), else with the default client: the current
-/// kubeconfig's, made when the first such call comes (a manifest without the type needs no
-/// cluster).
+/// Answers `builtin/kubernetes`; everything else goes to `others`. A call acts with the default
+/// client: the current kubeconfig's, made when the first such call comes (a manifest without
+/// the type needs no cluster). The controller's passes act through a [`PassObjects`] instead,
+/// as their Manifest's ServiceAccount ([`KubeObjects::for_pass`]); what discovery and dry runs
+/// found is shared between them.
 pub struct KubeObjects {
     others: Arc<dyn Executor>,
     client: OnceCell<Result<kube::Client, String>>,
-    /// Each running pass's identity, by run id.
-    identities: Mutex<HashMap<String, Arc<Identity>>>,
     /// The controller's configuration, from which clients acting as a ServiceAccount are made,
     /// and those made so far by `namespace/account`.
     impersonation: Option<(kube::Config, Mutex<HashMap<String, kube::Client>>)>,
@@ -104,7 +103,6 @@ impl KubeObjects {
             cluster,
             others,
             client: OnceCell::new(),
-            identities: Mutex::default(),
             impersonation: None,
             kinds: Mutex::default(),
             confirmed: Arc::new(Mutex::new(lru::LruCache::new(
@@ -118,8 +116,8 @@ impl KubeObjects {
         Self { client: OnceCell::new_with(Some(Ok(client))), ..Self::new(others, Kubeconfig::default()) }
     }
 
-    /// The controller's: no default client — a call outside a pass that entered its
-    /// ServiceAccount ([`KubeObjects::enter`]) is refused — and clients made from `config`.
+    /// The controller's: no default client — a call but through a pass's [`PassObjects`] is
+    /// refused — and clients made from `config`.
     pub fn impersonating(others: Arc<dyn Executor>, config: kube::Config) -> Self {
         let none = Err("the controller acts only as a Manifest's ServiceAccount, and this pass entered none".into());
         Self {
@@ -129,9 +127,9 @@ impl KubeObjects {
         }
     }
 
-    /// Until the guard is dropped, pass `run_id`'s calls act as ServiceAccount `account` (else
-    /// `default`) of `namespace`, where its objects without a namespace go.
-    pub fn enter(self: &Arc<Self>, run_id: &str, namespace: &str, account: Option<&str>) -> IdentityGuard {
+    /// The executor of a pass whose calls act as ServiceAccount `account` (else `default`) of
+    /// `namespace`, where its objects without a namespace go.
+    pub fn for_pass(self: &Arc<Self>, namespace: &str, account: Option<&str>) -> PassObjects {
         let account = account.unwrap_or("default");
         let client = match &self.impersonation {
             None => Err("this front end cannot act as a ServiceAccount".to_string()),
@@ -147,16 +145,14 @@ impl KubeObjects {
                 }
             }
         };
-        let identity = Identity { client, namespace: namespace.to_string() };
-        self.identities.lock().expect("identities lock").insert(run_id.to_string(), Arc::new(identity));
-        IdentityGuard { objects: self.clone(), run_id: run_id.to_string() }
+        PassObjects { objects: self.clone(), identity: Identity { client, namespace: namespace.to_string() } }
     }
 
-    /// The client and default namespace a call of pass `run_id` acts with, and whether the pass
-    /// entered them (the controller's) rather than running from a file (the CLI's).
-    async fn identity(&self, run_id: &str) -> Result<(kube::Client, String, bool), String> {
-        let entered = self.identities.lock().expect("identities lock").get(run_id).cloned();
-        match entered {
+    /// The client and default namespace a call acts with — the pass's `identity`, else the
+    /// default client's — and whether it is a pass's (the controller's) rather than the
+    /// default (the CLI's).
+    async fn identity(&self, identity: Option<&Identity>) -> Result<(kube::Client, String, bool), String> {
+        match identity {
             Some(identity) => identity.client.clone().map(|client| (client, identity.namespace.clone(), true)),
             None => self.client().await.map(|client| {
                 let namespace = client.default_namespace().to_string();
@@ -177,13 +173,13 @@ impl KubeObjects {
 
     /// The call's outcome, as a program's would be; its time limit and cancellation end it as
     /// they end a program.
-    async fn answer(&self, invocation: Invocation) -> Result<Outcome, ExecError> {
+    async fn answer(&self, invocation: Invocation, identity: Option<&Identity>) -> Result<Outcome, ExecError> {
         let started = Instant::now();
         let mut said = Said { lines: Vec::new(), sink: invocation.sink.clone() };
         let verb = invocation.args.first().cloned();
         let result = match verb.as_deref() {
             None => Ok(Some(init())),
-            Some(verb) => match self.identity(&invocation.labels.run_id).await {
+            Some(verb) => match self.identity(identity).await {
                 Err(e) => Err(e),
                 Ok((client, namespace, entered)) => {
                     let work = async {
@@ -242,7 +238,7 @@ impl Executor for KubeObjects {
         if invocation.cancel.is_cancelled() {
             return Err(ExecError::Cancelled);
         }
-        self.answer(invocation).await
+        self.answer(invocation, None).await
     }
 
     async fn stop_run(&self, run_id: &str) -> Result<usize, ExecError> {
@@ -250,15 +246,35 @@ impl Executor for KubeObjects {
     }
 }
 
-/// Forgets a pass's identity when dropped.
-pub struct IdentityGuard {
+/// `builtin/kubernetes` for one pass, acting as its identity; everything else goes to the
+/// [`KubeObjects`]' `others`.
+pub struct PassObjects {
     objects: Arc<KubeObjects>,
-    run_id: String,
+    identity: Identity,
 }
 
-impl Drop for IdentityGuard {
-    fn drop(&mut self) {
-        self.objects.identities.lock().expect("identities lock").remove(&self.run_id);
+#[async_trait]
+impl Executor for PassObjects {
+    async fn preflight(&self, programs: &[TypeRef]) -> Result<(), ExecError> {
+        self.objects.preflight(programs).await
+    }
+
+    fn starts_program(&self, invocation: &Invocation) -> bool {
+        self.objects.starts_program(invocation)
+    }
+
+    async fn invoke(&self, invocation: Invocation) -> Result<Outcome, ExecError> {
+        if !answered_here(&invocation) {
+            return self.objects.others.invoke(invocation).await;
+        }
+        if invocation.cancel.is_cancelled() {
+            return Err(ExecError::Cancelled);
+        }
+        self.objects.answer(invocation, Some(&self.identity)).await
+    }
+
+    async fn stop_run(&self, run_id: &str) -> Result<usize, ExecError> {
+        self.objects.stop_run(run_id).await
     }
 }
 
@@ -897,17 +913,18 @@ mod tests {
             Arc::new(crate::engine::executor::fake::FakeExecutor::new(|_| unreachable!("no other type")));
         let objects =
             Arc::new(KubeObjects::impersonating(others, kube::Config::new("http://127.0.0.1:1".parse().unwrap())));
-        let Err(refused) = objects.identity("outside-a-pass").await else { panic!("acted as the controller") };
+        let Err(refused) = objects.identity(None).await else { panic!("acted as the controller") };
         assert!(refused.contains("acts only as a Manifest's ServiceAccount"), "{refused}");
-        let guard = objects.enter("run-1", "team-a", None);
-        let (_, namespace, entered) = objects.identity("run-1").await.unwrap();
+        let pass = objects.for_pass("team-a", None);
+        let (_, namespace, entered) = objects.identity(Some(&pass.identity)).await.unwrap();
         assert_eq!((namespace.as_str(), entered), ("team-a", true));
+        let again = objects.for_pass("team-a", None);
         assert_eq!(
             objects.impersonation.as_ref().unwrap().1.lock().unwrap().keys().collect::<Vec<_>>(),
-            ["team-a/default"]
+            ["team-a/default"],
+            "one client per ServiceAccount, shared by its passes"
         );
-        drop(guard);
-        assert!(objects.identity("run-1").await.is_err(), "forgotten with its pass");
+        drop((pass, again));
     }
     /// One request a [`loopback_api_server`] was sent: method, path with query, headers (lower
     /// case), body.
@@ -1175,10 +1192,10 @@ mod tests {
             Arc::new(crate::engine::executor::fake::FakeExecutor::new(|_| unreachable!("no other type")));
         let config = kube::Config::new(format!("http://{address}").parse().unwrap());
         let objects = Arc::new(KubeObjects::impersonating(others, config));
-        let _pass = objects.enter("run-1", "team", Some("deployer"));
+        let pass = objects.for_pass("team", Some("deployer"));
         let invocation =
             call("state", json!({"object": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}}));
-        let outcome = objects.invoke(invocation).await.unwrap();
+        let outcome = pass.invoke(invocation).await.unwrap();
         let stderr = String::from_utf8_lossy(&outcome.stderr);
         assert!(!outcome.exit.success());
         assert!(
