@@ -413,6 +413,11 @@ fn a_custom_resource_given_to_the_cli_is_recognised() {
             "this holds Kubernetes objects (kinds: Manifest, PersistentVolumeClaim), not a manifest file",
         ],
     );
+    // A file that is not YAML at all is said to be so (reading its documents for kinds stops
+    // at the error; it once looped there for ever).
+    ws.write("broken.yaml", "resources: [not, a, map");
+    let run = ws.run(&["plan", "-f", "broken.yaml"]);
+    assert_failed(&run, 2, &["manifest broken.yaml: not a valid manifest"]);
     ws.write("object.yaml", "apiVersion: deployster.io/v1alpha1\nkind: Manifest\nspec: {resources: {}}\n");
     let run = ws.run(&["plan", "-f", "object.yaml"]);
     assert_failed(&run, 2, &["this is a Kubernetes object (kind: Manifest), not a manifest file"]);

@@ -312,7 +312,16 @@ fn kubernetes_kinds(text: &str, json: bool) -> Vec<String> {
     if json {
         return serde_json::from_str(text).ok().and_then(kind).into_iter().collect();
     }
-    serde_norway::Deserializer::from_str(text).filter_map(|doc| kind(Value::deserialize(doc).ok()?)).collect()
+    // Up to the first document that does not parse: past a syntax error the stream of
+    // documents would go on failing without end.
+    let mut kinds = Vec::new();
+    for document in serde_norway::Deserializer::from_str(text) {
+        match Value::deserialize(document) {
+            Ok(doc) => kinds.extend(kind(doc)),
+            Err(_) => break,
+        }
+    }
+    kinds
 }
 
 /// Whether a file should be parsed as JSON (by extension) rather than YAML.
