@@ -136,7 +136,18 @@ fn the_image_holds_one_static_binary_run_as_a_numeric_non_root_user() {
         binds: Some(vec![format!("{}:/kubeconfig:ro", kubeconfig.display())]),
         ..HostConfig::default()
     };
-    let cmd = ["controller", "--log-format", "json", "--namespace", &cluster.namespace, "--metrics-addr", &metrics];
+    // Built-ins beside it (`--executor docker`): this API server has no node to run Pods on.
+    let cmd = [
+        "controller",
+        "--log-format",
+        "json",
+        "--namespace",
+        &cluster.namespace,
+        "--metrics-addr",
+        &metrics,
+        "--executor",
+        "docker",
+    ];
     let id = env.block_on(async {
         let id = create(&env.docker, &image, &cmd, &["KUBECONFIG=/kubeconfig"], host_config).await;
         env.docker.start_container(&id, None).await.expect("start");
