@@ -157,7 +157,7 @@ struct Request<'a> {
 }
 
 /// The plug the built-in types accept: a writable host directory for relative paths.
-const FILES_PLUG: &str = "files";
+pub const FILES_PLUG: &str = "files";
 
 impl<'a> Request<'a> {
     fn new(request: &'a Value) -> Result<Self, String> {

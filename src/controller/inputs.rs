@@ -333,7 +333,7 @@ pub fn check_programs(manifest: &ValidatedManifest, allow_local: bool) -> Result
 /// outlives its Pod); `builtin/package` has no place in a cluster.
 pub fn check_builtins_in_pods(manifest: &ValidatedManifest) -> Result<(), InputError> {
     use crate::engine::validate::ClusterPlug;
-    const FILES: &str = "files";
+    const FILES: &str = crate::builtins::FILES_PLUG;
     let mut problems = Vec::new();
     for resource in &manifest.resources {
         let named = format!("resource `{}` ({})", resource.name, resource.type_name);
