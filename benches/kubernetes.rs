@@ -10,6 +10,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use deployster::builtins::kubernetes::KubeObjects;
 use deployster::controller::metrics::{ApiMeteringLayer, Metrics};
 use deployster::controller::readiness::Readiness;
 use deployster::engine::context::RunOptions;
@@ -17,7 +18,6 @@ use deployster::engine::events::ApproveAll;
 use deployster::engine::executor::fake::FakeExecutor;
 use deployster::engine::load_validated;
 use deployster::engine::run::Engine;
-use deployster::kubernetes::KubeObjects;
 
 fn main() {
     let Ok(kubeconfig) = std::env::var("DEPLOYSTER_E2E_KUBECONFIG") else {

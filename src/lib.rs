@@ -16,9 +16,8 @@ pub mod controller;
 #[cfg(feature = "kube")]
 pub mod crd;
 pub mod engine;
+pub mod executors;
 pub mod history;
-#[cfg(feature = "kube")]
-pub mod kubernetes;
 pub mod pass;
 pub mod pipeline;
 #[cfg(feature = "kube")]

@@ -9,10 +9,10 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
+use deployster::builtins::kubernetes::KubeObjects;
 use deployster::engine::executor::fake::{FakeCall, FakeExecutor, FakeReply};
 use deployster::engine::executor::{Executor, Invocation, InvocationLabels};
 use deployster::engine::typeref::TypeRef;
-use deployster::kubernetes::KubeObjects;
 use serde_json::{Value, json};
 use support::Workspace;
 use support::cluster::Cluster;

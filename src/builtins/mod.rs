@@ -11,6 +11,8 @@
 mod directory;
 mod file;
 mod in_process;
+#[cfg(feature = "kube")]
+pub mod kubernetes;
 mod package;
 
 use std::io::Read;

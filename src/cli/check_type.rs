@@ -7,6 +7,7 @@ use serde_json::Value;
 use super::render::print_json;
 use super::{CheckTypeArgs, CliError, Exit, OutputFormat, executor_with};
 use crate::engine::conformance::{self, Level, Options};
+use crate::executors::Images;
 
 /// Reads a config file (YAML or JSON): (its path as given, the value).
 fn read_config(path: &PathBuf) -> Result<(String, Value), CliError> {
@@ -31,10 +32,10 @@ pub(super) async fn check_type(args: CheckTypeArgs) -> Result<Exit, CliError> {
         scratch: scratch.clone(),
     };
     #[cfg(feature = "docker")]
-    let images = super::docker_executor(&args.docker);
+    let images = Images::Here(super::docker_executor(&args.docker));
     #[cfg(not(feature = "docker"))]
-    let images = None;
-    let executor = executor_with(images, Default::default())?;
+    let images = Images::None;
+    let executor = executor_with(images)?;
     let report = conformance::check(executor.as_ref(), &args.type_ref, &options).await;
     let _ = std::fs::remove_dir_all(&scratch);
     match args.output {

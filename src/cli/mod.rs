@@ -14,6 +14,7 @@ macro_rules! errln {
 mod apply;
 #[cfg(feature = "kube")]
 mod approve;
+mod args;
 mod check_type;
 mod confirm;
 mod graph;
@@ -25,20 +26,18 @@ mod reconcile;
 mod render;
 
 use std::io::IsTerminal;
-use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
-use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
-use crate::engine::context::Timeouts;
+use crate::engine::executor::Executor;
 use crate::engine::executor::process::{BUILTIN_SUBCOMMAND, ProcessExecutor};
-use crate::engine::executor::{Dispatch, Executor};
 use crate::engine::validate::ValidatedManifest;
-use crate::engine::vars::VarSource;
 use crate::engine::{InputError, PrepareError, load_validated};
+use crate::executors::{Images, Local, PassExecutors, Scope};
 use crate::history::HistoryError;
 
+pub use args::*;
 pub use confirm::ConfirmMode;
 
 /// Deployster: plan and apply a manifest of resources.
@@ -92,511 +91,6 @@ pub enum Command {
     },
 }
 
-/// Options shared by every command that reads a manifest.
-#[derive(Debug, Args)]
-pub struct ManifestArgs {
-    /// Manifest file (YAML or JSON); repeat to merge several.
-    #[arg(short = 'f', long = "file", value_name = "MANIFEST", default_value = "manifest.yaml")]
-    pub files: Vec<PathBuf>,
-    /// Set a variable (`key=value`; a dotted key sets a nested value). Applied in order with
-    /// `--var-file`, after the manifest's defaults and auto var files.
-    #[arg(long = "var", value_name = "KEY=VALUE", value_parser = VarSource::parse_assignment)]
-    vars: Vec<VarSource>,
-    /// Set a sensitive variable (`key=value`), as `--var` does: its value is masked as `***`
-    /// wherever it would be shown or kept, never rendered as a template, and not kept in a
-    /// saved plan.
-    // Parsed after clap, whose errors would show the value.
-    #[arg(long = "sensitive-var", value_name = "KEY=VALUE")]
-    sensitive_vars: Vec<String>,
-    /// Load variables from a YAML or JSON file.
-    #[arg(long = "var-file", value_name = "FILE")]
-    var_files: Vec<PathBuf>,
-    /// `--var` and `--var-file` in command-line order (filled after parsing).
-    #[arg(skip)]
-    pub var_sources: Vec<VarSource>,
-    /// Whether `-f` was given (filled after parsing).
-    #[arg(skip)]
-    pub files_given: bool,
-    /// Send `verbose: true` to resource programs and show their stderr.
-    #[arg(short, long)]
-    pub verbose: bool,
-    /// Run at most this many resource programs at once [default: number of CPUs].
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
-    pub parallelism: Option<u16>,
-    #[command(flatten)]
-    pub timeouts: TimeoutArgs,
-    /// Output format.
-    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
-    pub output: OutputFormat,
-    #[command(flatten)]
-    pub state: StateArgs,
-    #[command(flatten)]
-    pub images: ImageArgs,
-}
-
-/// Which deployment log: the state directory, and the workspace in it.
-#[derive(Debug, Args)]
-pub struct StateArgs {
-    /// Where the deployment log lives [default: .deployster beside the manifest].
-    #[arg(long, value_name = "DIR")]
-    pub state_dir: Option<PathBuf>,
-    /// A named, independent copy of the manifest's resources, with a deployment log of its own
-    /// (`--workspace prod --var env=prod`), in `<state dir>/workspaces/NAME`. The workspace
-    /// `default` is the state directory itself.
-    #[arg(long, value_name = "NAME", env = "DEPLOYSTER_WORKSPACE", value_parser = parse_workspace)]
-    pub workspace: Option<String>,
-}
-
-impl StateArgs {
-    /// The deployment log's directory for the manifest `files`.
-    pub fn dir(&self, files: &[PathBuf]) -> PathBuf {
-        let base = apply::state_dir(files, self.state_dir.as_deref());
-        match self.named_workspace() {
-            Some(name) => base.join("workspaces").join(name),
-            None => base,
-        }
-    }
-
-    /// The workspace, unless it is `default`.
-    pub fn named_workspace(&self) -> Option<&str> {
-        self.workspace.as_deref().filter(|w| *w != "default")
-    }
-}
-
-/// A workspace's name: a directory's name, and nothing that could leave the state directory.
-fn parse_workspace(name: &str) -> Result<String, String> {
-    let valid = !name.is_empty()
-        && name.len() <= 64
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-        && !name.starts_with('-');
-    match valid {
-        true => Ok(name.to_string()),
-        false => Err("a workspace's name is 1 to 64 letters, digits, '-' and '_', not starting with '-'".into()),
-    }
-}
-
-/// Where resource types that are images run.
-#[derive(Debug, Args)]
-pub struct ImageArgs {
-    #[cfg(feature = "docker")]
-    #[command(flatten)]
-    pub docker: DockerArgs,
-    #[cfg(feature = "kube")]
-    #[command(flatten)]
-    pub pods: PodArgs,
-}
-
-/// Where resource types that are images run.
-#[cfg(feature = "kube")]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ExecutorArg {
-    /// Containers of this machine's Docker engine.
-    Docker,
-    /// Pods of the current kubeconfig's cluster.
-    Pod,
-}
-
-/// How resource types that are images run as Pods (`--executor pod`).
-#[cfg(feature = "kube")]
-#[derive(Debug, Args)]
-pub struct PodArgs {
-    /// Where resource types that are images run: `docker` (this machine's Docker engine) or
-    /// `pod` (short-lived Pods of the current kubeconfig's cluster).
-    #[arg(long, value_enum, value_name = "KIND", default_value_t = ExecutorArg::Docker)]
-    pub executor: ExecutorArg,
-    /// The cluster's namespace: where the Pods run with `--executor pod`, and where `graph
-    /// --manifest` finds the Manifest [default: the kubeconfig's].
-    #[arg(short, long, value_name = "NAMESPACE")]
-    pub namespace: Option<String>,
-    /// With `--executor pod`: the ServiceAccount the Pods run as [default: the namespace's `default`].
-    #[arg(long, value_name = "NAME")]
-    pub service_account: Option<String>,
-    /// With `--executor pod`: the image that carries Deployster's helper, copied into each Pod
-    /// by its first container [default: deployster/controller:<this version>].
-    #[arg(long, value_name = "IMAGE", env = "DEPLOYSTER_HELPER_IMAGE")]
-    pub helper_image: Option<String>,
-    /// With `--executor pod`: a registry (`host:port`) to read image configs from over plain
-    /// HTTP (registries on loopback always are); repeat for several.
-    #[arg(long = "insecure-registry", value_name = "HOST:PORT")]
-    pub insecure_registries: Vec<String>,
-    /// With `--executor pod`: read the image configs of registry NAME (as image references
-    /// name it, `host:port`) at URL instead — where NAME, which nodes pull from, cannot be
-    /// reached from here (a node-local registry, an air-gapped mirror); repeat for several.
-    #[arg(long = "registry-endpoint", value_name = "NAME=URL")]
-    pub registry_endpoints: Vec<crate::pod::registry::Endpoint>,
-    /// With `--executor pod`: an image pull secret of the namespace, besides the
-    /// ServiceAccount's; repeat for several.
-    #[arg(long = "image-pull-secret", value_name = "NAME")]
-    pub image_pull_secrets: Vec<String>,
-    /// With `--executor pod`: a label the Pods' node must carry; repeat for several.
-    #[arg(long = "node-selector", value_name = "KEY=VALUE", value_parser = parse_label)]
-    pub node_selector: Vec<(String, String)>,
-    /// With `--executor pod`: a Pod no node takes fails after this long, with the scheduler's
-    /// message.
-    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
-    pub schedule_timeout: Duration,
-    /// The kubeconfig file of the cluster that `--executor pod` and `builtin/kubernetes` use
-    /// [default: KUBECONFIG, then ~/.kube/config, then in-cluster configuration].
-    #[arg(long, value_name = "FILE")]
-    pub kubeconfig: Option<PathBuf>,
-    /// The kubeconfig's context to use [default: its current context].
-    #[arg(long, value_name = "NAME")]
-    pub context: Option<String>,
-}
-
-/// `KEY=VALUE`, both non-empty.
-#[cfg(feature = "kube")]
-fn parse_label(text: &str) -> Result<(String, String), String> {
-    match text.split_once('=') {
-        Some((key, value)) if !key.is_empty() && !value.is_empty() => Ok((key.into(), value.into())),
-        _ => Err(format!("`{text}` is not KEY=VALUE")),
-    }
-}
-
-/// How long programs may run; past it a program gets SIGTERM, then SIGKILL.
-#[derive(Debug, Args)]
-pub struct TimeoutArgs {
-    /// Stop every program invocation after this long (both limits below at once).
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, conflicts_with_all = ["action_timeout", "state_timeout"])]
-    pub timeout: Option<Duration>,
-    /// Stop an action after this long (a resource's `timeouts.action` wins).
-    #[arg(long, value_name = "DURATION", default_value = "15m", value_parser = parse_duration)]
-    pub action_timeout: Duration,
-    /// Stop init and state reads after this long (a resource's `timeouts.state` wins).
-    #[arg(long, value_name = "DURATION", default_value = "2m", value_parser = parse_duration)]
-    pub state_timeout: Duration,
-    /// Stop an action that reported progress and then no increase for this long (a resource's
-    /// `timeouts.progress` wins).
-    #[arg(long, value_name = "DURATION", default_value = "1m", value_parser = parse_duration)]
-    pub progress_timeout: Duration,
-}
-
-impl TimeoutArgs {
-    pub fn timeouts(&self) -> Timeouts {
-        match self.timeout {
-            Some(all) => Timeouts { progress: self.progress_timeout, ..Timeouts::all(all) },
-            None => {
-                Timeouts { action: self.action_timeout, state: self.state_timeout, progress: self.progress_timeout }
-            }
-        }
-    }
-}
-
-/// How resource types that are Docker images run.
-#[cfg(feature = "docker")]
-#[derive(Debug, Args)]
-pub struct DockerArgs {
-    /// When to pull the images of resource types that are Docker images.
-    #[arg(long, value_enum, value_name = "POLICY", default_value_t = PullArg::IfNotPresent)]
-    pub pull: PullArg,
-    /// The network of resource containers: `shared` joins them all to one sandbox container on
-    /// Docker's default network (fast; they share localhost); any other value is a Docker
-    /// network mode for each container: `bridge` (a network of its own), `host`, `none`, a
-    /// network's name, or `container:<name|id>`.
-    #[arg(long, value_name = "MODE", default_value = "shared")]
-    pub container_network: crate::engine::executor::docker::ContainerNetwork,
-}
-
-/// `--pull`: when images are pulled.
-#[cfg(feature = "docker")]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum PullArg {
-    /// Pull only images that are not present locally.
-    IfNotPresent,
-    /// Pull every image once per run.
-    Always,
-    /// Never pull; a missing image is an error.
-    Never,
-}
-
-#[derive(Debug, Args)]
-pub struct PlanArgs {
-    #[command(flatten)]
-    pub manifest: ManifestArgs,
-    /// Save the plan to this file, to review it and apply exactly it later with
-    /// `deployster apply FILE`. It holds digests, never config values, states or secrets.
-    #[arg(long, value_name = "FILE")]
-    pub out: Option<PathBuf>,
-}
-
-#[derive(Debug, Args)]
-pub struct ApplyArgs {
-    /// A plan saved by `plan --out`: apply exactly it, without asking. Every state is read
-    /// again first; if anything differs from the plan (a status, a state, an action, the
-    /// manifest or its variables), nothing is applied. Its manifest files and variables are
-    /// used unless given; sensitive `--var`s must be given again.
-    #[arg(value_name = "PLAN")]
-    pub plan: Option<PathBuf>,
-    #[command(flatten)]
-    pub manifest: ManifestArgs,
-    /// When to ask before running actions: once after the plan, per resource, per action, or never.
-    #[arg(long, value_enum, ignore_case = true, default_value_t = ConfirmMode::Once)]
-    pub confirm: ConfirmMode,
-    /// Do not ask (same as `--confirm no`).
-    #[arg(short = 'y', long)]
-    pub yes: bool,
-}
-
-#[cfg(feature = "kube")]
-#[derive(Debug, Args)]
-pub struct ApproveArgs {
-    /// The Manifest's name.
-    pub name: String,
-    /// Its namespace [default: the kubeconfig's].
-    #[arg(short, long)]
-    pub namespace: Option<String>,
-    /// Approve only if this is the plan awaiting approval (the id you reviewed).
-    #[arg(long, value_name = "ID")]
-    pub plan: Option<String>,
-}
-
-#[cfg(feature = "kube")]
-#[derive(Debug, Args)]
-pub struct ControllerArgs {
-    /// Watch only this namespace; repeat for several [default: all namespaces].
-    #[arg(long = "namespace", value_name = "NAMESPACE")]
-    pub namespaces: Vec<String>,
-    /// How many Manifests are reconciled at once (one object is never reconciled twice at once).
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..))]
-    pub concurrency: u16,
-    /// Allow resource types that are local programs (they run code of the Manifest author's
-    /// choosing inside the controller).
-    #[arg(long)]
-    pub allow_local_programs: bool,
-    /// Log format.
-    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
-    pub log_format: LogFormat,
-    /// After SIGTERM, how long running passes may finish before their actions are cancelled.
-    #[arg(long, value_name = "DURATION", default_value = "20s", value_parser = humantime::parse_duration)]
-    pub shutdown_grace: Duration,
-    /// Deployment-log entries kept on each object's status.
-    #[arg(long, value_name = "N", default_value_t = 50)]
-    pub history_limit: usize,
-    /// How long a Pipeline's step waits for its Manifest to be Ready before it fails.
-    #[arg(long, value_name = "DURATION", default_value = "30m", value_parser = humantime::parse_duration)]
-    pub pipeline_step_timeout: Duration,
-    /// Where plugs are materialized [default: a directory under the system's temporary directory].
-    #[arg(long, value_name = "DIR")]
-    pub plug_dir: Option<PathBuf>,
-    /// Programs run at once within one pass.
-    #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..))]
-    pub parallelism: u16,
-    #[command(flatten)]
-    pub budget: BudgetArgs,
-    #[command(flatten)]
-    pub timeouts: TimeoutArgs,
-    /// Where `/metrics`, `/healthz` and `/readyz` are served.
-    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8080")]
-    pub metrics_addr: std::net::SocketAddr,
-    /// Reconcile only while holding a Lease, so that of several replicas exactly one reconciles.
-    #[arg(long)]
-    pub leader_elect: bool,
-    /// The leader election Lease's name.
-    #[arg(long, value_name = "NAME", default_value = "deployster-controller", requires = "leader_elect")]
-    pub lease_name: String,
-    /// The leader election Lease's namespace [default: the controller's own namespace].
-    #[arg(long, value_name = "NAMESPACE", requires = "leader_elect")]
-    pub lease_namespace: Option<String>,
-    /// How long a lease holds without renewal: a new leader takes over this long after the old
-    /// one died; a leader that cannot renew for two thirds of it stops its passes.
-    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_lease_duration, requires = "leader_elect")]
-    pub lease_duration: Duration,
-    /// The name of the Pod the controller runs in (with `--pod-uid`; the chart sets both from
-    /// the downward API): under `--leader-elect`, the Lease it holds is owned by that Pod, and
-    /// goes with it.
-    #[arg(long, value_name = "NAME", env = "DEPLOYSTER_POD_NAME", requires = "pod_uid")]
-    pub pod_name: Option<String>,
-    /// The uid of the Pod the controller runs in (with `--pod-name`).
-    #[arg(long, value_name = "UID", env = "DEPLOYSTER_POD_UID", requires = "pod_name")]
-    pub pod_uid: Option<String>,
-    /// Where resource types that are images run: `pod` (short-lived Pods in each Manifest's
-    /// namespace, as its `spec.serviceAccountName`; plugs are their volumes) or `docker` (the
-    /// node's Docker engine; plugs are files the controller writes for them).
-    #[arg(long, value_enum, value_name = "KIND", default_value_t = ExecutorArg::Pod)]
-    pub executor: ExecutorArg,
-    /// With `--executor pod`: the image that carries Deployster's helper, copied into each Pod
-    /// by its first container [default: deployster/controller:<this version>, the controller's own].
-    #[arg(long, value_name = "IMAGE", env = "DEPLOYSTER_HELPER_IMAGE")]
-    pub helper_image: Option<String>,
-    /// With `--executor pod`: a registry (`host:port`) to read image configs from over plain
-    /// HTTP (registries on loopback always are); repeat for several.
-    #[arg(long = "insecure-registry", value_name = "HOST:PORT")]
-    pub insecure_registries: Vec<String>,
-    /// With `--executor pod`: read the image configs of registry NAME (as image references
-    /// name it, `host:port`) at URL instead — where NAME, which nodes pull from, cannot be
-    /// reached from here (a node-local registry, an air-gapped mirror); repeat for several.
-    #[arg(long = "registry-endpoint", value_name = "NAME=URL")]
-    pub registry_endpoints: Vec<crate::pod::registry::Endpoint>,
-    /// With `--executor pod`: a Pod no node takes fails after this long, with the scheduler's
-    /// message.
-    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
-    pub schedule_timeout: Duration,
-    #[cfg(feature = "docker")]
-    #[command(flatten)]
-    pub docker: DockerArgs,
-}
-
-/// A lease duration: whole seconds (the Lease stores seconds), at least 2.
-#[cfg(feature = "kube")]
-fn parse_lease_duration(text: &str) -> Result<Duration, String> {
-    let duration = humantime::parse_duration(text).map_err(|e| e.to_string())?;
-    if duration < Duration::from_secs(2) || duration.subsec_nanos() != 0 {
-        return Err("a whole number of seconds, at least 2s".into());
-    }
-    Ok(duration)
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    Text,
-    Json,
-}
-
-/// The global budget of checks of a continuous loop.
-#[derive(Debug, Args)]
-pub struct BudgetArgs {
-    /// At most this many init and state reads that start a program or a container per second,
-    /// spread evenly, so that many resources due at once never stampede (built-ins answered
-    /// in-process are not counted; actions are never held back) [default: 100 per core].
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
-    pub max_invocations_per_second: Option<u32>,
-}
-
-impl BudgetArgs {
-    /// `executor` within the budget.
-    pub fn wrap(&self, executor: Arc<dyn Executor>) -> Arc<dyn Executor> {
-        Arc::new(crate::engine::executor::budget::Budgeted::new(executor, self.per_second()))
-    }
-
-    /// Reads per second.
-    pub fn per_second(&self) -> u32 {
-        self.max_invocations_per_second.unwrap_or_else(crate::engine::executor::budget::default_per_second)
-    }
-}
-
-#[derive(Debug, Args)]
-pub struct ReconcileArgs {
-    #[command(flatten)]
-    pub manifest: ManifestArgs,
-    /// How often each resource's state is read at first, and again after drift or a change.
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
-    pub interval: Duration,
-    /// A resource found VALID on 3 checks in a row is read half as often, and so on up to this
-    /// [default: 4 × --interval]; between its checks it is taken for VALID with the state it was
-    /// last read with. Give --interval's value for fixed checks.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-    pub max_interval: Option<Duration>,
-    #[command(flatten)]
-    pub budget: BudgetArgs,
-}
-
-/// Which deployment log a command reads.
-#[derive(Debug, Args)]
-pub struct LogArgs {
-    /// The manifest whose log to read (its directory holds `.deployster`).
-    #[arg(short = 'f', long = "file", value_name = "MANIFEST", default_value = "manifest.yaml")]
-    pub files: Vec<PathBuf>,
-    #[command(flatten)]
-    pub state: StateArgs,
-}
-
-impl LogArgs {
-    pub fn dir(&self) -> PathBuf {
-        self.state.dir(&self.files)
-    }
-}
-
-#[derive(Debug, Args)]
-pub struct HistoryArgs {
-    #[command(flatten)]
-    pub log: LogArgs,
-    /// Only this resource (and its actions).
-    #[arg(long, value_name = "NAME")]
-    pub resource: Option<String>,
-    /// How many recent events to show.
-    #[arg(long, value_name = "N", default_value_t = 20)]
-    pub limit: usize,
-    /// List every revision: number, content hash, when first seen, outcome.
-    #[arg(long, conflicts_with_all = ["revision", "diff", "resource"])]
-    pub revisions: bool,
-    /// What happened at revision N, resource by resource.
-    #[arg(long, value_name = "N", conflicts_with_all = ["diff", "resource"])]
-    pub revision: Option<i64>,
-    /// How the rendered configs differ between revisions N and M (sensitive values masked).
-    #[arg(long, num_args = 2, value_names = ["N", "M"], conflicts_with = "resource")]
-    pub diff: Option<Vec<i64>>,
-    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
-    pub output: OutputFormat,
-}
-
-#[derive(Debug, Args)]
-pub struct OutputsArgs {
-    #[command(flatten)]
-    pub log: LogArgs,
-    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
-    pub output: OutputFormat,
-}
-
-#[derive(Debug, Args)]
-pub struct GraphArgs {
-    #[command(flatten)]
-    pub manifest: ManifestArgs,
-    /// `mermaid` pastes into GitHub and GitLab markdown; `svg` is drawn without Graphviz.
-    #[arg(long, value_enum, default_value_t = GraphFormat::Mermaid)]
-    pub format: GraphFormat,
-    /// Plan now (running state actions) instead of reading the latest statuses from the log.
-    #[arg(long)]
-    pub live: bool,
-    /// Draw the Manifest custom resource of this name, with the status the controller wrote,
-    /// instead of a manifest file.
-    #[cfg(feature = "kube")]
-    #[arg(long = "manifest", value_name = "NAME", conflicts_with = "live")]
-    pub object: Option<String>,
-}
-
-#[derive(Debug, Args)]
-pub struct CheckTypeArgs {
-    /// The type: `./program`, `builtin/<name>` or an image reference.
-    #[arg(value_name = "TYPE")]
-    pub type_ref: String,
-    /// A config (YAML or JSON) the type should converge on: state, its actions, state again;
-    /// repeat for several cases.
-    #[arg(long = "config", value_name = "FILE")]
-    pub configs: Vec<PathBuf>,
-    /// A config that breaks the type's schema: state must fail with a message on stderr.
-    #[arg(long = "bad-config", value_name = "FILE")]
-    pub bad_configs: Vec<PathBuf>,
-    /// Each invocation's time limit.
-    #[arg(long, value_name = "DURATION", default_value = "2m", value_parser = parse_duration)]
-    pub timeout: Duration,
-    /// Flag calls slower than this.
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
-    pub slow: Duration,
-    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
-    pub output: OutputFormat,
-    #[cfg(feature = "docker")]
-    #[command(flatten)]
-    pub docker: DockerArgs,
-}
-
-/// A time limit or interval: see [`crate::engine::positive_duration`].
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    crate::engine::positive_duration(text)
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum GraphFormat {
-    Mermaid,
-    Dot,
-    Svg,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum OutputFormat {
-    Text,
-    Json,
-}
-
 /// Parses the command line. `--var` and `--var-file` are interleaved in the order given,
 /// which clap's derive alone does not record.
 pub fn parse() -> Cli {
@@ -611,26 +105,11 @@ pub fn parse() -> Cli {
             _ => None,
         };
         if let Some(args) = args {
-            args.var_sources = ordered_var_sources(sub, args);
+            args.var_sources = args.ordered_var_sources(sub);
             args.files_given = sub.value_source("files") == Some(clap::parser::ValueSource::CommandLine);
         }
     }
     cli
-}
-
-fn ordered_var_sources(matches: &ArgMatches, args: &ManifestArgs) -> Vec<VarSource> {
-    let positions = |id: &str| matches.indices_of(id).map(|i| i.collect::<Vec<_>>()).unwrap_or_default();
-    let mut sources: Vec<(usize, VarSource)> = positions("vars").into_iter().zip(args.vars.iter().cloned()).collect();
-    let sensitive = args.sensitive_vars.iter().map(|text| {
-        VarSource::parse_sensitive(text).unwrap_or_else(|why| {
-            let error = format!("--sensitive-var (value not shown) {why}");
-            Cli::command().error(clap::error::ErrorKind::InvalidValue, error).exit()
-        })
-    });
-    sources.extend(positions("sensitive_vars").into_iter().zip(sensitive));
-    sources.extend(positions("var_files").into_iter().zip(args.var_files.iter().map(|f| VarSource::File(f.clone()))));
-    sources.sort_by_key(|(position, _)| *position);
-    sources.into_iter().map(|(_, source)| source).collect()
 }
 
 /// How a command ended; main maps it to the documented exit codes.
@@ -742,14 +221,22 @@ pub enum CrdKind {
     Pipeline,
 }
 
-/// The executor the CLI uses: local programs and built-ins as processes, images as Docker
-/// containers (connected to only when a manifest uses one) or as Pods (`--executor pod`).
+/// The executor of the CLI's pass: local programs as processes, built-ins in this process,
+/// `builtin/kubernetes` with the kubeconfig's user, images as Docker containers (connected to
+/// only when a manifest uses one) or as Pods (`--executor pod`).
 pub(super) async fn executor(args: &ImageArgs) -> Result<Arc<dyn Executor>, CliError> {
+    let (executors, scope) = pass_executors(args).await?;
+    Ok(executors.for_pass(&scope))
+}
+
+/// What makes the CLI's pass executor ([`executor`]), and the one scope it acts in.
+pub(super) async fn pass_executors(args: &ImageArgs) -> Result<(PassExecutors, Scope), CliError> {
     #[cfg(feature = "kube")]
     let cluster = crate::client::Kubeconfig { file: args.pods.kubeconfig.clone(), context: args.pods.context.clone() };
     #[cfg(not(feature = "kube"))]
     let cluster = ();
-    executor_with(image_executor(args).await?, cluster)
+    let (images, scope) = images(args).await?;
+    Ok((PassExecutors::new(local(cluster)?, images), scope))
 }
 
 #[cfg(feature = "kube")]
@@ -757,15 +244,22 @@ type Cluster = crate::client::Kubeconfig;
 #[cfg(not(feature = "kube"))]
 type Cluster = ();
 
-/// Local programs as processes, built-ins in this process (see [`local_executor`]), images on
-/// `images`; `builtin/kubernetes` with `cluster`, connected to on its first call.
-fn executor_with(images: Option<Arc<dyn Executor>>, cluster: Cluster) -> Result<Arc<dyn Executor>, CliError> {
+/// Local programs and built-ins ([`local_executor`]), with `builtin/kubernetes` acting with
+/// `cluster`, connected to on its first call.
+fn local(cluster: Cluster) -> Result<Local, CliError> {
     let local = local_executor()?;
     #[cfg(feature = "kube")]
-    let local: Arc<dyn Executor> = Arc::new(crate::kubernetes::KubeObjects::new(local, cluster));
+    return Ok(Arc::new(crate::builtins::kubernetes::KubeObjects::new(local, cluster)));
     #[cfg(not(feature = "kube"))]
-    let () = cluster;
-    Ok(Arc::new(Dispatch::new(local, images)))
+    {
+        let () = cluster;
+        Ok(local)
+    }
+}
+
+/// An executor with no cluster of its own choosing (the current kubeconfig's) and `images`.
+fn executor_with(images: Images) -> Result<Arc<dyn Executor>, CliError> {
+    Ok(PassExecutors::new(local(Cluster::default())?, images).for_pass(&Scope::default()))
 }
 
 /// Chooses how built-in types run: `in-process` (the default) or `process` (each call a
@@ -786,24 +280,26 @@ fn local_executor() -> Result<Arc<dyn Executor>, CliError> {
     }
 }
 
-async fn image_executor(args: &ImageArgs) -> Result<Option<Arc<dyn Executor>>, CliError> {
+/// Where the CLI's images run, and the scope of its Pods when they run as Pods.
+async fn images(args: &ImageArgs) -> Result<(Images, Scope), CliError> {
     #[cfg(feature = "kube")]
     if args.pods.executor == ExecutorArg::Pod {
-        return Ok(Some(pod_executor(&args.pods).await?));
+        return pods(&args.pods).await;
     }
     #[cfg(feature = "docker")]
-    return Ok(docker_executor(&args.docker));
+    return Ok((Images::Here(docker_executor(&args.docker)), Scope::default()));
     #[cfg(not(feature = "docker"))]
     {
         let _ = args;
-        Ok(None)
+        Ok((Images::None, Scope::default()))
     }
 }
 
-/// Pods of the current kubeconfig's cluster, in `--namespace` or the kubeconfig's.
+/// Pods of the current kubeconfig's cluster, in `--namespace` or the kubeconfig's: the
+/// CLI's one scope, for every run it makes.
 #[cfg(feature = "kube")]
-async fn pod_executor(args: &PodArgs) -> Result<Arc<dyn Executor>, CliError> {
-    use crate::pod::executor::{PodRuntime, PodScope, PodSettings};
+async fn pods(args: &PodArgs) -> Result<(Images, Scope), CliError> {
+    use crate::pod::executor::{PodRuntime, PodSettings};
     let cluster =
         |e: &dyn std::fmt::Display| CliError::Refused(format!("--executor pod: cannot reach the cluster: {e}"));
     let kubeconfig = crate::client::Kubeconfig { file: args.kubeconfig.clone(), context: args.context.clone() };
@@ -814,13 +310,14 @@ async fn pod_executor(args: &PodArgs) -> Result<Arc<dyn Executor>, CliError> {
     settings.insecure_registries = args.insecure_registries.clone();
     settings.registry_endpoints = args.registry_endpoints.clone();
     settings.schedule_timeout = args.schedule_timeout;
-    // The CLI's one scope, for every run it makes.
-    let mut scope = PodScope::new(namespace);
+    let mut scope = Scope::new(namespace);
     scope.service_account = args.service_account.clone();
     let secrets = args.image_pull_secrets.iter().map(|name| crate::crd::LocalRef { name: name.clone() });
     scope.options.image_pull_secrets = secrets.collect();
     scope.options.node_selector = args.node_selector.iter().cloned().collect();
-    Ok(Arc::new(PodRuntime::new(client, settings).for_pass(scope).checking_access()))
+    // A laptop's built-ins act on the laptop: only images run as Pods.
+    let runtime = PodRuntime::new(client, settings);
+    Ok((Images::Pods { runtime, builtins_too: false, check_access: true }, scope))
 }
 
 /// `--helper-image`, or the controller image of this version.
@@ -830,14 +327,14 @@ fn helper_image(given: &Option<String>) -> String {
 }
 
 #[cfg(feature = "docker")]
-fn docker_executor(args: &DockerArgs) -> Option<Arc<dyn Executor>> {
+fn docker_executor(args: &DockerArgs) -> Arc<dyn Executor> {
     use crate::engine::executor::docker::{DockerExecutor, PullPolicy};
     let pull = match args.pull {
         PullArg::IfNotPresent => PullPolicy::IfNotPresent,
         PullArg::Always => PullPolicy::Always,
         PullArg::Never => PullPolicy::Never,
     };
-    Some(Arc::new(DockerExecutor::new(pull).with_network(args.container_network.clone())))
+    Arc::new(DockerExecutor::new(pull).with_network(args.container_network.clone()))
 }
 
 fn load(args: &ManifestArgs) -> Result<ValidatedManifest, CliError> {
@@ -867,12 +364,11 @@ fn interactive() -> bool {
 async fn controller(args: ControllerArgs) -> Result<Exit, CliError> {
     use crate::controller::{Executors, Images, LeaderElection, OwnPod, RunConfig, Settings};
     use crate::pod::executor::PodSettings;
-    #[cfg(feature = "docker")]
-    let images = (args.executor == ExecutorArg::Docker).then(|| docker_executor(&args.docker)).flatten();
-    #[cfg(not(feature = "docker"))]
-    let images = None;
     let images = match args.executor {
-        ExecutorArg::Docker => images.map_or(Images::None, Images::Here),
+        #[cfg(feature = "docker")]
+        ExecutorArg::Docker => Images::Here(docker_executor(&args.docker)),
+        #[cfg(not(feature = "docker"))]
+        ExecutorArg::Docker => Images::None,
         ExecutorArg::Pod => {
             let mut settings = PodSettings::new(helper_image(&args.helper_image));
             settings.insecure_registries = args.insecure_registries;

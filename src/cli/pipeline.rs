@@ -164,7 +164,7 @@ pub(super) async fn pipeline(args: PipelineArgs) -> Result<Exit, CliError> {
             executor: match &args.command {
                 // Only a run runs steps: Docker and the cluster are reached when a step needs one.
                 PipelineCommand::Run(a) => super::executor(&a.images).await?,
-                _ => super::executor_with(None, Default::default())?,
+                _ => super::executor_with(crate::executors::Images::None)?,
             },
             cancel: stop.now.clone(),
         }),

@@ -9,7 +9,8 @@ use std::time::{Duration, SystemTime};
 use super::apply::{Saved, State, pass, stop_on_signals};
 use super::confirm::ConfirmMode;
 use super::progress::Progress;
-use super::{CliError, Exit, ManifestArgs, ReconcileArgs, executor};
+use super::{CliError, Exit, ManifestArgs, ReconcileArgs, pass_executors};
+use crate::engine::executor::budget::SharedBudget;
 use crate::engine::manifest::parent_dir;
 use crate::engine::plan::Report;
 use crate::engine::schedule::Schedule;
@@ -120,7 +121,8 @@ pub(super) async fn reconcile(args: ReconcileArgs) -> Result<Exit, CliError> {
     }
     let progress = Progress::new(args.manifest.output);
     let state = State::open(&args.manifest, true, &progress)?;
-    let executor = args.budget.wrap(executor(&args.manifest.images).await?);
+    let (executors, scope) = pass_executors(&args.manifest.images).await?;
+    let executor = executors.within(SharedBudget::new(args.budget.per_second())).for_pass(&scope);
     let stop = stop_on_signals(progress.clone(), Cancel::OnSecondSignal)?;
     let mut schedule = Schedule::new(args.interval, max_interval);
     let mut last = Exit::Ok;

@@ -9,7 +9,6 @@
 pub mod approval;
 pub mod checks;
 pub mod error;
-pub mod executors;
 pub mod inputs;
 pub mod leader;
 pub mod metrics;
@@ -48,12 +47,12 @@ use tracing::Instrument;
 use crate::crd::Manifest;
 use crate::engine::executor::Executor;
 use crate::engine::executor::budget::SharedBudget;
+use crate::executors::PassExecutors;
 use crate::pod::executor::{PodRuntime, PodSettings};
 use crate::stop::{Cancel, Stop};
 pub use error::Error;
-use executors::{PassExecutors, PassImages};
 use leader::{Leadership, LeaseConfig};
-use metrics::{ApiMeteringLayer, Metrics, Timer};
+use metrics::{ApiMeteringLayer, MeteredExecutor, Metrics, Timer};
 use readiness::Readiness;
 pub use reconcile::Next;
 
@@ -301,19 +300,22 @@ pub async fn run(mut config: RunConfig, executors: Executors) -> Result<(), Erro
     };
 
     let images = match executors.images {
-        Images::None => PassImages::None,
-        Images::Here(executor) => PassImages::Here(executor),
+        Images::None => crate::executors::Images::None,
+        Images::Here(executor) => crate::executors::Images::Here(executor),
         Images::Pods(settings) => {
             config.settings.plugs = inputs::Plugs::Volumes;
-            PassImages::Pods(PodRuntime::new(client.clone(), *settings))
+            // In a cluster the file built-ins act in Pods too, on their `files` plug.
+            let runtime = PodRuntime::new(client.clone(), *settings);
+            crate::executors::Images::Pods { runtime, builtins_too: true, check_access: false }
         }
     };
+    let metered = metrics.clone();
     let executors = PassExecutors::Assembled {
-        objects: Arc::new(crate::kubernetes::KubeObjects::impersonating(executors.local, acting_config)),
+        local: Arc::new(crate::builtins::kubernetes::KubeObjects::impersonating(executors.local, acting_config)),
         images,
         local_programs: config.settings.allow_local_programs,
-        budget: SharedBudget::new(executors.reads_per_second),
-        metrics: metrics.clone(),
+        budget: Some(SharedBudget::new(executors.reads_per_second)),
+        layer: Some(Arc::new(move |inner| Arc::new(MeteredExecutor { inner, metrics: metered.clone() }))),
     };
     let mut ctx = Context::new(client.clone(), executors, config.settings.clone());
     ctx.shutdown = shutdown.clone();

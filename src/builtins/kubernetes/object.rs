@@ -1,0 +1,384 @@
+//! One object of a resource on the server: where it stands (missing, drifted as a dry run
+//! confirms, not ready, valid), and applying, waiting for and deleting it.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
+use kube::core::GroupVersionKind;
+use kube::discovery::Scope;
+use serde_json::Value;
+
+use super::ownership::{self, Force};
+use super::{Confirmed, FIELD_MANAGER, Kinds, OWNER_ANNOTATION, Said, diff, ready};
+
+/// What the config says besides the objects, and whose they are.
+pub(super) struct Options {
+    /// `manifest/resource`: the annotation's value.
+    pub(super) owner: String,
+    pub(super) force: Force,
+    pub(super) prune: bool,
+    pub(super) adopt: bool,
+    /// How long to wait for readiness after applying (`wait.ready`).
+    pub(super) wait: Option<Duration>,
+}
+
+/// One object of a resource, and its API.
+pub(super) struct Call {
+    api: Api<DynamicObject>,
+    wanted: Value,
+    /// `Deployment team-a/web`.
+    pub(super) shown: String,
+    name: String,
+    options: Arc<Options>,
+    is_secret: bool,
+    /// A CustomResourceDefinition: applied once its kind is served.
+    is_crd: bool,
+    /// Where dry-run findings are remembered.
+    confirmed: Confirmed,
+}
+
+/// Where one object stands.
+pub(super) enum Standing {
+    Missing,
+    /// The fields that differ, as said.
+    Stale {
+        state: Value,
+        fields: Vec<String>,
+    },
+    NotReady {
+        state: Value,
+        why: String,
+    },
+    Valid {
+        state: Value,
+    },
+}
+
+impl Call {
+    /// The request's object, found on the server by its kind. Fails before the work starts.
+    /// The object at `at` (`config.object`, `config.objects[2]`), found on the server by its
+    /// kind. Fails before the work starts.
+    pub(super) async fn new(
+        client: kube::Client,
+        namespace: &str,
+        object: &Value,
+        at: &str,
+        options: &Arc<Options>,
+        kinds: &Kinds,
+        confirmed: &Confirmed,
+    ) -> Result<Self, String> {
+        let text = |field: &str| object.get(field).and_then(Value::as_str).filter(|s| !s.is_empty());
+        let api_version = text("apiVersion").ok_or_else(|| format!("{at} has no apiVersion"))?;
+        let kind = text("kind").ok_or_else(|| format!("{at} has no kind"))?;
+        let name = object
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .ok_or_else(|| format!("{at} has no metadata.name"))?
+            .to_string();
+        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+        let gvk = GroupVersionKind::gvk(group, version, kind);
+        let known = kinds.lock().expect("kinds lock").get(&gvk).cloned();
+        let (resource, capabilities) = match known {
+            Some(known) => known,
+            None => {
+                let found = kube::discovery::pinned_kind(&client, &gvk).await.map_err(|e| match e {
+                    kube::Error::Api(status) if status.code == 404 => {
+                        format!("the server knows no kind `{kind}` in `{api_version}` ({})", status.message)
+                    }
+                    kube::Error::Discovery(_) => format!("the server knows no kind `{kind}` in `{api_version}`"),
+                    other => format!("cannot look up kind `{kind}` in `{api_version}`: {other}"),
+                })?;
+                kinds.lock().expect("kinds lock").insert(gvk, found.clone());
+                found
+            }
+        };
+        let mut wanted = object.clone();
+        let (api, shown) = match capabilities.scope {
+            Scope::Namespaced => {
+                let namespace =
+                    object.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or(namespace).to_string();
+                wanted["metadata"]["namespace"] = Value::String(namespace.clone());
+                (Api::namespaced_with(client, &namespace, &resource), format!("{kind} {namespace}/{name}"))
+            }
+            Scope::Cluster => {
+                if let Some(namespace) = object.pointer("/metadata/namespace").and_then(Value::as_str) {
+                    return Err(format!("{kind} is not namespaced, yet {at} names namespace `{namespace}`"));
+                }
+                (Api::all_with(client, &resource), format!("{kind} {name}"))
+            }
+        };
+        // Kubernetes' own groups: none, or one under k8s.io.
+        if !group.contains('.') || group.ends_with(".k8s.io") {
+            wanted = diff::with_port_protocols(wanted);
+        }
+        let is_secret = kind == "Secret" && group.is_empty();
+        if is_secret {
+            wanted = diff::secret_as_data(wanted);
+        }
+        Ok(Call {
+            api,
+            wanted,
+            shown,
+            name,
+            options: options.clone(),
+            is_secret,
+            is_crd: kind == "CustomResourceDefinition" && group == "apiextensions.k8s.io",
+            confirmed: confirmed.clone(),
+        })
+    }
+
+    async fn live(&self) -> Result<Option<Value>, String> {
+        let live = self.api.get_opt(&self.name).await.map_err(|e| self.api_error("reading", e))?;
+        Ok(live.map(|object| serde_json::to_value(object).expect("an object serializes")))
+    }
+
+    /// Whether `live` is this resource's own (created or adopted by it).
+    fn ours(&self, live: &Value) -> bool {
+        live.pointer(&format!("/metadata/annotations/{}", OWNER_ANNOTATION.replace('/', "~1"))).and_then(Value::as_str)
+            == Some(&self.options.owner)
+    }
+
+    pub(super) async fn standing(&self) -> Result<Standing, String> {
+        let Some(live) = self.live().await? else { return Ok(Standing::Missing) };
+        let options = &self.options;
+        if !self.ours(&live) && !options.adopt {
+            return Err(format!(
+                "{} exists and was not created by this resource ({OWNER_ANNOTATION} is not `{}`): \
+                 refusing to take it over; set `adopt: true` to manage it",
+                self.shown, options.owner
+            ));
+        }
+        let found = diff::changes(&self.wanted, &live, self.is_secret);
+        let mut fields = if found.is_empty() { Vec::new() } else { self.confirmed(found, &live).await? };
+        if !self.ours(&live) {
+            fields.push(format!("metadata.annotations.{OWNER_ANNOTATION}: (absent) → \"{}\"", options.owner));
+        }
+        let state = diff::shown(&live, self.is_secret);
+        if !fields.is_empty() {
+            return Ok(Standing::Stale { state, fields });
+        }
+        // As asked, and (with `wait`) ready: else a dependent waits for the `wait` action.
+        match options.wait.map(|_| ready::readiness(&live)) {
+            None | Some(ready::Rollout::Ready) => Ok(Standing::Valid { state }),
+            Some(ready::Rollout::Waiting(why)) => Ok(Standing::NotReady { state, why }),
+            Some(ready::Rollout::Failed(why)) => {
+                Err(format!("{} is not ready, and waiting will not make it so: {why}", self.shown))
+            }
+        }
+    }
+
+    /// Of the fields that look changed, those a server-side dry-run apply of the config would
+    /// really change, as said: the server may write a value in another form, drop a field its
+    /// schema does not have, or have a webhook set it. A conflict with another manager is
+    /// drift too, and said. Remembered until the object's `resourceVersion` or the config
+    /// changes.
+    async fn confirmed(&self, found: Vec<diff::Change>, live: &Value) -> Result<Vec<String>, String> {
+        use sha2::Digest;
+        let object = self.applied();
+        let metadata = |field: &str| live["metadata"][field].as_str().unwrap_or_default().to_string();
+        let digest = hex::encode(sha2::Sha256::digest(format!("{:?}{object}", self.options.force).as_bytes()));
+        let key = format!("{}\n{}\n{}\n{digest}", self.shown, metadata("uid"), metadata("resourceVersion"));
+        if let Some(fields) = self.confirmed.lock().expect("confirmed lock").get(&key).cloned() {
+            return Ok(fields);
+        }
+        let said = |changes: &[diff::Change]| changes.iter().map(ToString::to_string).collect::<Vec<_>>();
+        let real = |dry: DynamicObject| {
+            let dry = serde_json::to_value(dry).expect("an object serializes");
+            said(
+                &found
+                    .iter()
+                    .filter(|c| dry.pointer(&c.pointer) != live.pointer(&c.pointer))
+                    .cloned()
+                    .collect::<Vec<_>>(),
+            )
+        };
+        let fields = match self.api.patch(&self.name, &self.apply_params().dry_run(), &Patch::Apply(&object)).await {
+            Ok(dry) => real(dry),
+            Err(kube::Error::Api(status)) if status.code == 409 => match self.options.force.taken(&status) {
+                Some(taken) => {
+                    let forced = self.apply_params().force().dry_run();
+                    let dry = self
+                        .api
+                        .patch(&self.name, &forced, &Patch::Apply(&object))
+                        .await
+                        .map_err(|e| self.api_error("checking (a server-side dry run of applying)", e))?;
+                    let mut fields = real(dry);
+                    fields.push(format!("takes back {} (changed by hand)", ownership::said(&taken)));
+                    fields
+                }
+                None => {
+                    let mut fields = said(&found);
+                    fields.push(format!(
+                        "{} (applying fails: {})",
+                        self.api_error("a dry run of applying", kube::Error::Api(status)),
+                        self.options.force.refusal()
+                    ));
+                    fields
+                }
+            },
+            // Whoever may read but not write (a plan with read-only rights) sees the fields as
+            // compared here, unconfirmed; applying will say the 403. Any other 403 (an admission
+            // webhook's or a quota's refusal) is the server refusing the change: it fails here.
+            Err(kube::Error::Api(status)) if status.code == 403 && lacks_the_right_to_patch(&status) => {
+                return Ok(said(&found));
+            }
+            Err(e) => return Err(self.api_error("checking (a server-side dry run of applying)", e)),
+        };
+        self.confirmed.lock().expect("confirmed lock").put(key, fields.clone());
+        Ok(fields)
+    }
+
+    /// The object as applied: the config's, annotated with its owner.
+    fn applied(&self) -> Value {
+        let mut object = self.wanted.clone();
+        object["metadata"]["annotations"][OWNER_ANNOTATION] = Value::String(self.options.owner.clone());
+        object
+    }
+
+    fn apply_params(&self) -> PatchParams {
+        let params = PatchParams::apply(FIELD_MANAGER);
+        if self.options.force == Force::Always { params.force() } else { params }
+    }
+
+    pub(super) async fn apply(&self, said: &mut Said) -> Result<(), String> {
+        let (object, params) = (self.applied(), self.apply_params());
+        if let Some(live) = self.live().await?
+            && !self.ours(&live)
+            && !self.options.adopt
+        {
+            return Err(format!(
+                "{} exists and was not created by this resource: set `adopt: true` to manage it",
+                self.shown
+            ));
+        }
+        match self.api.patch(&self.name, &params, &Patch::Apply(&object)).await {
+            Ok(_) => said.push(format!("applied {}", self.shown)),
+            Err(kube::Error::Api(status)) if status.code == 409 => {
+                let Some(taken) = self.options.force.taken(&status) else {
+                    return Err(self.api_error("applying", kube::Error::Api(status)));
+                };
+                self.api
+                    .patch(&self.name, &params.force(), &Patch::Apply(&object))
+                    .await
+                    .map_err(|e| self.api_error("applying", e))?;
+                let taken = ownership::said(&taken);
+                said.push(format!("applied {}, taking back {taken} (changed by hand)", self.shown));
+            }
+            Err(e) => return Err(self.api_error("applying", e)),
+        }
+        if self.is_crd || self.options.wait.is_some() {
+            // A CRD's kind is served once it is Established: a dependent's object of that kind
+            // waits until then, as it waits for the action itself.
+            self.wait_ready(said).await?;
+        }
+        Ok(())
+    }
+
+    /// Waits until the object is ready (kstatus rules), saying why not whenever that changes;
+    /// fails at once on what waiting will not mend, and after `wait.timeout` (default 5m).
+    pub(super) async fn wait_ready(&self, said: &mut Said) -> Result<(), String> {
+        let timeout = self.options.wait.unwrap_or(Duration::from_secs(300));
+        let deadline = Instant::now() + timeout;
+        let mut last = String::new();
+        loop {
+            let live = self.live().await?.ok_or_else(|| format!("{} is gone", self.shown))?;
+            match ready::readiness(&live) {
+                ready::Rollout::Ready => {
+                    said.push(format!("{} is ready", self.shown));
+                    return Ok(());
+                }
+                ready::Rollout::Failed(why) => return Err(format!("{} will not be ready: {why}", self.shown)),
+                ready::Rollout::Waiting(why) if Instant::now() >= deadline => {
+                    return Err(format!(
+                        "{} was not ready within {}: {why}",
+                        self.shown,
+                        humantime::format_duration(timeout)
+                    ));
+                }
+                ready::Rollout::Waiting(why) => {
+                    if why != last {
+                        said.push(format!("waiting for {}: {why}", self.shown));
+                        last = why;
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    pub(super) async fn delete(&self, said: &mut Said) -> Result<(), String> {
+        if !self.options.prune {
+            said.push(format!("left {} in place (prune: false)", self.shown));
+            return Ok(());
+        }
+        let Some(live) = self.live().await? else {
+            said.push(format!("{} is already gone", self.shown));
+            return Ok(());
+        };
+        if !self.ours(&live) {
+            said.push(format!("left {}: it was not created by this resource", self.shown));
+            return Ok(());
+        }
+        match self.api.delete(&self.name, &DeleteParams::foreground()).await {
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(e) => return Err(self.api_error("deleting", e)),
+            Ok(_) => {}
+        }
+        // Foreground: gone once its dependents are. The action's time limit bounds the wait.
+        let uid = live.pointer("/metadata/uid").cloned();
+        while let Some(now) = self.live().await? {
+            if now.pointer("/metadata/uid") != uid.as_ref() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        said.push(format!("deleted {}", self.shown));
+        Ok(())
+    }
+
+    /// The API's refusal, with what was refused: a 422's causes each with its field, a
+    /// conflict's manager, a 403's verb and resource.
+    fn api_error(&self, doing: &str, error: kube::Error) -> String {
+        match error {
+            kube::Error::Api(status) => {
+                let causes: Vec<String> = status
+                    .details
+                    .iter()
+                    .flat_map(|d| d.causes.iter())
+                    .map(|c| match c.field.as_str() {
+                        "" => c.message.clone(),
+                        field => format!("{field}: {}", c.message),
+                    })
+                    .collect();
+                let code = match status.reason.as_str() {
+                    "" => status.code.to_string(),
+                    reason => format!("{} {reason}", status.code),
+                };
+                let mut message = format!("{doing} {}: {} ({code})", self.shown, status.message);
+                if !causes.is_empty() && !causes.iter().all(|c| status.message.contains(c.as_str())) {
+                    message.push_str(&format!("; {}", causes.join("; ")));
+                }
+                // Server-side apply of an object that does not exist yet is also authorized as a
+                // `create`, and a server refuses that with no reason given ("… is forbidden: ").
+                if status.code == 403 && doing == "applying" && status.message.trim_end().ends_with("forbidden:") {
+                    message.push_str(
+                        "; creating an object by server-side apply needs the `create` verb as well as `patch`",
+                    );
+                }
+                if status.code == 409 && doing == "applying" {
+                    message.push_str(&format!("; {}", self.options.force.refusal()));
+                }
+                message
+            }
+            other => format!("{doing} {}: {other}", self.shown),
+        }
+    }
+}
+
+/// Whether a 403 is the authorizer's (RBAC: `User "…" cannot patch resource "…"`), not an
+/// admission plugin's or webhook's refusal, which is a 403 too.
+fn lacks_the_right_to_patch(status: &kube::core::Status) -> bool {
+    status.message.contains(" cannot patch resource ")
+}
