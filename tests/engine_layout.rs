@@ -134,3 +134,17 @@ fn no_module_of_src_is_on_an_import_cycle() {
         .collect();
     assert!(on_cycle.is_empty(), "modules of src/ on (or importing) an import cycle: {on_cycle:#?}");
 }
+
+/// Issue 36: every file of `src/` reads at once — under 700 lines — but for tests.
+#[test]
+fn no_file_of_src_is_over_700_lines() {
+    let too_long: Vec<String> = src_modules()
+        .into_iter()
+        .filter(|(module, _)| !(module.ends_with("::tests") || module.ends_with("_tests")))
+        .filter_map(|(module, path)| {
+            let lines = std::fs::read_to_string(&path).unwrap().lines().count();
+            (lines > 700).then(|| format!("{module}: {lines} lines"))
+        })
+        .collect();
+    assert!(too_long.is_empty(), "split these at their seams: {too_long:#?}");
+}

@@ -5,8 +5,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::engine::error::ResourceError;
+use crate::engine::mask::Mask;
 use crate::engine::plan::{Change, Plan, Report, ResourceEntry, Standing};
-use crate::engine::validate::Mask;
 use crate::pass::Passed;
 
 /// A duration as people read it, to the millisecond.

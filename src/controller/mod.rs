@@ -10,6 +10,7 @@ pub mod approval;
 pub mod checks;
 pub mod error;
 pub mod inputs;
+mod journal;
 pub mod leader;
 pub mod metrics;
 pub mod outputs;
@@ -17,6 +18,7 @@ pub mod pipelines;
 pub mod rbac;
 pub mod readiness;
 pub mod reconcile;
+pub mod report;
 pub mod server;
 pub mod status;
 mod stream;
@@ -119,7 +121,7 @@ pub struct Context {
 impl Context {
     /// `executors`: an `Arc<dyn Executor>` for the same executor in every pass.
     pub fn new(client: Client, executors: impl Into<PassExecutors>, settings: Settings) -> Self {
-        let reporter = Reporter { controller: reconcile::FIELD_MANAGER.into(), instance: hostname() };
+        let reporter = Reporter { controller: report::FIELD_MANAGER.into(), instance: hostname() };
         let shutdown = CancellationToken::new();
         Self {
             events: EventRecorder::new(client.clone(), reporter),
@@ -603,9 +605,7 @@ async fn malformed(ctx: &Context, invalid: &kube::core::error_boundary::InvalidO
     };
     let new = status::next_status(&crate::crd::ManifestStatus::default(), &result);
     let api: Api<Manifest> = Api::namespaced(ctx.client.clone(), &namespace);
-    if let Err(e) =
-        reconcile::write_status_to(&ctx.leadership, &api, &name, &new, reconcile::STATUS_WRITE_PATIENCE).await
-    {
+    if let Err(e) = report::write_status_to(&ctx.leadership, &api, &name, &new, report::STATUS_WRITE_PATIENCE).await {
         tracing::warn!(error = %e, "could not record a malformed Manifest's status");
     }
     let reference = k8s_openapi::api::core::v1::ObjectReference {
@@ -616,7 +616,7 @@ async fn malformed(ctx: &Context, invalid: &kube::core::error_boundary::InvalidO
         uid: invalid.metadata.uid.clone(),
         ..Default::default()
     };
-    reconcile::publish_to(ctx, &reference, EventType::Warning, "MalformedObject", "Validate", &message).await;
+    report::publish_to(ctx, &reference, EventType::Warning, "MalformedObject", "Validate", &message).await;
 }
 
 fn error_policy(object: Arc<DeserializeGuard<Manifest>>, error: &Error, ctx: Arc<Context>) -> Action {

@@ -4,10 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Patch, PatchParams};
-use kube::runtime::events::{Event as KubeEvent, EventType};
+use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -16,21 +14,21 @@ use super::Context;
 use super::approval::ManualApproval;
 use super::error::Error;
 use super::inputs::{self, InputError};
+use super::journal::StatusJournal;
 use super::outputs::{Target, Written};
-use super::status::{self, Observed, PassResult, bound, changed, cut, history_entries, next_status};
+use super::report::{STATUS_WRITE_PATIENCE, publish_to, write_status_to};
+use super::status::{self, Observed, PassResult, changed, history_entries, next_status};
 use crate::crd::APPROVE_ANNOTATION;
-use crate::crd::{ActionProgress, DeletionPolicy, Manifest, ManifestStatus, ResourceStatus};
+use crate::crd::{DeletionPolicy, Manifest, ManifestStatus};
 use crate::engine::PrepareError;
 use crate::engine::context::{RunOptions, new_run_id};
-use crate::engine::events::{ApproveAll, Approver, IntentError, Observer, RunEvent};
+use crate::engine::events::{ApproveAll, Approver, Observer};
 use crate::engine::plan::{Standing, action_names};
 use crate::engine::schedule::AssumeValid;
 use crate::engine::validate::ValidatedManifest;
 use crate::history::MemoryLog;
 use crate::pass::{Ended, Mode, Pass, PassError, Passed};
 
-/// The field manager of every status write.
-pub const FIELD_MANAGER: &str = "deployster-controller";
 /// The finalizer that lets the controller clean up before an object goes.
 pub const FINALIZER: &str = "deployster.io/cleanup";
 
@@ -130,7 +128,7 @@ async fn pass(
     term: &CancellationToken,
 ) -> Result<(ManifestStatus, Duration), Error> {
     let log = memory_log(ctx, old);
-    let journal = Arc::new(StatusJournal::new(ctx, obj, old, &log));
+    let journal = Arc::new(StatusJournal::new(api(ctx, obj), ctx, obj, old, &log));
     let manifest = Arc::new(manifest);
     let manual = ManualApproval::of(obj, &manifest, (ctx.clock)());
     let approver: &dyn Approver = manual.as_ref().map_or(&ApproveAll, |m| m as &dyn Approver);
@@ -451,88 +449,9 @@ pub async fn write_status(ctx: &Context, obj: &Manifest, status: &ManifestStatus
     write_status_to(&ctx.leadership, &api(ctx, obj), &obj.name_any(), status, STATUS_WRITE_PATIENCE).await
 }
 
-/// The one way a status is written: fenced by the leader lease (a replica that lost it writes
-/// nothing more), then applied server-side; an API server that does not answer is tried again
-/// for up to `patience`.
-pub(super) async fn write_status_to<K>(
-    leadership: &super::leader::Leadership,
-    api: &Api<K>,
-    name: &str,
-    status: &impl serde::Serialize,
-    patience: Duration,
-) -> Result<(), Error>
-where
-    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    const ATTEMPTS: usize = 5;
-    let patch = json!({"apiVersion": K::api_version(&()), "kind": K::kind(&()), "status": status});
-    let params = PatchParams::apply(FIELD_MANAGER).force();
-    let (started, mut conflicts, mut unanswered) = (tokio::time::Instant::now(), 0, 0u32);
-    loop {
-        let written = match leadership.confirm().await {
-            Ok(()) => api.patch_status(name, &params, &Patch::Apply(&patch)).await.map_err(Error::Kube),
-            Err(e) => Err(e),
-        };
-        match written {
-            Ok(_) => return Ok(()),
-            Err(Error::Kube(kube::Error::Api(status))) if status.code == 409 => {
-                conflicts += 1;
-                if conflicts == ATTEMPTS {
-                    return Err(Error::StatusConflict(ATTEMPTS));
-                }
-                tracing::debug!(attempt = conflicts, "status write conflicted; retrying");
-                tokio::time::sleep(Duration::from_millis(50 * conflicts as u64)).await;
-            }
-            // A pass's record is its only memory: an API server that is away (restarting, or a
-            // connection cut) is waited for, for a while, rather than losing what the pass did.
-            Err(Error::Kube(e)) if unanswered_for_now(&e) && started.elapsed() < patience => {
-                unanswered += 1;
-                let wait = Duration::from_millis(250 * 2u64.pow(unanswered.min(5))).min(Duration::from_secs(5));
-                tracing::warn!(error = %e, retry_in = ?wait, "the status could not be written; retrying");
-                tokio::time::sleep(wait).await;
-            }
-            Err(e) => return Err(e),
-        }
-    }
-}
-
-/// How long a status write that records a pass waits for an API server that does not answer.
-pub(super) const STATUS_WRITE_PATIENCE: Duration = Duration::from_secs(60);
-
-/// A request that got no answer (no connection, a timeout) or one saying "not now" (429, 502,
-/// 503, 504 — not a 500, which refuses the request itself): trying again later may succeed.
-fn unanswered_for_now(error: &kube::Error) -> bool {
-    match error {
-        kube::Error::Api(status) => matches!(status.code, 429 | 502 | 503 | 504),
-        kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::ReadEvents(_) => true,
-        _ => false,
-    }
-}
-
 /// Publishes an event on `obj`; a failure to publish is logged, never fatal.
 pub async fn publish(ctx: &Context, obj: &Manifest, type_: EventType, reason: &str, action: &str, note: &str) {
     publish_to(ctx, &obj.object_ref(&()), type_, reason, action, note).await;
-}
-
-/// Publishes an event on the object `reference` names (its note cut to 1 KiB).
-pub(super) async fn publish_to(
-    ctx: &Context,
-    reference: &ObjectReference,
-    type_: EventType,
-    reason: &str,
-    action: &str,
-    note: &str,
-) {
-    let event = KubeEvent {
-        type_,
-        reason: reason.to_string(),
-        note: Some(cut(note)),
-        action: action.to_string(),
-        secondary: None,
-    };
-    if let Err(e) = ctx.events.publish(&event, reference).await {
-        tracing::warn!(error = %e, reason, "could not publish an event");
-    }
 }
 
 /// Adds or removes the finalizer (merge patch guarded by the resourceVersion); returns the
@@ -607,132 +526,6 @@ async fn delete_resources(obj: &Manifest, ctx: &Context, term: &CancellationToke
         Ended::NotPrepared(e) => Err(e.into()),
         // A delete pass ends deleted or not prepared; anything else left everything in place.
         _ => Err(DeleteError::Problems(vec!["the delete pass ended without deleting anything".into()])),
-    }
-}
-
-/// The object's status while a pass runs. Before each action: the deployment log as it now
-/// stands — the action's intent last — so that after a crash the next pass knows what may have
-/// been half done (observes after the recorder, which appends the intent to `log`). Meanwhile:
-/// the running actions and their reported progress, written at most once per
-/// [`PROGRESS_WRITE_EVERY`] by [`StatusJournal::keep_writing`].
-struct StatusJournal {
-    api: Api<Manifest>,
-    leadership: Arc<super::leader::Leadership>,
-    name: String,
-    old: ManifestStatus,
-    log: Arc<MemoryLog>,
-    /// Each resource's type, for resources the old status does not list yet.
-    types: Vec<(String, String)>,
-    running: std::sync::Mutex<std::collections::BTreeMap<String, ActionProgress>>,
-    /// Progress changed since the last write.
-    dirty: std::sync::atomic::AtomicBool,
-    /// One write at a time, each built from the log and progress as they are when it starts;
-    /// the last status written.
-    writing: tokio::sync::Mutex<Option<ManifestStatus>>,
-}
-
-/// How often, at most, progress alone causes a status write.
-pub const PROGRESS_WRITE_EVERY: Duration = Duration::from_secs(5);
-
-impl StatusJournal {
-    fn new(ctx: &Context, obj: &Manifest, old: &ManifestStatus, log: &Arc<MemoryLog>) -> Self {
-        let types =
-            obj.spec.resources.iter().map(|(name, r)| (name.clone(), r.type_ref.clone().unwrap_or_default())).collect();
-        Self {
-            api: api(ctx, obj),
-            leadership: ctx.leadership.clone(),
-            name: obj.name_any(),
-            old: old.clone(),
-            log: log.clone(),
-            types,
-            running: Default::default(),
-            dirty: Default::default(),
-            writing: Default::default(),
-        }
-    }
-
-    /// The old status with the log as it now stands and the actions running now.
-    fn now(&self) -> ManifestStatus {
-        let mut status = self.old.clone();
-        status.history = status::history_from(&self.log.entries());
-        let running = self.running.lock().expect("progress lock").clone();
-        for (resource, progress) in &running {
-            let at = match status.resources.iter().position(|r| r.name == resource.as_str()) {
-                Some(at) => at,
-                None => {
-                    let type_ = self.types.iter().find(|(n, _)| n == resource).map_or("", |(_, t)| t.as_str());
-                    status.resources.push(ResourceStatus {
-                        name: resource.into(),
-                        type_: type_.into(),
-                        status: "PENDING".into(),
-                        ..ResourceStatus::default()
-                    });
-                    status.resources.len() - 1
-                }
-            };
-            status.resources[at].progress = Some(progress.clone());
-        }
-        let summary: Vec<String> = running.iter().map(|(resource, p)| p.describe(resource)).collect();
-        status.progress = (!summary.is_empty()).then(|| summary.join(", "));
-        bound(&mut status);
-        status
-    }
-
-    async fn write(&self) -> Result<(), Error> {
-        let mut written = self.writing.lock().await;
-        self.dirty.store(false, std::sync::atomic::Ordering::SeqCst);
-        let status = self.now();
-        // Progress is a display: a write the server does not answer is not waited for.
-        write_status_to(&self.leadership, &self.api, &self.name, &status, Duration::ZERO).await?;
-        *written = Some(status);
-        Ok(())
-    }
-
-    /// The last status written, if any was.
-    async fn last_written(&self) -> Option<ManifestStatus> {
-        self.writing.lock().await.clone()
-    }
-
-    /// Until `stop`: every [`PROGRESS_WRITE_EVERY`], the status when progress changed. A write
-    /// that fails is logged: progress is a display, the pass goes on.
-    async fn keep_writing(&self, stop: &CancellationToken) {
-        loop {
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(PROGRESS_WRITE_EVERY) => {}
-            }
-            if self.dirty.load(std::sync::atomic::Ordering::SeqCst)
-                && let Err(e) = self.write().await
-            {
-                tracing::warn!(error = %e, "the Manifest's progress could not be written");
-            }
-        }
-    }
-}
-
-#[async_trait]
-impl Observer for StatusJournal {
-    fn on_event(&self, event: &RunEvent) {
-        let mut running = self.running.lock().expect("progress lock");
-        let changed = match event {
-            RunEvent::Progress { resource, percent, .. } => {
-                running.get_mut(resource).map(|p| p.percent = Some((percent * 10.0).round() / 10.0)).is_some()
-            }
-            RunEvent::ActionFinished { resource, .. } | RunEvent::Settled { resource, .. } => {
-                running.remove(resource).is_some()
-            }
-            _ => false,
-        };
-        if changed {
-            self.dirty.store(true, std::sync::atomic::Ordering::SeqCst);
-        }
-    }
-
-    async fn on_intent(&self, resource: &str, action: &str) -> Result<(), IntentError> {
-        let started_at = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
-        let progress = ActionProgress { action: action.to_string(), percent: None, started_at };
-        self.running.lock().expect("progress lock").insert(resource.to_string(), progress);
-        self.write().await.map_err(|e| IntentError(format!("the Manifest's status could not be written: {e}")))
     }
 }
 

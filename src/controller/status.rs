@@ -4,7 +4,7 @@
 //! Status is built from what ran — states read, actions applied — never from intentions: a
 //! resource a plan found STALE is STALE until an apply made it VALID.
 
-use crate::engine::validate::Mask;
+use crate::engine::mask::Mask;
 use serde_json::{Value, json};
 
 use crate::crd::{APPROVE_ANNOTATION, Condition, HistoryEntry, ManifestStatus, PendingPlan, ResourceStatus};

@@ -1,6 +1,6 @@
 //! Why a resource failed, with the phase it failed in.
 
-use super::validate::Mask;
+use super::mask::Mask;
 use std::fmt;
 
 use super::executor::{ExecError, Exit, Outcome};

@@ -14,6 +14,7 @@ pub mod expr;
 pub mod graph;
 pub(crate) mod init;
 pub mod manifest;
+pub mod mask;
 pub mod messages;
 pub mod plan;
 pub mod protocol;

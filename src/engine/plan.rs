@@ -10,8 +10,9 @@ use serde_json::{Value, json};
 
 use super::error::ResourceError;
 use super::expr;
+use super::mask::Mask;
 use super::protocol::{Action, Status};
-use super::validate::{Mask, ValidatedManifest, content_hash};
+use super::validate::{ValidatedManifest, content_hash};
 
 /// A resource that was VALID at its previous observation (in the deployment log) and is not now.
 #[derive(Debug, Clone, PartialEq, Eq)]

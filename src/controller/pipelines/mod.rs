@@ -113,14 +113,8 @@ pub async fn reconcile(object: Arc<Pipeline>, ctx: Arc<Context>) -> Result<Actio
             new.observed_generation = generation;
             new.conditions =
                 conditions(&old, generation, now, ("Ready", "False", reason.into(), message.clone()), !missing);
-            super::reconcile::write_status_to(
-                &ctx.leadership,
-                &api,
-                &name,
-                &new,
-                super::reconcile::STATUS_WRITE_PATIENCE,
-            )
-            .await?;
+            super::report::write_status_to(&ctx.leadership, &api, &name, &new, super::report::STATUS_WRITE_PATIENCE)
+                .await?;
             // Said once, not on every look of a wait for a Manifest.
             let said = old.conditions.iter().any(|c| c.type_ == "Ready" && c.reason == reason && c.message == message);
             if !(missing && said) {
@@ -182,8 +176,7 @@ pub async fn reconcile(object: Arc<Pipeline>, ctx: Arc<Context>) -> Result<Actio
         publish(&ctx, &object, EventType::Normal, "RevisionThrough", &format!("revision {revision} is through")).await;
         ctx.metrics.pipeline_revisions_through.inc();
     }
-    super::reconcile::write_status_to(&ctx.leadership, &api, &name, &new, super::reconcile::STATUS_WRITE_PATIENCE)
-        .await?;
+    super::report::write_status_to(&ctx.leadership, &api, &name, &new, super::report::STATUS_WRITE_PATIENCE).await?;
     counted(&ctx, new.conditions.first().map_or("", |ready| ready.reason.as_str()));
     let live = driven.progress.revisions.iter().any(|r| r.is_live());
     Ok(if live { Action::requeue(pipelines.poll.max(Duration::from_secs(1)) * 5) } else { Action::await_change() })
@@ -386,7 +379,7 @@ pub(super) fn counted(ctx: &Context, reason: &str) {
 }
 
 async fn publish(ctx: &Context, object: &Pipeline, type_: EventType, reason: &str, note: &str) {
-    super::reconcile::publish_to(ctx, &object.object_ref(&()), type_, reason, "Drive", note).await;
+    super::report::publish_to(ctx, &object.object_ref(&()), type_, reason, "Drive", note).await;
 }
 
 #[cfg(test)]

@@ -1,0 +1,149 @@
+//! A Manifest's status while a pass runs: the log as it stands before each action, and the
+//! running actions' progress.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use kube::{Api, ResourceExt};
+use tokio_util::sync::CancellationToken;
+
+use super::Context;
+use super::error::Error;
+use super::report::write_status_to;
+use super::status::{self, bound};
+use crate::crd::{ActionProgress, Manifest, ManifestStatus, ResourceStatus};
+use crate::engine::events::{IntentError, Observer, RunEvent};
+use crate::history::MemoryLog;
+
+/// The object's status while a pass runs. Before each action: the deployment log as it now
+/// stands — the action's intent last — so that after a crash the next pass knows what may have
+/// been half done (observes after the recorder, which appends the intent to `log`). Meanwhile:
+/// the running actions and their reported progress, written at most once per
+/// [`PROGRESS_WRITE_EVERY`] by [`StatusJournal::keep_writing`].
+pub(super) struct StatusJournal {
+    api: Api<Manifest>,
+    leadership: Arc<super::leader::Leadership>,
+    name: String,
+    old: ManifestStatus,
+    log: Arc<MemoryLog>,
+    /// Each resource's type, for resources the old status does not list yet.
+    types: Vec<(String, String)>,
+    running: std::sync::Mutex<std::collections::BTreeMap<String, ActionProgress>>,
+    /// Progress changed since the last write.
+    dirty: std::sync::atomic::AtomicBool,
+    /// One write at a time, each built from the log and progress as they are when it starts;
+    /// the last status written.
+    writing: tokio::sync::Mutex<Option<ManifestStatus>>,
+}
+
+/// How often, at most, progress alone causes a status write.
+pub const PROGRESS_WRITE_EVERY: Duration = Duration::from_secs(5);
+
+impl StatusJournal {
+    pub(super) fn new(
+        api: Api<Manifest>,
+        ctx: &Context,
+        obj: &Manifest,
+        old: &ManifestStatus,
+        log: &Arc<MemoryLog>,
+    ) -> Self {
+        let types =
+            obj.spec.resources.iter().map(|(name, r)| (name.clone(), r.type_ref.clone().unwrap_or_default())).collect();
+        Self {
+            api,
+            leadership: ctx.leadership.clone(),
+            name: obj.name_any(),
+            old: old.clone(),
+            log: log.clone(),
+            types,
+            running: Default::default(),
+            dirty: Default::default(),
+            writing: Default::default(),
+        }
+    }
+
+    /// The old status with the log as it now stands and the actions running now.
+    fn now(&self) -> ManifestStatus {
+        let mut status = self.old.clone();
+        status.history = status::history_from(&self.log.entries());
+        let running = self.running.lock().expect("progress lock").clone();
+        for (resource, progress) in &running {
+            let at = match status.resources.iter().position(|r| r.name == resource.as_str()) {
+                Some(at) => at,
+                None => {
+                    let type_ = self.types.iter().find(|(n, _)| n == resource).map_or("", |(_, t)| t.as_str());
+                    status.resources.push(ResourceStatus {
+                        name: resource.into(),
+                        type_: type_.into(),
+                        status: "PENDING".into(),
+                        ..ResourceStatus::default()
+                    });
+                    status.resources.len() - 1
+                }
+            };
+            status.resources[at].progress = Some(progress.clone());
+        }
+        let summary: Vec<String> = running.iter().map(|(resource, p)| p.describe(resource)).collect();
+        status.progress = (!summary.is_empty()).then(|| summary.join(", "));
+        bound(&mut status);
+        status
+    }
+
+    pub(super) async fn write(&self) -> Result<(), Error> {
+        let mut written = self.writing.lock().await;
+        self.dirty.store(false, std::sync::atomic::Ordering::SeqCst);
+        let status = self.now();
+        // Progress is a display: a write the server does not answer is not waited for.
+        write_status_to(&self.leadership, &self.api, &self.name, &status, Duration::ZERO).await?;
+        *written = Some(status);
+        Ok(())
+    }
+
+    /// The last status written, if any was.
+    pub(super) async fn last_written(&self) -> Option<ManifestStatus> {
+        self.writing.lock().await.clone()
+    }
+
+    /// Until `stop`: every [`PROGRESS_WRITE_EVERY`], the status when progress changed. A write
+    /// that fails is logged: progress is a display, the pass goes on.
+    pub(super) async fn keep_writing(&self, stop: &CancellationToken) {
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(PROGRESS_WRITE_EVERY) => {}
+            }
+            if self.dirty.load(std::sync::atomic::Ordering::SeqCst)
+                && let Err(e) = self.write().await
+            {
+                tracing::warn!(error = %e, "the Manifest's progress could not be written");
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Observer for StatusJournal {
+    fn on_event(&self, event: &RunEvent) {
+        let mut running = self.running.lock().expect("progress lock");
+        let changed = match event {
+            RunEvent::Progress { resource, percent, .. } => {
+                running.get_mut(resource).map(|p| p.percent = Some((percent * 10.0).round() / 10.0)).is_some()
+            }
+            RunEvent::ActionFinished { resource, .. } | RunEvent::Settled { resource, .. } => {
+                running.remove(resource).is_some()
+            }
+            _ => false,
+        };
+        if changed {
+            self.dirty.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    async fn on_intent(&self, resource: &str, action: &str) -> Result<(), IntentError> {
+        let started_at = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+        let progress = ActionProgress { action: action.to_string(), percent: None, started_at };
+        self.running.lock().expect("progress lock").insert(resource.to_string(), progress);
+        self.write().await.map_err(|e| IntentError(format!("the Manifest's status could not be written: {e}")))
+    }
+}
