@@ -241,6 +241,13 @@ fn an_invalid_pipeline_exits_2_saying_why() {
     let run = pipeline(&ws, &["start", "-f", "pipeline.yaml"]);
     assert_eq!(run.code, 2, "{}", run.all());
     assert!(run.stderr.contains("renders empty"), "{}", run.all());
+
+    // Every subcommand says a file it cannot read as every other command does.
+    for command in ["start", "run", "status", "history"] {
+        let run = pipeline(&ws, &[command, "-f", "missing.yaml"]);
+        assert_eq!(run.code, 2, "{command}: {}", run.all());
+        assert!(run.stderr.starts_with("error: cannot read missing.yaml"), "{command}: {}", run.all());
+    }
 }
 
 /// SIGINT (Ctrl-C) stops the running step's program and records the step as interrupted, not

@@ -123,135 +123,152 @@ fn vars_of(pipeline: &Pipeline, sources: &[VarSource]) -> Result<Map<String, Val
 }
 
 pub(super) async fn pipeline(args: PipelineArgs) -> Result<Exit, CliError> {
-    let file = match &args.command {
-        PipelineCommand::Start(VarsArgs { file, .. }) => file,
-        PipelineCommand::Run(run) => &run.vars.file,
-        PipelineCommand::Approve { file, .. }
-        | PipelineCommand::Register { file, .. }
-        | PipelineCommand::Status(file)
-        | PipelineCommand::History { file, .. } => file,
-    };
-    let pipeline = match load(&file.file) {
-        Ok(pipeline) => pipeline,
-        Err(e) => {
-            errln!("error: {e}");
-            return Ok(Exit::Invalid);
-        }
-    };
-    let dir = file.state_dir(&pipeline);
-    let reads = matches!(args.command, PipelineCommand::Status(_) | PipelineCommand::History { .. });
-    // What changes the log holds the directory: two drives would both start the same step.
-    let (_lock, log): (_, Arc<dyn History>) = if reads {
-        // Never run: nothing registered yet.
-        match dir.join(crate::history::store::DATABASE).exists() {
-            true => (None, Arc::new(SqliteLog::open_for_reading(&dir)?)),
-            false => (None, Arc::new(crate::history::MemoryLog::new())),
-        }
-    } else {
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| CliError::Refused(format!("cannot make the state directory {}: {e}", dir.display())))?;
-        (Some(StateLock::acquire(&dir)?), Arc::new(SqliteLog::open(&dir)?))
-    };
-    let now = crate::history::now_ms;
-    let say = |line: &str| errln!("{line}");
-    // SIGINT, SIGTERM, SIGHUP: the running steps' programs are stopped, and nothing more starts.
-    let stop = crate::stop::Stop::on_signals(crate::stop::Cancel::AtOnce)
-        .map_err(|e| CliError::Refused(format!("cannot watch for signals: {e}")))?;
-    let driver = Driver {
-        pipeline: &pipeline,
-        log: log.clone(),
-        runner: Arc::new(Passes {
-            executor: match &args.command {
-                // Only a run runs steps: Docker and the cluster are reached when a step needs one.
-                PipelineCommand::Run(a) => super::executor(&a.images).await?,
-                _ => super::executor_with(crate::executors::Images::None)?,
-            },
-            cancel: stop.now.clone(),
-        }),
-        now: &now,
-        state_dir: dir.clone(),
-        say: &say,
-        cancel: stop.now.clone(),
-    };
-    match &args.command {
-        PipelineCommand::Start(a) => {
-            let vars = vars_of(&pipeline, &a.vars)?;
-            let revision = pipeline.revision_of(&vars)?;
-            match driver.register(&revision, &vars)? {
-                true => outln!(
-                    "Revision {revision} registered: `deployster pipeline run -f {}` drives it.",
-                    file.file.display()
-                ),
-                false => outln!("Revision {revision} is in flight already."),
-            }
-            Ok(Exit::Ok)
-        }
-        PipelineCommand::Run(run) => {
-            let a = &run.vars;
-            if !a.vars.is_empty() {
-                let vars = vars_of(&pipeline, &a.vars)?;
-                let revision = pipeline.revision_of(&vars)?;
-                if driver.register(&revision, &vars)? {
-                    say(&format!("revision {revision} registered"));
-                }
-            }
-            let driven = driver.drive().await?;
-            show_driven(&pipeline, &driven, file);
-            if driven.interrupted {
-                errln!(
-                    "interrupted by {}: the running steps were stopped and recorded as interrupted; `pipeline run` runs them again",
-                    stop.signal().unwrap_or("a signal")
-                );
-            }
-            Ok(Exit::of(driven.failed.is_empty() && !driven.interrupted))
-        }
-        PipelineCommand::Approve { revision, gate, .. } => {
-            driver.approve(revision, gate)?;
-            outln!(
-                "Approved {gate} for revision {revision}: `deployster pipeline run -f {}` goes on.",
-                file.file.display()
-            );
-            Ok(Exit::Ok)
-        }
-        PipelineCommand::Register { revision, stage, artifact, .. } => {
-            driver.register_artifact(revision, stage, artifact)?;
+    match args.command {
+        PipelineCommand::Start(args) => start(&args),
+        PipelineCommand::Run(args) => run(&args).await,
+        PipelineCommand::Approve { file, revision, gate } => approve(&file, &revision, &gate),
+        PipelineCommand::Register { file, revision, stage, artifact } => {
+            let opened = Opened::writing(&file)?;
+            opened.driver(offline()?, &opened.stop()?).register_artifact(&revision, &stage, &artifact)?;
             outln!("Artifact {artifact} registered for stage {stage}, revision {revision}.");
             Ok(Exit::Ok)
         }
-        PipelineCommand::Status(file) => {
-            // What the next `run` would act on: `approve` asks the same.
-            let progress = driver.settled()?;
-            let status = status(&pipeline, &progress, now(), &how_to_approve(&file.file));
-            match file.output {
-                OutputFormat::Json => outln!("{}", serde_json::to_string_pretty(&status).expect("status serializes")),
-                OutputFormat::Text => print_status(&status),
-            }
-            Ok(Exit::Ok)
-        }
-        PipelineCommand::History { limit, file } => {
-            let entries = log.recent("pipeline", *limit)?;
-            match file.output {
-                OutputFormat::Json => outln!("{}", serde_json::to_string_pretty(&entries).expect("entries serialize")),
-                OutputFormat::Text => {
-                    for e in &entries {
-                        let detail = if e.detail.as_object().is_some_and(|d| !d.is_empty()) {
-                            e.detail.to_string()
-                        } else {
-                            String::new()
-                        };
-                        outln!(
-                            "{}  {:<10} {:<32} {} {detail}",
-                            crate::history::format_time(e.at),
-                            e.revision,
-                            e.event,
-                            e.target
-                        );
-                    }
-                }
-            }
-            Ok(Exit::Ok)
+        PipelineCommand::Status(file) => show_status(&file),
+        PipelineCommand::History { file, limit } => history(&file, limit),
+    }
+}
+
+/// A pipeline and its log, open for what a command does: what changes the log holds the
+/// state directory (two drives would both start the same step).
+struct Opened {
+    pipeline: Pipeline,
+    dir: PathBuf,
+    log: Arc<dyn History>,
+    _lock: Option<StateLock>,
+}
+
+impl Opened {
+    fn writing(file: &FileArgs) -> Result<Opened, CliError> {
+        let pipeline = load(&file.file)?;
+        let dir = file.state_dir(&pipeline);
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| CliError::Refused(format!("cannot make the state directory {}: {e}", dir.display())))?;
+        let lock = StateLock::acquire(&dir)?;
+        let log: Arc<dyn History> = Arc::new(SqliteLog::open(&dir)?);
+        Ok(Opened { pipeline, dir, log, _lock: Some(lock) })
+    }
+
+    fn reading(file: &FileArgs) -> Result<Opened, CliError> {
+        let pipeline = load(&file.file)?;
+        let dir = file.state_dir(&pipeline);
+        let log: Arc<dyn History> = match dir.join(crate::history::store::DATABASE).exists() {
+            true => Arc::new(SqliteLog::open_for_reading(&dir)?),
+            // Never run: nothing registered yet.
+            false => Arc::new(crate::history::MemoryLog::new()),
+        };
+        Ok(Opened { pipeline, dir, log, _lock: None })
+    }
+
+    /// SIGINT, SIGTERM, SIGHUP: the running steps' programs are stopped, and nothing more starts.
+    fn stop(&self) -> Result<crate::stop::Stop, CliError> {
+        crate::stop::Stop::on_signals(crate::stop::Cancel::AtOnce)
+            .map_err(|e| CliError::Refused(format!("cannot watch for signals: {e}")))
+    }
+
+    fn driver<'a>(&'a self, executor: Arc<dyn Executor>, stop: &crate::stop::Stop) -> Driver<'a> {
+        Driver {
+            pipeline: &self.pipeline,
+            log: self.log.clone(),
+            runner: Arc::new(Passes { executor, cancel: stop.now.clone() }),
+            now: &crate::history::now_ms,
+            state_dir: self.dir.clone(),
+            say: &say,
+            cancel: stop.now.clone(),
         }
     }
+}
+
+fn say(line: &str) {
+    errln!("{line}");
+}
+
+/// The executor of a command that runs no step: it reaches no Docker engine and no cluster.
+fn offline() -> Result<Arc<dyn Executor>, CliError> {
+    super::executor_with(crate::executors::Images::None)
+}
+
+fn start(args: &VarsArgs) -> Result<Exit, CliError> {
+    let opened = Opened::writing(&args.file)?;
+    let vars = vars_of(&opened.pipeline, &args.vars)?;
+    let revision = opened.pipeline.revision_of(&vars)?;
+    match opened.driver(offline()?, &opened.stop()?).register(&revision, &vars)? {
+        true => outln!(
+            "Revision {revision} registered: `deployster pipeline run -f {}` drives it.",
+            args.file.file.display()
+        ),
+        false => outln!("Revision {revision} is in flight already."),
+    }
+    Ok(Exit::Ok)
+}
+
+async fn run(args: &RunArgs) -> Result<Exit, CliError> {
+    let (file, opened) = (&args.vars.file, Opened::writing(&args.vars.file)?);
+    let stop = opened.stop()?;
+    // Docker and the cluster are reached when a step needs one.
+    let driver = opened.driver(super::executor(&args.images).await?, &stop);
+    if !args.vars.vars.is_empty() {
+        let vars = vars_of(&opened.pipeline, &args.vars.vars)?;
+        let revision = opened.pipeline.revision_of(&vars)?;
+        if driver.register(&revision, &vars)? {
+            say(&format!("revision {revision} registered"));
+        }
+    }
+    let driven = driver.drive().await?;
+    show_driven(&opened.pipeline, &driven, file);
+    if driven.interrupted {
+        errln!(
+            "interrupted by {}: the running steps were stopped and recorded as interrupted; `pipeline run` runs them again",
+            stop.signal().unwrap_or("a signal")
+        );
+    }
+    Ok(Exit::of(driven.failed.is_empty() && !driven.interrupted))
+}
+
+fn approve(file: &FileArgs, revision: &str, gate: &str) -> Result<Exit, CliError> {
+    let opened = Opened::writing(file)?;
+    opened.driver(offline()?, &opened.stop()?).approve(revision, gate)?;
+    outln!("Approved {gate} for revision {revision}: `deployster pipeline run -f {}` goes on.", file.file.display());
+    Ok(Exit::Ok)
+}
+
+fn show_status(file: &FileArgs) -> Result<Exit, CliError> {
+    let opened = Opened::reading(file)?;
+    // What the next `run` would act on: `approve` asks the same.
+    let progress = opened.driver(offline()?, &opened.stop()?).settled()?;
+    let status = status(&opened.pipeline, &progress, crate::history::now_ms(), &how_to_approve(&file.file));
+    match file.output {
+        OutputFormat::Json => outln!("{}", serde_json::to_string_pretty(&status).expect("status serializes")),
+        OutputFormat::Text => print_status(&status),
+    }
+    Ok(Exit::Ok)
+}
+
+fn history(file: &FileArgs, limit: usize) -> Result<Exit, CliError> {
+    let entries = Opened::reading(file)?.log.recent("pipeline", limit)?;
+    match file.output {
+        OutputFormat::Json => outln!("{}", serde_json::to_string_pretty(&entries).expect("entries serialize")),
+        OutputFormat::Text => {
+            for e in &entries {
+                let detail = match e.detail.as_object().is_some_and(|d| !d.is_empty()) {
+                    true => e.detail.to_string(),
+                    false => String::new(),
+                };
+                let at = crate::history::format_time(e.at);
+                outln!("{at}  {:<10} {:<32} {} {detail}", e.revision, e.event, e.target);
+            }
+        }
+    }
+    Ok(Exit::Ok)
 }
 
 /// How the CLI approves: the command, with the pipeline file as it was given, to paste.
