@@ -20,31 +20,57 @@ pub struct Kubeconfig {
     pub context: Option<String>,
 }
 
+/// Why no client could be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("no cluster to talk to (KUBECONFIG, ~/.kube/config or in-cluster configuration): {0}")]
+    NoCluster(#[source] kube::config::InferConfigError),
+    #[error("cannot read the kubeconfig{}: {source}", shown(file))]
+    Unreadable { file: Option<std::path::PathBuf>, source: kube::config::KubeconfigError },
+    #[error("cannot use {} of the kubeconfig: {source}", context.as_ref().map_or("the current context".into(), |c| format!("context `{c}`")))]
+    Unusable { context: Option<String>, source: kube::config::KubeconfigError },
+    #[error("cannot make a client: {0}")]
+    Connect(#[source] kube::Error),
+}
+
+fn shown(file: &Option<std::path::PathBuf>) -> String {
+    file.as_ref().map(|f| format!(" {}", f.display())).unwrap_or_default()
+}
+
+impl ClientError {
+    /// For condition and event reasons and metric labels.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ClientError::NoCluster(_) => "NoCluster",
+            ClientError::Unreadable { .. } => "KubeconfigUnreadable",
+            ClientError::Unusable { .. } => "KubeconfigUnusable",
+            ClientError::Connect(_) => "ClientUnavailable",
+        }
+    }
+}
+
 impl Kubeconfig {
-    pub async fn load(&self) -> Result<kube::Config, String> {
+    pub async fn load(&self) -> Result<kube::Config, ClientError> {
         let Kubeconfig { file, context } = self;
         if file.is_none() && context.is_none() {
-            return kube::Config::infer().await.map_err(|e| {
-                format!("no cluster to talk to (KUBECONFIG, ~/.kube/config or in-cluster configuration): {e}")
-            });
+            return kube::Config::infer().await.map_err(ClientError::NoCluster);
         }
+        let unreadable = |source| ClientError::Unreadable { file: file.clone(), source };
         let read = match file {
-            Some(file) => kube::config::Kubeconfig::read_from(file)
-                .map_err(|e| format!("cannot read the kubeconfig {}: {e}", file.display())),
-            None => kube::config::Kubeconfig::read().map_err(|e| format!("cannot read the kubeconfig: {e}")),
+            Some(file) => kube::config::Kubeconfig::read_from(file).map_err(unreadable),
+            None => kube::config::Kubeconfig::read().map_err(unreadable),
         }?;
         let options = kube::config::KubeConfigOptions { context: context.clone(), ..Default::default() };
-        kube::Config::from_custom_kubeconfig(read, &options).await.map_err(|e| match context {
-            Some(context) => format!("cannot use context `{context}` of the kubeconfig: {e}"),
-            None => format!("cannot use the kubeconfig: {e}"),
-        })
+        kube::Config::from_custom_kubeconfig(read, &options)
+            .await
+            .map_err(|source| ClientError::Unusable { context: context.clone(), source })
     }
 }
 
 /// A client for `config`. (The controller builds its own, metered, after [`install_crypto`].)
-pub fn connect(config: kube::Config) -> Result<kube::Client, kube::Error> {
+pub fn connect(config: kube::Config) -> Result<kube::Client, ClientError> {
     install_crypto();
-    kube::Client::try_from(config)
+    kube::Client::try_from(config).map_err(ClientError::Connect)
 }
 
 /// `config`, acting as ServiceAccount `account` of `namespace`: the API server authorizes each

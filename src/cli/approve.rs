@@ -8,9 +8,9 @@ use crate::crd::{APPROVE_ANNOTATION, Manifest};
 
 /// The Manifest `name` in `namespace` (default: the kubeconfig's), its API, and `ns/name`.
 pub(super) async fn fetch(name: &str, namespace: Option<&str>) -> Result<(Manifest, Api<Manifest>, String), CliError> {
-    let unreachable = |e: String| CliError::Refused(format!("cannot reach the cluster: {e}"));
+    let unreachable = |e: crate::client::ClientError| CliError::Refused(format!("cannot reach the cluster: {e}"));
     let config = crate::client::Kubeconfig::default().load().await.map_err(unreachable)?;
-    let client = crate::client::connect(config).map_err(|e| unreachable(e.to_string()))?;
+    let client = crate::client::connect(config).map_err(unreachable)?;
     let namespace = namespace.map_or_else(|| client.default_namespace().to_string(), str::to_string);
     let api: Api<Manifest> = Api::namespaced(client, &namespace);
     let qualified = format!("{namespace}/{name}");

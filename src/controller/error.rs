@@ -39,6 +39,8 @@ pub enum Error {
     NotLeader(String),
     #[error(transparent)]
     Pipeline(#[from] crate::pipeline::PipelineError),
+    #[error(transparent)]
+    Client(#[from] crate::client::ClientError),
 }
 
 impl Error {
@@ -57,6 +59,7 @@ impl Error {
             Error::Signals(_) => "Signals",
             Error::Pass(e) => e.reason(),
             Error::Pipeline(e) => e.reason(),
+            Error::Client(e) => e.reason(),
         }
     }
 

@@ -270,7 +270,7 @@ pub async fn run(mut config: RunConfig, executors: Executors) -> Result<(), Erro
     let metrics = Arc::new(Metrics::new());
     let scopes = scopes(&config.namespaces);
     let readiness = Arc::new(Readiness::new(scopes.len()));
-    let kube_config = kube::Config::infer().await.map_err(kube::Error::InferConfig)?;
+    let kube_config = crate::client::Kubeconfig::default().load().await?;
     let url = kube_config.cluster_url.to_string();
     let default_namespace = kube_config.default_namespace.clone();
     let layer = ApiMeteringLayer { metrics: metrics.clone(), readiness: readiness.clone() };

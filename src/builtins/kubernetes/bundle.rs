@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
+use super::error::ObjectError;
 use super::object::{Call, Options, Standing};
 use super::ownership::Force;
 use super::{Confirmed, Kinds, Said};
@@ -39,20 +40,21 @@ impl<'a> Bundle<'a> {
         invocation: &Invocation,
         kinds: &'a Kinds,
         confirmed: &'a Confirmed,
-    ) -> Result<Self, String> {
-        let request: Value =
-            serde_json::from_slice(&invocation.stdin).map_err(|e| format!("the request is not JSON: {e}"))?;
-        let config = request.get("config").ok_or("the request has no `config`")?;
-        let wait =
-            match config.get("wait") {
-                Some(wait) if wait.get("ready").and_then(Value::as_bool) == Some(true) => {
-                    let timeout = wait.get("timeout").and_then(Value::as_str).unwrap_or("5m");
-                    Some(humantime::parse_duration(timeout).map_err(|e| {
-                        format!("config.wait.timeout `{timeout}` is not a duration such as 5m or 90s: {e}")
-                    })?)
-                }
-                _ => None,
-            };
+    ) -> Result<Self, ObjectError> {
+        let request: Value = serde_json::from_slice(&invocation.stdin)
+            .map_err(|e| ObjectError::Config(format!("the request is not JSON: {e}")))?;
+        let config = request.get("config").ok_or_else(|| ObjectError::Config("the request has no `config`".into()))?;
+        let wait = match config.get("wait") {
+            Some(wait) if wait.get("ready").and_then(Value::as_bool) == Some(true) => {
+                let timeout = wait.get("timeout").and_then(Value::as_str).unwrap_or("5m");
+                Some(humantime::parse_duration(timeout).map_err(|e| {
+                    ObjectError::Config(format!(
+                        "config.wait.timeout `{timeout}` is not a duration such as 5m or 90s: {e}"
+                    ))
+                })?)
+            }
+            _ => None,
+        };
         let flag = |field: &str, default: bool| config.get(field).and_then(Value::as_bool).unwrap_or(default);
         // The manifest's file name, not its path: the same whether it is given as `m.yaml`,
         // `./m.yaml` or an absolute path, and from a laptop or CI.
@@ -80,16 +82,20 @@ impl<'a> Bundle<'a> {
                 listed.sort_by_key(|(_, object)| rank(object));
                 listed
             }
-            (None, Some(_)) => return Err("config.objects must be a non-empty list of objects".into()),
-            (Some(_), Some(_)) => return Err("config has both `object` and `objects`: give one".into()),
-            (None, None) => return Err("config.object (or config.objects) is required".into()),
+            (None, Some(_)) => {
+                return Err(ObjectError::Config("config.objects must be a non-empty list of objects".into()));
+            }
+            (Some(_), Some(_)) => {
+                return Err(ObjectError::Config("config has both `object` and `objects`: give one".into()));
+            }
+            (None, None) => return Err(ObjectError::Config("config.object (or config.objects) is required".into())),
         };
         let list = config.get("objects").is_some();
         Ok(Bundle { client, namespace: namespace.to_string(), objects, options, kinds, confirmed, list })
     }
 
     /// Object `i`, looked up on the server.
-    async fn call(&self, i: usize) -> Result<Call, String> {
+    async fn call(&self, i: usize) -> Result<Call, ObjectError> {
         let (at, object) = &self.objects[i];
         Call::new(self.client.clone(), &self.namespace, object, at, &self.options, self.kinds, self.confirmed).await
     }
@@ -104,7 +110,7 @@ impl<'a> Bundle<'a> {
         })
     }
 
-    pub(super) async fn run(&self, verb: &str, said: &mut Said) -> Result<Option<Value>, String> {
+    pub(super) async fn run(&self, verb: &str, said: &mut Said) -> Result<Option<Value>, ObjectError> {
         match verb {
             "state" => self.state().await.map(Some),
             "apply" => {
@@ -131,14 +137,14 @@ impl<'a> Bundle<'a> {
                 }
                 Ok(None)
             }
-            other => Err(format!("unknown action `{other}`")),
+            other => Err(ObjectError::UnknownAction(other.to_string())),
         }
     }
 
     /// MISSING when every object is; STALE with `apply` when one is missing or differs, or with
     /// `wait` when all are as asked but one is not ready; else VALID — with the live object, or
     /// `{objects: [...]}` for a list.
-    async fn state(&self) -> Result<Value, String> {
+    async fn state(&self) -> Result<Value, ObjectError> {
         let mut states = Vec::new();
         let (mut to_apply, mut to_wait) = (Vec::new(), Vec::new());
         for (i, (_, object)) in self.objects.iter().enumerate() {

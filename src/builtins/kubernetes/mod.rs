@@ -37,6 +37,7 @@
 
 mod bundle;
 mod diff;
+mod error;
 mod object;
 mod ownership;
 mod ready;
@@ -55,6 +56,7 @@ use crate::client::{Kubeconfig, acting_as};
 use crate::engine::executor::{ExecError, Executor, Exit, Invocation, Outcome, Stream};
 use crate::engine::typeref::TypeRef;
 use bundle::Bundle;
+pub use error::ObjectError;
 
 /// The built-in type's name (`builtin/kubernetes`).
 pub const NAME: &str = "kubernetes";
@@ -70,7 +72,7 @@ pub const OWNER_ANNOTATION: &str = "deployster.io/resource";
 /// found is shared between them.
 pub struct KubeObjects {
     others: Arc<dyn Executor>,
-    client: OnceCell<Result<kube::Client, String>>,
+    client: OnceCell<Result<kube::Client, ObjectError>>,
     /// The controller's configuration, from which clients acting as a ServiceAccount are made,
     /// and those made so far by `namespace/account`.
     impersonation: Option<(kube::Config, Mutex<HashMap<String, kube::Client>>)>,
@@ -94,7 +96,7 @@ const CONFIRMED_KEPT: usize = 4096;
 
 /// Who one pass acts as, and where its objects without a namespace go.
 struct Identity {
-    client: Result<kube::Client, String>,
+    client: Result<kube::Client, ObjectError>,
     namespace: String,
 }
 
@@ -120,7 +122,9 @@ impl KubeObjects {
     /// The controller's: no default client — a call but through a pass's [`PassObjects`] is
     /// refused — and clients made from `config`.
     pub fn impersonating(others: Arc<dyn Executor>, config: kube::Config) -> Self {
-        let none = Err("the controller acts only as a Manifest's ServiceAccount, and this pass entered none".into());
+        let none = Err(ObjectError::Client(
+            "the controller acts only as a Manifest's ServiceAccount, and this pass entered none".into(),
+        ));
         Self {
             client: OnceCell::new_with(Some(none)),
             impersonation: Some((config, Mutex::default())),
@@ -143,7 +147,7 @@ impl KubeObjects {
             Some(client) => Ok(client.clone()),
             None => crate::client::connect(acting_as(config, namespace, account))
                 .map(|client| clients.entry(key).or_insert(client).clone())
-                .map_err(|e| format!("cannot make a client acting as ServiceAccount {namespace}/{account}: {e}")),
+                .map_err(|e| ObjectError::Client(format!("acting as ServiceAccount {namespace}/{account}: {e}"))),
         };
         PassObjects { objects: self.clone(), identity: Some(Identity { client, namespace: namespace.to_string() }) }
     }
@@ -151,7 +155,7 @@ impl KubeObjects {
     /// The client and default namespace a call acts with — the pass's `identity`, else the
     /// default client's — and whether it is a pass's (the controller's) rather than the
     /// default (the CLI's).
-    async fn identity(&self, identity: Option<&Identity>) -> Result<(kube::Client, String, bool), String> {
+    async fn identity(&self, identity: Option<&Identity>) -> Result<(kube::Client, String, bool), ObjectError> {
         match identity {
             Some(identity) => identity.client.clone().map(|client| (client, identity.namespace.clone(), true)),
             None => self.client().await.map(|client| {
@@ -161,11 +165,11 @@ impl KubeObjects {
         }
     }
 
-    async fn client(&self) -> Result<kube::Client, String> {
+    async fn client(&self) -> Result<kube::Client, ObjectError> {
         self.client
             .get_or_init(|| async {
-                let config = self.cluster.load().await?;
-                crate::client::connect(config).map_err(|e| format!("cannot make a client of the kubeconfig: {e}"))
+                let config = self.cluster.load().await.map_err(|e| ObjectError::Client(e.to_string()))?;
+                crate::client::connect(config).map_err(|e| ObjectError::Client(e.to_string()))
             })
             .await
             .clone()
@@ -207,7 +211,10 @@ impl KubeObjects {
                 (0, String::new())
             }
             Ok(None) => (0, String::new()),
-            Err(message) => (1, format!("builtin/{NAME}: {message}\n")),
+            Err(error) => {
+                tracing::debug!(reason = error.reason(), %error, resource = %invocation.labels.resource, "builtin/{NAME} failed");
+                (1, format!("builtin/{NAME}: {error}\n"))
+            }
         };
         if let Some(sink) = &invocation.sink {
             stderr.lines().for_each(|line| sink(Stream::Stderr, line));

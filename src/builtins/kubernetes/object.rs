@@ -9,6 +9,7 @@ use kube::core::GroupVersionKind;
 use kube::discovery::Scope;
 use serde_json::Value;
 
+use super::error::ObjectError;
 use super::ownership::{self, Force};
 use super::{Confirmed, FIELD_MANAGER, Kinds, OWNER_ANNOTATION, Said, diff, ready};
 
@@ -67,15 +68,15 @@ impl Call {
         options: &Arc<Options>,
         kinds: &Kinds,
         confirmed: &Confirmed,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, ObjectError> {
         let text = |field: &str| object.get(field).and_then(Value::as_str).filter(|s| !s.is_empty());
-        let api_version = text("apiVersion").ok_or_else(|| format!("{at} has no apiVersion"))?;
-        let kind = text("kind").ok_or_else(|| format!("{at} has no kind"))?;
+        let api_version = text("apiVersion").ok_or_else(|| ObjectError::Config(format!("{at} has no apiVersion")))?;
+        let kind = text("kind").ok_or_else(|| ObjectError::Config(format!("{at} has no kind")))?;
         let name = object
             .pointer("/metadata/name")
             .and_then(Value::as_str)
             .filter(|s| !s.is_empty())
-            .ok_or_else(|| format!("{at} has no metadata.name"))?
+            .ok_or_else(|| ObjectError::Config(format!("{at} has no metadata.name")))?
             .to_string();
         let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
         let gvk = GroupVersionKind::gvk(group, version, kind);
@@ -84,11 +85,17 @@ impl Call {
             Some(known) => known,
             None => {
                 let found = kube::discovery::pinned_kind(&client, &gvk).await.map_err(|e| match e {
-                    kube::Error::Api(status) if status.code == 404 => {
-                        format!("the server knows no kind `{kind}` in `{api_version}` ({})", status.message)
+                    kube::Error::Api(status) if status.code == 404 => ObjectError::UnknownKind(format!(
+                        "the server knows no kind `{kind}` in `{api_version}` ({})",
+                        status.message
+                    )),
+                    kube::Error::Discovery(_) => {
+                        ObjectError::UnknownKind(format!("the server knows no kind `{kind}` in `{api_version}`"))
                     }
-                    kube::Error::Discovery(_) => format!("the server knows no kind `{kind}` in `{api_version}`"),
-                    other => format!("cannot look up kind `{kind}` in `{api_version}`: {other}"),
+                    other => ObjectError::Api {
+                        code: api_code(&other),
+                        message: format!("cannot look up kind `{kind}` in `{api_version}`: {other}"),
+                    },
                 })?;
                 kinds.lock().expect("kinds lock").insert(gvk, found.clone());
                 found
@@ -104,7 +111,9 @@ impl Call {
             }
             Scope::Cluster => {
                 if let Some(namespace) = object.pointer("/metadata/namespace").and_then(Value::as_str) {
-                    return Err(format!("{kind} is not namespaced, yet {at} names namespace `{namespace}`"));
+                    return Err(ObjectError::Config(format!(
+                        "{kind} is not namespaced, yet {at} names namespace `{namespace}`"
+                    )));
                 }
                 (Api::all_with(client, &resource), format!("{kind} {name}"))
             }
@@ -129,7 +138,7 @@ impl Call {
         })
     }
 
-    async fn live(&self) -> Result<Option<Value>, String> {
+    async fn live(&self) -> Result<Option<Value>, ObjectError> {
         let live = self.api.get_opt(&self.name).await.map_err(|e| self.api_error("reading", e))?;
         Ok(live.map(|object| serde_json::to_value(object).expect("an object serializes")))
     }
@@ -140,15 +149,15 @@ impl Call {
             == Some(&self.options.owner)
     }
 
-    pub(super) async fn standing(&self) -> Result<Standing, String> {
+    pub(super) async fn standing(&self) -> Result<Standing, ObjectError> {
         let Some(live) = self.live().await? else { return Ok(Standing::Missing) };
         let options = &self.options;
         if !self.ours(&live) && !options.adopt {
-            return Err(format!(
+            return Err(ObjectError::NotOurs(format!(
                 "{} exists and was not created by this resource ({OWNER_ANNOTATION} is not `{}`): \
                  refusing to take it over; set `adopt: true` to manage it",
                 self.shown, options.owner
-            ));
+            )));
         }
         let found = diff::changes(&self.wanted, &live, self.is_secret);
         let mut fields = if found.is_empty() { Vec::new() } else { self.confirmed(found, &live).await? };
@@ -163,9 +172,10 @@ impl Call {
         match options.wait.map(|_| ready::readiness(&live)) {
             None | Some(ready::Rollout::Ready) => Ok(Standing::Valid { state }),
             Some(ready::Rollout::Waiting(why)) => Ok(Standing::NotReady { state, why }),
-            Some(ready::Rollout::Failed(why)) => {
-                Err(format!("{} is not ready, and waiting will not make it so: {why}", self.shown))
-            }
+            Some(ready::Rollout::Failed(why)) => Err(ObjectError::NotReady(format!(
+                "{} is not ready, and waiting will not make it so: {why}",
+                self.shown
+            ))),
         }
     }
 
@@ -174,7 +184,7 @@ impl Call {
     /// schema does not have, or have a webhook set it. A conflict with another manager is
     /// drift too, and said. Remembered until the object's `resourceVersion` or the config
     /// changes.
-    async fn confirmed(&self, found: Vec<diff::Change>, live: &Value) -> Result<Vec<String>, String> {
+    async fn confirmed(&self, found: Vec<diff::Change>, live: &Value) -> Result<Vec<String>, ObjectError> {
         use sha2::Digest;
         let object = self.applied();
         let metadata = |field: &str| live["metadata"][field].as_str().unwrap_or_default().to_string();
@@ -242,16 +252,16 @@ impl Call {
         if self.options.force == Force::Always { params.force() } else { params }
     }
 
-    pub(super) async fn apply(&self, said: &mut Said) -> Result<(), String> {
+    pub(super) async fn apply(&self, said: &mut Said) -> Result<(), ObjectError> {
         let (object, params) = (self.applied(), self.apply_params());
         if let Some(live) = self.live().await?
             && !self.ours(&live)
             && !self.options.adopt
         {
-            return Err(format!(
+            return Err(ObjectError::NotOurs(format!(
                 "{} exists and was not created by this resource: set `adopt: true` to manage it",
                 self.shown
-            ));
+            )));
         }
         match self.api.patch(&self.name, &params, &Patch::Apply(&object)).await {
             Ok(_) => said.push(format!("applied {}", self.shown)),
@@ -278,24 +288,26 @@ impl Call {
 
     /// Waits until the object is ready (kstatus rules), saying why not whenever that changes;
     /// fails at once on what waiting will not mend, and after `wait.timeout` (default 5m).
-    pub(super) async fn wait_ready(&self, said: &mut Said) -> Result<(), String> {
+    pub(super) async fn wait_ready(&self, said: &mut Said) -> Result<(), ObjectError> {
         let timeout = self.options.wait.unwrap_or(Duration::from_secs(300));
         let deadline = Instant::now() + timeout;
         let mut last = String::new();
         loop {
-            let live = self.live().await?.ok_or_else(|| format!("{} is gone", self.shown))?;
+            let live = self.live().await?.ok_or_else(|| ObjectError::NotReady(format!("{} is gone", self.shown)))?;
             match ready::readiness(&live) {
                 ready::Rollout::Ready => {
                     said.push(format!("{} is ready", self.shown));
                     return Ok(());
                 }
-                ready::Rollout::Failed(why) => return Err(format!("{} will not be ready: {why}", self.shown)),
+                ready::Rollout::Failed(why) => {
+                    return Err(ObjectError::NotReady(format!("{} will not be ready: {why}", self.shown)));
+                }
                 ready::Rollout::Waiting(why) if Instant::now() >= deadline => {
-                    return Err(format!(
+                    return Err(ObjectError::NotReady(format!(
                         "{} was not ready within {}: {why}",
                         self.shown,
                         humantime::format_duration(timeout)
-                    ));
+                    )));
                 }
                 ready::Rollout::Waiting(why) => {
                     if why != last {
@@ -308,7 +320,7 @@ impl Call {
         }
     }
 
-    pub(super) async fn delete(&self, said: &mut Said) -> Result<(), String> {
+    pub(super) async fn delete(&self, said: &mut Said) -> Result<(), ObjectError> {
         if !self.options.prune {
             said.push(format!("left {} in place (prune: false)", self.shown));
             return Ok(());
@@ -340,8 +352,9 @@ impl Call {
 
     /// The API's refusal, with what was refused: a 422's causes each with its field, a
     /// conflict's manager, a 403's verb and resource.
-    fn api_error(&self, doing: &str, error: kube::Error) -> String {
-        match error {
+    fn api_error(&self, doing: &str, error: kube::Error) -> ObjectError {
+        let code = api_code(&error);
+        let message = match error {
             kube::Error::Api(status) => {
                 let causes: Vec<String> = status
                     .details
@@ -373,7 +386,16 @@ impl Call {
                 message
             }
             other => format!("{doing} {}: {other}", self.shown),
-        }
+        };
+        ObjectError::Api { code, message }
+    }
+}
+
+/// The status code of the API server's answer, when it answered.
+fn api_code(error: &kube::Error) -> Option<u16> {
+    match error {
+        kube::Error::Api(status) => Some(status.code),
+        _ => None,
     }
 }
 

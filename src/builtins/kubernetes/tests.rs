@@ -19,7 +19,8 @@ async fn a_pass_acts_as_what_it_entered_and_the_controller_never_as_itself() {
     let objects =
         Arc::new(KubeObjects::impersonating(others, kube::Config::new("http://127.0.0.1:1".parse().unwrap())));
     let Err(refused) = objects.identity(None).await else { panic!("acted as the controller") };
-    assert!(refused.contains("acts only as a Manifest's ServiceAccount"), "{refused}");
+    assert!(refused.to_string().contains("acts only as a Manifest's ServiceAccount"), "{refused}");
+    assert_eq!(refused.reason(), "NoClient");
     let pass = objects.for_pass("team-a", None);
     let (_, namespace, entered) = objects.identity(pass.identity.as_ref()).await.unwrap();
     assert_eq!((namespace.as_str(), entered), ("team-a", true));
