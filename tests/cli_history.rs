@@ -11,15 +11,9 @@ use nix::unistd::Pid;
 use serde_json::Value;
 use support::{Run, Workspace};
 
-const TWO_FILES: &str = r#"
-vars: { greeting: hello }
-resources:
-  dir: { type: builtin/directory, config: { path: out } }
-  file:
-    type: builtin/file
-    dependencies: { d: dir }
-    config: { path: "{{ d.state.path }}/greeting.txt", content: "{{ greeting }}\n" }
-"#;
+fn two_files() -> String {
+    support::dir_and_file("vars: { greeting: hello }", "greeting.txt", r"{{ greeting }}\n", "")
+}
 
 fn history(ws: &Workspace, extra: &[&str]) -> Value {
     let run = ws.run(&[&["history", "--output", "json", "--limit", "1000"], extra].concat());
@@ -53,7 +47,7 @@ fn apply_json(ws: &Workspace, extra: &[&str]) -> (Run, Value) {
 #[test]
 fn runs_append_what_they_did_with_their_revision() {
     let ws = Workspace::new();
-    ws.manifest(TWO_FILES);
+    ws.manifest(&two_files());
     let (first, doc) = apply_json(&ws, &[]);
     assert_eq!(first.code, 0, "{}", first.all());
     let (run1, revision) = (doc["run_id"].as_str().unwrap().to_string(), doc["revision"].clone());
@@ -211,7 +205,7 @@ fn a_failed_run_is_recorded_and_queried_as_the_latest_failure() {
 #[test]
 fn plans_are_recorded_but_are_not_deployments() {
     let ws = Workspace::new();
-    ws.manifest(TWO_FILES);
+    ws.manifest(&two_files());
     let plan = ws.plan(&["--output", "json"]);
     assert_eq!(plan.code, 0, "{}", plan.all());
     let log = history(&ws, &[]);
@@ -301,7 +295,7 @@ fn a_second_apply_on_the_same_state_dir_is_refused_while_plan_still_works() {
 #[test]
 fn history_without_a_log_says_so() {
     let ws = Workspace::new();
-    ws.manifest(TWO_FILES);
+    ws.manifest(&two_files());
     let run = ws.run(&["history"]);
     assert_eq!(run.code, 0, "{}", run.all());
     assert!(run.stdout.contains("No deployment log in"), "{}", run.all());
@@ -315,7 +309,7 @@ fn signal(child: &Child, signal: Signal) {
 #[test]
 fn reconcile_corrects_drift_within_an_interval_and_stops_cleanly_on_sigterm() {
     let ws = Workspace::new();
-    ws.manifest(TWO_FILES);
+    ws.manifest(&two_files());
     // Fixed checks: every second (adaptive checks have a test of their own).
     let child = ws.spawn(&["reconcile", "-f", "manifest.yaml", "--interval", "1s", "--max-interval", "1s"]);
     let file = ws.path("out/greeting.txt");
@@ -346,7 +340,7 @@ fn reconcile_corrects_drift_within_an_interval_and_stops_cleanly_on_sigterm() {
 #[test]
 fn history_says_when_it_shows_only_the_newest_events() {
     let ws = Workspace::new();
-    ws.manifest(TWO_FILES);
+    ws.manifest(&two_files());
     assert_eq!(ws.apply(&[]).code, 0);
     let all = ws.run(&["history"]);
     assert!(all.stdout.contains("Recent events (newest first):"), "{}", all.all());
@@ -383,7 +377,7 @@ fn reconcile_runs_init_once_per_resource_not_once_per_pass() {
 #[test]
 fn reconcile_checks_steady_resources_less_often_and_still_corrects_drift_within_four_intervals() {
     let ws = Workspace::new();
-    ws.manifest(TWO_FILES);
+    ws.manifest(&two_files());
     let child = ws.spawn(&["reconcile", "-f", "manifest.yaml", "--interval", "1s"]);
     let file = ws.path("out/greeting.txt");
     // Steady: 3 checks a second apart, 3 two seconds apart, then every 4 seconds (4 × 1s).
@@ -417,7 +411,7 @@ fn reconcile_checks_steady_resources_less_often_and_still_corrects_drift_within_
 #[test]
 fn reconcile_passes_at_once_when_the_manifest_or_its_variables_change() {
     let ws = Workspace::new();
-    ws.manifest(TWO_FILES);
+    ws.manifest(&two_files());
     let child = ws.spawn(&["reconcile", "-f", "manifest.yaml", "--interval", "1h"]);
     let greeting = || std::fs::read_to_string(ws.path("out/greeting.txt")).unwrap_or_default();
     let wait_for = |text: &str| {
@@ -425,7 +419,7 @@ fn reconcile_passes_at_once_when_the_manifest_or_its_variables_change() {
         wait_until(&what, Duration::from_secs(15), || greeting() == format!("{text}\n"));
     };
     wait_for("hello");
-    ws.manifest(&TWO_FILES.replace("greeting: hello", "greeting: bonjour"));
+    ws.manifest(&two_files().replace("greeting: hello", "greeting: bonjour"));
     wait_for("bonjour");
     ws.write("vars.auto.yaml", "greeting: hola\n");
     wait_for("hola");
@@ -433,7 +427,7 @@ fn reconcile_passes_at_once_when_the_manifest_or_its_variables_change() {
     ws.manifest("resources: [not, a, map");
     std::thread::sleep(Duration::from_secs(3));
     assert_eq!(greeting(), "hola\n", "a manifest that does not load changes nothing");
-    ws.manifest(&TWO_FILES.replace("greeting: hello", "greeting: ciao"));
+    ws.manifest(&two_files().replace("greeting: hello", "greeting: ciao"));
     wait_for("ciao");
     signal(&child, Signal::SIGTERM);
     let output = child.wait_with_output().unwrap();
@@ -475,7 +469,7 @@ fn reconcile_passes_at_once_when_a_plug_s_files_change() {
 #[test]
 fn reconcile_refuses_a_max_interval_below_the_interval_and_a_zero_budget() {
     let ws = Workspace::new();
-    ws.manifest(TWO_FILES);
+    ws.manifest(&two_files());
     let run = ws.run(&["reconcile", "-f", "manifest.yaml", "--interval", "30s", "--max-interval", "10s"]);
     assert_eq!(run.code, 2, "{}", run.all());
     assert!(run.stderr.contains("--max-interval 10s must not be shorter than --interval 30s"), "{}", run.all());
@@ -550,7 +544,7 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
 #[test]
 fn history_and_plan_read_a_log_they_cannot_write() {
     let ws = Workspace::new();
-    ws.manifest(TWO_FILES);
+    ws.manifest(&two_files());
     assert_eq!(ws.apply(&[]).code, 0);
     let before = history(&ws, &[])["events"].as_array().unwrap().len();
 

@@ -6,25 +6,20 @@ mod support;
 use serde_json::json;
 use support::Workspace;
 
-const WITH_OUTPUTS: &str = r#"
-vars: { token: s3cr3t-t0ken }
-sensitive: [token]
-resources:
-  dir: { type: builtin/directory, config: { path: out } }
-  file:
-    type: builtin/file
-    dependencies: { d: dir }
-    config: { path: "{{ d.state.path }}/f.txt", content: "hello\n" }
-outputs:
+fn with_outputs() -> String {
+    let head = "vars: { token: s3cr3t-t0ken }\nsensitive: [token]";
+    let outputs = r#"outputs:
   file_path: "{{ resources.file.state.path }}"
   size: "{{ resources.file.state.size }}"
   auth: "Bearer {{ token }}"
 "#;
+    support::dir_and_file(head, "f.txt", r"hello\n", outputs)
+}
 
 #[test]
 fn outputs_are_printed_after_apply_and_read_back_masked() {
     let ws = Workspace::new();
-    ws.manifest(WITH_OUTPUTS);
+    ws.manifest(&with_outputs());
     let missing = ws.run(&["outputs"]);
     assert_eq!(missing.code, 2, "{}", missing.all());
     assert!(missing.stderr.contains("no outputs recorded"), "{}", missing.all());
@@ -53,7 +48,7 @@ fn outputs_are_printed_after_apply_and_read_back_masked() {
 #[test]
 fn outputs_that_reference_unknown_resources_are_refused_before_anything_runs() {
     let ws = Workspace::new();
-    ws.manifest(&WITH_OUTPUTS.replace("resources.file.state.size", "resources.nope.state.size"));
+    ws.manifest(&with_outputs().replace("resources.file.state.size", "resources.nope.state.size"));
     let run = ws.apply(&[]);
     assert_eq!(run.code, 2, "{}", run.all());
     assert!(
@@ -67,7 +62,7 @@ fn outputs_that_reference_unknown_resources_are_refused_before_anything_runs() {
 #[test]
 fn outputs_that_fail_to_render_fail_the_run_and_say_why() {
     let ws = Workspace::new();
-    ws.manifest(&WITH_OUTPUTS.replace("resources.file.state.size", "resources.file.state.nope"));
+    ws.manifest(&with_outputs().replace("resources.file.state.size", "resources.file.state.nope"));
     let run = ws.apply(&[]);
     assert_eq!(run.code, 1, "{}", run.all());
     assert!(run.stderr.contains("the outputs could not be rendered: outputs.size"), "{}", run.all());

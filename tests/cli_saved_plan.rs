@@ -5,16 +5,10 @@ mod support;
 use serde_json::Value;
 use support::Workspace;
 
-const SITE: &str = r#"
-vars: { greeting: hello, token: s3cr3t-t0ken }
-sensitive: [token]
-resources:
-  dir: { type: builtin/directory, config: { path: out } }
-  file:
-    type: builtin/file
-    dependencies: { d: dir }
-    config: { path: "{{ d.state.path }}/greeting.txt", content: "{{ greeting }} {{ token }}\n" }
-"#;
+fn site() -> String {
+    let head = "vars: { greeting: hello, token: s3cr3t-t0ken }\nsensitive: [token]";
+    support::dir_and_file(head, "greeting.txt", r"{{ greeting }} {{ token }}\n", "")
+}
 
 fn save(ws: &Workspace, extra: &[&str]) {
     let run = ws.run(&[&["plan", "-f", "manifest.yaml", "--out", "plan.json"], extra].concat());
@@ -25,7 +19,7 @@ fn save(ws: &Workspace, extra: &[&str]) {
 #[test]
 fn a_saved_plan_is_applied_exactly_and_holds_no_values() {
     let ws = Workspace::new();
-    ws.manifest(SITE);
+    ws.manifest(&site());
     save(&ws, &["--var", "greeting=bonjour"]);
     let text = ws.read("plan.json");
     for value in ["s3cr3t", "bonjour"] {
@@ -49,7 +43,7 @@ fn a_saved_plan_is_applied_exactly_and_holds_no_values() {
 #[test]
 fn a_saved_plan_is_refused_after_an_out_of_band_change_or_a_manifest_edit() {
     let ws = Workspace::new();
-    ws.manifest(SITE);
+    ws.manifest(&site());
     assert_eq!(ws.apply(&[]).code, 0);
     std::fs::write(ws.path("out/greeting.txt"), "edited once\n").unwrap();
     save(&ws, &[]);
@@ -64,14 +58,14 @@ fn a_saved_plan_is_refused_after_an_out_of_band_change_or_a_manifest_edit() {
 
     // A fresh plan, then the manifest is edited.
     save(&ws, &[]);
-    ws.manifest(&SITE.replace("greeting: hello", "greeting: hi"));
+    ws.manifest(&site().replace("greeting: hello", "greeting: hi"));
     let run = ws.run(&["apply", "plan.json"]);
     assert_eq!(run.code, 1, "{}", run.all());
     assert!(run.stderr.contains("the manifest or its variables changed: revision"), "{}", run.all());
     assert_eq!(ws.read("out/greeting.txt"), "edited twice\n");
 
     // Different variables on the command line: also a different revision.
-    ws.manifest(SITE);
+    ws.manifest(&site());
     save(&ws, &[]);
     let run = ws.run(&["apply", "plan.json", "--var", "greeting=hola"]);
     assert_eq!(run.code, 1, "{}", run.all());
@@ -86,7 +80,7 @@ fn a_saved_plan_is_refused_after_an_out_of_band_change_or_a_manifest_edit() {
 #[test]
 fn a_sensitive_var_is_not_kept_and_must_be_given_again() {
     let ws = Workspace::new();
-    ws.manifest(SITE);
+    ws.manifest(&site());
     save(&ws, &["--var", "token=n3w-s3cr3t"]);
     assert!(!ws.read("plan.json").contains("n3w-s3cr3t"), "{}", ws.read("plan.json"));
     let run = ws.run(&["apply", "plan.json"]);
@@ -106,7 +100,7 @@ fn a_sensitive_var_is_not_kept_and_must_be_given_again() {
 #[test]
 fn plan_files_that_cannot_be_applied_are_refused_with_a_clear_error() {
     let ws = Workspace::new();
-    ws.manifest(SITE);
+    ws.manifest(&site());
     save(&ws, &[]);
     let good = ws.read("plan.json");
     let cases = [

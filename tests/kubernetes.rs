@@ -15,7 +15,7 @@ use deployster::engine::executor::{Executor, Invocation, InvocationLabels};
 use deployster::engine::typeref::TypeRef;
 use serde_json::{Value, json};
 use support::Workspace;
-use support::cluster::Cluster;
+use support::cluster::{Cluster, crd};
 
 fn deployster(ws: &Workspace, cluster: &Cluster, args: &[&str]) -> support::Run {
     ws.run_with_env(args, &[("KUBECONFIG", &cluster.kubeconfig)])
@@ -371,6 +371,8 @@ fn a_crd_and_an_object_of_its_kind_apply_in_one_manifest() {
     let ns = cluster.namespace.clone();
     // Named after the test's namespace: the CRD is cluster-wide, and test runs share a server.
     let group = format!("{ns}.example.com");
+    let integer_size = json!({"type": "object", "properties": {"spec": {"type": "object", "properties": {"size": {"type": "integer"}}}}});
+    let crd = crd(&group, "Gizmo", integer_size, false);
     let ws = Workspace::new();
     let manifest = |size: &str| {
         format!(
@@ -378,23 +380,7 @@ fn a_crd_and_an_object_of_its_kind_apply_in_one_manifest() {
   gizmos:
     type: builtin/kubernetes
     config:
-      object:
-        apiVersion: apiextensions.k8s.io/v1
-        kind: CustomResourceDefinition
-        metadata: {{name: gizmos.{group}}}
-        spec:
-          group: {group}
-          names: {{kind: Gizmo, plural: gizmos, singular: gizmo, listKind: GizmoList}}
-          scope: Namespaced
-          versions:
-            - name: v1
-              served: true
-              storage: true
-              schema:
-                openAPIV3Schema:
-                  type: object
-                  properties:
-                    spec: {{type: object, properties: {{size: {{type: integer}}}}}}
+      object: {crd}
   gizmo:
     type: builtin/kubernetes
     dependencies: {{crd: gizmos}}
@@ -691,6 +677,7 @@ fn wait_ready_waits_for_the_object_s_own_conditions() {
     let cluster = Cluster::new("kube-wait");
     let ns = cluster.namespace.clone();
     let group = format!("{ns}.example.com");
+    let crd = crd(&group, "Widget", json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}), true);
     let ws = Workspace::new();
     let manifest = |wait: &str| {
         format!(
@@ -698,23 +685,7 @@ fn wait_ready_waits_for_the_object_s_own_conditions() {
   widgets:
     type: builtin/kubernetes
     config:
-      object:
-        apiVersion: apiextensions.k8s.io/v1
-        kind: CustomResourceDefinition
-        metadata: {{name: widgets.{group}}}
-        spec:
-          group: {group}
-          names: {{kind: Widget, plural: widgets, singular: widget, listKind: WidgetList}}
-          scope: Namespaced
-          versions:
-            - name: v1
-              served: true
-              storage: true
-              subresources: {{status: {{}}}}
-              schema:
-                openAPIV3Schema:
-                  type: object
-                  x-kubernetes-preserve-unknown-fields: true
+      object: {crd}
   widget:
     type: builtin/kubernetes
     dependencies: {{crd: widgets}}
@@ -862,6 +833,7 @@ async fn a_list_of_objects_is_one_resource_applied_in_the_order_of_its_kinds() {
     let cluster = Cluster::new("kube-list");
     let ns = cluster.namespace.clone();
     let (group, inner) = (format!("{ns}.example.com"), format!("{ns}-inner"));
+    let crd = crd(&group, "Gadget", json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}), false);
     let ws = Workspace::new();
     let objects = format!(
         r#"resources:
@@ -872,18 +844,7 @@ async fn a_list_of_objects_is_one_resource_applied_in_the_order_of_its_kinds() {
         - {{apiVersion: "{group}/v1", kind: Gadget, metadata: {{name: g, namespace: {inner}}}, spec: {{size: 2}}}}
         - {{apiVersion: v1, kind: ConfigMap, metadata: {{name: settings, namespace: {inner}}}, data: {{a: "1"}}}}
         - {{apiVersion: v1, kind: Namespace, metadata: {{name: {inner}}}}}
-        - apiVersion: apiextensions.k8s.io/v1
-          kind: CustomResourceDefinition
-          metadata: {{name: gadgets.{group}}}
-          spec:
-            group: {group}
-            names: {{kind: Gadget, plural: gadgets, singular: gadget, listKind: GadgetList}}
-            scope: Namespaced
-            versions:
-              - name: v1
-                served: true
-                storage: true
-                schema: {{openAPIV3Schema: {{type: object, x-kubernetes-preserve-unknown-fields: true}}}}
+        - {crd}
   count:
     type: builtin/kubernetes
     dependencies: {{b: bundle}}

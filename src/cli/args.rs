@@ -136,6 +136,43 @@ pub enum ExecutorArg {
     Pod,
 }
 
+/// How Pods are made and watched (`--executor pod`), by the CLI and the controller alike.
+#[cfg(feature = "kube")]
+#[derive(Debug, Args)]
+pub struct PodMakingArgs {
+    /// With `--executor pod`: the image that carries Deployster's helper, copied into each Pod
+    /// by its first container [default: deployster/controller:<this version>, the controller's
+    /// own].
+    #[arg(long, value_name = "IMAGE", env = "DEPLOYSTER_HELPER_IMAGE")]
+    pub helper_image: Option<String>,
+    /// With `--executor pod`: a registry (`host:port`) to read image configs from over plain
+    /// HTTP (registries on loopback always are); repeat for several.
+    #[arg(long = "insecure-registry", value_name = "HOST:PORT")]
+    pub insecure_registries: Vec<String>,
+    /// With `--executor pod`: read the image configs of registry NAME (as image references
+    /// name it, `host:port`) at URL instead — where NAME, which nodes pull from, cannot be
+    /// reached from here (a node-local registry, an air-gapped mirror); repeat for several.
+    #[arg(long = "registry-endpoint", value_name = "NAME=URL")]
+    pub registry_endpoints: Vec<crate::pod::registry::Endpoint>,
+    /// With `--executor pod`: a Pod no node takes fails after this long, with the scheduler's
+    /// message.
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
+    pub schedule_timeout: Duration,
+}
+
+#[cfg(feature = "kube")]
+impl PodMakingArgs {
+    pub fn settings(&self) -> crate::pod::executor::PodSettings {
+        let helper = self.helper_image.clone();
+        let helper = helper.unwrap_or_else(|| format!("deployster/controller:{}", env!("CARGO_PKG_VERSION")));
+        let mut settings = crate::pod::executor::PodSettings::new(helper);
+        settings.insecure_registries = self.insecure_registries.clone();
+        settings.registry_endpoints = self.registry_endpoints.clone();
+        settings.schedule_timeout = self.schedule_timeout;
+        settings
+    }
+}
+
 /// How resource types that are images run as Pods (`--executor pod`).
 #[cfg(feature = "kube")]
 #[derive(Debug, Args)]
@@ -151,19 +188,8 @@ pub struct PodArgs {
     /// With `--executor pod`: the ServiceAccount the Pods run as [default: the namespace's `default`].
     #[arg(long, value_name = "NAME")]
     pub service_account: Option<String>,
-    /// With `--executor pod`: the image that carries Deployster's helper, copied into each Pod
-    /// by its first container [default: deployster/controller:<this version>].
-    #[arg(long, value_name = "IMAGE", env = "DEPLOYSTER_HELPER_IMAGE")]
-    pub helper_image: Option<String>,
-    /// With `--executor pod`: a registry (`host:port`) to read image configs from over plain
-    /// HTTP (registries on loopback always are); repeat for several.
-    #[arg(long = "insecure-registry", value_name = "HOST:PORT")]
-    pub insecure_registries: Vec<String>,
-    /// With `--executor pod`: read the image configs of registry NAME (as image references
-    /// name it, `host:port`) at URL instead — where NAME, which nodes pull from, cannot be
-    /// reached from here (a node-local registry, an air-gapped mirror); repeat for several.
-    #[arg(long = "registry-endpoint", value_name = "NAME=URL")]
-    pub registry_endpoints: Vec<crate::pod::registry::Endpoint>,
+    #[command(flatten)]
+    pub making: PodMakingArgs,
     /// With `--executor pod`: an image pull secret of the namespace, besides the
     /// ServiceAccount's; repeat for several.
     #[arg(long = "image-pull-secret", value_name = "NAME")]
@@ -171,10 +197,6 @@ pub struct PodArgs {
     /// With `--executor pod`: a label the Pods' node must carry; repeat for several.
     #[arg(long = "node-selector", value_name = "KEY=VALUE", value_parser = parse_label)]
     pub node_selector: Vec<(String, String)>,
-    /// With `--executor pod`: a Pod no node takes fails after this long, with the scheduler's
-    /// message.
-    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
-    pub schedule_timeout: Duration,
     /// The kubeconfig file of the cluster that `--executor pod` and `builtin/kubernetes` use
     /// [default: KUBECONFIG, then ~/.kube/config, then in-cluster configuration].
     #[arg(long, value_name = "FILE")]
@@ -354,23 +376,8 @@ pub struct ControllerArgs {
     /// node's Docker engine; plugs are files the controller writes for them).
     #[arg(long, value_enum, value_name = "KIND", default_value_t = ExecutorArg::Pod)]
     pub executor: ExecutorArg,
-    /// With `--executor pod`: the image that carries Deployster's helper, copied into each Pod
-    /// by its first container [default: deployster/controller:<this version>, the controller's own].
-    #[arg(long, value_name = "IMAGE", env = "DEPLOYSTER_HELPER_IMAGE")]
-    pub helper_image: Option<String>,
-    /// With `--executor pod`: a registry (`host:port`) to read image configs from over plain
-    /// HTTP (registries on loopback always are); repeat for several.
-    #[arg(long = "insecure-registry", value_name = "HOST:PORT")]
-    pub insecure_registries: Vec<String>,
-    /// With `--executor pod`: read the image configs of registry NAME (as image references
-    /// name it, `host:port`) at URL instead — where NAME, which nodes pull from, cannot be
-    /// reached from here (a node-local registry, an air-gapped mirror); repeat for several.
-    #[arg(long = "registry-endpoint", value_name = "NAME=URL")]
-    pub registry_endpoints: Vec<crate::pod::registry::Endpoint>,
-    /// With `--executor pod`: a Pod no node takes fails after this long, with the scheduler's
-    /// message.
-    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
-    pub schedule_timeout: Duration,
+    #[command(flatten)]
+    pub making: PodMakingArgs,
     #[cfg(feature = "docker")]
     #[command(flatten)]
     pub docker: DockerArgs,

@@ -299,17 +299,14 @@ async fn images(args: &ImageArgs) -> Result<(Images, Scope), CliError> {
 /// CLI's one scope, for every run it makes.
 #[cfg(feature = "kube")]
 async fn pods(args: &PodArgs) -> Result<(Images, Scope), CliError> {
-    use crate::pod::executor::{PodRuntime, PodSettings};
+    use crate::pod::executor::PodRuntime;
     let cluster =
         |e: &dyn std::fmt::Display| CliError::Refused(format!("--executor pod: cannot reach the cluster: {e}"));
     let kubeconfig = crate::client::Kubeconfig { file: args.kubeconfig.clone(), context: args.context.clone() };
     let config = kubeconfig.load().await.map_err(|e| cluster(&e))?;
     let namespace = args.namespace.clone().unwrap_or_else(|| config.default_namespace.clone());
     let client = crate::client::connect(config).map_err(|e| cluster(&e))?;
-    let mut settings = PodSettings::new(helper_image(&args.helper_image));
-    settings.insecure_registries = args.insecure_registries.clone();
-    settings.registry_endpoints = args.registry_endpoints.clone();
-    settings.schedule_timeout = args.schedule_timeout;
+    let settings = args.making.settings();
     let mut scope = Scope::new(namespace);
     scope.service_account = args.service_account.clone();
     let secrets = args.image_pull_secrets.iter().map(|name| crate::crd::LocalRef { name: name.clone() });
@@ -318,12 +315,6 @@ async fn pods(args: &PodArgs) -> Result<(Images, Scope), CliError> {
     // A laptop's built-ins act on the laptop: only images run as Pods.
     let runtime = PodRuntime::new(client, settings);
     Ok((Images::Pods { runtime, builtins_too: false, check_access: true }, scope))
-}
-
-/// `--helper-image`, or the controller image of this version.
-#[cfg(feature = "kube")]
-fn helper_image(given: &Option<String>) -> String {
-    given.clone().unwrap_or_else(|| format!("deployster/controller:{}", env!("CARGO_PKG_VERSION")))
 }
 
 #[cfg(feature = "docker")]
@@ -363,19 +354,12 @@ fn interactive() -> bool {
 #[cfg(feature = "kube")]
 async fn controller(args: ControllerArgs) -> Result<Exit, CliError> {
     use crate::controller::{Executors, Images, LeaderElection, OwnPod, RunConfig, Settings};
-    use crate::pod::executor::PodSettings;
     let images = match args.executor {
         #[cfg(feature = "docker")]
         ExecutorArg::Docker => Images::Here(docker_executor(&args.docker)),
         #[cfg(not(feature = "docker"))]
         ExecutorArg::Docker => Images::None,
-        ExecutorArg::Pod => {
-            let mut settings = PodSettings::new(helper_image(&args.helper_image));
-            settings.insecure_registries = args.insecure_registries;
-            settings.registry_endpoints = args.registry_endpoints;
-            settings.schedule_timeout = args.schedule_timeout;
-            Images::Pods(Box::new(settings))
-        }
+        ExecutorArg::Pod => Images::Pods(Box::new(args.making.settings())),
     };
     let executors = Executors { local: local_executor()?, images, reads_per_second: args.budget.per_second() };
     let defaults = Settings::default();

@@ -12,6 +12,30 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+/// A namespaced CustomResourceDefinition of `kind` in `group`, served and stored as `v1`, with
+/// `schema` as its `openAPIV3Schema` and, when `status`, the status subresource: as one line of
+/// JSON, which a manifest's YAML takes as the object.
+pub fn crd(group: &str, kind: &str, schema: Value, status: bool) -> String {
+    let singular = kind.to_lowercase();
+    let mut version =
+        serde_json::json!({"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": schema}});
+    if status {
+        version["subresources"] = serde_json::json!({"status": {}});
+    }
+    serde_json::json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{singular}s.{group}")},
+        "spec": {
+            "group": group,
+            "names": {"kind": kind, "plural": format!("{singular}s"), "singular": singular, "listKind": format!("{kind}List")},
+            "scope": "Namespaced",
+            "versions": [version]
+        }
+    })
+    .to_string()
+}
+
 /// A fresh namespace on the test API server, deleted when dropped.
 pub struct Cluster {
     pub kubeconfig: String,

@@ -52,6 +52,23 @@ pub fn builtins_example_on_this_machine(base: &Path, plugs: &str) -> String {
     format!("{}\n{plugs}  resources:\n{resources}\n", head.collect::<Vec<_>>().join("\n"))
 }
 
+/// A directory `out` and, written from its state, a file `out/{file}` holding `content` (as
+/// YAML writes it in double quotes): the manifest the log, saved-plan and outputs tests share.
+/// `head` goes before `resources:` (vars, sensitive); `tail` after them (outputs).
+pub fn dir_and_file(head: &str, file: &str, content: &str, tail: &str) -> String {
+    format!(
+        r#"
+{head}
+resources:
+  dir: {{ type: builtin/directory, config: {{ path: out }} }}
+  file:
+    type: builtin/file
+    dependencies: {{ d: dir }}
+    config: {{ path: "{{{{ d.state.path }}}}/{file}", content: "{content}" }}
+{tail}"#
+    )
+}
+
 /// The deployster binary under test.
 pub fn deployster() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_deployster"))
