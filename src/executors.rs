@@ -19,12 +19,12 @@ use crate::pod::executor::PodRuntime;
 
 /// Where a pass acts in a cluster: its namespace, ServiceAccount, owner and Pod options.
 #[cfg(feature = "kube")]
-pub use crate::pod::executor::PodScope as Scope;
+pub use crate::pod::executor::PodScope as PassScope;
 
 /// Where a pass acts in a cluster: nowhere, in a build without the kube feature.
 #[cfg(not(feature = "kube"))]
 #[derive(Debug, Clone, Default)]
-pub struct Scope;
+pub struct PassScope;
 
 /// Where the passes' image types run.
 pub enum Images {
@@ -95,7 +95,7 @@ impl PassExecutors {
     }
 
     /// The executor of a pass acting in `scope`.
-    pub fn for_pass(&self, scope: &Scope) -> Arc<dyn Executor> {
+    pub fn for_pass(&self, scope: &PassScope) -> Arc<dyn Executor> {
         let PassExecutors::Assembled { local, images, local_programs, budget, layer } = self else {
             let PassExecutors::Fixed(executor) = self else { unreachable!("two variants") };
             return executor.clone();
@@ -139,12 +139,12 @@ impl PassExecutors {
 /// `builtin/kubernetes` acting as the pass's ServiceAccount (where it impersonates; else as
 /// the kubeconfig's user), never as the controller.
 #[cfg(feature = "kube")]
-fn local_for_pass(local: &Local, scope: &Scope) -> Arc<dyn Executor> {
+fn local_for_pass(local: &Local, scope: &PassScope) -> Arc<dyn Executor> {
     Arc::new(local.for_pass(&scope.namespace, scope.service_account.as_deref()))
 }
 
 #[cfg(not(feature = "kube"))]
-fn local_for_pass(local: &Local, _: &Scope) -> Arc<dyn Executor> {
+fn local_for_pass(local: &Local, _: &PassScope) -> Arc<dyn Executor> {
     local.clone()
 }
 
@@ -165,7 +165,7 @@ mod tests {
     /// What a `builtin/kubernetes` state read through `executors` for a pass of `scope` was
     /// refused with: the server names the user it was made as.
     async fn refusal(executors: &PassExecutors, namespace: &str, account: Option<&str>) -> String {
-        let mut scope = Scope::new(namespace);
+        let mut scope = PassScope::new(namespace);
         scope.service_account = account.map(str::to_string);
         let config = json!({"object": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}});
         let outcome = executors.for_pass(&scope).invoke(call("state", config)).await.unwrap();

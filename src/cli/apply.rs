@@ -5,9 +5,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::confirm::{ConfirmMode, Prompting};
-use super::progress::Progress;
+use super::progress::ProgressView;
 use super::render;
-use super::{ApplyArgs, CliError, Exit, ManifestArgs, OutputFormat, PlanArgs, executor, load};
+use super::{ApplyArgs, CliError, ExitKind, ManifestArgs, OutputFormat, PlanArgs, executor, load};
 use crate::engine::context::RunOptions;
 use crate::engine::executor::Executor;
 use crate::engine::manifest::parent_dir;
@@ -39,7 +39,7 @@ impl State {
     /// Opens the state directory; `exclusive` takes its lock (apply, reconcile) — a plan only
     /// reads and appends, so it may run beside them. A plan in a directory it cannot write
     /// still plans, reading what the log holds (drift needs it), and says it is not recorded.
-    pub(super) fn open(args: &ManifestArgs, exclusive: bool, progress: &Progress) -> Result<State, CliError> {
+    pub(super) fn open(args: &ManifestArgs, exclusive: bool, progress: &ProgressView) -> Result<State, CliError> {
         let dir = args.state.dir(&args.files);
         if let Some(workspace) = args.state.named_workspace() {
             progress.note(&format!("workspace {workspace}: deployment log {}", dir.display()));
@@ -66,7 +66,7 @@ impl State {
 /// SIGINT, SIGTERM and SIGHUP stop running programs (their whole process groups, their
 /// containers) and start no new ones, instead of leaving them running without deployster: at
 /// once, or (`reconcile`) on a second signal, the running pass finishing after the first.
-pub(super) fn stop_on_signals(progress: Arc<Progress>, cancel: Cancel) -> Result<Stop, CliError> {
+pub(super) fn stop_on_signals(progress: Arc<ProgressView>, cancel: Cancel) -> Result<Stop, CliError> {
     let stop = Stop::on_signals(cancel).map_err(|e| CliError::Refused(format!("cannot watch for signals: {e}")))?;
     let notes = stop.clone();
     tokio::spawn(async move {
@@ -85,15 +85,15 @@ pub(super) fn stop_on_signals(progress: Arc<Progress>, cancel: Cancel) -> Result
 
 /// The exit code of a plan that cannot be applied: 2 when every failure is the manifest's
 /// fault (a config that does not render or match its schema), 1 otherwise.
-fn plan_exit(plan: &Plan) -> Exit {
+fn plan_exit(plan: &Plan) -> ExitKind {
     if plan.is_applicable() {
-        return Exit::Ok;
+        return ExitKind::Ok;
     }
     let invalid_input = plan.entries.iter().all(|e| match &e.standing {
         Standing::Failed(error) => error.is_invalid_input(),
         _ => true,
     });
-    if invalid_input { Exit::Invalid } else { Exit::Failed }
+    if invalid_input { ExitKind::Invalid } else { ExitKind::Failed }
 }
 
 /// What a pass does with saved plans.
@@ -111,12 +111,12 @@ pub(super) async fn pass(
     args: &ManifestArgs,
     confirm: Option<ConfirmMode>,
     saved: Saved,
-    progress: &Arc<Progress>,
+    progress: &Arc<ProgressView>,
     state: &State,
     executor: Arc<dyn Executor>,
     stop: &Stop,
     assume_valid: AssumeValid,
-) -> Result<(Exit, Passed), CliError> {
+) -> Result<(ExitKind, Passed), CliError> {
     let manifest = Arc::new(load(args)?);
     let mut options =
         RunOptions { verbose: args.verbose, timeouts: args.timeouts.timeouts(), assume_valid, ..RunOptions::default() };
@@ -160,7 +160,7 @@ pub(super) async fn pass(
                  report it as interrupted: {failure}",
                 manifest.name
             );
-            exit = Exit::Failed;
+            exit = ExitKind::Failed;
         }
         (Some(failure), None) => {
             progress.note(&format!("warning: this plan is not fully recorded in the deployment log: {failure}"))
@@ -171,7 +171,7 @@ pub(super) async fn pass(
 }
 
 /// Writes a plan file (whole or not at all). A plan that cannot be applied is not saved.
-fn save_plan(out: &std::path::Path, plan: &SavedPlan, progress: &Progress) -> Result<(), CliError> {
+fn save_plan(out: &std::path::Path, plan: &SavedPlan, progress: &ProgressView) -> Result<(), CliError> {
     if plan.resources.iter().any(|r| matches!(r.status.as_str(), "FAILED" | "BLOCKED")) {
         progress.note(&format!("the plan has failures: not saved to {}", out.display()));
         return Ok(());
@@ -192,7 +192,7 @@ fn save_plan(out: &std::path::Path, plan: &SavedPlan, progress: &Progress) -> Re
 }
 
 /// Shows how the pass ended (the plan itself was shown as it was made), and its exit code.
-fn show(format: OutputFormat, progress: &Progress, passed: &Passed) -> Result<Exit, CliError> {
+fn show(format: OutputFormat, progress: &ProgressView, passed: &Passed) -> Result<ExitKind, CliError> {
     let json = |plan: &Plan, report: Option<&Report>, status: &str| {
         if format == OutputFormat::Json {
             render::print_json(&render::document(plan, report, status, passed));
@@ -207,7 +207,7 @@ fn show(format: OutputFormat, progress: &Progress, passed: &Passed) -> Result<Ex
             for d in differences {
                 errln!("  - {d}");
             }
-            Exit::Failed
+            ExitKind::Failed
         }
         Ended::Planned(plan) => {
             json(plan, None, "planned");
@@ -225,12 +225,12 @@ fn show(format: OutputFormat, progress: &Progress, passed: &Passed) -> Result<Ex
         Ended::Applied { plan, .. } if !plan.has_changes() => {
             progress.say(&format!("Nothing to do: all {} resources are VALID.", plan.entries.len()));
             json(plan, None, "unchanged");
-            Exit::Ok
+            ExitKind::Ok
         }
         Ended::Declined { plan, .. } => {
             progress.say("Apply cancelled; nothing was changed.");
             json(plan, None, "declined");
-            Exit::Failed
+            ExitKind::Failed
         }
         Ended::Applied { plan, report } => {
             match format {
@@ -240,16 +240,16 @@ fn show(format: OutputFormat, progress: &Progress, passed: &Passed) -> Result<Ex
                     render::print_failures(report.manifest(), report.entries());
                 }
             }
-            Exit::of(report.succeeded() && !matches!(passed.outputs, Some(Err(_))))
+            ExitKind::of(report.succeeded() && !matches!(passed.outputs, Some(Err(_))))
         }
         // The CLI has no deleting pass.
-        Ended::Deleted { report, .. } => Exit::of(report.succeeded()),
+        Ended::Deleted { report, .. } => ExitKind::of(report.succeeded()),
     })
 }
 
-pub(super) async fn plan(args: PlanArgs) -> Result<Exit, CliError> {
+pub(super) async fn plan(args: PlanArgs) -> Result<ExitKind, CliError> {
     let manifest = &args.manifest;
-    let progress = Progress::new(manifest.output);
+    let progress = ProgressView::new(manifest.output);
     let state = State::open(manifest, false, &progress)?;
     let stop = stop_on_signals(progress.clone(), Cancel::AtOnce)?;
     let saved = Saved { out: args.out.clone(), expected: None };
@@ -258,7 +258,7 @@ pub(super) async fn plan(args: PlanArgs) -> Result<Exit, CliError> {
         .0)
 }
 
-pub(super) async fn apply(mut args: ApplyArgs) -> Result<Exit, CliError> {
+pub(super) async fn apply(mut args: ApplyArgs) -> Result<ExitKind, CliError> {
     let mut confirm = if args.yes { ConfirmMode::No } else { args.confirm };
     let expected = match &args.plan {
         Some(path) => {
@@ -291,7 +291,7 @@ pub(super) async fn apply(mut args: ApplyArgs) -> Result<Exit, CliError> {
         None => None,
     };
     let manifest = &args.manifest;
-    let progress = Progress::new(manifest.output);
+    let progress = ProgressView::new(manifest.output);
     let state = State::open(manifest, true, &progress)?;
     let stop = stop_on_signals(progress.clone(), Cancel::AtOnce)?;
     let saved = Saved { out: None, expected };

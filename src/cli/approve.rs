@@ -3,7 +3,7 @@
 
 use kube::api::{Api, Patch, PatchParams};
 
-use super::{ApproveArgs, CliError, Exit};
+use super::{ApproveArgs, CliError, ExitKind};
 use crate::crd::{APPROVE_ANNOTATION, Manifest};
 
 /// The Manifest `name` in `namespace` (default: the kubeconfig's), its API, and `ns/name`.
@@ -19,7 +19,7 @@ pub(super) async fn fetch(name: &str, namespace: Option<&str>) -> Result<(Manife
     Ok((obj, api, qualified))
 }
 
-pub(super) async fn approve(args: ApproveArgs) -> Result<Exit, CliError> {
+pub(super) async fn approve(args: ApproveArgs) -> Result<ExitKind, CliError> {
     let (obj, api, name) = fetch(&args.name, args.namespace.as_deref()).await?;
     let Some(pending) = obj.status.and_then(|s| s.pending_plan) else {
         return Err(CliError::Refused(format!("manifest {name} has no plan awaiting approval")));
@@ -43,5 +43,5 @@ pub(super) async fn approve(args: ApproveArgs) -> Result<Exit, CliError> {
         .await
         .map_err(|e| CliError::Refused(format!("manifest {name}: cannot approve: {e}")))?;
     outln!("Approved: the controller applies plan {} on its next pass, if it still holds.", pending.id);
-    Ok(Exit::Ok)
+    Ok(ExitKind::Ok)
 }

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use serde_json::Value;
 
 use super::render::print_json;
-use super::{CheckTypeArgs, CliError, Exit, OutputFormat, executor_with};
-use crate::engine::conformance::{self, Level, Options};
+use super::{CheckTypeArgs, CliError, ExitKind, OutputFormat, executor_with};
+use crate::engine::conformance::{self, CheckOptions, Level};
 use crate::executors::Images;
 
 /// Reads a config file (YAML or JSON): (its path as given, the value).
@@ -19,11 +19,11 @@ fn read_config(path: &PathBuf) -> Result<(String, Value), CliError> {
     Ok((shown, value))
 }
 
-pub(super) async fn check_type(args: CheckTypeArgs) -> Result<Exit, CliError> {
+pub(super) async fn check_type(args: CheckTypeArgs) -> Result<ExitKind, CliError> {
     let configs = args.configs.iter().map(read_config).collect::<Result<Vec<_>, _>>()?;
     let bad_configs = args.bad_configs.iter().map(read_config).collect::<Result<Vec<_>, _>>()?;
     let scratch = tempfile_dir()?;
-    let options = Options {
+    let options = CheckOptions {
         timeout: args.timeout,
         slow: args.slow,
         configs,
@@ -70,7 +70,7 @@ pub(super) async fn check_type(args: CheckTypeArgs) -> Result<Exit, CliError> {
             );
         }
     }
-    Ok(Exit::of(report.conforms()))
+    Ok(ExitKind::of(report.conforms()))
 }
 
 /// A fresh scratch directory for the plugs a type asks for.

@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use clap::ValueEnum;
 
 use super::interactive;
-use super::progress::Progress;
+use super::progress::ProgressView;
 use super::render::name_width;
 use crate::engine::events::{Approver, Decision};
 use crate::engine::plan::Plan;
@@ -32,7 +32,7 @@ impl ConfirmMode {
 }
 
 /// Asks a yes/no question on the terminal (default no), with the progress display paused.
-pub(super) fn ask(progress: &Progress, question: &str) -> bool {
+pub(super) fn ask(progress: &ProgressView, question: &str) -> bool {
     progress.suspend(|| dialoguer::Confirm::new().with_prompt(question).default(false).interact().unwrap_or(false))
 }
 
@@ -40,12 +40,12 @@ pub(super) fn ask(progress: &Progress, question: &str) -> bool {
 /// modes (the plan was approved as a whole, or confirmation was switched off).
 pub(super) struct Prompting {
     mode: ConfirmMode,
-    progress: Arc<Progress>,
+    progress: Arc<ProgressView>,
     one_at_a_time: Mutex<()>,
 }
 
 impl Prompting {
-    pub(super) fn new(mode: ConfirmMode, progress: Arc<Progress>) -> Self {
+    pub(super) fn new(mode: ConfirmMode, progress: Arc<ProgressView>) -> Self {
         Self { mode, progress, one_at_a_time: Mutex::new(()) }
     }
 

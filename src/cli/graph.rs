@@ -6,8 +6,8 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 
 use super::apply::{State, stop_on_signals};
-use super::progress::Progress;
-use super::{CliError, Exit, GraphArgs, GraphFormat, OutputFormat, executor, load};
+use super::progress::ProgressView;
+use super::{CliError, ExitKind, GraphArgs, GraphFormat, OutputFormat, executor, load};
 use crate::engine::context::RunOptions;
 use crate::engine::events::ApproveAll;
 use crate::engine::validate::ValidatedManifest;
@@ -211,7 +211,7 @@ fn logged(args: &GraphArgs, manifest: &ValidatedManifest) -> Result<Vec<String>,
 
 /// Each resource's status in a plan made now (recorded in the log as any plan is).
 async fn live(args: &GraphArgs, manifest: ValidatedManifest) -> Result<Vec<String>, CliError> {
-    let progress = Progress::new(OutputFormat::Json);
+    let progress = ProgressView::new(OutputFormat::Json);
     let state = State::open(&args.manifest, false, &progress)?;
     let stop = stop_on_signals(progress, Cancel::AtOnce)?;
     let why = || "interrupted: running programs were stopped".to_string();
@@ -241,7 +241,7 @@ async fn live(args: &GraphArgs, manifest: ValidatedManifest) -> Result<Vec<Strin
     }
 }
 
-pub(super) async fn graph(args: GraphArgs) -> Result<Exit, CliError> {
+pub(super) async fn graph(args: GraphArgs) -> Result<ExitKind, CliError> {
     #[cfg(feature = "kube")]
     let graph = match &args.object {
         Some(name) => {
@@ -271,5 +271,5 @@ pub(super) async fn graph(args: GraphArgs) -> Result<Exit, CliError> {
         GraphFormat::Svg => graph.svg().map_err(CliError::Refused)?,
     };
     outln!("{}", text.trim_end());
-    Ok(Exit::Ok)
+    Ok(ExitKind::Ok)
 }

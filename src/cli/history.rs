@@ -3,14 +3,14 @@
 use serde_json::{Value, json};
 
 use super::render::print_json;
-use super::{CliError, Exit, HistoryArgs, OutputFormat, OutputsArgs};
+use super::{CliError, ExitKind, HistoryArgs, OutputFormat, OutputsArgs};
 use crate::engine::plan::{Difference, Inputs};
 use crate::history::store::{DATABASE, SqliteLog};
 use crate::history::{
     Entry, Event, History, Revision, format_time, in_progress, latest_applied, latest_failed, outcome, target,
 };
 
-pub(super) fn history(args: HistoryArgs) -> Result<Exit, CliError> {
+pub(super) fn history(args: HistoryArgs) -> Result<ExitKind, CliError> {
     let dir = args.log.dir();
     let subject = args.resource.as_deref().map_or("the manifest".to_string(), |r| format!("resource `{r}`"));
     if !dir.join(DATABASE).exists() {
@@ -20,7 +20,7 @@ pub(super) fn history(args: HistoryArgs) -> Result<Exit, CliError> {
         }
         if args.revisions && args.output == OutputFormat::Json {
             print_json(&json!([]));
-            return Ok(Exit::Ok);
+            return Ok(ExitKind::Ok);
         }
         match args.output {
             OutputFormat::Text => {
@@ -30,20 +30,20 @@ pub(super) fn history(args: HistoryArgs) -> Result<Exit, CliError> {
                 &json!({"state_dir": dir, "latest_applied": null, "latest_failed": null, "in_progress": [], "events": []}),
             ),
         }
-        return Ok(Exit::Ok);
+        return Ok(ExitKind::Ok);
     }
     let log = SqliteLog::open_for_reading(&dir)?;
     if args.revisions {
         revisions(&log, args.output)?;
-        return Ok(Exit::Ok);
+        return Ok(ExitKind::Ok);
     }
     if let Some(number) = args.revision {
         revision(&log, number, args.output)?;
-        return Ok(Exit::Ok);
+        return Ok(ExitKind::Ok);
     }
     if let Some([from, to]) = args.diff.as_deref() {
         diff(&log, *from, *to, args.output)?;
-        return Ok(Exit::Ok);
+        return Ok(ExitKind::Ok);
     }
     let resource = args.resource.as_deref();
     let applied = latest_applied(&log, resource)?;
@@ -82,7 +82,7 @@ pub(super) fn history(args: HistoryArgs) -> Result<Exit, CliError> {
             }
         }
     }
-    Ok(Exit::Ok)
+    Ok(ExitKind::Ok)
 }
 
 fn revision_line(entry: Option<&Entry>) -> String {
@@ -301,7 +301,7 @@ fn declares_no_outputs(files: &[std::path::PathBuf]) -> Option<&std::path::Path>
 }
 
 /// `deployster outputs`: the newest recorded outputs (sensitive values masked, as recorded).
-pub(super) fn outputs(args: OutputsArgs) -> Result<Exit, CliError> {
+pub(super) fn outputs(args: OutputsArgs) -> Result<ExitKind, CliError> {
     let dir = args.log.dir();
     if let Some(manifest) = declares_no_outputs(&args.log.files) {
         return Err(CliError::Refused(format!(
@@ -318,7 +318,7 @@ pub(super) fn outputs(args: OutputsArgs) -> Result<Exit, CliError> {
     let Some(values) = entry.detail.get("outputs").and_then(Value::as_object) else {
         let why = entry.detail.get("message").and_then(Value::as_str).unwrap_or("unknown");
         errln!("error: the latest run (revision {}) could not render the outputs: {why}", entry.revision);
-        return Ok(Exit::Failed);
+        return Ok(ExitKind::Failed);
     };
     match args.output {
         OutputFormat::Json => print_json(&Value::Object(values.clone())),
@@ -328,5 +328,5 @@ pub(super) fn outputs(args: OutputsArgs) -> Result<Exit, CliError> {
             }
         }
     }
-    Ok(Exit::Ok)
+    Ok(ExitKind::Ok)
 }

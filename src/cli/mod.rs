@@ -34,7 +34,7 @@ use crate::engine::executor::Executor;
 use crate::engine::executor::process::{BUILTIN_SUBCOMMAND, ProcessExecutor};
 use crate::engine::validate::ValidatedManifest;
 use crate::engine::{InputError, PrepareError, load_validated};
-use crate::executors::{Images, Local, PassExecutors, Scope};
+use crate::executors::{Images, Local, PassExecutors, PassScope};
 use crate::history::HistoryError;
 
 pub use args::*;
@@ -114,7 +114,7 @@ pub fn parse() -> Cli {
 
 /// How a command ended; main maps it to the documented exit codes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Exit {
+pub enum ExitKind {
     /// 0: everything is (or would be) as the manifest says.
     Ok,
     /// 1: some resource failed (or the user declined).
@@ -123,18 +123,18 @@ pub enum Exit {
     Invalid,
 }
 
-impl Exit {
+impl ExitKind {
     pub fn code(self) -> u8 {
         match self {
-            Exit::Ok => 0,
-            Exit::Failed => 1,
-            Exit::Invalid => 2,
+            ExitKind::Ok => 0,
+            ExitKind::Failed => 1,
+            ExitKind::Invalid => 2,
         }
     }
 
     /// `Ok` when `succeeded`, else `Failed`.
-    pub fn of(succeeded: bool) -> Exit {
-        if succeeded { Exit::Ok } else { Exit::Failed }
+    pub fn of(succeeded: bool) -> ExitKind {
+        if succeeded { ExitKind::Ok } else { ExitKind::Failed }
     }
 }
 
@@ -163,27 +163,27 @@ pub enum CliError {
 }
 
 impl CliError {
-    pub fn exit(&self) -> Exit {
+    pub fn exit(&self) -> ExitKind {
         match self {
             // Another run holds the state directory: refused, as the README promises (2).
             CliError::Input(_)
             | CliError::Refused(_)
             | CliError::SavedPlan(_)
-            | CliError::History(HistoryError::Locked { .. } | HistoryError::Unusable { .. }) => Exit::Invalid,
-            CliError::Prepare(e) if e.is_invalid_input() => Exit::Invalid,
+            | CliError::History(HistoryError::Locked { .. } | HistoryError::Unusable { .. }) => ExitKind::Invalid,
+            CliError::Prepare(e) if e.is_invalid_input() => ExitKind::Invalid,
             #[cfg(feature = "kube")]
-            CliError::Controller(_) => Exit::Failed,
+            CliError::Controller(_) => ExitKind::Failed,
             CliError::Prepare(_)
             | CliError::NotApplicable(_)
             | CliError::SelfExe(_)
             | CliError::History(_)
-            | CliError::Pass(_) => Exit::Failed,
+            | CliError::Pass(_) => ExitKind::Failed,
         }
     }
 }
 
 /// Runs a parsed command.
-pub async fn run(cli: Cli) -> Result<Exit, CliError> {
+pub async fn run(cli: Cli) -> Result<ExitKind, CliError> {
     match cli.command {
         Command::Plan(args) => apply::plan(args).await,
         Command::Apply(args) => apply::apply(args).await,
@@ -200,7 +200,7 @@ pub async fn run(cli: Cli) -> Result<Exit, CliError> {
                 CrdKind::Pipeline => crate::crd::pipeline::crd_yaml(),
             };
             outln!("{}", yaml.trim_end());
-            Ok(Exit::Ok)
+            Ok(ExitKind::Ok)
         }
         #[cfg(feature = "kube")]
         Command::Controller(args) => controller(args).await,
@@ -208,7 +208,7 @@ pub async fn run(cli: Cli) -> Result<Exit, CliError> {
         Command::Approve(args) => approve::approve(args).await,
         Command::BuiltinType { name, args } => {
             let code = crate::builtins::main(&name, &args);
-            Ok(Exit::of(code == 0))
+            Ok(ExitKind::of(code == 0))
         }
     }
 }
@@ -230,7 +230,7 @@ pub(super) async fn executor(args: &ImageArgs) -> Result<Arc<dyn Executor>, CliE
 }
 
 /// What makes the CLI's pass executor ([`executor`]), and the one scope it acts in.
-pub(super) async fn pass_executors(args: &ImageArgs) -> Result<(PassExecutors, Scope), CliError> {
+pub(super) async fn pass_executors(args: &ImageArgs) -> Result<(PassExecutors, PassScope), CliError> {
     #[cfg(feature = "kube")]
     let cluster = crate::client::Kubeconfig { file: args.pods.kubeconfig.clone(), context: args.pods.context.clone() };
     #[cfg(not(feature = "kube"))]
@@ -259,7 +259,7 @@ fn local(cluster: Cluster) -> Result<Local, CliError> {
 
 /// An executor with no cluster of its own choosing (the current kubeconfig's) and `images`.
 fn executor_with(images: Images) -> Result<Arc<dyn Executor>, CliError> {
-    Ok(PassExecutors::new(local(Cluster::default())?, images).for_pass(&Scope::default()))
+    Ok(PassExecutors::new(local(Cluster::default())?, images).for_pass(&PassScope::default()))
 }
 
 /// Chooses how built-in types run: `in-process` (the default) or `process` (each call a
@@ -281,24 +281,24 @@ fn local_executor() -> Result<Arc<dyn Executor>, CliError> {
 }
 
 /// Where the CLI's images run, and the scope of its Pods when they run as Pods.
-async fn images(args: &ImageArgs) -> Result<(Images, Scope), CliError> {
+async fn images(args: &ImageArgs) -> Result<(Images, PassScope), CliError> {
     #[cfg(feature = "kube")]
     if args.pods.executor == ExecutorArg::Pod {
         return pods(&args.pods).await;
     }
     #[cfg(feature = "docker")]
-    return Ok((Images::Here(docker_executor(&args.docker)), Scope::default()));
+    return Ok((Images::Here(docker_executor(&args.docker)), PassScope::default()));
     #[cfg(not(feature = "docker"))]
     {
         let _ = args;
-        Ok((Images::None, Scope::default()))
+        Ok((Images::None, PassScope::default()))
     }
 }
 
 /// Pods of the current kubeconfig's cluster, in `--namespace` or the kubeconfig's: the
 /// CLI's one scope, for every run it makes.
 #[cfg(feature = "kube")]
-async fn pods(args: &PodArgs) -> Result<(Images, Scope), CliError> {
+async fn pods(args: &PodArgs) -> Result<(Images, PassScope), CliError> {
     use crate::pod::executor::PodRuntime;
     let cluster =
         |e: &dyn std::fmt::Display| CliError::Refused(format!("--executor pod: cannot reach the cluster: {e}"));
@@ -307,7 +307,7 @@ async fn pods(args: &PodArgs) -> Result<(Images, Scope), CliError> {
     let namespace = args.namespace.clone().unwrap_or_else(|| config.default_namespace.clone());
     let client = crate::client::connect(config).map_err(|e| cluster(&e))?;
     let settings = args.making.settings();
-    let mut scope = Scope::new(namespace);
+    let mut scope = PassScope::new(namespace);
     scope.service_account = args.service_account.clone();
     let secrets = args.image_pull_secrets.iter().map(|name| crate::crd::LocalRef { name: name.clone() });
     scope.options.image_pull_secrets = secrets.collect();
@@ -352,14 +352,14 @@ fn interactive() -> bool {
 }
 
 #[cfg(feature = "kube")]
-async fn controller(args: ControllerArgs) -> Result<Exit, CliError> {
-    use crate::controller::{Executors, Images, LeaderElection, OwnPod, RunConfig, Settings};
+async fn controller(args: ControllerArgs) -> Result<ExitKind, CliError> {
+    use crate::controller::{Executors, ImageRunner, LeaderElection, OwnPod, RunConfig, Settings};
     let images = match args.executor {
         #[cfg(feature = "docker")]
-        ExecutorArg::Docker => Images::Here(docker_executor(&args.docker)),
+        ExecutorArg::Docker => ImageRunner::Here(docker_executor(&args.docker)),
         #[cfg(not(feature = "docker"))]
-        ExecutorArg::Docker => Images::None,
-        ExecutorArg::Pod => Images::Pods(Box::new(args.making.settings())),
+        ExecutorArg::Docker => ImageRunner::None,
+        ExecutorArg::Pod => ImageRunner::Pods(Box::new(args.making.settings())),
     };
     let executors = Executors { local: local_executor()?, images, reads_per_second: args.budget.per_second() };
     let defaults = Settings::default();
@@ -387,7 +387,7 @@ async fn controller(args: ControllerArgs) -> Result<Exit, CliError> {
         settings,
     };
     crate::controller::run(config, executors).await?;
-    Ok(Exit::Ok)
+    Ok(ExitKind::Ok)
 }
 
 #[cfg(test)]

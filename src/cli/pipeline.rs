@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use clap::{Args, Subcommand};
 use serde_json::{Map, Value};
 
-use super::{CliError, Exit, OutputFormat};
+use super::{CliError, ExitKind, OutputFormat};
 use crate::engine::context::RunOptions;
 use crate::engine::events::ApproveAll;
 use crate::engine::executor::Executor;
@@ -122,7 +122,7 @@ fn vars_of(pipeline: &Pipeline, sources: &[VarSource]) -> Result<Map<String, Val
         .map_err(|e| CliError::Refused(format!("{}: {}", e.origin, e.message)))
 }
 
-pub(super) async fn pipeline(args: PipelineArgs) -> Result<Exit, CliError> {
+pub(super) async fn pipeline(args: PipelineArgs) -> Result<ExitKind, CliError> {
     match args.command {
         PipelineCommand::Start(args) => start(&args),
         PipelineCommand::Run(args) => run(&args).await,
@@ -131,7 +131,7 @@ pub(super) async fn pipeline(args: PipelineArgs) -> Result<Exit, CliError> {
             let opened = Opened::writing(&file)?;
             opened.driver(offline()?, &opened.stop()?).register_artifact(&revision, &stage, &artifact)?;
             outln!("Artifact {artifact} registered for stage {stage}, revision {revision}.");
-            Ok(Exit::Ok)
+            Ok(ExitKind::Ok)
         }
         PipelineCommand::Status(file) => show_status(&file),
         PipelineCommand::History { file, limit } => history(&file, limit),
@@ -197,7 +197,7 @@ fn offline() -> Result<Arc<dyn Executor>, CliError> {
     super::executor_with(crate::executors::Images::None)
 }
 
-fn start(args: &VarsArgs) -> Result<Exit, CliError> {
+fn start(args: &VarsArgs) -> Result<ExitKind, CliError> {
     let opened = Opened::writing(&args.file)?;
     let vars = vars_of(&opened.pipeline, &args.vars)?;
     let revision = opened.pipeline.revision_of(&vars)?;
@@ -208,10 +208,10 @@ fn start(args: &VarsArgs) -> Result<Exit, CliError> {
         ),
         false => outln!("Revision {revision} is in flight already."),
     }
-    Ok(Exit::Ok)
+    Ok(ExitKind::Ok)
 }
 
-async fn run(args: &RunArgs) -> Result<Exit, CliError> {
+async fn run(args: &RunArgs) -> Result<ExitKind, CliError> {
     let (file, opened) = (&args.vars.file, Opened::writing(&args.vars.file)?);
     let stop = opened.stop()?;
     // Docker and the cluster are reached when a step needs one.
@@ -231,17 +231,17 @@ async fn run(args: &RunArgs) -> Result<Exit, CliError> {
             stop.signal().unwrap_or("a signal")
         );
     }
-    Ok(Exit::of(driven.failed.is_empty() && !driven.interrupted))
+    Ok(ExitKind::of(driven.failed.is_empty() && !driven.interrupted))
 }
 
-fn approve(file: &FileArgs, revision: &str, gate: &str) -> Result<Exit, CliError> {
+fn approve(file: &FileArgs, revision: &str, gate: &str) -> Result<ExitKind, CliError> {
     let opened = Opened::writing(file)?;
     opened.driver(offline()?, &opened.stop()?).approve(revision, gate)?;
     outln!("Approved {gate} for revision {revision}: `deployster pipeline run -f {}` goes on.", file.file.display());
-    Ok(Exit::Ok)
+    Ok(ExitKind::Ok)
 }
 
-fn show_status(file: &FileArgs) -> Result<Exit, CliError> {
+fn show_status(file: &FileArgs) -> Result<ExitKind, CliError> {
     let opened = Opened::reading(file)?;
     // What the next `run` would act on: `approve` asks the same.
     let progress = opened.driver(offline()?, &opened.stop()?).settled()?;
@@ -250,10 +250,10 @@ fn show_status(file: &FileArgs) -> Result<Exit, CliError> {
         OutputFormat::Json => outln!("{}", serde_json::to_string_pretty(&status).expect("status serializes")),
         OutputFormat::Text => print_status(&status),
     }
-    Ok(Exit::Ok)
+    Ok(ExitKind::Ok)
 }
 
-fn history(file: &FileArgs, limit: usize) -> Result<Exit, CliError> {
+fn history(file: &FileArgs, limit: usize) -> Result<ExitKind, CliError> {
     let entries = Opened::reading(file)?.log.recent("pipeline", limit)?;
     match file.output {
         OutputFormat::Json => outln!("{}", serde_json::to_string_pretty(&entries).expect("entries serialize")),
@@ -268,7 +268,7 @@ fn history(file: &FileArgs, limit: usize) -> Result<Exit, CliError> {
             }
         }
     }
-    Ok(Exit::Ok)
+    Ok(ExitKind::Ok)
 }
 
 /// How the CLI approves: the command, with the pipeline file as it was given, to paste.
@@ -287,9 +287,9 @@ fn show_driven(pipeline: &Pipeline, driven: &Driven, file: &FileArgs) {
     let runs = crate::pipeline::query::run_numbers(&driven.progress);
     for (revision, run) in driven.progress.revisions.iter().zip(runs) {
         let state = match &revision.ended {
-            Some(crate::pipeline::progress::Ended::Through) => "through".to_string(),
-            Some(crate::pipeline::progress::Ended::Failed { step, .. }) => format!("failed at {step}"),
-            Some(crate::pipeline::progress::Ended::Superseded { by }) => format!("superseded by {by}"),
+            Some(crate::pipeline::progress::RevisionEnded::Through) => "through".to_string(),
+            Some(crate::pipeline::progress::RevisionEnded::Failed { step, .. }) => format!("failed at {step}"),
+            Some(crate::pipeline::progress::RevisionEnded::Superseded { by }) => format!("superseded by {by}"),
             None => "in progress".to_string(),
         };
         outln!("Revision {}: {state}", crate::pipeline::query::run_name(&revision.revision, run));
@@ -304,7 +304,7 @@ fn show_driven(pipeline: &Pipeline, driven: &Driven, file: &FileArgs) {
     }
 }
 
-fn print_status(status: &crate::pipeline::query::Status) {
+fn print_status(status: &crate::pipeline::query::PipelineOverview) {
     outln!("Pipeline {}", status.pipeline);
     for r in &status.revisions {
         outln!(

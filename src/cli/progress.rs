@@ -17,7 +17,7 @@ use crate::engine::error::Phase;
 use crate::engine::events::{Observer, RunEvent};
 use crate::engine::plan::{Change, Drift, Plan, Standing};
 
-pub(super) struct Progress {
+pub(super) struct ProgressView {
     format: OutputFormat,
     /// Present when stderr is a terminal and the output is text.
     bars: Option<MultiProgress>,
@@ -82,7 +82,7 @@ impl Spinner {
 /// Off a terminal, at most one progress line per resource this often (first and last always).
 const PROGRESS_LINE_EVERY: Duration = Duration::from_secs(1);
 
-impl Progress {
+impl ProgressView {
     pub(super) fn new(format: OutputFormat) -> Arc<Self> {
         let live = format == OutputFormat::Text && std::io::stderr().is_terminal();
         let bars = live.then(|| MultiProgress::with_draw_target(ProgressDrawTarget::stderr()));
@@ -228,7 +228,7 @@ impl Progress {
     }
 }
 
-impl Observer for Progress {
+impl Observer for ProgressView {
     /// The plan as soon as it is made (text; JSON prints one document at the end), then the
     /// drift it found.
     fn on_planned(&self, plan: &Plan, drifts: &[Drift], changes: &[Change]) {
@@ -305,7 +305,7 @@ impl Observer for Progress {
     }
 }
 
-impl Drop for Progress {
+impl Drop for ProgressView {
     fn drop(&mut self) {
         self.flush();
     }

@@ -8,8 +8,8 @@ use std::time::{Duration, SystemTime};
 
 use super::apply::{Saved, State, pass, stop_on_signals};
 use super::confirm::ConfirmMode;
-use super::progress::Progress;
-use super::{CliError, Exit, ManifestArgs, ReconcileArgs, pass_executors};
+use super::progress::ProgressView;
+use super::{CliError, ExitKind, ManifestArgs, ReconcileArgs, pass_executors};
 use crate::engine::executor::budget::SharedBudget;
 use crate::engine::manifest::parent_dir;
 use crate::engine::plan::Report;
@@ -92,11 +92,11 @@ async fn edited(args: &ManifestArgs, seen: &Fingerprint, plugs: &[PathBuf], plug
     }
 }
 
-fn summary(n: u64, exit: Exit, pass: &Passed, assumed: usize, next: Duration) -> String {
+fn summary(n: u64, exit: ExitKind, pass: &Passed, assumed: usize, next: Duration) -> String {
     let drift: Vec<&str> = pass.drifts.iter().map(|d| d.resource.as_str()).collect();
     let outcome = match (exit, pass.report().is_some_and(|r| r.counts().applied > 0)) {
-        (Exit::Ok, true) => "applied changes",
-        (Exit::Ok, false) => "no changes",
+        (ExitKind::Ok, true) => "applied changes",
+        (ExitKind::Ok, false) => "no changes",
         _ => "failed",
     };
     let found =
@@ -109,7 +109,7 @@ fn summary(n: u64, exit: Exit, pass: &Passed, assumed: usize, next: Duration) ->
     format!("Pass {n} (run {}): {found}{checked}; {outcome}. Next pass in {next}.", pass.run_id)
 }
 
-pub(super) async fn reconcile(args: ReconcileArgs) -> Result<Exit, CliError> {
+pub(super) async fn reconcile(args: ReconcileArgs) -> Result<ExitKind, CliError> {
     let max_interval = args.max_interval.unwrap_or(args.interval.saturating_mul(4));
     if max_interval < args.interval {
         let show = |d: Duration| humantime::format_duration(d).to_string();
@@ -119,13 +119,13 @@ pub(super) async fn reconcile(args: ReconcileArgs) -> Result<Exit, CliError> {
             show(args.interval)
         )));
     }
-    let progress = Progress::new(args.manifest.output);
+    let progress = ProgressView::new(args.manifest.output);
     let state = State::open(&args.manifest, true, &progress)?;
     let (executors, scope) = pass_executors(&args.manifest.images).await?;
     let executor = executors.within(SharedBudget::new(args.budget.per_second())).for_pass(&scope);
     let stop = stop_on_signals(progress.clone(), Cancel::OnSecondSignal)?;
     let mut schedule = Schedule::new(args.interval, max_interval);
-    let mut last = Exit::Ok;
+    let mut last = ExitKind::Ok;
     // The plugs of the manifest as last loaded (their files are watched like the manifest's).
     let mut plugs: Vec<PathBuf> = Vec::new();
     for n in 1.. {

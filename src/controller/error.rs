@@ -12,7 +12,7 @@ pub enum Error {
     #[error("cannot reach the Kubernetes API server at {url}: {source}")]
     Unreachable { url: String, source: Box<kube::Error> },
     #[error(transparent)]
-    Input(#[from] super::inputs::InputError),
+    Input(#[from] super::inputs::ManifestInputError),
     #[error("the status write kept conflicting after {0} attempts")]
     StatusConflict(usize),
     #[error(

@@ -18,7 +18,7 @@ use crate::engine::validate::{Invalid, ValidatedManifest, validate};
 
 /// Why a Manifest's inputs could not be had.
 #[derive(Debug, thiserror::Error)]
-pub enum InputError {
+pub enum ManifestInputError {
     #[error("spec.{field} {why}")]
     Interval { field: &'static str, why: String },
     #[error("spec.maxInterval `{text}` is shorter than spec.interval `{interval}`")]
@@ -54,21 +54,21 @@ pub enum InputError {
     Kube(#[from] kube::Error),
 }
 
-impl InputError {
+impl ManifestInputError {
     pub fn reason(&self) -> &'static str {
         match self {
-            InputError::Interval { .. }
-            | InputError::MaxInterval { .. }
-            | InputError::PlugSource { .. }
-            | InputError::ClaimNeedsPods { .. }
-            | InputError::Manifest(_)
-            | InputError::OutputsTarget
-            | InputError::BuiltinsInCluster(_)
-            | InputError::VarNotText { .. } => "InvalidManifest",
-            InputError::LocalPrograms(_) => "LocalProgramRefused",
-            InputError::Missing { .. } | InputError::MissingKey { .. } => "PlugUnavailable",
-            InputError::Files(_) => "PlugFiles",
-            InputError::Kube(_) => "KubernetesApi",
+            ManifestInputError::Interval { .. }
+            | ManifestInputError::MaxInterval { .. }
+            | ManifestInputError::PlugSource { .. }
+            | ManifestInputError::ClaimNeedsPods { .. }
+            | ManifestInputError::Manifest(_)
+            | ManifestInputError::OutputsTarget
+            | ManifestInputError::BuiltinsInCluster(_)
+            | ManifestInputError::VarNotText { .. } => "InvalidManifest",
+            ManifestInputError::LocalPrograms(_) => "LocalProgramRefused",
+            ManifestInputError::Missing { .. } | ManifestInputError::MissingKey { .. } => "PlugUnavailable",
+            ManifestInputError::Files(_) => "PlugFiles",
+            ManifestInputError::Kube(_) => "KubernetesApi",
         }
     }
 
@@ -89,7 +89,7 @@ pub async fn prepare(
     client: &Client,
     obj: &Manifest,
     settings: &super::Settings,
-) -> Result<(ValidatedManifest, Inputs), InputError> {
+) -> Result<(ValidatedManifest, Materialized), ManifestInputError> {
     let inputs = materialize(client, obj, &settings.plug_root, settings.plugs).await?;
     let manifest = engine_manifest(obj, &inputs, settings.plugs)?;
     check_programs(&manifest, settings.allow_local_programs)?;
@@ -113,7 +113,7 @@ pub enum Plugs {
 
 /// The materialized inputs of one pass.
 #[derive(Debug, Clone)]
-pub struct Inputs {
+pub struct Materialized {
     /// Plug name → host path of its materialized content.
     pub plug_paths: IndexMap<String, PathBuf>,
     /// A hash of every materialized byte (for the revision), never the bytes themselves.
@@ -152,10 +152,15 @@ pub fn object_dir(root: &Path, obj: &Manifest) -> PathBuf {
 }
 
 /// Fetches every plug of `obj` and, as files, writes it (files 0600, directories 0700).
-pub async fn materialize(client: &Client, obj: &Manifest, root: &Path, plugs: Plugs) -> Result<Inputs, InputError> {
+pub async fn materialize(
+    client: &Client,
+    obj: &Manifest,
+    root: &Path,
+    plugs: Plugs,
+) -> Result<Materialized, ManifestInputError> {
     let namespace = obj.namespace().unwrap_or_default();
     let workspace = object_dir(root, obj);
-    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&workspace).map_err(InputError::Files)?;
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&workspace).map_err(ManifestInputError::Files)?;
     let mut plug_paths = IndexMap::new();
     let mut digest = Sha256::new();
     for (name, plug) in &obj.spec.plugs {
@@ -167,11 +172,11 @@ pub async fn materialize(client: &Client, obj: &Manifest, root: &Path, plugs: Pl
                 continue;
             }
             (None, None, Some(claim)) => {
-                return Err(InputError::ClaimNeedsPods { plug: name.clone(), claim: claim.claim_name.clone() });
+                return Err(ManifestInputError::ClaimNeedsPods { plug: name.clone(), claim: claim.claim_name.clone() });
             }
-            _ => return Err(InputError::PlugSource { plug: name.clone() }),
+            _ => return Err(ManifestInputError::PlugSource { plug: name.clone() }),
         };
-        let files = select_key(files, reference).map_err(|key| InputError::MissingKey {
+        let files = select_key(files, reference).map_err(|key| ManifestInputError::MissingKey {
             plug: name.clone(),
             kind,
             name: reference.name.clone(),
@@ -184,7 +189,7 @@ pub async fn materialize(client: &Client, obj: &Manifest, root: &Path, plugs: Pl
         }
         if plugs == Plugs::Files {
             let path = workspace.join("plugs").join(name);
-            write_plug(&path, &files, reference.key.is_some()).map_err(InputError::Files)?;
+            write_plug(&path, &files, reference.key.is_some()).map_err(ManifestInputError::Files)?;
             plug_paths.insert(name.clone(), path);
         }
     }
@@ -192,7 +197,7 @@ pub async fn materialize(client: &Client, obj: &Manifest, root: &Path, plugs: Pl
     for (i, source) in obj.spec.vars_from.iter().enumerate() {
         let reference = &source.secret_ref;
         let keys = secret_files(client, &namespace, reference).await?;
-        let keys = select_key(keys, reference).map_err(|key| InputError::MissingKey {
+        let keys = select_key(keys, reference).map_err(|key| ManifestInputError::MissingKey {
             plug: format!("varsFrom[{i}]"),
             kind: "secret",
             name: reference.name.clone(),
@@ -200,17 +205,21 @@ pub async fn materialize(client: &Client, obj: &Manifest, root: &Path, plugs: Pl
         })?;
         for (key, bytes) in keys {
             let value = String::from_utf8(bytes)
-                .map_err(|_| InputError::VarNotText { secret: reference.name.clone(), key: key.clone() })?;
+                .map_err(|_| ManifestInputError::VarNotText { secret: reference.name.clone(), key: key.clone() })?;
             digest.update(b"var");
             digest.update(key.as_bytes());
             digest.update(value.as_bytes());
             secret_vars.push((key, value));
         }
     }
-    Ok(Inputs { plug_paths, digest: hex::encode(&digest.finalize()[..6]), secret_vars, workspace })
+    Ok(Materialized { plug_paths, digest: hex::encode(&digest.finalize()[..6]), secret_vars, workspace })
 }
 
-async fn secret_files(client: &Client, namespace: &str, r: &KeyRef) -> Result<BTreeMap<String, Vec<u8>>, InputError> {
+async fn secret_files(
+    client: &Client,
+    namespace: &str,
+    r: &KeyRef,
+) -> Result<BTreeMap<String, Vec<u8>>, ManifestInputError> {
     let secret = Api::<Secret>::namespaced(client.clone(), namespace).get_opt(&r.name).await?;
     let secret = secret.ok_or_else(|| missing("secret", r, namespace))?;
     let mut files: BTreeMap<String, Vec<u8>> =
@@ -223,7 +232,7 @@ async fn config_map_files(
     client: &Client,
     namespace: &str,
     r: &KeyRef,
-) -> Result<BTreeMap<String, Vec<u8>>, InputError> {
+) -> Result<BTreeMap<String, Vec<u8>>, ManifestInputError> {
     let map = Api::<ConfigMap>::namespaced(client.clone(), namespace).get_opt(&r.name).await?;
     let map = map.ok_or_else(|| missing("configMap", r, namespace))?;
     let mut files: BTreeMap<String, Vec<u8>> =
@@ -232,8 +241,8 @@ async fn config_map_files(
     Ok(files)
 }
 
-fn missing(kind: &'static str, r: &KeyRef, namespace: &str) -> InputError {
-    InputError::Missing { kind, name: r.name.clone(), namespace: namespace.to_string() }
+fn missing(kind: &'static str, r: &KeyRef, namespace: &str) -> ManifestInputError {
+    ManifestInputError::Missing { kind, name: r.name.clone(), namespace: namespace.to_string() }
 }
 
 /// Only the referenced key, when the reference names one.
@@ -268,7 +277,11 @@ fn write_plug(path: &Path, files: &BTreeMap<String, Vec<u8>>, single: bool) -> s
 }
 
 /// The object as a validated engine manifest, named `namespace/name`.
-pub fn engine_manifest(obj: &Manifest, inputs: &Inputs, plugs: Plugs) -> Result<ValidatedManifest, InputError> {
+pub fn engine_manifest(
+    obj: &Manifest,
+    inputs: &Materialized,
+    plugs: Plugs,
+) -> Result<ValidatedManifest, ManifestInputError> {
     let spec = &obj.spec;
     let as_volumes = plugs == Plugs::Volumes;
     let key = |r: &Option<KeyRef>| {
@@ -308,14 +321,14 @@ pub fn engine_manifest(obj: &Manifest, inputs: &Inputs, plugs: Plugs) -> Result<
     let mut vars: serde_json::Map<String, serde_json::Value> =
         spec.vars.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
     vars.extend(inputs.secret_vars.iter().map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone()))));
-    let mut manifest = validate(&loaded, vars).map_err(InputError::Manifest)?;
+    let mut manifest = validate(&loaded, vars).map_err(ManifestInputError::Manifest)?;
     manifest.name = format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any());
     Ok(manifest)
 }
 
 /// Resource types that are local programs run code of the Manifest author's choosing inside the
 /// controller: refused unless the controller was started with `--allow-local-programs`.
-pub fn check_programs(manifest: &ValidatedManifest, allow_local: bool) -> Result<(), InputError> {
+pub fn check_programs(manifest: &ValidatedManifest, allow_local: bool) -> Result<(), ManifestInputError> {
     let local: Vec<String> = manifest
         .resources
         .iter()
@@ -325,13 +338,13 @@ pub fn check_programs(manifest: &ValidatedManifest, allow_local: bool) -> Result
     if local.is_empty() || allow_local {
         return Ok(());
     }
-    Err(InputError::LocalPrograms(local))
+    Err(ManifestInputError::LocalPrograms(local))
 }
 
 /// What the built-ins of `manifest` need when they act in Pods, checked before anything runs:
 /// a file built-in's `files` plug is a PersistentVolumeClaim it may write to (nothing else
 /// outlives its Pod); `builtin/package` has no place in a cluster.
-pub fn check_builtins_in_pods(manifest: &ValidatedManifest) -> Result<(), InputError> {
+pub fn check_builtins_in_pods(manifest: &ValidatedManifest) -> Result<(), ManifestInputError> {
     use crate::engine::validate::ClusterPlug;
     const FILES: &str = crate::builtins::FILES_PLUG;
     let mut problems = Vec::new();
@@ -360,20 +373,23 @@ pub fn check_builtins_in_pods(manifest: &ValidatedManifest) -> Result<(), InputE
              {{persistentVolumeClaim: {{claimName: NAME}}}}}}`), with paths relative to it: {why}"
         ));
     }
-    if problems.is_empty() { Ok(()) } else { Err(InputError::BuiltinsInCluster(problems)) }
+    if problems.is_empty() { Ok(()) } else { Err(ManifestInputError::BuiltinsInCluster(problems)) }
 }
 
 /// `interval` and `retryInterval`.
-pub fn intervals(obj: &Manifest) -> Result<Intervals, InputError> {
+pub fn intervals(obj: &Manifest) -> Result<Intervals, ManifestInputError> {
     let parse = |field: &'static str, text: &str| {
-        crate::engine::positive_duration(text).map_err(|why| InputError::Interval { field, why })
+        crate::engine::positive_duration(text).map_err(|why| ManifestInputError::Interval { field, why })
     };
     let check = parse("interval", &obj.spec.interval)?;
     let max = match &obj.spec.max_interval {
         None => check.saturating_mul(DEFAULT_MAX_INTERVAL_FACTOR),
         Some(text) => match parse("maxInterval", text)? {
             max if max < check => {
-                return Err(InputError::MaxInterval { text: text.clone(), interval: obj.spec.interval.clone() });
+                return Err(ManifestInputError::MaxInterval {
+                    text: text.clone(),
+                    interval: obj.spec.interval.clone(),
+                });
             }
             max => max,
         },
@@ -397,7 +413,7 @@ pub struct Intervals {
 /// The revision of a pass: `<generation>-<hash>`, the object's generation (which a spec edit
 /// bumps) and a hash of the spec and the content of the Secrets and ConfigMaps it reads (not
 /// where this controller happens to write them), which a changed Secret changes.
-pub fn revision(obj: &Manifest, inputs: &Inputs) -> String {
+pub fn revision(obj: &Manifest, inputs: &Materialized) -> String {
     let hash = crate::engine::validate::content_hash(&serde_json::json!({"spec": obj.spec, "plugs": inputs.digest}));
     format!("{}-{hash}", obj.metadata.generation.unwrap_or(0))
 }
@@ -430,9 +446,9 @@ mod tests {
         assert!(!reads(Source::Secret, "team", "app-outputs"), "what it writes is not an input");
     }
 
-    fn inputs() -> Inputs {
+    fn inputs() -> Materialized {
         let plug_paths = [("db".to_string(), PathBuf::from("/plugs/db"))].into_iter().collect();
-        Inputs { plug_paths, digest: String::new(), secret_vars: Vec::new(), workspace: PathBuf::from("/w") }
+        Materialized { plug_paths, digest: String::new(), secret_vars: Vec::new(), workspace: PathBuf::from("/w") }
     }
 
     #[test]
@@ -443,7 +459,8 @@ mod tests {
             "plugs:\n  db: {secret: {name: db, key: password}}\n  data: {persistentVolumeClaim: {claimName: pvc}}\n\
              resources: {x: {type: builtin/directory, config: {path: /tmp/x}}}\n",
         );
-        let m = engine_manifest(&obj, &Inputs { plug_paths: IndexMap::new(), ..inputs() }, Plugs::Volumes).unwrap();
+        let m =
+            engine_manifest(&obj, &Materialized { plug_paths: IndexMap::new(), ..inputs() }, Plugs::Volumes).unwrap();
         assert_eq!(
             m.plugs["db"].cluster,
             Some(ClusterPlug::Secret { name: "db".into(), key: Some("password".into()) })
@@ -460,13 +477,14 @@ mod tests {
     /// The problems `check_builtins_in_pods` finds in a Manifest of `plugs` and `resources`.
     fn builtin_problems(plugs: &str, resources: &str) -> Vec<String> {
         let obj = manifest("team", &format!("plugs: {plugs}\nresources: {resources}\n"));
-        let m = engine_manifest(&obj, &Inputs { plug_paths: IndexMap::new(), ..inputs() }, Plugs::Volumes).unwrap();
+        let m =
+            engine_manifest(&obj, &Materialized { plug_paths: IndexMap::new(), ..inputs() }, Plugs::Volumes).unwrap();
         match check_builtins_in_pods(&m) {
             Ok(()) => Vec::new(),
             Err(e) => {
                 assert_eq!(e.reason(), "InvalidManifest");
                 assert!(e.is_invalid(), "only a change of the spec fixes it");
-                let InputError::BuiltinsInCluster(problems) = e else { panic!("{e}") };
+                let ManifestInputError::BuiltinsInCluster(problems) = e else { panic!("{e}") };
                 problems
             }
         }
@@ -506,7 +524,7 @@ mod tests {
 
     #[test]
     fn a_claim_without_pods_is_refused_as_invalid_naming_plug_and_claim() {
-        let e = InputError::ClaimNeedsPods { plug: "data".into(), claim: "pvc".into() };
+        let e = ManifestInputError::ClaimNeedsPods { plug: "data".into(), claim: "pvc".into() };
         assert!(e.is_invalid());
         let text = e.to_string();
         assert!(text.contains("plug `data`") && text.contains("`pvc`") && text.contains("executor=pod"), "{text}");

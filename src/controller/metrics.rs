@@ -29,7 +29,7 @@ pub struct PhaseLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct InvocationLabels {
+pub struct InvocationSeries {
     pub phase: &'static str,
     pub result: &'static str,
 }
@@ -64,7 +64,7 @@ pub struct Metrics {
     pub drift_corrections: Counter,
     pub manifests: Family<ReadyLabels, Gauge>,
     pub leader: Gauge,
-    pub invocations: Family<InvocationLabels, Counter>,
+    pub invocations: Family<InvocationSeries, Counter>,
     pub invocation_duration: HistogramFamily<PhaseLabels>,
     pub api_requests: Family<ApiLabels, Counter>,
     pub pipeline_reconciles: Family<ResultLabels, Counter>,
@@ -190,7 +190,7 @@ impl Metrics {
             Some("action") => "action",
             _ => "other",
         };
-        self.invocations.get_or_create(&InvocationLabels { phase, result }).inc();
+        self.invocations.get_or_create(&InvocationSeries { phase, result }).inc();
         self.invocation_duration.get_or_create(&PhaseLabels { phase }).observe(elapsed.as_secs_f64());
     }
 }

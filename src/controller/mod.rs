@@ -191,16 +191,16 @@ pub struct RunConfig {
 }
 
 /// What runs resource types: built-ins and local programs beside the controller, images as
-/// [`Images`] says, init and state reads within a budget.
+/// [`ImageRunner`] says, init and state reads within a budget.
 pub struct Executors {
     pub local: Arc<dyn Executor>,
-    pub images: Images,
+    pub images: ImageRunner,
     /// Init and state reads that start a program, a container or a Pod, per second.
     pub reads_per_second: u32,
 }
 
 /// Where resource types that are images run.
-pub enum Images {
+pub enum ImageRunner {
     /// Nowhere: this build or configuration has none.
     None,
     /// On an executor of this process (the node's Docker engine); plugs are files.
@@ -302,9 +302,9 @@ pub async fn run(mut config: RunConfig, executors: Executors) -> Result<(), Erro
     };
 
     let images = match executors.images {
-        Images::None => crate::executors::Images::None,
-        Images::Here(executor) => crate::executors::Images::Here(executor),
-        Images::Pods(settings) => {
+        ImageRunner::None => crate::executors::Images::None,
+        ImageRunner::Here(executor) => crate::executors::Images::Here(executor),
+        ImageRunner::Pods(settings) => {
             config.settings.plugs = inputs::Plugs::Volumes;
             // In a cluster the file built-ins act in Pods too, on their `files` plug.
             let runtime = PodRuntime::new(client.clone(), *settings);

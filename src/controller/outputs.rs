@@ -12,32 +12,32 @@ use kube::{Api, Resource, ResourceExt};
 use serde_json::Value;
 
 use super::Context;
-use super::inputs::InputError;
+use super::inputs::ManifestInputError;
 use crate::crd::Manifest;
 
 /// Where outputs are written.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Target {
+pub enum OutputsTarget {
     Secret(String),
     ConfigMap(String),
 }
 
-impl Target {
+impl OutputsTarget {
     /// The Manifest's outputs target; `None` when it declares no outputs.
-    pub fn of(obj: &Manifest) -> Result<Option<Target>, InputError> {
+    pub fn of(obj: &Manifest) -> Result<Option<OutputsTarget>, ManifestInputError> {
         let Some(outputs) = obj.spec.outputs.as_ref().filter(|o| !o.values.is_empty()) else { return Ok(None) };
         match (&outputs.secret_name, &outputs.config_map_name) {
-            (Some(_), Some(_)) => Err(InputError::OutputsTarget),
-            (_, Some(name)) => Ok(Some(Target::ConfigMap(name.clone()))),
-            (Some(name), None) => Ok(Some(Target::Secret(name.clone()))),
-            (None, None) => Ok(Some(Target::Secret(format!("{}-outputs", obj.name_any())))),
+            (Some(_), Some(_)) => Err(ManifestInputError::OutputsTarget),
+            (_, Some(name)) => Ok(Some(OutputsTarget::ConfigMap(name.clone()))),
+            (Some(name), None) => Ok(Some(OutputsTarget::Secret(name.clone()))),
+            (None, None) => Ok(Some(OutputsTarget::Secret(format!("{}-outputs", obj.name_any())))),
         }
     }
 
     pub fn describe(&self) -> String {
         match self {
-            Target::Secret(name) => format!("Secret `{name}`"),
-            Target::ConfigMap(name) => format!("ConfigMap `{name}`"),
+            OutputsTarget::Secret(name) => format!("Secret `{name}`"),
+            OutputsTarget::ConfigMap(name) => format!("ConfigMap `{name}`"),
         }
     }
 }
@@ -107,7 +107,7 @@ impl Holder for ConfigMap {
 async fn upsert<K: Holder>(
     api: Api<K>,
     obj: &Manifest,
-    target: &Target,
+    target: &OutputsTarget,
     name: &str,
     data: K::Data,
 ) -> Result<Written, OutputsError> {
@@ -134,16 +134,21 @@ async fn upsert<K: Holder>(
 }
 
 /// Writes `values` (an object) to `target`, unless it already holds them.
-pub async fn write(ctx: &Context, obj: &Manifest, target: &Target, values: &Value) -> Result<Written, OutputsError> {
+pub async fn write(
+    ctx: &Context,
+    obj: &Manifest,
+    target: &OutputsTarget,
+    values: &Value,
+) -> Result<Written, OutputsError> {
     let namespace = obj.namespace().unwrap_or_default();
     let data: BTreeMap<String, String> =
         values.as_object().into_iter().flatten().map(|(k, v)| (k.clone(), as_text(v))).collect();
     match target {
-        Target::Secret(name) => {
+        OutputsTarget::Secret(name) => {
             let bytes = data.into_iter().map(|(k, v)| (k, ByteString(v.into_bytes()))).collect();
             upsert(Api::<Secret>::namespaced(ctx.client.clone(), &namespace), obj, target, name, bytes).await
         }
-        Target::ConfigMap(name) => {
+        OutputsTarget::ConfigMap(name) => {
             upsert(Api::<ConfigMap>::namespaced(ctx.client.clone(), &namespace), obj, target, name, data).await
         }
     }

@@ -13,9 +13,9 @@ use tokio_util::sync::CancellationToken;
 use super::Context;
 use super::approval::ManualApproval;
 use super::error::Error;
-use super::inputs::{self, InputError};
+use super::inputs::{self, ManifestInputError};
 use super::journal::StatusJournal;
-use super::outputs::{Target, Written};
+use super::outputs::{OutputsTarget, Written};
 use super::report::{STATUS_WRITE_PATIENCE, publish_to, write_status_to};
 use super::status::{self, Observed, PassResult, changed, history_entries, next_status};
 use crate::crd::APPROVE_ANNOTATION;
@@ -64,7 +64,7 @@ pub async fn reconcile(obj: &Manifest, ctx: &Context) -> Result<Next, Error> {
         finish_unrun(obj, ctx, &old, Observed::Suspended).await?;
         return Ok(Next::AwaitChange);
     }
-    let (intervals, outputs) = match inputs::intervals(obj).and_then(|i| Ok((i, Target::of(obj)?))) {
+    let (intervals, outputs) = match inputs::intervals(obj).and_then(|i| Ok((i, OutputsTarget::of(obj)?))) {
         Ok(checked) => checked,
         Err(e) => return invalid(obj, ctx, &old, e).await,
     };
@@ -106,7 +106,12 @@ pub fn jitter(d: Duration) -> Duration {
 }
 
 /// A spec only a change can fix: Stalled, with why, and not retried.
-async fn invalid(obj: &Manifest, ctx: &Context, old: &ManifestStatus, error: InputError) -> Result<Next, Error> {
+async fn invalid(
+    obj: &Manifest,
+    ctx: &Context,
+    old: &ManifestStatus,
+    error: ManifestInputError,
+) -> Result<Next, Error> {
     let (reason, message) = (error.reason(), error.to_string());
     let observed = Observed::Invalid { reason, message: message.clone() };
     let new = finish_unrun(obj, ctx, old, observed).await?;
@@ -123,7 +128,7 @@ async fn pass(
     ctx: &Context,
     old: &ManifestStatus,
     manifest: ValidatedManifest,
-    outputs: Option<Target>,
+    outputs: Option<OutputsTarget>,
     intervals: inputs::Intervals,
     term: &CancellationToken,
 ) -> Result<(ManifestStatus, Duration), Error> {
@@ -495,7 +500,7 @@ async fn cleanup(obj: &Manifest, ctx: &Context, term: &CancellationToken) -> Res
 #[derive(Debug, thiserror::Error)]
 enum DeleteError {
     #[error(transparent)]
-    Input(#[from] InputError),
+    Input(#[from] ManifestInputError),
     #[error(transparent)]
     Pass(#[from] PassError),
     #[error(transparent)]

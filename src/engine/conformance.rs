@@ -37,7 +37,7 @@ pub struct Finding {
 
 /// One invocation and how long it took.
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct Call {
+pub struct CheckedCall {
     pub phase: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub case: Option<String>,
@@ -45,16 +45,16 @@ pub struct Call {
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct Report {
+pub struct ConformanceReport {
     #[serde(rename = "type")]
     pub type_name: String,
     /// Labels every invocation (containers carry it), as a run's id does.
     pub run_id: String,
     pub findings: Vec<Finding>,
-    pub calls: Vec<Call>,
+    pub calls: Vec<CheckedCall>,
 }
 
-impl Report {
+impl ConformanceReport {
     /// No check failed.
     pub fn conforms(&self) -> bool {
         self.findings.iter().all(|f| f.level != Level::Fail)
@@ -67,7 +67,7 @@ impl Report {
 
 /// What to check a type with.
 #[derive(Debug, Clone)]
-pub struct Options {
+pub struct CheckOptions {
     /// Each invocation's time limit.
     pub timeout: Duration,
     /// Calls slower than this are flagged.
@@ -106,18 +106,18 @@ fn title(id: &'static str) -> &'static str {
     CHECKS.iter().find(|(i, _)| *i == id).map_or("", |(_, t)| t)
 }
 
-struct Checker<'a> {
+struct TypeChecker<'a> {
     executor: &'a dyn Executor,
     program: TypeRef,
     type_name: String,
-    options: &'a Options,
-    report: Report,
+    options: &'a CheckOptions,
+    report: ConformanceReport,
 }
 
 /// Why a case cannot go on: already reported.
-struct Stop;
+struct Halt;
 
-impl Checker<'_> {
+impl TypeChecker<'_> {
     fn record(&mut self, id: &'static str, level: Level, message: impl Into<String>, case: Option<&str>) {
         let finding = Finding { id, title: title(id), level, message: message.into(), case: case.map(str::to_string) };
         self.report.findings.push(finding);
@@ -131,9 +131,9 @@ impl Checker<'_> {
         }
     }
 
-    fn fail(&mut self, id: &'static str, message: impl Into<String>, case: Option<&str>) -> Stop {
+    fn fail(&mut self, id: &'static str, message: impl Into<String>, case: Option<&str>) -> Halt {
         self.record(id, Level::Fail, message, case);
-        Stop
+        Halt
     }
 
     /// Runs the program as `invocable` says with `request` on stdin; records its time.
@@ -171,7 +171,7 @@ impl Checker<'_> {
         let started = std::time::Instant::now();
         let outcome = self.executor.invoke(invocation).await.map_err(|e| e.to_string());
         let elapsed = started.elapsed();
-        self.report.calls.push(Call {
+        self.report.calls.push(CheckedCall {
             phase: phase.into(),
             case: case.map(str::to_string),
             elapsed_ms: elapsed.as_millis(),
@@ -186,7 +186,7 @@ impl Checker<'_> {
         ran: &'static str,
         json: &'static str,
         case: Option<&str>,
-    ) -> Result<Vec<u8>, Stop> {
+    ) -> Result<Vec<u8>, Halt> {
         let outcome = outcome.map_err(|e| self.fail(ran, e, case))?;
         if !outcome.exit.success() {
             let why = format!("{}: {}", outcome.exit, protocol::excerpt(&outcome.stderr, 300));
@@ -230,7 +230,7 @@ impl Checker<'_> {
         }
     }
 
-    fn schema_check(&mut self, id: &'static str, stem: &str, reply: &[u8], case: Option<&str>) -> Result<(), Stop> {
+    fn schema_check(&mut self, id: &'static str, stem: &str, reply: &[u8], case: Option<&str>) -> Result<(), Halt> {
         let schema = protocol::schemas().into_iter().find(|(s, _)| *s == stem).map(|(_, s)| s).expect("a known schema");
         let validator = jsonschema::validator_for(&schema).expect("the published schemas compile");
         let value: Value = serde_json::from_slice(reply).unwrap_or(Value::Null);
@@ -253,7 +253,7 @@ impl Checker<'_> {
         })
     }
 
-    async fn init(&mut self) -> Result<InitResponse, Stop> {
+    async fn init(&mut self) -> Result<InitResponse, Halt> {
         let request = self.init_request();
         let outcome = self.call("init", &Invocable::default(), &request, &[], None).await;
         let reply = self.json_reply(outcome, "P001", "P002", None)?;
@@ -311,7 +311,7 @@ impl Checker<'_> {
         request: &Value,
         mounts: &[Mount],
         case: &str,
-    ) -> Result<StateResponse, Stop> {
+    ) -> Result<StateResponse, Halt> {
         let outcome = self.call("state", &init.state_action, request, mounts, Some(case)).await;
         let reply = self.json_reply(outcome, "P011", "P011", Some(case))?;
         self.schema_check("P012", "state-reply", &reply, Some(case))?;
@@ -346,7 +346,7 @@ impl Checker<'_> {
         Ok(ran)
     }
 
-    async fn case(&mut self, init: &InitResponse, label: &str, config: &Value) -> Result<(), Stop> {
+    async fn case(&mut self, init: &InitResponse, label: &str, config: &Value) -> Result<(), Halt> {
         let case = Some(label);
         if let Some(schema) = &init.config_schema
             && let Ok(validator) = compile_schema(schema)
@@ -437,9 +437,10 @@ fn schema_refusal(init: &InitResponse, config: &Value) -> Option<String> {
 }
 
 /// Checks `type_name` (resolved against `options.workspace`) on `executor`.
-pub async fn check(executor: &dyn Executor, type_name: &str, options: &Options) -> Report {
+pub async fn check(executor: &dyn Executor, type_name: &str, options: &CheckOptions) -> ConformanceReport {
     let run_id = super::context::new_run_id();
-    let report = Report { type_name: type_name.to_string(), run_id, findings: Vec::new(), calls: Vec::new() };
+    let report =
+        ConformanceReport { type_name: type_name.to_string(), run_id, findings: Vec::new(), calls: Vec::new() };
     let program = match TypeRef::parse(type_name, &options.workspace) {
         Ok(program) => program,
         Err(e) => {
@@ -454,7 +455,7 @@ pub async fn check(executor: &dyn Executor, type_name: &str, options: &Options) 
             return report;
         }
     };
-    let mut checker = Checker { executor, program, type_name: type_name.to_string(), options, report };
+    let mut checker = TypeChecker { executor, program, type_name: type_name.to_string(), options, report };
     if let Ok(init) = checker.init().await {
         if options.configs.is_empty() {
             checker.record(

@@ -12,7 +12,7 @@ use super::error::{Cause, Phase, ResourceError};
 use super::events::{IntentError, Observer, RunEvent};
 use super::executor::RUN_ID_ENV;
 use super::executor::{Executor, Invocation, InvocationLabels, LineSink, Mount, Outcome as ExecOutcome, Stream};
-use super::messages::{Line, Message, Progress, Reader};
+use super::messages::{Line, Message, Percent, Reader};
 use super::protocol::{InitResponse, Invocable};
 use super::typeref::TypeRef;
 use super::validate::ValidatedManifest;
@@ -98,8 +98,8 @@ impl Read {
             self.error = message.error;
         }
         let now = match message.progress? {
-            Progress::At(p) => p,
-            Progress::Plus(p) => self.percent.unwrap_or(0.0) + p,
+            Percent::At(p) => p,
+            Percent::Plus(p) => self.percent.unwrap_or(0.0) + p,
         };
         if self.percent.is_some_and(|before| now < before) {
             self.invalid.get_or_insert(format!("progress went backwards, to {now}"));
@@ -128,7 +128,7 @@ pub(crate) struct ResourceType {
 }
 
 /// What every step of a run shares. Read-only once prepared.
-pub(crate) struct Context {
+pub(crate) struct RunContext {
     pub manifest: Arc<ValidatedManifest>,
     pub options: RunOptions,
     /// Each resource's type, once every init succeeded (empty before).
@@ -139,7 +139,7 @@ pub(crate) struct Context {
     pub(crate) cancel: CancellationToken,
 }
 
-impl Context {
+impl RunContext {
     pub(crate) fn emit(&self, event: RunEvent) {
         self.observer.on_event(&event);
     }

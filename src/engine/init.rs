@@ -10,7 +10,7 @@ use indexmap::IndexMap;
 use serde_json::Value;
 
 use super::config::{Knowledge, rendered_config};
-use super::context::{Context, ResourceType};
+use super::context::{ResourceType, RunContext};
 use super::error::{Cause, Phase, ResourceError};
 use super::executor::Mount;
 use super::protocol::{self, InitRequest, InitResponse, Invocable};
@@ -78,7 +78,7 @@ impl InitRequest {
 }
 
 /// Inits every resource concurrently and checks what they need.
-pub(crate) async fn init_all(ctx: &Context) -> Result<Vec<ResourceType>, PrepareError> {
+pub(crate) async fn init_all(ctx: &RunContext) -> Result<Vec<ResourceType>, PrepareError> {
     let programs: Vec<TypeRef> = ctx.manifest.resources.iter().map(|r| r.type_ref.clone()).collect();
     ctx.executor.preflight(&programs).await.map_err(|e| PrepareError::Executor {
         manifest: ctx.manifest.name.clone(),
@@ -101,7 +101,7 @@ pub(crate) async fn init_all(ctx: &Context) -> Result<Vec<ResourceType>, Prepare
     }
 }
 
-async fn init_one(ctx: &Context, i: usize) -> Result<ResourceType, ResourceError> {
+async fn init_one(ctx: &RunContext, i: usize) -> Result<ResourceType, ResourceError> {
     let resource = &ctx.manifest.resources[i];
     let request = InitRequest::for_resource(resource, ctx.options.verbose);
     let stdin = serde_json::to_vec(&request).expect("requests serialize");
@@ -161,7 +161,7 @@ pub(crate) fn compile_schema(schema: &Value) -> Result<jsonschema::Validator, St
 }
 
 fn resolve_plugs(
-    ctx: &Context,
+    ctx: &RunContext,
     resource: &Resource,
     init: &InitResponse,
     problems: &mut Vec<String>,
@@ -207,7 +207,7 @@ fn resolve_plugs(
     (mounts, paths)
 }
 
-fn check_required_resources(ctx: &Context, resource: &Resource, init: &InitResponse, problems: &mut Vec<String>) {
+fn check_required_resources(ctx: &RunContext, resource: &Resource, init: &InitResponse, problems: &mut Vec<String>) {
     for (alias, expected) in &init.required_resources {
         match resource.aliases.get(alias) {
             None => problems
@@ -226,7 +226,7 @@ fn check_required_resources(ctx: &Context, resource: &Resource, init: &InitRespo
 }
 
 /// A config that reads no dependency can be rendered and checked now, before anything runs.
-fn check_static_config(ctx: &Context, i: usize, checked: &ResourceType) -> Result<(), ResourceError> {
+fn check_static_config(ctx: &RunContext, i: usize, checked: &ResourceType) -> Result<(), ResourceError> {
     let resource = &ctx.manifest.resources[i];
     let reads_dependencies = resource
         .config

@@ -14,7 +14,7 @@
 /// What a message says.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Message {
-    pub progress: Option<Progress>,
+    pub progress: Option<Percent>,
     /// `result` pairs, in order.
     pub results: Vec<(String, String)>,
     /// `errorMsg` (with `error`, the code, in front when given).
@@ -23,7 +23,7 @@ pub struct Message {
 
 /// Progress as reported.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Progress {
+pub enum Percent {
     /// Percent done.
     At(f64),
     /// Percent more.
@@ -97,10 +97,10 @@ fn parse(body: &str) -> Line {
     }
     let number = |text: &str| text.parse::<f64>().ok().filter(|n| n.is_finite());
     if let Some(n) = body.strip_prefix('+').and_then(number) {
-        return Line::Message(Message { progress: Some(Progress::Plus(n)), ..Message::default() });
+        return Line::Message(Message { progress: Some(Percent::Plus(n)), ..Message::default() });
     }
     if let Some(n) = number(body) {
-        return Line::Message(Message { progress: Some(Progress::At(n)), ..Message::default() });
+        return Line::Message(Message { progress: Some(Percent::At(n)), ..Message::default() });
     }
     // The seed's examples end their objects with a comma.
     let tolerant = body.replace(",\n}", "\n}").replace(",}", "}").replace(", }", " }");
@@ -121,7 +121,7 @@ fn parse(body: &str) -> Line {
         (Some(code), None) => Some(format!("error {}", text(code))),
         (None, None) => None,
     };
-    Line::Message(Message { progress: value["progress"].as_f64().map(Progress::At), results, error })
+    Line::Message(Message { progress: value["progress"].as_f64().map(Percent::At), results, error })
 }
 
 #[cfg(test)]
@@ -139,11 +139,11 @@ mod tests {
     fn every_form_the_seed_gives() {
         assert_eq!(
             read(&["[AGENT_MESSAGE] 50.0 [AGENT_MESSAGE_END]"]),
-            [Line::Message(Message { progress: Some(Progress::At(50.0)), ..Default::default() })]
+            [Line::Message(Message { progress: Some(Percent::At(50.0)), ..Default::default() })]
         );
         assert_eq!(
             read(&["[AGENT_MESSAGE] +1.0"]),
-            [Line::Message(Message { progress: Some(Progress::Plus(1.0)), ..Default::default() })]
+            [Line::Message(Message { progress: Some(Percent::Plus(1.0)), ..Default::default() })]
         );
         let multi = read(&[
             "[AGENT_MESSAGE] ",
@@ -158,7 +158,7 @@ mod tests {
         assert_eq!(
             multi,
             [Line::Message(Message {
-                progress: Some(Progress::At(100.0)),
+                progress: Some(Percent::At(100.0)),
                 results: vec![("url".into(), "http://x".into())],
                 error: None
             })]

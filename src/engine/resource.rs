@@ -7,7 +7,7 @@ use indexmap::IndexMap;
 use serde_json::{Value, json};
 
 use super::config::{Knowledge, rendered_config};
-use super::context::Context;
+use super::context::RunContext;
 use super::error::{Cause, Phase, ResourceError};
 use super::events::{Approver, RunEvent};
 use super::plan::{Inputs, Ran};
@@ -59,18 +59,18 @@ pub(crate) struct Resolved {
 }
 
 /// Why applying a resource stopped.
-pub(crate) enum Stop {
+pub(crate) enum ApplyStopped {
     Failed(ResourceError),
     Declined,
 }
 
-impl From<ResourceError> for Stop {
+impl From<ResourceError> for ApplyStopped {
     fn from(e: ResourceError) -> Self {
-        Stop::Failed(e)
+        ApplyStopped::Failed(e)
     }
 }
 
-pub(crate) fn state_request(ctx: &Context, i: usize, config: Value, known: &Knowledge) -> StateRequest {
+pub(crate) fn state_request(ctx: &RunContext, i: usize, config: Value, known: &Knowledge) -> StateRequest {
     StateRequest {
         init: InitRequest::for_resource(&ctx.manifest.resources[i], ctx.options.verbose),
         config,
@@ -88,7 +88,7 @@ pub(crate) fn state_request(ctx: &Context, i: usize, config: Value, known: &Know
 /// unless `may_assume` and the run takes the resource for VALID (see
 /// [`RunOptions::assume_valid`](super::context::RunOptions::assume_valid)) with this very config.
 pub(crate) async fn resolve(
-    ctx: &Context,
+    ctx: &RunContext,
     i: usize,
     known: &Knowledge,
     may_assume: bool,
@@ -105,7 +105,7 @@ pub(crate) async fn resolve(
 }
 
 pub(crate) async fn read_state(
-    ctx: &Context,
+    ctx: &RunContext,
     i: usize,
     phase: &Phase,
     request: &StateRequest,
@@ -127,14 +127,14 @@ pub(crate) async fn read_state(
 /// Runs the actions (of a resource approved as a whole) in order, then reads the state again,
 /// which must now be VALID.
 pub(crate) async fn apply_actions(
-    ctx: &Context,
+    ctx: &RunContext,
     i: usize,
     config: Value,
     stale_state: Option<Value>,
     actions: &[Action],
     known: &Knowledge,
     approver: &dyn Approver,
-) -> Result<(Value, Vec<Ran>), Stop> {
+) -> Result<(Value, Vec<Ran>), ApplyStopped> {
     let name = &ctx.manifest.resources[i].name;
     let request = state_request(ctx, i, config, known);
     let action_request =
@@ -144,7 +144,7 @@ pub(crate) async fn apply_actions(
     for action in actions {
         let phase = Phase::Action(action.name.clone());
         if !approver.approve_action(name, action).await {
-            return Err(Stop::Declined);
+            return Err(ApplyStopped::Declined);
         }
         ctx.record_intent(i, &action.name).await?;
         let started = Instant::now();

@@ -19,14 +19,14 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use super::config::{Knowledge, Known};
-use super::context::{Context, RunOptions};
+use super::context::{RunContext, RunOptions};
 use super::error::{Cause, Phase, ResourceError};
 use super::events::{Approver, NoObserver, Observer, RunEvent};
 use super::executor::Executor;
 use super::init::{PrepareError, init_all};
 use super::plan::{Plan, Report, ResourceEntry, Standing, pending};
 use super::protocol::StateResponse;
-use super::resource::{self, Stop};
+use super::resource::{self, ApplyStopped};
 use super::validate::ValidatedManifest;
 
 /// A run that has not started: build it, then [`Engine::prepare`].
@@ -56,7 +56,7 @@ impl Engine {
 
     /// Inits every resource and checks what each type needs. Nothing but `init` runs.
     pub async fn prepare(self) -> Result<Prepared, PrepareError> {
-        let mut ctx = Context {
+        let mut ctx = RunContext {
             permits: Semaphore::new(self.options.parallelism.max(1)),
             types: Vec::new(),
             manifest: self.manifest,
@@ -80,7 +80,7 @@ pub struct NotApplicable {
 
 /// Every resource initialized and checked; ready to plan and apply.
 pub struct Prepared {
-    pub(crate) ctx: Context,
+    pub(crate) ctx: RunContext,
 }
 
 /// Where the coordinator is with one resource; what the resource is, is its [`ResourceEntry`].
@@ -243,8 +243,8 @@ impl Prepared {
             resource::apply_actions(&self.ctx, i, config.clone(), stale_state, &actions, known, approver).await;
         let standing = match applied {
             Ok((state, ran)) => Standing::Valid { state, applied: Some(ran) },
-            Err(Stop::Failed(e)) => Standing::Failed(e),
-            Err(Stop::Declined) => Standing::Declined,
+            Err(ApplyStopped::Failed(e)) => Standing::Failed(e),
+            Err(ApplyStopped::Declined) => Standing::Declined,
         };
         (standing, Some(config))
     }

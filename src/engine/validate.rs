@@ -207,11 +207,11 @@ fn identifier() -> &'static Regex {
 /// Names the expression context defines itself; an alias may not take them.
 const RESERVED: &[&str] = &["vars", "resources"];
 
-struct Checker {
+struct ProblemList {
     problems: Vec<Problem>,
 }
 
-impl Checker {
+impl ProblemList {
     fn report(&mut self, resource: Option<&str>, message: impl Into<String>) {
         self.problems.push(Problem { resource: resource.map(str::to_string), message: message.into() });
     }
@@ -230,7 +230,7 @@ impl Checker {
 
 /// Validates a loaded manifest against resolved variables.
 pub fn validate(loaded: &LoadedManifest, vars: Map<String, Value>) -> Result<ValidatedManifest, Invalid> {
-    let mut checker = Checker { problems: Vec::new() };
+    let mut checker = ProblemList { problems: Vec::new() };
     if loaded.spec.resources.is_empty() {
         // An empty `resources:` (or a file of only vars) is almost always a mistake: a manifest
         // that "applies" nothing must not look like a success.
@@ -283,7 +283,7 @@ pub fn validate(loaded: &LoadedManifest, vars: Map<String, Value>) -> Result<Val
     }
 }
 
-fn check_plugs(loaded: &LoadedManifest, checker: &mut Checker) -> IndexMap<String, Plug> {
+fn check_plugs(loaded: &LoadedManifest, checker: &mut ProblemList) -> IndexMap<String, Plug> {
     let mut plugs = IndexMap::new();
     for (name, spec) in &loaded.spec.plugs {
         checker.check_name(None, "plug", name);
@@ -340,7 +340,7 @@ fn check_resource(
     names: &[&String],
     vars: &Map<String, Value>,
     workspace: PathBuf,
-    checker: &mut Checker,
+    checker: &mut ProblemList,
 ) -> Option<Resource> {
     let at = Some(name);
     let type_ref = match spec.type_ref.as_deref().map(str::trim) {
@@ -413,7 +413,7 @@ fn check_env(
     env: &IndexMap<String, String>,
     resource: &str,
     vars: &Map<String, Value>,
-    checker: &mut Checker,
+    checker: &mut ProblemList,
 ) -> Vec<(String, String)> {
     static NAME: OnceLock<Regex> = OnceLock::new();
     let valid = NAME.get_or_init(|| Regex::new("^[A-Za-z_][A-Za-z0-9_]*$").expect("valid pattern"));
@@ -439,7 +439,7 @@ fn check_env(
 }
 
 /// A local program must exist and be executable before anything runs.
-fn check_program(type_ref: &TypeRef, name: &str, checker: &mut Checker) -> bool {
+fn check_program(type_ref: &TypeRef, name: &str, checker: &mut ProblemList) -> bool {
     let TypeRef::Local(path) = type_ref else { return true };
     match executable_problem(path) {
         None => true,
@@ -475,7 +475,7 @@ fn check_references(
     aliases: &IndexMap<String, usize>,
     names: &[&String],
     vars: &Map<String, Value>,
-    checker: &mut Checker,
+    checker: &mut ProblemList,
 ) -> BTreeSet<usize> {
     let mut implicit = BTreeSet::new();
     for site in &config.sites {
@@ -510,7 +510,7 @@ fn check_references(
     implicit
 }
 
-fn build_graph(resources: &[Resource], checker: &mut Checker) -> Option<DependencyGraph> {
+fn build_graph(resources: &[Resource], checker: &mut ProblemList) -> Option<DependencyGraph> {
     let edges: Vec<(usize, usize)> = resources
         .iter()
         .enumerate()

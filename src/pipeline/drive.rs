@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use serde_json::{Map, Value, json};
 
 use super::PipelineError;
-use super::progress::{Decision, Progress, Scheduled, target_of};
+use super::progress::{Progress, Scheduled, StepDecision, target_of};
 use super::spec::{Pipeline, Work};
 use crate::history::{Entry, Event, History};
 
@@ -175,7 +175,7 @@ impl Driver<'_> {
             progress.schedule(self.pipeline, (self.now)()).iter().any(|s| {
                 s.revision == revision
                     && g.steps.contains(&s.step)
-                    && matches!(&s.decision, Decision::Approval { gate, .. } if *gate == g.id)
+                    && matches!(&s.decision, StepDecision::Approval { gate, .. } if *gate == g.id)
             })
         });
         let Some(group) = group.filter(|_| waiting) else {
@@ -207,7 +207,7 @@ impl Driver<'_> {
                 let waiting = progress
                     .schedule(self.pipeline, (self.now)())
                     .into_iter()
-                    .filter(|s| matches!(s.decision, Decision::Wait(_) | Decision::Approval { .. }))
+                    .filter(|s| matches!(s.decision, StepDecision::Wait(_) | StepDecision::Approval { .. }))
                     .collect();
                 return Ok(Driven { progress, waiting, failed, interrupted: false });
             }
@@ -253,7 +253,7 @@ impl Driver<'_> {
             let mut starts = Vec::new();
             for item in scheduled {
                 match &item.decision {
-                    Decision::Skip(reason) => {
+                    StepDecision::Skip(reason) => {
                         let step = &self.pipeline.steps[item.step];
                         (self.say)(&format!("{} {}: skipped ({reason})", item.revision, step.id));
                         let entry = self.entry(
@@ -267,11 +267,11 @@ impl Driver<'_> {
                         self.mark_ends(progress, &item.revision, item.step, None)?;
                         acted = true;
                     }
-                    Decision::Start { supersedes } => {
+                    StepDecision::Start { supersedes } => {
                         self.supersede(progress, &item.revision, supersedes)?;
                         starts.push(item);
                     }
-                    Decision::Wait(_) | Decision::Approval { .. } | Decision::Running => {}
+                    StepDecision::Wait(_) | StepDecision::Approval { .. } | StepDecision::Running => {}
                 }
             }
             if !acted {

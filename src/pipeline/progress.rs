@@ -17,7 +17,7 @@ pub fn target_of(id: &str) -> String {
 
 /// How a revision ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Ended {
+pub enum RevisionEnded {
     Through,
     Failed { step: String, message: String },
     Superseded { by: String },
@@ -38,7 +38,7 @@ pub struct RevisionProgress {
     pub running: FixedBitSet,
     /// When each step succeeded.
     pub succeeded_at: HashMap<usize, i64>,
-    pub ended: Option<Ended>,
+    pub ended: Option<RevisionEnded>,
     /// Markers (not steps' entries) already written (`pipeline/staging` + `stage-started`), so
     /// none is written twice.
     pub markers: HashSet<(String, Event)>,
@@ -78,7 +78,7 @@ pub struct Progress {
 
 /// What to do with a step of a revision now.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decision {
+pub enum StepDecision {
     /// Start it (and, first, stop these older revisions: `Supersede`).
     Start { supersedes: Vec<String> },
     /// Record it skipped, with why.
@@ -91,14 +91,14 @@ pub enum Decision {
     Running,
 }
 
-impl Decision {
+impl StepDecision {
     /// What a step that waits waits for, as said; an approval with how to give it, which the
     /// front end says (`how(revision, gate)`: the CLI's command, the controller's annotation).
     pub fn waits_for(&self, how: &dyn Fn(&str, &str) -> String) -> Option<String> {
         match self {
-            Decision::Wait(why) => Some(why.clone()),
-            Decision::Approval { gate, revision } => Some(format!("approval of {gate} ({})", how(revision, gate))),
-            Decision::Start { .. } | Decision::Skip(_) | Decision::Running => None,
+            StepDecision::Wait(why) => Some(why.clone()),
+            StepDecision::Approval { gate, revision } => Some(format!("approval of {gate} ({})", how(revision, gate))),
+            StepDecision::Start { .. } | StepDecision::Skip(_) | StepDecision::Running => None,
         }
     }
 }
@@ -108,7 +108,7 @@ impl Decision {
 pub struct Scheduled {
     pub revision: String,
     pub step: usize,
-    pub decision: Decision,
+    pub decision: StepDecision,
 }
 
 impl Progress {
@@ -187,17 +187,17 @@ impl Progress {
             (Event::StepFailed, Some(s)) => {
                 progress.running.set(s, false);
                 let message = entry.detail["message"].as_str().unwrap_or("failed").to_string();
-                progress.ended = Some(Ended::Failed { step: pipeline.steps[s].id.clone(), message });
+                progress.ended = Some(RevisionEnded::Failed { step: pipeline.steps[s].id.clone(), message });
             }
             (Event::StepInterrupted, Some(s)) => progress.running.set(s, false),
-            (Event::PipelineFinishedSuccessfully, _) => progress.ended = Some(Ended::Through),
+            (Event::PipelineFinishedSuccessfully, _) => progress.ended = Some(RevisionEnded::Through),
             (Event::PipelineFailed, _) if progress.ended.is_none() => {
                 let message = entry.detail["message"].as_str().unwrap_or("failed").to_string();
-                progress.ended = Some(Ended::Failed { step: String::new(), message });
+                progress.ended = Some(RevisionEnded::Failed { step: String::new(), message });
             }
             (Event::RevisionSuperseded, _) => {
                 let by = entry.detail["by"].as_str().unwrap_or_default().to_string();
-                progress.ended = Some(Ended::Superseded { by });
+                progress.ended = Some(RevisionEnded::Superseded { by });
             }
             _ => {}
         }
@@ -249,7 +249,7 @@ impl Progress {
                     continue;
                 }
                 let decision = self.decide(pipeline, r, a, now, &starting);
-                if matches!(decision, Decision::Start { .. }) {
+                if matches!(decision, StepDecision::Start { .. }) {
                     starting.push((r, a));
                 }
                 scheduled.push(Scheduled { revision: progress.revision.clone(), step: a, decision });
@@ -258,16 +258,16 @@ impl Progress {
         scheduled
     }
 
-    fn decide(&self, pipeline: &Pipeline, r: usize, a: usize, now: i64, starting: &[(usize, usize)]) -> Decision {
+    fn decide(&self, pipeline: &Pipeline, r: usize, a: usize, now: i64, starting: &[(usize, usize)]) -> StepDecision {
         let progress = &self.revisions[r];
         let step = &pipeline.steps[a];
         if progress.running.contains(a) {
-            return Decision::Running;
+            return StepDecision::Running;
         }
         // New: no step after it is done, and it was not added while this revision was under way.
         let added_under_way = self.introduced.get(&step.id).is_some_and(|runs| runs.contains(&progress.id));
         if added_under_way || !pipeline.after[a].is_disjoint(&progress.done) {
-            return Decision::Skip("introduced-after".into());
+            return StepDecision::Skip("introduced-after".into());
         }
         let stage = &pipeline.stages[step.stage];
         let group = &stage.groups[step.group];
@@ -281,39 +281,39 @@ impl Progress {
             let missing: Vec<&str> =
                 stage.requires.iter().filter(|a| !have.is_some_and(|h| h.contains(*a))).map(String::as_str).collect();
             if !missing.is_empty() {
-                return Decision::Wait(format!("artifacts not yet registered: {}", missing.join(", ")));
+                return StepDecision::Wait(format!("artifacts not yet registered: {}", missing.join(", ")));
             }
         }
         if first_of_target && group.approval && !self.approvals.contains(&(group.id.clone(), progress.id.clone())) {
-            return Decision::Approval { gate: group.id.clone(), revision: progress.revision.clone() };
+            return StepDecision::Approval { gate: group.id.clone(), revision: progress.revision.clone() };
         }
         if let Some((window, until)) = stage.windows.iter().find_map(|w| w.holds(now).map(|until| (w, until))) {
-            return Decision::Wait(format!(
+            return StepDecision::Wait(format!(
                 "the deny window {} to end at {}",
                 window.said,
                 crate::history::format_time(until)
             ));
         }
         if let Some(why) = self.held_by_batch(pipeline, r, a, starting) {
-            return Decision::Wait(why);
+            return StepDecision::Wait(why);
         }
         if pipeline.concurrency == Concurrency::Queue {
             let before = self.revisions[..r].iter().find(|o| o.is_live() && !o.done.contains(a));
             if let Some(older) = before {
-                return Decision::Wait(format!("revision {} first (concurrency: Queue)", older.revision));
+                return StepDecision::Wait(format!("revision {} first (concurrency: Queue)", older.revision));
             }
         }
         if let (true, Some(max)) = (first_of_target, group.max_parallel) {
             let busy = self.busy_targets(pipeline, r, step.stage, step.group, starting);
             if busy >= max {
-                return Decision::Wait(format!("{busy} of {} at once (maxParallel {max})", group.id));
+                return StepDecision::Wait(format!("{busy} of {} at once (maxParallel {max})", group.id));
             }
         }
         if let Work::Wait(duration) = &pipeline.steps[a].work {
             let since = step.previous.iter().filter_map(|p| progress.succeeded_at.get(p)).max().copied().unwrap_or(now);
             let until = since + duration.as_millis() as i64;
             if now < until {
-                return Decision::Wait(format!(
+                return StepDecision::Wait(format!(
                     "{} until {}",
                     step.id.rsplit('/').next().unwrap_or_default(),
                     crate::history::format_time(until)
@@ -330,7 +330,7 @@ impl Progress {
             } else {
                 Vec::new()
             };
-        Decision::Start { supersedes }
+        StepDecision::Start { supersedes }
     }
 
     fn stage_started(&self, pipeline: &Pipeline, r: usize, stage: usize) -> bool {

@@ -6,7 +6,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::progress::{Decision, Ended, Progress, target_of};
+use super::progress::{Progress, RevisionEnded, StepDecision, target_of};
 use super::spec::Pipeline;
 use crate::history::Event;
 
@@ -54,7 +54,7 @@ pub struct FrontierStep {
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct Status {
+pub struct PipelineOverview {
     pub pipeline: String,
     pub revisions: Vec<RevisionStatus>,
     pub nodes: Vec<NodeStatus>,
@@ -86,8 +86,13 @@ pub fn run_name(revision: &str, run: Option<u32>) -> String {
 }
 
 /// The status of every node, revision and frontier step; `how` says how an approval is given
-/// ([`Decision::waits_for`]).
-pub fn status(pipeline: &Pipeline, progress: &Progress, now: i64, how: &dyn Fn(&str, &str) -> String) -> Status {
+/// ([`StepDecision::waits_for`]).
+pub fn status(
+    pipeline: &Pipeline,
+    progress: &Progress,
+    now: i64,
+    how: &dyn Fn(&str, &str) -> String,
+) -> PipelineOverview {
     let mut nodes =
         vec![node(progress, "", Event::PipelineFinishedSuccessfully, Event::PipelineFailed, Event::PipelineStarted)];
     for stage in &pipeline.stages {
@@ -128,9 +133,9 @@ pub fn status(pipeline: &Pipeline, progress: &Progress, now: i64, how: &dyn Fn(&
         .zip(run_numbers(progress))
         .map(|(r, run)| {
             let (status, detail) = match &r.ended {
-                Some(Ended::Through) => ("through", None),
-                Some(Ended::Failed { step, message }) => ("failed", Some(format!("{step}: {message}"))),
-                Some(Ended::Superseded { by }) => ("superseded", Some(format!("by {by}"))),
+                Some(RevisionEnded::Through) => ("through", None),
+                Some(RevisionEnded::Failed { step, message }) => ("failed", Some(format!("{step}: {message}"))),
+                Some(RevisionEnded::Superseded { by }) => ("superseded", Some(format!("by {by}"))),
                 None if r.under_way() => ("in progress", None),
                 None => ("registered", None),
             };
@@ -142,10 +147,10 @@ pub fn status(pipeline: &Pipeline, progress: &Progress, now: i64, how: &dyn Fn(&
         .into_iter()
         .map(|s| {
             let (status, waits_for) = match s.decision {
-                Decision::Start { .. } => ("ready", None),
-                Decision::Running => ("running", None),
-                Decision::Skip(why) => ("skip", Some(why)),
-                waits @ (Decision::Wait(_) | Decision::Approval { .. }) => ("waiting", waits.waits_for(how)),
+                StepDecision::Start { .. } => ("ready", None),
+                StepDecision::Running => ("running", None),
+                StepDecision::Skip(why) => ("skip", Some(why)),
+                waits @ (StepDecision::Wait(_) | StepDecision::Approval { .. }) => ("waiting", waits.waits_for(how)),
             };
             FrontierStep {
                 revision: s.revision,
@@ -155,7 +160,7 @@ pub fn status(pipeline: &Pipeline, progress: &Progress, now: i64, how: &dyn Fn(&
             }
         })
         .collect();
-    Status { pipeline: pipeline.name.clone(), revisions, nodes, frontier }
+    PipelineOverview { pipeline: pipeline.name.clone(), revisions, nodes, frontier }
 }
 
 /// The seed's three questions for one node, "latest" in the order revisions were registered.

@@ -11,7 +11,7 @@ use serde_json::Map;
 
 use super::PipelineError;
 use super::drive::{Driven, Driver, Job, StepRunner, read};
-use super::progress::{Decision, Progress};
+use super::progress::{Progress, StepDecision};
 use super::query::status;
 use super::spec::{Files, Pipeline, PipelineSpec, compile};
 use crate::history::{Event, History, MemoryLog};
@@ -213,7 +213,10 @@ stages:
     f.start("v1");
     let driven = f.drive();
     assert_eq!(driven.waiting.len(), 1);
-    assert!(matches!(&driven.waiting[0].decision, Decision::Wait(why) if why.starts_with("bake until")), "{driven:?}");
+    assert!(
+        matches!(&driven.waiting[0].decision, StepDecision::Wait(why) if why.starts_with("bake until")),
+        "{driven:?}"
+    );
     assert_eq!(f.node("pipeline").in_progress, ["v1"]);
     assert_eq!(f.node("staging").in_progress, ["v1"]);
     assert!(f.node("prod").in_progress.is_empty());
@@ -264,8 +267,11 @@ fn a_batch_keeps_v2_out_until_v1_is_through_it() {
     let of = |revision: &str, step: usize| {
         scheduled.iter().find(|s| s.revision == revision && s.step == step).map(|s| s.decision.clone())
     };
-    assert_eq!(of("v1", test), Some(Decision::Start { supersedes: vec![] }));
-    assert_eq!(of("v2", deploy), Some(Decision::Wait("batch [staging/deploy, staging/test] holds revision v1".into())));
+    assert_eq!(of("v1", test), Some(StepDecision::Start { supersedes: vec![] }));
+    assert_eq!(
+        of("v2", deploy),
+        Some(StepDecision::Wait("batch [staging/deploy, staging/test] holds revision v1".into()))
+    );
 
     // Without the batch, v2 would deploy while v1 is tested.
     let unbatched =
@@ -277,7 +283,7 @@ fn a_batch_keeps_v2_out_until_v1_is_through_it() {
         p
     };
     let scheduled = progress.schedule(&unbatched, 0);
-    assert!(scheduled.iter().any(|s| s.revision == "v2" && s.decision == Decision::Start { supersedes: vec![] }));
+    assert!(scheduled.iter().any(|s| s.revision == "v2" && s.decision == StepDecision::Start { supersedes: vec![] }));
 
     // Driven, the two interleave only at the batch's ends.
     f.drive();
@@ -397,7 +403,10 @@ fn supersede_stops_older_revisions_and_queue_keeps_order() {
     f.drive();
     assert_eq!(f.runner.take(), ["v1 staging/all/stg/deploy", "v2 staging/all/stg/deploy"]);
     let progress = f.progress();
-    assert_eq!(progress.revision("v1").unwrap().ended, Some(super::progress::Ended::Superseded { by: "v2".into() }));
+    assert_eq!(
+        progress.revision("v1").unwrap().ended,
+        Some(super::progress::RevisionEnded::Superseded { by: "v2".into() })
+    );
     f.advance(10);
     f.drive();
     assert_eq!(f.runner.take(), ["v2 prod/all/prod-a1/deploy"], "v1 goes no further");
@@ -407,10 +416,13 @@ fn supersede_stops_older_revisions_and_queue_keeps_order() {
     f.start("v2");
     let driven = f.drive();
     assert_eq!(f.runner.take(), ["v1 staging/all/stg/deploy", "v2 staging/all/stg/deploy"]);
-    let waits: Vec<(String, Decision)> =
+    let waits: Vec<(String, StepDecision)> =
         driven.waiting.iter().map(|w| (w.revision.clone(), w.decision.clone())).collect();
-    assert!(matches!(&waits[0], (r, Decision::Wait(why)) if r == "v1" && why.starts_with("bake until")), "{waits:?}");
-    assert_eq!(waits[1], ("v2".into(), Decision::Wait("revision v1 first (concurrency: Queue)".into())));
+    assert!(
+        matches!(&waits[0], (r, StepDecision::Wait(why)) if r == "v1" && why.starts_with("bake until")),
+        "{waits:?}"
+    );
+    assert_eq!(waits[1], ("v2".into(), StepDecision::Wait("revision v1 first (concurrency: Queue)".into())));
     f.advance(10);
     f.drive();
     assert_eq!(f.runner.take(), ["v1 prod/all/prod-a1/deploy", "v2 prod/all/prod-a1/deploy"]);
@@ -449,7 +461,7 @@ fn approve_and_status_see_the_frontier_the_next_drive_acts_on() {
     let recorded = f.log.recent("pipeline", usize::MAX).unwrap().len();
     let frontier = f.with_driver(|d| d.settled()).unwrap().schedule(&f.pipeline, f.clock.load(Ordering::SeqCst));
     assert!(
-        frontier.iter().any(|s| matches!(&s.decision, Decision::Approval { gate, .. } if gate == "prod/fleet")),
+        frontier.iter().any(|s| matches!(&s.decision, StepDecision::Approval { gate, .. } if gate == "prod/fleet")),
         "{frontier:?}"
     );
     assert_eq!(f.log.recent("pipeline", usize::MAX).unwrap().len(), recorded, "settling records nothing");
@@ -638,10 +650,10 @@ stages:
 "#,
     );
     f.start("v1");
-    let waits = |driven: Driven| -> Vec<Decision> { driven.waiting.into_iter().map(|w| w.decision).collect() };
-    assert_eq!(waits(f.drive()), [Decision::Wait("artifacts not yet registered: amd64, arm64".into())]);
+    let waits = |driven: Driven| -> Vec<StepDecision> { driven.waiting.into_iter().map(|w| w.decision).collect() };
+    assert_eq!(waits(f.drive()), [StepDecision::Wait("artifacts not yet registered: amd64, arm64".into())]);
     f.with_driver(|d| d.register_artifact("v1", "build", "amd64")).unwrap();
-    assert_eq!(waits(f.drive()), [Decision::Wait("artifacts not yet registered: arm64".into())]);
+    assert_eq!(waits(f.drive()), [StepDecision::Wait("artifacts not yet registered: arm64".into())]);
     let refused = f.with_driver(|d| d.register_artifact("v1", "build", "riscv")).unwrap_err().to_string();
     assert_eq!(refused, "stage `build` requires no artifact `riscv` (it requires: amd64, arm64)");
     let refused = f.with_driver(|d| d.register_artifact("v9", "build", "arm64")).unwrap_err().to_string();
@@ -671,7 +683,7 @@ stages:
     assert_eq!(f.runner.take(), ["v1 staging/all/stg/deploy"], "other stages go on");
     assert_eq!(
         driven.waiting[0].decision,
-        Decision::Wait("the deny window 0 0 * * * for 1h to end at 1970-01-01T01:00:00.000Z".into())
+        StepDecision::Wait("the deny window 0 0 * * * for 1h to end at 1970-01-01T01:00:00.000Z".into())
     );
     f.advance(44);
     assert!(f.drive().waiting.is_empty());
@@ -754,7 +766,7 @@ fn a_compacted_log_answers_and_drives_as_the_whole_log() {
     assert_eq!(before.nodes, after.nodes);
     assert_eq!(before.frontier, after.frontier);
     assert!(after.frontier.iter().any(|s| s.revision == "v25"), "{:?}", after.frontier);
-    let named = |s: &super::query::Status| -> Vec<(String, String)> {
+    let named = |s: &super::query::PipelineOverview| -> Vec<(String, String)> {
         s.revisions.iter().map(|r| (r.revision.clone(), r.status.clone())).collect()
     };
     let kept = named(&after);

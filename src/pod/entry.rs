@@ -18,7 +18,7 @@
 //! kubelet notices an init container's end only at its next relist (about a second later). Its
 //! `postStart` hook ([`AWAIT_INSTALL`]) returns once the copy is in place, and the kubelet starts
 //! the type's container only after that hook; the helper then holds until the type's container
-//! marks itself done ([`Entry::done`]), so that the Pod ends when the program has.
+//! marks itself done ([`HelperCommand::done`]), so that the Pod ends when the program has.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -42,7 +42,7 @@ pub const ENV_KEY: &str = "env";
 
 /// What the executor tells the helper, on its command line.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Entry {
+pub struct HelperCommand {
     /// Marks this invocation's frames and record.
     pub nonce: String,
     /// The request file (a key of the invocation's Secret).
@@ -55,7 +55,7 @@ pub struct Entry {
     pub done: Option<PathBuf>,
 }
 
-impl Entry {
+impl HelperCommand {
     /// The helper's arguments for this entry (after the subcommand).
     pub fn args(&self) -> Vec<String> {
         let mut args = vec![
@@ -74,8 +74,8 @@ impl Entry {
         args
     }
 
-    /// Reads [`Entry::args`] back.
-    pub fn parse(args: &[String]) -> Result<Entry, String> {
+    /// Reads [`HelperCommand::args`] back.
+    pub fn parse(args: &[String]) -> Result<HelperCommand, String> {
         let (options, program) = match args.iter().position(|a| a == "--") {
             Some(at) => (&args[..at], args[at + 1..].to_vec()),
             None => {
@@ -91,7 +91,7 @@ impl Entry {
         if program.is_empty() {
             return Err("no program to run after --".into());
         }
-        Ok(Entry {
+        Ok(HelperCommand {
             nonce: value("--nonce")?,
             request: value("--request")?.into(),
             termination_log: value("--termination-log")?.into(),
@@ -117,7 +117,7 @@ pub fn main(args: &[String]) -> i32 {
         [flag, dir] if flag == AWAIT_INSTALL => return await_install(Path::new(dir)),
         _ => {}
     }
-    let entry = match Entry::parse(args) {
+    let entry = match HelperCommand::parse(args) {
         Ok(entry) => entry,
         Err(why) => {
             let _ = writeln!(std::io::stderr(), "deployster {ENTRY_SUBCOMMAND}: {why}");
@@ -207,7 +207,7 @@ fn await_install(dir: &Path) -> i32 {
 }
 
 /// Leaves a record saying why the program could not be run; exits 127 as a shell would.
-fn fail(entry: &Entry, why: String) -> i32 {
+fn fail(entry: &HelperCommand, why: String) -> i32 {
     emit(format!("deployster {ENTRY_SUBCOMMAND}: {why}\n").as_bytes());
     let record = Record { error: Some(why), ..Record::of(&entry.nonce, b"", 0) };
     write_record(entry, &record);
@@ -216,7 +216,7 @@ fn fail(entry: &Entry, why: String) -> i32 {
 
 /// The record, in the termination message and as the log's last line (see
 /// [`super::frames::record_line`]); a termination message that cannot be written is left.
-fn write_record(entry: &Entry, record: &Record) {
+fn write_record(entry: &HelperCommand, record: &Record) {
     let text = serde_json::to_string(record).expect("records serialize");
     let _ = std::fs::write(&entry.termination_log, text);
     emit(record_line(record).as_bytes());
@@ -267,7 +267,7 @@ async fn relay_stderr(mut stderr: tokio::process::ChildStderr, held: &Cancellati
     }
 }
 
-async fn run(entry: &Entry) -> i32 {
+async fn run(entry: &HelperCommand) -> i32 {
     let request = match std::fs::read(&entry.request) {
         Ok(request) => request,
         Err(e) => return fail(entry, format!("cannot read the request {}: {e}", entry.request.display())),

@@ -20,9 +20,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 
-use super::entry::Entry;
+use super::entry::HelperCommand;
 use super::log::LogFollower;
-use super::progress::{Progress, ended, observed, progress};
+use super::progress::{PodProgress, ended, observed, progress};
 use super::registry::{Credentials, ImageRun, Registry, read_docker_config};
 pub use super::settings::{PodScope, PodSettings};
 use super::spec::{self, OWNER_LABEL, PlugSource, PodInvocation, PodPlug};
@@ -263,7 +263,7 @@ impl PodRuntime {
             name: name.clone(),
             image: image.pinned.clone(),
             helper_image: self.settings.helper_image.clone(),
-            entry: Entry {
+            entry: HelperCommand {
                 nonce: nonce.clone(),
                 request: spec::request_path(),
                 termination_log: "/dev/termination-log".into(),
@@ -378,8 +378,8 @@ impl PodRuntime {
         loop {
             if let Some(current) = &pod {
                 match progress(&self.settings, current, created.elapsed())? {
-                    Progress::Waiting => {}
-                    Progress::Started | Progress::Ended => break,
+                    PodProgress::Waiting => {}
+                    PodProgress::Started | PodProgress::Ended => break,
                 }
             }
             tokio::select! {
@@ -604,7 +604,7 @@ mod tests {
             name: "dst-x".into(),
             image: "r/x@sha256:0".into(),
             helper_image: "helper:1".into(),
-            entry: Entry {
+            entry: HelperCommand {
                 nonce: "n".into(),
                 request: spec::request_path(),
                 termination_log: "/t".into(),

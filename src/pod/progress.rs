@@ -11,7 +11,7 @@ use super::settings::PodSettings;
 use crate::engine::executor::ExecError;
 
 /// Where a Pod is.
-pub enum Progress {
+pub enum PodProgress {
     Waiting,
     Started,
     Ended,
@@ -19,16 +19,16 @@ pub enum Progress {
 
 /// Where the Pod is on its way to running its program; an error for what will not get
 /// better.
-pub fn progress(settings: &PodSettings, pod: &Pod, waited: Duration) -> Result<Progress, ExecError> {
+pub fn progress(settings: &PodSettings, pod: &Pod, waited: Duration) -> Result<PodProgress, ExecError> {
     if ended(pod) {
-        return Ok(Progress::Ended);
+        return Ok(PodProgress::Ended);
     }
     let status = pod.status.clone().unwrap_or_default();
     let main = status.container_statuses.as_ref().and_then(|s| s.iter().find(|c| c.name == "main"));
     if let Some(state) = main.and_then(|c| c.state.as_ref())
         && (state.running.is_some() || state.terminated.is_some())
     {
-        return Ok(Progress::Started);
+        return Ok(PodProgress::Started);
     }
     let helper = status.container_statuses.as_ref().and_then(|s| s.iter().find(|c| c.name == "helper"));
     for (container, which) in [(helper, "the helper image"), (main, "the type's image")] {
@@ -88,7 +88,7 @@ pub fn progress(settings: &PodSettings, pod: &Pod, waited: Duration) -> Result<P
                 ),
             ));
         }
-        return Ok(Progress::Waiting);
+        return Ok(PodProgress::Waiting);
     }
     let scheduled = status.conditions.iter().flatten().any(|c| c.type_ == "PodScheduled" && c.status == "True");
     if scheduled && waited >= settings.start_timeout {
@@ -110,7 +110,7 @@ pub fn progress(settings: &PodSettings, pod: &Pod, waited: Duration) -> Result<P
             format!("the Pod was not scheduled within {:?}", settings.schedule_timeout),
         ));
     }
-    Ok(Progress::Waiting)
+    Ok(PodProgress::Waiting)
 }
 
 /// The Pod has ended, or the type's container has: the helper's ends a moment later (when its
@@ -158,7 +158,7 @@ mod tests {
                 "restartCount": 0, "state": {"waiting": {"reason": reason, "message": message}}}]})
     }
 
-    fn failure(result: Result<Progress, ExecError>) -> (String, String) {
+    fn failure(result: Result<PodProgress, ExecError>) -> (String, String) {
         match result {
             Err(e) => (e.reason().to_string(), e.to_string()),
             Ok(_) => panic!("expected a failure"),
@@ -169,7 +169,7 @@ mod tests {
     fn what_will_not_get_better_fails_and_names_its_cause() {
         let s = settings();
         let pull = pod(waiting("ImagePullBackOff", "manifest unknown"));
-        assert!(matches!(progress(&s, &pull, Duration::from_secs(10)), Ok(Progress::Waiting)), "pulls get a minute");
+        assert!(matches!(progress(&s, &pull, Duration::from_secs(10)), Ok(PodProgress::Waiting)), "pulls get a minute");
         let (reason, text) = failure(progress(&s, &pull, Duration::from_secs(61)));
         assert_eq!(reason, "ImagePullFailed");
         assert!(text.contains("`r/type@sha256:1`") && text.contains("manifest unknown"), "{text}");
@@ -179,23 +179,23 @@ mod tests {
         assert!(text.contains("secret \"db\" not found"), "{text}");
         let mounting = pod(waiting("ContainerCreating", ""));
         assert!(
-            matches!(progress(&s, &mounting, Duration::from_secs(200)), Ok(Progress::Waiting)),
+            matches!(progress(&s, &mounting, Duration::from_secs(200)), Ok(PodProgress::Waiting)),
             "a slow pull is not a failure"
         );
         let (reason, _) = failure(progress(&s, &mounting, Duration::from_secs(301)));
         assert_eq!(reason, "ContainerNotStarted");
         let unschedulable = pod(serde_json::json!({"phase": "Pending", "conditions": [{"type": "PodScheduled",
             "status": "False", "reason": "Unschedulable", "message": "0/1 nodes are available: node selector"}]}));
-        assert!(matches!(progress(&s, &unschedulable, Duration::from_secs(200)), Ok(Progress::Waiting)));
+        assert!(matches!(progress(&s, &unschedulable, Duration::from_secs(200)), Ok(PodProgress::Waiting)));
         let (reason, text) = failure(progress(&s, &unschedulable, Duration::from_secs(301)));
         assert_eq!(reason, "Unschedulable");
         assert!(text.contains("0/1 nodes are available: node selector"), "{text}");
         let running = serde_json::json!({"phase": "Running", "containerStatuses": [{"name": "main", "image": "i",
             "imageID": "", "ready": true, "restartCount": 0, "state": {"running": {}}}]});
-        assert!(matches!(progress(&s, &pod(running), Duration::ZERO), Ok(Progress::Started)));
+        assert!(matches!(progress(&s, &pod(running), Duration::ZERO), Ok(PodProgress::Started)));
         assert!(matches!(
             progress(&s, &pod(serde_json::json!({"phase": "Failed"})), Duration::ZERO),
-            Ok(Progress::Ended)
+            Ok(PodProgress::Ended)
         ));
     }
 }

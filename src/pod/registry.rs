@@ -47,12 +47,12 @@ impl ImageRun {
 #[derive(Debug, Default, Deserialize)]
 struct ConfigFile {
     #[serde(default)]
-    config: Option<RunConfig>,
+    config: Option<ImageRunConfig>,
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "PascalCase")]
-struct RunConfig {
+struct ImageRunConfig {
     #[serde(default)]
     entrypoint: Option<Vec<String>>,
     #[serde(default)]
@@ -71,10 +71,10 @@ pub fn read_docker_config(json: &[u8], credentials: &mut Credentials) -> Result<
     #[derive(Deserialize)]
     struct File {
         #[serde(default)]
-        auths: HashMap<String, Entry>,
+        auths: HashMap<String, AuthEntry>,
     }
     #[derive(Deserialize)]
-    struct Entry {
+    struct AuthEntry {
         username: Option<String>,
         password: Option<String>,
         auth: Option<String>,

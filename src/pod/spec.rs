@@ -15,7 +15,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use sha2::{Digest, Sha256};
 
-use super::entry::{AWAIT_INSTALL, ENTRY_SUBCOMMAND, ENV_KEY, Entry};
+use super::entry::{AWAIT_INSTALL, ENTRY_SUBCOMMAND, ENV_KEY, HelperCommand};
 use crate::crd::PodOptions;
 
 /// Where the helper is installed in the type's container, and where the request is mounted.
@@ -49,7 +49,7 @@ pub struct PodInvocation {
     pub image: String,
     /// The image that carries the helper (the controller's own).
     pub helper_image: String,
-    pub entry: Entry,
+    pub entry: HelperCommand,
     /// `spec.serviceAccountName` of the Manifest; the namespace's `default` when `None`.
     pub service_account: Option<String>,
     pub plugs: Vec<PodPlug>,
@@ -310,7 +310,7 @@ pub fn request_secret(
     }
 }
 
-/// The request's path in the type's container (for [`Entry::request`]).
+/// The request's path in the type's container (for [`HelperCommand::request`]).
 pub fn request_path() -> std::path::PathBuf {
     std::path::Path::new(REQUEST_DIR).join(REQUEST_KEY)
 }
@@ -325,7 +325,7 @@ mod tests {
             name: pod_name("run-1", "web_db", "action:create", 0),
             image: "registry/acme/db@sha256:abc".into(),
             helper_image: "registry/deployster/controller:0.1.0".into(),
-            entry: Entry {
+            entry: HelperCommand {
                 nonce: "n1".into(),
                 request: request_path(),
                 termination_log: "/dev/termination-log".into(),
@@ -389,7 +389,7 @@ mod tests {
         let command = main.command.as_ref().unwrap();
         assert_eq!(command[..2], ["/.deployster/bin/deployster".to_string(), "__pod-entry".to_string()]);
         assert_eq!(command[command.len() - 2..], ["/type".to_string(), "create".to_string()]);
-        let entry = Entry::parse(&command[2..]).unwrap();
+        let entry = HelperCommand::parse(&command[2..]).unwrap();
         assert_eq!(entry.request, request_path());
         assert_eq!(
             entry.done.as_deref(),

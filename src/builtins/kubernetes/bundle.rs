@@ -6,7 +6,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::error::ObjectError;
-use super::object::{Call, Options, Standing};
+use super::object::{ObjectRules, ObjectStanding, ServerObject};
 use super::ownership::Force;
 use super::{Confirmed, Kinds, Said};
 use crate::engine::executor::Invocation;
@@ -23,7 +23,7 @@ pub(super) struct Bundle<'a> {
     namespace: String,
     /// Each object, with where it is in the config (`config.objects[2]`).
     objects: Vec<(String, Value)>,
-    options: Arc<Options>,
+    options: Arc<ObjectRules>,
     kinds: &'a Kinds,
     confirmed: &'a Confirmed,
     /// `config.objects`: the state is `{objects: [...]}`.
@@ -62,7 +62,7 @@ impl<'a> Bundle<'a> {
             Some(file) if !object_named => file.to_string_lossy().into_owned(),
             _ => invocation.labels.manifest.clone(),
         };
-        let options = Arc::new(Options {
+        let options = Arc::new(ObjectRules {
             owner: format!("{manifest}/{}", invocation.labels.resource),
             force: Force::from_config(config.get("force").and_then(Value::as_bool)),
             prune: flag("prune", true),
@@ -95,9 +95,10 @@ impl<'a> Bundle<'a> {
     }
 
     /// Object `i`, looked up on the server.
-    async fn call(&self, i: usize) -> Result<Call, ObjectError> {
+    async fn call(&self, i: usize) -> Result<ServerObject, ObjectError> {
         let (at, object) = &self.objects[i];
-        Call::new(self.client.clone(), &self.namespace, object, at, &self.options, self.kinds, self.confirmed).await
+        ServerObject::new(self.client.clone(), &self.namespace, object, at, &self.options, self.kinds, self.confirmed)
+            .await
     }
 
     /// Whether a CustomResourceDefinition of this bundle defines the kind of `object`.
@@ -159,16 +160,16 @@ impl<'a> Bundle<'a> {
                 Err(e) => return Err(e),
             };
             match call.standing().await? {
-                Standing::Missing => to_apply.push(format!("Create {}", call.shown)),
-                Standing::Stale { state, fields } => {
+                ObjectStanding::Missing => to_apply.push(format!("Create {}", call.shown)),
+                ObjectStanding::Stale { state, fields } => {
                     states.push(state);
                     to_apply.push(format!("Update {}: {}", call.shown, fields.join("; ")));
                 }
-                Standing::NotReady { state, why } => {
+                ObjectStanding::NotReady { state, why } => {
                     states.push(state);
                     to_wait.push(format!("Wait for {} to be ready: {why}", call.shown));
                 }
-                Standing::Valid { state } => states.push(state),
+                ObjectStanding::Valid { state } => states.push(state),
             }
         }
         let state = if self.list { json!({"objects": states}) } else { states.first().cloned().unwrap_or(Value::Null) };

@@ -5,7 +5,7 @@ use serde_json::Value;
 
 /// One field whose live value is not the wanted one.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Change {
+pub struct FieldChange {
     /// `spec.template.spec.containers[0].image`.
     pub path: String,
     /// The same field as a JSON pointer (`/spec/template/spec/containers/0/image`): a key may
@@ -18,7 +18,7 @@ pub struct Change {
     pub secret: bool,
 }
 
-impl std::fmt::Display for Change {
+impl std::fmt::Display for FieldChange {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         if self.secret {
             return write!(f, "{} differs (Secret data is not shown)", self.path);
@@ -34,7 +34,7 @@ impl std::fmt::Display for Change {
 /// compared: whatever the server filled in (defaults, status, fields other managers own) is
 /// never drift. Lists of as many items are compared item by item; a list of another length
 /// differs whole.
-pub fn changes(wanted: &Value, live: &Value, is_secret: bool) -> Vec<Change> {
+pub fn changes(wanted: &Value, live: &Value, is_secret: bool) -> Vec<FieldChange> {
     let mut found = Vec::new();
     walk(wanted, Some(live), (String::new(), String::new()), is_secret, &mut found);
     found
@@ -93,7 +93,7 @@ pub fn secret_as_data(mut wanted: Value) -> Value {
 }
 
 /// `at`: the field's path as said and as a JSON pointer.
-fn walk(wanted: &Value, live: Option<&Value>, at: (String, String), is_secret: bool, found: &mut Vec<Change>) {
+fn walk(wanted: &Value, live: Option<&Value>, at: (String, String), is_secret: bool, found: &mut Vec<FieldChange>) {
     let (path, pointer) = at;
     let secret = is_secret && (path == "data" || path.starts_with("data."));
     match (wanted, live) {
@@ -113,7 +113,9 @@ fn walk(wanted: &Value, live: Option<&Value>, at: (String, String), is_secret: b
         }
         (Value::Null, None | Some(Value::Null)) => {}
         (wanted, live) if live.is_some_and(|live| same(wanted, live, holds_quantity(&path))) => {}
-        (wanted, live) => found.push(Change { path, pointer, live: live.cloned(), wanted: wanted.clone(), secret }),
+        (wanted, live) => {
+            found.push(FieldChange { path, pointer, live: live.cloned(), wanted: wanted.clone(), secret })
+        }
     }
 }
 

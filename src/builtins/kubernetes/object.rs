@@ -14,7 +14,7 @@ use super::ownership::{self, Force};
 use super::{Confirmed, FIELD_MANAGER, Kinds, OWNER_ANNOTATION, Said, diff, ready};
 
 /// What the config says besides the objects, and whose they are.
-pub(super) struct Options {
+pub(super) struct ObjectRules {
     /// `manifest/resource`: the annotation's value.
     pub(super) owner: String,
     pub(super) force: Force,
@@ -25,13 +25,13 @@ pub(super) struct Options {
 }
 
 /// One object of a resource, and its API.
-pub(super) struct Call {
+pub(super) struct ServerObject {
     api: Api<DynamicObject>,
     wanted: Value,
     /// `Deployment team-a/web`.
     pub(super) shown: String,
     name: String,
-    options: Arc<Options>,
+    options: Arc<ObjectRules>,
     is_secret: bool,
     /// A CustomResourceDefinition: applied once its kind is served.
     is_crd: bool,
@@ -40,7 +40,7 @@ pub(super) struct Call {
 }
 
 /// Where one object stands.
-pub(super) enum Standing {
+pub(super) enum ObjectStanding {
     Missing,
     /// The fields that differ, as said.
     Stale {
@@ -56,7 +56,7 @@ pub(super) enum Standing {
     },
 }
 
-impl Call {
+impl ServerObject {
     /// The request's object, found on the server by its kind. Fails before the work starts.
     /// The object at `at` (`config.object`, `config.objects[2]`), found on the server by its
     /// kind. Fails before the work starts.
@@ -65,7 +65,7 @@ impl Call {
         namespace: &str,
         object: &Value,
         at: &str,
-        options: &Arc<Options>,
+        options: &Arc<ObjectRules>,
         kinds: &Kinds,
         confirmed: &Confirmed,
     ) -> Result<Self, ObjectError> {
@@ -126,7 +126,7 @@ impl Call {
         if is_secret {
             wanted = diff::secret_as_data(wanted);
         }
-        Ok(Call {
+        Ok(ServerObject {
             api,
             wanted,
             shown,
@@ -149,8 +149,8 @@ impl Call {
             == Some(&self.options.owner)
     }
 
-    pub(super) async fn standing(&self) -> Result<Standing, ObjectError> {
-        let Some(live) = self.live().await? else { return Ok(Standing::Missing) };
+    pub(super) async fn standing(&self) -> Result<ObjectStanding, ObjectError> {
+        let Some(live) = self.live().await? else { return Ok(ObjectStanding::Missing) };
         let options = &self.options;
         if !self.ours(&live) && !options.adopt {
             return Err(ObjectError::NotOurs(format!(
@@ -166,12 +166,12 @@ impl Call {
         }
         let state = diff::shown(&live, self.is_secret);
         if !fields.is_empty() {
-            return Ok(Standing::Stale { state, fields });
+            return Ok(ObjectStanding::Stale { state, fields });
         }
         // As asked, and (with `wait`) ready: else a dependent waits for the `wait` action.
         match options.wait.map(|_| ready::readiness(&live)) {
-            None | Some(ready::Rollout::Ready) => Ok(Standing::Valid { state }),
-            Some(ready::Rollout::Waiting(why)) => Ok(Standing::NotReady { state, why }),
+            None | Some(ready::Rollout::Ready) => Ok(ObjectStanding::Valid { state }),
+            Some(ready::Rollout::Waiting(why)) => Ok(ObjectStanding::NotReady { state, why }),
             Some(ready::Rollout::Failed(why)) => Err(ObjectError::NotReady(format!(
                 "{} is not ready, and waiting will not make it so: {why}",
                 self.shown
@@ -184,7 +184,7 @@ impl Call {
     /// schema does not have, or have a webhook set it. A conflict with another manager is
     /// drift too, and said. Remembered until the object's `resourceVersion` or the config
     /// changes.
-    async fn confirmed(&self, found: Vec<diff::Change>, live: &Value) -> Result<Vec<String>, ObjectError> {
+    async fn confirmed(&self, found: Vec<diff::FieldChange>, live: &Value) -> Result<Vec<String>, ObjectError> {
         use sha2::Digest;
         let object = self.applied();
         let metadata = |field: &str| live["metadata"][field].as_str().unwrap_or_default().to_string();
@@ -193,7 +193,7 @@ impl Call {
         if let Some(fields) = self.confirmed.lock().expect("confirmed lock").get(&key).cloned() {
             return Ok(fields);
         }
-        let said = |changes: &[diff::Change]| changes.iter().map(ToString::to_string).collect::<Vec<_>>();
+        let said = |changes: &[diff::FieldChange]| changes.iter().map(ToString::to_string).collect::<Vec<_>>();
         let real = |dry: DynamicObject| {
             let dry = serde_json::to_value(dry).expect("an object serializes");
             said(

@@ -27,7 +27,7 @@ use crate::crd::pipeline::{APPROVE_ANNOTATION, LogStatus, Pipeline, PipelineStat
 use crate::history::{Event, History, format_time};
 use crate::pipeline::PipelineError;
 use crate::pipeline::drive::{Driven, Driver, read};
-use crate::pipeline::progress::{Ended, Progress, target_of};
+use crate::pipeline::progress::{Progress, RevisionEnded, target_of};
 use crate::pipeline::query::status;
 use crate::pipeline::spec::{self, Manifests, TargetSpec};
 
@@ -271,7 +271,7 @@ fn approved_already(progress: &Progress, revision: &str, gate: &str) -> bool {
 }
 
 fn through(progress: &Progress, revision: &str) -> bool {
-    progress.revision(revision).is_some_and(|r| r.ended == Some(Ended::Through))
+    progress.revision(revision).is_some_and(|r| r.ended == Some(RevisionEnded::Through))
 }
 
 fn through_in(status: &PipelineStatus, revision: &str) -> bool {
@@ -301,13 +301,13 @@ fn next_status(
     let latest_through = all.nodes.first().and_then(|n| n.latest_through.clone());
     let run = driven.progress.revision(revision);
     let ready: Wanted = match run.map(|r| (r.ended.clone(), r)) {
-        Some((Some(Ended::Through), _)) => {
+        Some((Some(RevisionEnded::Through), _)) => {
             ("Ready", "True", "Through".into(), format!("revision {revision} is through every stage"))
         }
-        Some((Some(Ended::Failed { step, message }), _)) => {
+        Some((Some(RevisionEnded::Failed { step, message }), _)) => {
             ("Ready", "False", "StepFailed".into(), format!("revision {revision} failed at {step}: {message}"))
         }
-        Some((Some(Ended::Superseded { by }), _)) => {
+        Some((Some(RevisionEnded::Superseded { by }), _)) => {
             ("Ready", "False", "Superseded".into(), format!("revision {revision} was superseded by {by}"))
         }
         Some((None, _)) if driven.interrupted => (
@@ -403,13 +403,20 @@ mod tests {
 
     #[test]
     fn a_step_s_result_is_the_manifest_s_ready_condition_at_its_generation() {
-        use steps::{Outcome, outcome};
-        assert_eq!(outcome(&manifest("True", "Applied", 3), 3), Outcome::Ready);
-        assert_eq!(outcome(&manifest("True", "Applied", 2), 3), Outcome::Pending, "an older generation says nothing");
-        assert_eq!(outcome(&manifest("False", "ProgramFailed", 3), 3), Outcome::Failed("ProgramFailed: why".into()));
-        assert_eq!(outcome(&manifest("False", "AwaitingApproval", 3), 3), Outcome::Pending);
-        assert_eq!(outcome(&manifest("Unknown", "Suspended", 4), 3), Outcome::Pending);
-        assert_eq!(outcome(&Manifest::new("app", Default::default()), 1), Outcome::Pending);
+        use steps::{StepOutcome, outcome};
+        assert_eq!(outcome(&manifest("True", "Applied", 3), 3), StepOutcome::Ready);
+        assert_eq!(
+            outcome(&manifest("True", "Applied", 2), 3),
+            StepOutcome::Pending,
+            "an older generation says nothing"
+        );
+        assert_eq!(
+            outcome(&manifest("False", "ProgramFailed", 3), 3),
+            StepOutcome::Failed("ProgramFailed: why".into())
+        );
+        assert_eq!(outcome(&manifest("False", "AwaitingApproval", 3), 3), StepOutcome::Pending);
+        assert_eq!(outcome(&manifest("Unknown", "Suspended", 4), 3), StepOutcome::Pending);
+        assert_eq!(outcome(&Manifest::new("app", Default::default()), 1), StepOutcome::Pending);
     }
 
     #[test]

@@ -90,7 +90,7 @@ pub struct ManifestSteps {
 
 /// What a Manifest's status says of the generation a step made.
 #[derive(Debug, PartialEq)]
-pub enum Outcome {
+pub enum StepOutcome {
     Ready,
     Failed(String),
     Pending,
@@ -98,18 +98,18 @@ pub enum Outcome {
 
 /// The Manifest's answer for `generation`: its `Ready` condition, once it was observed at that
 /// generation (or later). A Manifest awaiting approval of its plan is still pending.
-pub fn outcome(manifest: &Manifest, generation: i64) -> Outcome {
+pub fn outcome(manifest: &Manifest, generation: i64) -> StepOutcome {
     let Some(ready) = manifest.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready")) else {
-        return Outcome::Pending;
+        return StepOutcome::Pending;
     };
     if ready.observed_generation.is_none_or(|g| g < generation) {
-        return Outcome::Pending;
+        return StepOutcome::Pending;
     }
     match (ready.status.as_str(), ready.reason.as_str()) {
-        ("True", _) => Outcome::Ready,
-        ("False", "AwaitingApproval") => Outcome::Pending,
-        ("False", reason) => Outcome::Failed(format!("{reason}: {}", ready.message)),
-        _ => Outcome::Pending,
+        ("True", _) => StepOutcome::Ready,
+        ("False", "AwaitingApproval") => StepOutcome::Pending,
+        ("False", reason) => StepOutcome::Failed(format!("{reason}: {}", ready.message)),
+        _ => StepOutcome::Pending,
     }
 }
 
@@ -150,9 +150,9 @@ impl ManifestSteps {
         let mut manifest = patched;
         loop {
             match outcome(&manifest, generation) {
-                Outcome::Ready => return Ok(()),
-                Outcome::Failed(why) => return Err(format!("{shown} (generation {generation}): {why}")),
-                Outcome::Pending => {}
+                StepOutcome::Ready => return Ok(()),
+                StepOutcome::Failed(why) => return Err(format!("{shown} (generation {generation}): {why}")),
+                StepOutcome::Pending => {}
             }
             tokio::select! {
                 _ = self.cancel.cancelled() => return Err(format!("{shown}: stopped waiting for it (the controller is stopping)")),
