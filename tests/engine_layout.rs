@@ -148,3 +148,33 @@ fn no_file_of_src_is_over_700_lines() {
         .collect();
     assert!(too_long.is_empty(), "split these at their seams: {too_long:#?}");
 }
+
+/// Issue 36: one name per concept — no two types of `src/` (tests aside) share a name, but for
+/// alternatives of one type in one file (`#[cfg]` variants) and `ManifestSpec`, which the
+/// custom resource's derive names after its kind while the engine's is the document it carries.
+#[test]
+fn no_two_types_of_src_share_a_name() {
+    // Associated types (`type Err = …`, indented in an impl) are not definitions.
+    let definition = regex::Regex::new(
+        r"(?m)^(?:\s*(?:pub(?:\([a-z]+\))? )?(?:struct|enum|trait)|(?:pub(?:\([a-z]+\))? )?type) ([A-Z][A-Za-z0-9]*)",
+    )
+    .unwrap();
+    let mut homes: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (module, path) in src_modules() {
+        if module.ends_with("::tests") || module.ends_with("_tests") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let code = text.split("#[cfg(test)]\nmod tests").next().unwrap();
+        for name in definition.captures_iter(code).map(|c| c[1].to_string()) {
+            homes.entry(name).or_default().insert(module.clone());
+        }
+    }
+    let shared: Vec<String> = homes
+        .iter()
+        .filter(|(name, modules)| modules.len() > 1 && name.as_str() != "ManifestSpec")
+        .map(|(name, modules)| format!("{name}: {modules:?}"))
+        .collect();
+    assert!(homes.contains_key("ServerObject") && homes.contains_key("PassExecutors"), "the walk sees the types");
+    assert!(shared.is_empty(), "types named alike in different modules: {shared:#?}");
+}
