@@ -85,20 +85,20 @@ impl PassExecutors {
     }
 
     /// The same, each pass's executor within `budget` (shared by them all).
-    pub fn within(self, new_budget: SharedBudget) -> PassExecutors {
-        match self {
-            PassExecutors::Assembled { local, images, local_programs, layer, .. } => {
-                PassExecutors::Assembled { local, images, local_programs, budget: Some(new_budget), layer }
-            }
-            fixed => fixed,
+    pub fn within(mut self, shared: SharedBudget) -> PassExecutors {
+        if let PassExecutors::Assembled { budget, .. } = &mut self {
+            *budget = Some(shared);
         }
+        self
     }
 
     /// The executor of a pass acting in `scope`.
     pub fn for_pass(&self, scope: &PassScope) -> Arc<dyn Executor> {
-        let PassExecutors::Assembled { local, images, local_programs, budget, layer } = self else {
-            let PassExecutors::Fixed(executor) = self else { unreachable!("two variants") };
-            return executor.clone();
+        let (local, images, local_programs, budget, layer) = match self {
+            PassExecutors::Fixed(executor) => return executor.clone(),
+            PassExecutors::Assembled { local, images, local_programs, budget, layer } => {
+                (local, images, local_programs, budget, layer)
+            }
         };
         let (images, builtins_with_images): (Option<Arc<dyn Executor>>, bool) = match images {
             Images::None => (None, false),

@@ -32,7 +32,7 @@ pub(super) async fn check_type(args: CheckTypeArgs) -> Result<ExitKind, CliError
         scratch: scratch.clone(),
     };
     #[cfg(feature = "docker")]
-    let images = Images::Here(super::docker_executor(&args.docker));
+    let images = Images::Here(super::executors::docker_executor(&args.docker));
     #[cfg(not(feature = "docker"))]
     let images = Images::None;
     let executor = executor_with(images)?;

@@ -17,6 +17,9 @@ mod approve;
 mod args;
 mod check_type;
 mod confirm;
+#[cfg(feature = "kube")]
+mod controller;
+mod executors;
 mod graph;
 mod history;
 mod output;
@@ -26,19 +29,18 @@ mod reconcile;
 mod render;
 
 use std::io::IsTerminal;
-use std::sync::Arc;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
-use crate::engine::executor::Executor;
-use crate::engine::executor::process::{BUILTIN_SUBCOMMAND, ProcessExecutor};
+use crate::engine::executor::process::BUILTIN_SUBCOMMAND;
 use crate::engine::validate::ValidatedManifest;
 use crate::engine::{InputError, PrepareError, load_validated};
-use crate::executors::{Images, Local, PassExecutors, PassScope};
 use crate::history::HistoryError;
 
 pub use args::*;
 pub use confirm::ConfirmMode;
+pub use executors::BUILTINS_ENV;
+use executors::{executor, executor_with, pass_executors};
 
 /// Deployster: plan and apply a manifest of resources.
 #[derive(Debug, Parser)]
@@ -203,7 +205,7 @@ pub async fn run(cli: Cli) -> Result<ExitKind, CliError> {
             Ok(ExitKind::Ok)
         }
         #[cfg(feature = "kube")]
-        Command::Controller(args) => controller(args).await,
+        Command::Controller(args) => controller::controller(args).await,
         #[cfg(feature = "kube")]
         Command::Approve(args) => approve::approve(args).await,
         Command::BuiltinType { name, args } => {
@@ -219,113 +221,6 @@ pub async fn run(cli: Cli) -> Result<ExitKind, CliError> {
 pub enum CrdKind {
     Manifest,
     Pipeline,
-}
-
-/// The executor of the CLI's pass: local programs as processes, built-ins in this process,
-/// `builtin/kubernetes` with the kubeconfig's user, images as Docker containers (connected to
-/// only when a manifest uses one) or as Pods (`--executor pod`).
-pub(super) async fn executor(args: &ImageArgs) -> Result<Arc<dyn Executor>, CliError> {
-    let (executors, scope) = pass_executors(args).await?;
-    Ok(executors.for_pass(&scope))
-}
-
-/// What makes the CLI's pass executor ([`executor`]), and the one scope it acts in.
-pub(super) async fn pass_executors(args: &ImageArgs) -> Result<(PassExecutors, PassScope), CliError> {
-    #[cfg(feature = "kube")]
-    let cluster = crate::client::Kubeconfig { file: args.pods.kubeconfig.clone(), context: args.pods.context.clone() };
-    #[cfg(not(feature = "kube"))]
-    let cluster = ();
-    let (images, scope) = images(args).await?;
-    Ok((PassExecutors::new(local(cluster)?, images), scope))
-}
-
-#[cfg(feature = "kube")]
-type Cluster = crate::client::Kubeconfig;
-#[cfg(not(feature = "kube"))]
-type Cluster = ();
-
-/// Local programs and built-ins ([`local_executor`]), with `builtin/kubernetes` acting with
-/// `cluster`, connected to on its first call.
-fn local(cluster: Cluster) -> Result<Local, CliError> {
-    let local = local_executor()?;
-    #[cfg(feature = "kube")]
-    return Ok(Arc::new(crate::builtins::kubernetes::KubeObjects::new(local, cluster)));
-    #[cfg(not(feature = "kube"))]
-    {
-        let () = cluster;
-        Ok(local)
-    }
-}
-
-/// An executor with no cluster of its own choosing (the current kubeconfig's) and `images`.
-fn executor_with(images: Images) -> Result<Arc<dyn Executor>, CliError> {
-    Ok(PassExecutors::new(local(Cluster::default())?, images).for_pass(&PassScope::default()))
-}
-
-/// Chooses how built-in types run: `in-process` (the default) or `process` (each call a
-/// `deployster __type` program, as before — for comparing the two).
-pub const BUILTINS_ENV: &str = "DEPLOYSTER_BUILTINS";
-
-/// Local programs as processes; built-ins in this process unless [`BUILTINS_ENV`] says
-/// `process`.
-fn local_executor() -> Result<Arc<dyn Executor>, CliError> {
-    let me = std::env::current_exe().map_err(CliError::SelfExe)?;
-    let programs: Arc<dyn Executor> = Arc::new(ProcessExecutor::new(me));
-    match std::env::var(BUILTINS_ENV).as_deref() {
-        Err(std::env::VarError::NotPresent) | Ok("in-process") => {
-            Ok(Arc::new(crate::builtins::InProcess::new(programs)))
-        }
-        Ok("process") => Ok(programs),
-        _ => Err(CliError::Refused(format!("{BUILTINS_ENV} must be `in-process` or `process`"))),
-    }
-}
-
-/// Where the CLI's images run, and the scope of its Pods when they run as Pods.
-async fn images(args: &ImageArgs) -> Result<(Images, PassScope), CliError> {
-    #[cfg(feature = "kube")]
-    if args.pods.executor == ExecutorArg::Pod {
-        return pods(&args.pods).await;
-    }
-    #[cfg(feature = "docker")]
-    return Ok((Images::Here(docker_executor(&args.docker)), PassScope::default()));
-    #[cfg(not(feature = "docker"))]
-    {
-        let _ = args;
-        Ok((Images::None, PassScope::default()))
-    }
-}
-
-/// Pods of the current kubeconfig's cluster, in `--namespace` or the kubeconfig's: the
-/// CLI's one scope, for every run it makes.
-#[cfg(feature = "kube")]
-async fn pods(args: &PodArgs) -> Result<(Images, PassScope), CliError> {
-    use crate::pod::executor::PodRuntime;
-    let cluster =
-        |e: &dyn std::fmt::Display| CliError::Refused(format!("--executor pod: cannot reach the cluster: {e}"));
-    let kubeconfig = crate::client::Kubeconfig { file: args.kubeconfig.clone(), context: args.context.clone() };
-    let config = kubeconfig.load().await.map_err(|e| cluster(&e))?;
-    let namespace = args.namespace.clone().unwrap_or_else(|| config.default_namespace.clone());
-    let client = crate::client::connect(config).map_err(|e| cluster(&e))?;
-    let settings = args.making.settings();
-    let mut scope = PassScope::new(namespace);
-    scope.service_account = args.service_account.clone();
-    let secrets = args.image_pull_secrets.iter().map(|name| crate::crd::LocalRef { name: name.clone() });
-    scope.options.image_pull_secrets = secrets.collect();
-    scope.options.node_selector = args.node_selector.iter().cloned().collect();
-    // A laptop's built-ins act on the laptop: only images run as Pods.
-    let runtime = PodRuntime::new(client, settings);
-    Ok((Images::Pods { runtime, builtins_too: false, check_access: true }, scope))
-}
-
-#[cfg(feature = "docker")]
-fn docker_executor(args: &DockerArgs) -> Arc<dyn Executor> {
-    use crate::engine::executor::docker::{DockerExecutor, PullPolicy};
-    let pull = match args.pull {
-        PullArg::IfNotPresent => PullPolicy::IfNotPresent,
-        PullArg::Always => PullPolicy::Always,
-        PullArg::Never => PullPolicy::Never,
-    };
-    Arc::new(DockerExecutor::new(pull).with_network(args.container_network.clone()))
 }
 
 fn load(args: &ManifestArgs) -> Result<ValidatedManifest, CliError> {
@@ -349,45 +244,6 @@ fn load(args: &ManifestArgs) -> Result<ValidatedManifest, CliError> {
 /// Whether the user can be asked a question.
 fn interactive() -> bool {
     std::io::stdin().is_terminal() && std::io::stderr().is_terminal()
-}
-
-#[cfg(feature = "kube")]
-async fn controller(args: ControllerArgs) -> Result<ExitKind, CliError> {
-    use crate::controller::{Executors, ImageRunner, LeaderElection, OwnPod, RunConfig, Settings};
-    let images = match args.executor {
-        #[cfg(feature = "docker")]
-        ExecutorArg::Docker => ImageRunner::Here(docker_executor(&args.docker)),
-        #[cfg(not(feature = "docker"))]
-        ExecutorArg::Docker => ImageRunner::None,
-        ExecutorArg::Pod => ImageRunner::Pods(Box::new(args.making.settings())),
-    };
-    let executors = Executors { local: local_executor()?, images, reads_per_second: args.budget.per_second() };
-    let defaults = Settings::default();
-    let settings = Settings {
-        allow_local_programs: args.allow_local_programs,
-        history_limit: args.history_limit,
-        pipeline_step_timeout: args.pipeline_step_timeout,
-        plug_root: args.plug_dir.unwrap_or(defaults.plug_root),
-        parallelism: usize::from(args.parallelism),
-        timeouts: args.timeouts.timeouts(),
-        plugs: defaults.plugs,
-    };
-    let leader_election = args.leader_elect.then_some(LeaderElection {
-        lease_name: args.lease_name,
-        lease_namespace: args.lease_namespace,
-        lease_duration: args.lease_duration,
-        pod: args.pod_name.zip(args.pod_uid).map(|(name, uid)| OwnPod { name, uid }),
-    });
-    let config = RunConfig {
-        namespaces: args.namespaces,
-        concurrency: args.concurrency,
-        shutdown_grace: args.shutdown_grace,
-        metrics_addr: args.metrics_addr,
-        leader_election,
-        settings,
-    };
-    crate::controller::run(config, executors).await?;
-    Ok(ExitKind::Ok)
 }
 
 #[cfg(test)]

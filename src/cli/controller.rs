@@ -1,0 +1,45 @@
+//! `deployster controller`: the controller's run configuration from the command line.
+
+#[cfg(feature = "docker")]
+use super::executors::docker_executor;
+use super::executors::local_executor;
+use super::{CliError, ControllerArgs, ExecutorArg, ExitKind};
+
+#[cfg(feature = "kube")]
+pub(super) async fn controller(args: ControllerArgs) -> Result<ExitKind, CliError> {
+    use crate::controller::{Executors, ImageRunner, LeaderElection, OwnPod, RunConfig, Settings};
+    let images = match args.executor {
+        #[cfg(feature = "docker")]
+        ExecutorArg::Docker => ImageRunner::Here(docker_executor(&args.docker)),
+        #[cfg(not(feature = "docker"))]
+        ExecutorArg::Docker => ImageRunner::None,
+        ExecutorArg::Pod => ImageRunner::Pods(Box::new(args.making.settings())),
+    };
+    let executors = Executors { local: local_executor()?, images, reads_per_second: args.budget.per_second() };
+    let defaults = Settings::default();
+    let settings = Settings {
+        allow_local_programs: args.allow_local_programs,
+        history_limit: args.history_limit,
+        pipeline_step_timeout: args.pipeline_step_timeout,
+        plug_root: args.plug_dir.unwrap_or(defaults.plug_root),
+        parallelism: usize::from(args.parallelism),
+        timeouts: args.timeouts.timeouts(),
+        plugs: defaults.plugs,
+    };
+    let leader_election = args.leader_elect.then_some(LeaderElection {
+        lease_name: args.lease_name,
+        lease_namespace: args.lease_namespace,
+        lease_duration: args.lease_duration,
+        pod: args.pod_name.zip(args.pod_uid).map(|(name, uid)| OwnPod { name, uid }),
+    });
+    let config = RunConfig {
+        namespaces: args.namespaces,
+        concurrency: args.concurrency,
+        shutdown_grace: args.shutdown_grace,
+        metrics_addr: args.metrics_addr,
+        leader_election,
+        settings,
+    };
+    crate::controller::run(config, executors).await?;
+    Ok(ExitKind::Ok)
+}
