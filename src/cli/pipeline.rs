@@ -127,12 +127,7 @@ pub(super) async fn pipeline(args: PipelineArgs) -> Result<ExitKind, CliError> {
         PipelineCommand::Start(args) => start(&args),
         PipelineCommand::Run(args) => run(&args).await,
         PipelineCommand::Approve { file, revision, gate } => approve(&file, &revision, &gate),
-        PipelineCommand::Register { file, revision, stage, artifact } => {
-            let opened = Opened::writing(&file)?;
-            opened.driver(offline()?, &opened.stop()?).register_artifact(&revision, &stage, &artifact)?;
-            outln!("Artifact {artifact} registered for stage {stage}, revision {revision}.");
-            Ok(ExitKind::Ok)
-        }
+        PipelineCommand::Register { file, revision, stage, artifact } => register(&file, &revision, &stage, &artifact),
         PipelineCommand::Status(file) => show_status(&file),
         PipelineCommand::History { file, limit } => history(&file, limit),
     }
@@ -169,12 +164,6 @@ impl Opened {
         Ok(Opened { pipeline, dir, log, _lock: None })
     }
 
-    /// SIGINT, SIGTERM, SIGHUP: the running steps' programs are stopped, and nothing more starts.
-    fn stop(&self) -> Result<crate::stop::Stop, CliError> {
-        crate::stop::Stop::on_signals(crate::stop::Cancel::AtOnce)
-            .map_err(|e| CliError::Refused(format!("cannot watch for signals: {e}")))
-    }
-
     fn driver<'a>(&'a self, executor: Arc<dyn Executor>, stop: &crate::stop::Stop) -> Driver<'a> {
         Driver {
             pipeline: &self.pipeline,
@@ -186,6 +175,12 @@ impl Opened {
             cancel: stop.now.clone(),
         }
     }
+}
+
+/// SIGINT, SIGTERM, SIGHUP: the running steps' programs are stopped, and nothing more starts.
+fn stop_on_signals() -> Result<crate::stop::Stop, CliError> {
+    crate::stop::Stop::on_signals(crate::stop::Cancel::AtOnce)
+        .map_err(|e| CliError::Refused(format!("cannot watch for signals: {e}")))
 }
 
 fn say(line: &str) {
@@ -201,7 +196,7 @@ fn start(args: &VarsArgs) -> Result<ExitKind, CliError> {
     let opened = Opened::writing(&args.file)?;
     let vars = vars_of(&opened.pipeline, &args.vars)?;
     let revision = opened.pipeline.revision_of(&vars)?;
-    match opened.driver(offline()?, &opened.stop()?).register(&revision, &vars)? {
+    match opened.driver(offline()?, &stop_on_signals()?).register(&revision, &vars)? {
         true => outln!(
             "Revision {revision} registered: `deployster pipeline run -f {}` drives it.",
             args.file.file.display()
@@ -213,7 +208,7 @@ fn start(args: &VarsArgs) -> Result<ExitKind, CliError> {
 
 async fn run(args: &RunArgs) -> Result<ExitKind, CliError> {
     let (file, opened) = (&args.vars.file, Opened::writing(&args.vars.file)?);
-    let stop = opened.stop()?;
+    let stop = stop_on_signals()?;
     // Docker and the cluster are reached when a step needs one.
     let driver = opened.driver(super::executor(&args.images).await?, &stop);
     if !args.vars.vars.is_empty() {
@@ -236,15 +231,22 @@ async fn run(args: &RunArgs) -> Result<ExitKind, CliError> {
 
 fn approve(file: &FileArgs, revision: &str, gate: &str) -> Result<ExitKind, CliError> {
     let opened = Opened::writing(file)?;
-    opened.driver(offline()?, &opened.stop()?).approve(revision, gate)?;
+    opened.driver(offline()?, &stop_on_signals()?).approve(revision, gate)?;
     outln!("Approved {gate} for revision {revision}: `deployster pipeline run -f {}` goes on.", file.file.display());
+    Ok(ExitKind::Ok)
+}
+
+fn register(file: &FileArgs, revision: &str, stage: &str, artifact: &str) -> Result<ExitKind, CliError> {
+    let opened = Opened::writing(file)?;
+    opened.driver(offline()?, &stop_on_signals()?).register_artifact(revision, stage, artifact)?;
+    outln!("Artifact {artifact} registered for stage {stage}, revision {revision}.");
     Ok(ExitKind::Ok)
 }
 
 fn show_status(file: &FileArgs) -> Result<ExitKind, CliError> {
     let opened = Opened::reading(file)?;
     // What the next `run` would act on: `approve` asks the same.
-    let progress = opened.driver(offline()?, &opened.stop()?).settled()?;
+    let progress = opened.driver(offline()?, &stop_on_signals()?).settled()?;
     let status = status(&opened.pipeline, &progress, crate::history::now_ms(), &how_to_approve(&file.file));
     match file.output {
         OutputFormat::Json => outln!("{}", serde_json::to_string_pretty(&status).expect("status serializes")),

@@ -79,7 +79,7 @@ pub struct KubeObjects {
     /// What discovery said of each kind: looked up once, not on every call. A kind the server
     /// did not know is asked again (its CRD may come).
     kinds: Kinds,
-    /// What dry runs confirmed ([`Call::confirmed`]).
+    /// What dry runs confirmed (`ServerObject::confirmed`).
     confirmed: Confirmed,
     /// Where the default client connects.
     cluster: Kubeconfig,
@@ -175,6 +175,18 @@ impl KubeObjects {
             .clone()
     }
 
+    /// `builtin/kubernetes` answered here, acting as `identity` (else the default client's);
+    /// every other type passed to `others`.
+    async fn invoke_as(&self, invocation: Invocation, identity: Option<&Identity>) -> Result<Outcome, ExecError> {
+        if !answered_here(&invocation) {
+            return self.others.invoke(invocation).await;
+        }
+        if invocation.cancel.is_cancelled() {
+            return Err(ExecError::Cancelled);
+        }
+        self.answer(invocation, identity).await
+    }
+
     /// The call's outcome, as a program's would be; its time limit and cancellation end it as
     /// they end a program.
     async fn answer(&self, invocation: Invocation, identity: Option<&Identity>) -> Result<Outcome, ExecError> {
@@ -239,13 +251,7 @@ impl Executor for KubeObjects {
     }
 
     async fn invoke(&self, invocation: Invocation) -> Result<Outcome, ExecError> {
-        if !answered_here(&invocation) {
-            return self.others.invoke(invocation).await;
-        }
-        if invocation.cancel.is_cancelled() {
-            return Err(ExecError::Cancelled);
-        }
-        self.answer(invocation, None).await
+        self.invoke_as(invocation, None).await
     }
 
     async fn stop_run(&self, run_id: &str) -> Result<usize, ExecError> {
@@ -272,13 +278,7 @@ impl Executor for PassObjects {
     }
 
     async fn invoke(&self, invocation: Invocation) -> Result<Outcome, ExecError> {
-        if !answered_here(&invocation) {
-            return self.objects.others.invoke(invocation).await;
-        }
-        if invocation.cancel.is_cancelled() {
-            return Err(ExecError::Cancelled);
-        }
-        self.objects.answer(invocation, self.identity.as_ref()).await
+        self.objects.invoke_as(invocation, self.identity.as_ref()).await
     }
 
     async fn stop_run(&self, run_id: &str) -> Result<usize, ExecError> {
