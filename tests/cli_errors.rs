@@ -251,6 +251,27 @@ fn a_failing_action_blocks_dependents_while_independent_branches_carry_on() {
     assert!(!ws.exists("child.marker") && !ws.exists("grandchild.marker"));
 }
 
+/// A built-in is answered inside deployster: its failure names its cause, and no exit code of
+/// a process that never ran.
+#[test]
+fn a_built_in_s_failure_names_its_cause_and_no_exit_code() {
+    let ws = Workspace::new();
+    ws.write("taken", "a file where the directory should be");
+    ws.manifest(&with_bystander("  dir: { type: builtin/directory, config: { path: taken } }\n"));
+    let run = ws.apply(&[]);
+    assert_failed(
+        &run,
+        1,
+        &[
+            "error: manifest manifest.yaml: resource `dir` failed in state:",
+            "state failed: ",
+            "taken exists and is not a directory; refusing to replace it",
+        ],
+    );
+    assert!(!run.all().contains("exit code"), "{}", run.all());
+    assert_eq!(ws.read("taken"), "a file where the directory should be", "nothing replaced");
+}
+
 #[test]
 fn a_resource_still_stale_after_its_actions_fails() {
     let ws = Workspace::new();

@@ -565,7 +565,11 @@ fn a_service_account_without_the_rights_fails_on_the_object_with_the_403() {
         assert!(message.contains(&format!("system:serviceaccount:{ns}:{account}")), "names the account: {message}");
         assert!(message.contains("configmaps"), "names the resource: {message}");
         let ready = status["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Ready").unwrap().clone();
-        assert!(ready["message"].as_str().unwrap().contains("waiting on cm"), "{ready:#}");
+        // The cause where `kubectl wait` and GitOps tools look: the server's refusal in Ready.
+        let why = ready["message"].as_str().unwrap();
+        assert!(why.starts_with("waiting on cm: "), "{ready:#}");
+        assert!(why.contains(&format!("system:serviceaccount:{ns}:{account}")), "{ready:#}");
+        assert!(why.contains("forbidden") && !why.contains("exit code"), "{ready:#}");
         assert!(cluster.get(&["configmap", &format!("made-{name}")]).is_none(), "nothing applied");
     }
     // `get` but not `patch`: the verb the server refused is named.
@@ -614,6 +618,10 @@ fn a_quota_that_refuses_fails_the_resource_and_nothing_after_it_is_applied() {
     assert_eq!(out.code, 1, "{text}");
     assert!(text.contains("resource `settings` failed in action apply"), "{text}");
     assert!(text.contains("exceeded quota: cm-count"), "the quota's own words: {text}");
+    assert!(
+        text.contains("action apply failed: ") && !text.contains("exit code"),
+        "a built-in has no exit code: {text}"
+    );
     assert!(cluster.get(&["configmap", "settings"]).is_none(), "{text}");
     assert!(cluster.get(&["secret", "after"]).is_none(), "nothing after it: {text}");
 }

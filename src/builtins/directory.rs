@@ -2,7 +2,7 @@
 
 use serde_json::{Value, json};
 
-use super::{Request, format_mode, mode_of, mode_schema, needs, plugs, set_mode};
+use super::{BuiltinError, Request, format_mode, mode_of, mode_schema, needs, plugs, set_mode};
 
 pub(super) fn init() -> Value {
     json!({
@@ -19,7 +19,7 @@ pub(super) fn init() -> Value {
     })
 }
 
-pub(super) fn state(request: &Request) -> Result<Value, String> {
+pub(super) fn state(request: &Request) -> Result<Value, BuiltinError> {
     let path = request.path()?;
     let wanted = request.mode()?;
     let shown = path.display().to_string();
@@ -27,11 +27,11 @@ pub(super) fn state(request: &Request) -> Result<Value, String> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Ok(needs("MISSING", None, &[("create", format!("Create directory {shown}"))]));
         }
-        Err(e) => return Err(format!("cannot inspect {shown}: {e}")),
+        Err(e) => return Err(BuiltinError::io("inspect", &path)(e)),
         Ok(m) => m,
     };
     if !metadata.is_dir() {
-        return Err(format!("{shown} exists and is not a directory; refusing to replace it"));
+        return Err(BuiltinError::Refused(format!("{shown} exists and is not a directory; refusing to replace it")));
     }
     let actual = mode_of(&metadata);
     let current = json!({"path": shown, "mode": format_mode(actual)});
@@ -45,16 +45,16 @@ pub(super) fn state(request: &Request) -> Result<Value, String> {
     }
 }
 
-pub(super) fn act(action: &str, request: &Request, said: &mut Vec<String>) -> Result<(), String> {
+pub(super) fn act(action: &str, request: &Request, said: &mut Vec<String>) -> Result<(), BuiltinError> {
     let path = request.path()?;
     match action {
         "create" => {
-            std::fs::create_dir_all(&path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+            std::fs::create_dir_all(&path).map_err(BuiltinError::io("create", &path))?;
             said.push(format!("created {}", path.display()));
         }
         "chmod" => {}
         "delete" => return delete(&path, said),
-        other => return Err(format!("unknown action `{other}`")),
+        other => return Err(BuiltinError::UnknownAction(other.into())),
     }
     if let Some(mode) = request.mode()? {
         set_mode(&path, mode)?;
@@ -65,7 +65,7 @@ pub(super) fn act(action: &str, request: &Request, said: &mut Vec<String>) -> Re
 
 /// Removes the directory only when it is empty: what is inside is someone's data (the resources
 /// that wrote it are deleted first, in reverse dependency order).
-fn delete(path: &std::path::Path, said: &mut Vec<String>) -> Result<(), String> {
+fn delete(path: &std::path::Path, said: &mut Vec<String>) -> Result<(), BuiltinError> {
     match std::fs::remove_dir(path) {
         Ok(()) => {
             said.push(format!("deleted {}", path.display()));
@@ -73,8 +73,8 @@ fn delete(path: &std::path::Path, said: &mut Vec<String>) -> Result<(), String> 
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::DirectoryNotEmpty => {
-            Err(format!("{} is not empty; refusing to delete what is inside", path.display()))
+            Err(BuiltinError::Refused(format!("{} is not empty; refusing to delete what is inside", path.display())))
         }
-        Err(e) => Err(format!("cannot delete {}: {e}", path.display())),
+        Err(e) => Err(BuiltinError::io("delete", path)(e)),
     }
 }

@@ -6,7 +6,7 @@ use std::path::Path;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use super::{Request, format_mode, mode_of, mode_schema, needs, plugs, set_mode};
+use super::{BuiltinError, Request, format_mode, mode_of, mode_schema, needs, plugs, set_mode};
 
 pub(super) fn init() -> Value {
     json!({
@@ -27,20 +27,15 @@ pub(super) fn init() -> Value {
     })
 }
 
-fn content(request: &Request) -> Result<String, String> {
-    request
-        .config
-        .get("content")
-        .and_then(Value::as_str)
-        .map(str::to_string)
-        .ok_or_else(|| "config.content must be a string".into())
+fn content<'a>(request: &Request<'a>) -> Result<&'a str, BuiltinError> {
+    request.text("content")
 }
 
 fn sha256(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
-pub(super) fn state(request: &Request) -> Result<Value, String> {
+pub(super) fn state(request: &Request) -> Result<Value, BuiltinError> {
     let path = request.path()?;
     let wanted_mode = request.mode()?;
     let wanted_sha = sha256(content(request)?.as_bytes());
@@ -49,13 +44,13 @@ pub(super) fn state(request: &Request) -> Result<Value, String> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Ok(needs("MISSING", None, &[("write", format!("Write {shown}"))]));
         }
-        Err(e) => return Err(format!("cannot inspect {shown}: {e}")),
+        Err(e) => return Err(BuiltinError::io("inspect", &path)(e)),
         Ok(m) => m,
     };
     if !metadata.is_file() {
-        return Err(format!("{shown} exists and is not a regular file; refusing to replace it"));
+        return Err(BuiltinError::Refused(format!("{shown} exists and is not a regular file; refusing to replace it")));
     }
-    let bytes = std::fs::read(&path).map_err(|e| format!("cannot read {shown}: {e}"))?;
+    let bytes = std::fs::read(&path).map_err(BuiltinError::io("read", &path))?;
     let actual_mode = mode_of(&metadata);
     let current =
         json!({"path": shown, "sha256": sha256(&bytes), "size": bytes.len(), "mode": format_mode(actual_mode)});
@@ -72,47 +67,50 @@ pub(super) fn state(request: &Request) -> Result<Value, String> {
     }
 }
 
-pub(super) fn act(action: &str, request: &Request, said: &mut Vec<String>) -> Result<(), String> {
+pub(super) fn act(action: &str, request: &Request, said: &mut Vec<String>) -> Result<(), BuiltinError> {
     let path = request.path()?;
     match action {
         "write" => write_atomically(&path, content(request)?.as_bytes(), request.mode()?, said)?,
         "delete" => match std::fs::remove_file(&path) {
             Ok(()) => said.push(format!("deleted {}", path.display())),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(format!("cannot delete {}: {e}", path.display())),
+            Err(e) => return Err(BuiltinError::io("delete", &path)(e)),
         },
         "chmod" => {
-            let mode = request.mode()?.ok_or("chmod needs config.mode")?;
+            let mode = request.mode()?.ok_or_else(|| BuiltinError::config("mode", "must be given for chmod"))?;
             set_mode(&path, mode)?;
             said.push(format!("mode of {} set to {}", path.display(), format_mode(mode)));
         }
-        other => return Err(format!("unknown action `{other}`")),
+        other => return Err(BuiltinError::UnknownAction(other.into())),
     }
     Ok(())
 }
 
 /// Writes through a temporary file in the same directory and renames it into place, so that a
 /// crash never leaves a half-written file. Keeps the existing mode unless one is configured.
-fn write_atomically(path: &Path, bytes: &[u8], mode: Option<u32>, said: &mut Vec<String>) -> Result<(), String> {
+fn write_atomically(path: &Path, bytes: &[u8], mode: Option<u32>, said: &mut Vec<String>) -> Result<(), BuiltinError> {
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     if !dir.is_dir() {
-        return Err(format!("cannot write {}: directory {} does not exist", path.display(), dir.display()));
+        return Err(BuiltinError::Refused(format!(
+            "cannot write {}: directory {} does not exist",
+            path.display(),
+            dir.display()
+        )));
     }
-    let name = path.file_name().ok_or_else(|| format!("{} has no file name", path.display()))?;
+    let name =
+        path.file_name().ok_or_else(|| BuiltinError::config("path", format!("`{}` names no file", path.display())))?;
     // Unique within this process too: built-ins may run in deployster's own process, several at once.
     static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let temp = dir.join(format!(".{}.deployster-{}-{n}", name.to_string_lossy(), std::process::id()));
     let result = (|| {
-        let mut file = std::fs::File::create(&temp).map_err(|e| format!("cannot create {}: {e}", temp.display()))?;
-        file.write_all(bytes)
-            .and_then(|()| file.sync_all())
-            .map_err(|e| format!("cannot write {}: {e}", temp.display()))?;
+        let mut file = std::fs::File::create(&temp).map_err(BuiltinError::io("create", &temp))?;
+        file.write_all(bytes).and_then(|()| file.sync_all()).map_err(BuiltinError::io("write", &temp))?;
         let keep = std::fs::metadata(path).ok().map(|m| mode_of(&m));
         if let Some(mode) = mode.or(keep) {
             set_mode(&temp, mode)?;
         }
-        std::fs::rename(&temp, path).map_err(|e| format!("cannot move {} into place: {e}", temp.display()))
+        std::fs::rename(&temp, path).map_err(BuiltinError::io(format!("move into {} the file", path.display()), &temp))
     })();
     if result.is_err() {
         let _ = std::fs::remove_file(&temp);

@@ -82,7 +82,7 @@ impl InProcess {
         let mut stderr = Capture::new(Stream::Stderr, DEFAULT_OUTPUT_LIMIT, sink);
         stderr.push(reply.stderr.as_bytes())?;
         Ok(Outcome {
-            exit: Exit::Code(reply.code),
+            exit: if reply.code == 0 { Exit::Code(0) } else { Exit::Failed },
             stdout: stdout.finish(),
             stderr: stderr.finish(),
             elapsed: started.elapsed(),

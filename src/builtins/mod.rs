@@ -9,6 +9,7 @@
 //! container, which sees nothing of the host but its plugs.
 
 mod directory;
+mod error;
 mod file;
 mod in_process;
 #[cfg(feature = "kube")]
@@ -21,6 +22,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
+pub use error::BuiltinError;
 pub use in_process::InProcess;
 
 /// Runs built-in type `name` with `args` (none for init, `state`, or an action name) as a
@@ -36,11 +38,15 @@ pub fn main(name: &str, args: &[String]) -> i32 {
     }
     let reply = respond(name, args, &input);
     print!("{}", reply.stdout);
-    eprint!("{}", reply.stderr);
+    // A program names itself: its stderr is read among others'.
+    if !reply.stderr.is_empty() {
+        eprint!("builtin/{name}: {}", reply.stderr);
+    }
     reply.code
 }
 
-/// What a built-in type printed and how it ended: exactly what its program would.
+/// What a built-in type answered: its stdout, and on failure (code 1) why, which its program
+/// prints on stderr after its name.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reply {
     pub code: i32,
@@ -66,23 +72,27 @@ pub fn refused_in_cluster(name: &str) -> Option<&'static str> {
 /// Whether a request to a file built-in ([`crate::engine::typeref::TypeRef::is_file_builtin`]) stays within its `files` plug: in a Pod
 /// the rest of the filesystem goes with the Pod, so a path elsewhere (absolute, or climbing out
 /// with `..`) would be written and lost.
-pub fn confined(request: &[u8]) -> Result<(), String> {
-    let request: Value = serde_json::from_slice(request).map_err(|e| format!("the request is not JSON: {e}"))?;
+pub fn confined(request: &[u8]) -> Result<(), BuiltinError> {
+    let request: Value =
+        serde_json::from_slice(request).map_err(|e| BuiltinError::Request(format!("is not JSON: {e}")))?;
     let Some(plug) = request.get("plugs").and_then(|p| p.get(FILES_PLUG)).and_then(Value::as_str) else {
-        return Err(format!(
+        return Err(BuiltinError::Unconfined(format!(
             "it has no `{FILES_PLUG}` plug: in a cluster it acts in a Pod, whose own filesystem goes with the Pod; \
              give it a plug `{FILES_PLUG}` naming a PersistentVolumeClaim"
-        ));
+        )));
     };
-    let path = request.pointer("/config/path").and_then(Value::as_str).ok_or("config.path must be a string")?;
+    let path = request
+        .pointer("/config/path")
+        .and_then(Value::as_str)
+        .ok_or_else(|| BuiltinError::config("path", "must be a string"))?;
     let given = Path::new(path);
     let inside = given.strip_prefix(plug).unwrap_or(given);
     let climbs = inside.components().any(|c| matches!(c, std::path::Component::ParentDir));
     if inside.is_absolute() || climbs {
-        return Err(format!(
+        return Err(BuiltinError::Unconfined(format!(
             "config.path `{path}` is outside its `{FILES_PLUG}` plug: in a cluster it acts in a Pod, and only the \
              plug (mounted at {plug}) outlives it; give a path relative to the plug"
-        ));
+        )));
     }
     Ok(())
 }
@@ -98,23 +108,21 @@ pub fn respond(name: &str, args: &[String], input: &str) -> Reply {
             Reply { code: 0, stdout, stderr: String::new() }
         }
         Ok(None) => Reply { code: 0, stdout, stderr: String::new() },
-        Err(message) => Reply { code: 1, stdout, stderr: format!("builtin/{name}: {message}\n") },
+        Err(error) => Reply { code: 1, stdout, stderr: format!("{error}\n") },
     }
 }
 
 /// A `builtin/package` action. A failed script's exit code is passed on with nothing added to
 /// stderr: its own stderr, or else its last message, says why (seed 004).
 fn package_action(args: &[String], input: &str) -> i32 {
-    let parsed = parse_request(input);
-    let outcome = match parsed.as_ref().map_err(Clone::clone).and_then(Request::new) {
-        Ok(request) => package::act(args, &request),
-        Err(message) => Err(package::Failure::Other(message)),
-    };
+    let outcome = parse_request(input)
+        .map_err(package::Failure::Other)
+        .and_then(|parsed| package::act(args, &Request::new(&parsed)?));
     match outcome {
         Ok(()) => 0,
         Err(package::Failure::Script(code)) => code,
-        Err(package::Failure::Other(message)) => {
-            eprintln!("builtin/package: {message}");
+        Err(package::Failure::Other(error)) => {
+            eprintln!("builtin/package: {error}");
             1
         }
     }
@@ -122,15 +130,15 @@ fn package_action(args: &[String], input: &str) -> i32 {
 
 /// Parses a request. Requests carry dependencies recursively, so a long chain nests deeper than
 /// serde_json's default limit of 128; the input comes from the engine, not from strangers.
-fn parse_request(input: &str) -> Result<Value, String> {
+fn parse_request(input: &str) -> Result<Value, BuiltinError> {
     use serde::Deserialize;
     let mut deserializer = serde_json::Deserializer::from_str(input);
     deserializer.disable_recursion_limit();
-    Value::deserialize(&mut deserializer).map_err(|e| format!("the request is not JSON: {e}"))
+    Value::deserialize(&mut deserializer).map_err(|e| BuiltinError::Request(format!("is not JSON: {e}")))
 }
 
 /// A reply (for init and state) or nothing (for an action); what an action did goes to `said`.
-fn dispatch(name: &str, args: &[String], input: &str, said: &mut Vec<String>) -> Result<Option<Value>, String> {
+fn dispatch(name: &str, args: &[String], input: &str, said: &mut Vec<String>) -> Result<Option<Value>, BuiltinError> {
     let request = parse_request(input)?;
     let verb = args.first().map(String::as_str);
     match (name, verb) {
@@ -144,10 +152,8 @@ fn dispatch(name: &str, args: &[String], input: &str, said: &mut Vec<String>) ->
         ("package", Some("state")) => package::state(&Request::new(&request)?).map(Some),
         // Answered by `kubernetes::KubeObjects`, which holds the clients: a `__type` program
         // (DEPLOYSTER_BUILTINS=process) or a build without the kube feature has none.
-        ("kubernetes", _) => Err("builtin/kubernetes is answered inside deployster (built with the kube \
-             feature), which holds its clients; it has no `__type` program"
-            .into()),
-        (other, _) => Err(format!("unknown built-in type `{other}`")),
+        ("kubernetes", _) => Err(BuiltinError::NoClient),
+        (other, _) => Err(BuiltinError::UnknownType(other.into())),
     }
 }
 
@@ -162,29 +168,34 @@ struct Request<'a> {
 pub const FILES_PLUG: &str = "files";
 
 impl<'a> Request<'a> {
-    fn new(request: &'a Value) -> Result<Self, String> {
-        let config = request.get("config").ok_or("the request has no `config`")?;
+    fn new(request: &'a Value) -> Result<Self, BuiltinError> {
+        let config = request.get("config").ok_or_else(|| BuiltinError::Request("has no `config`".into()))?;
         let workspace = request.get("workspace").and_then(Value::as_str).unwrap_or(".");
         let plug = request.get("plugs").and_then(|p| p.get(FILES_PLUG)).and_then(Value::as_str);
         Ok(Self { config, base: PathBuf::from(plug.unwrap_or(workspace)) })
     }
 
     /// `config.path`, absolute.
-    fn path(&self) -> Result<PathBuf, String> {
-        let path = self.config.get("path").and_then(Value::as_str).ok_or("config.path must be a string")?;
+    fn path(&self) -> Result<PathBuf, BuiltinError> {
+        let path = self.text("path")?;
         Ok(self.base.join(path))
     }
 
     /// `config.mode` as permission bits, when given.
-    fn mode(&self) -> Result<Option<u32>, String> {
+    /// A string config value the type needs.
+    fn text(&self, field: &str) -> Result<&'a str, BuiltinError> {
+        self.config.get(field).and_then(Value::as_str).ok_or_else(|| BuiltinError::config(field, "must be a string"))
+    }
+
+    fn mode(&self) -> Result<Option<u32>, BuiltinError> {
         match self.config.get("mode") {
             None | Some(Value::Null) => Ok(None),
             Some(Value::String(s)) => u32::from_str_radix(s, 8)
                 .ok()
                 .filter(|m| *m <= 0o7777)
                 .map(Some)
-                .ok_or_else(|| format!("config.mode `{s}` is not an octal mode such as 0644")),
-            Some(_) => Err("config.mode must be a string such as \"0644\"".into()),
+                .ok_or_else(|| BuiltinError::config("mode", format!("`{s}` is not an octal mode such as 0644"))),
+            Some(_) => Err(BuiltinError::config("mode", "must be a string such as \"0644\"")),
         }
     }
 }
@@ -207,9 +218,9 @@ fn mode_of(metadata: &std::fs::Metadata) -> u32 {
     metadata.permissions().mode() & 0o7777
 }
 
-fn set_mode(path: &Path, mode: u32) -> Result<(), String> {
+fn set_mode(path: &Path, mode: u32) -> Result<(), BuiltinError> {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
-        .map_err(|e| format!("cannot set mode {} on {}: {e}", format_mode(mode), path.display()))
+        .map_err(BuiltinError::io(format!("set mode {} on", format_mode(mode)), path))
 }
 
 /// A STALE or MISSING response.
@@ -229,10 +240,11 @@ fn needs(status: &str, stale_state: Option<Value>, actions: &[(&str, String)]) -
 mod tests {
     use super::*;
 
+    /// A call's answer, or its error as the user reads it.
     fn call(kind: &str, verb: Option<&str>, config: Value, workspace: &Path) -> Result<Option<Value>, String> {
         let request = json!({"name": "r", "config": config, "workspace": workspace});
         let args: Vec<String> = verb.into_iter().map(str::to_string).collect();
-        dispatch(kind, &args, &request.to_string(), &mut Vec::new())
+        dispatch(kind, &args, &request.to_string(), &mut Vec::new()).map_err(|e| e.to_string())
     }
 
     #[test]
@@ -324,16 +336,18 @@ mod tests {
         };
         let plug = json!({"files": "/files"});
         for inside in ["a", "d/a.json", "./a", "/files/a", "/files"] {
-            assert_eq!(confined(&request(inside, plug.clone())), Ok(()), "{inside}");
+            confined(&request(inside, plug.clone())).unwrap_or_else(|e| panic!("{inside}: {e}"));
         }
         for outside in ["/tmp/a", "../a", "d/../../a", "/files/../etc/passwd", "/filesystem/a"] {
             let why = confined(&request(outside, plug.clone())).unwrap_err();
+            assert_eq!(why.reason(), "OutsideFilesPlug");
+            let why = why.to_string();
             assert!(why.contains(&format!("config.path `{outside}` is outside its `files` plug")), "{why}");
             assert!(why.contains("mounted at /files"), "{why}");
         }
-        let why = confined(&request("a", json!({}))).unwrap_err();
+        let why = confined(&request("a", json!({}))).unwrap_err().to_string();
         assert!(why.contains("it has no `files` plug"), "{why}");
-        assert!(confined(b"not json").unwrap_err().contains("not JSON"));
+        assert!(confined(b"not json").unwrap_err().to_string().contains("not JSON"));
     }
 
     #[test]
@@ -343,9 +357,11 @@ mod tests {
         assert!(err.contains("not an octal mode"), "{err}");
         let err = call("file", Some("explode"), json!({"path": "f", "content": ""}), ws.path()).unwrap_err();
         assert!(err.contains("unknown action `explode`"), "{err}");
-        assert!(dispatch("nope", &[], "{}", &mut Vec::new()).unwrap_err().contains("unknown built-in type"));
+        let unknown = dispatch("nope", &[], "{}", &mut Vec::new()).unwrap_err();
+        assert_eq!(unknown.reason(), "UnknownType");
+        assert!(unknown.to_string().contains("unknown built-in type"));
         // What holds no client (a `__type` program) says why it cannot run it.
         let refused = dispatch("kubernetes", &["state".into()], "{}", &mut Vec::new()).unwrap_err();
-        assert!(refused.contains("answered inside deployster"), "{refused}");
+        assert!(refused.to_string().contains("answered inside deployster"), "{refused}");
     }
 }

@@ -18,7 +18,7 @@ use std::process::{Command, Stdio};
 use md5::{Digest, Md5};
 use serde_json::{Value, json};
 
-use super::{Request, needs, plugs};
+use super::{BuiltinError, Request, needs, plugs};
 
 /// `{name}-{major}.{minor}.{incremental}[.{suffix}].{platform}.cronus` (seed 004).
 const NAME_CONVENTION: &str =
@@ -66,25 +66,24 @@ struct Package {
 }
 
 impl Package {
-    fn of(request: &Request) -> Result<Package, String> {
+    fn of(request: &Request) -> Result<Package, BuiltinError> {
         let config = request.config;
-        let text = |key: &str| config.get(key).and_then(Value::as_str);
-        let service = text("service").ok_or("config.service must be a string")?.to_string();
-        let version = text("version").ok_or("config.version must be a string")?.to_string();
+        let service = request.text("service")?.to_string();
+        let version = request.text("version")?.to_string();
         if version == "active" || version.starts_with('.') {
-            return Err(format!("config.version `{version}` cannot be a manifest directory's name"));
+            return Err(BuiltinError::config("version", format!("`{version}` cannot be a manifest directory's name")));
         }
-        let tarball = request.base.join(text("package").ok_or("config.package must be a string")?);
+        let tarball = request.base.join(request.text("package")?);
         let file = tarball.file_name().and_then(|f| f.to_str()).unwrap_or_default().to_string();
         let convention = regex::Regex::new(NAME_CONVENTION).expect("a valid pattern");
         let name = match convention.captures(&file) {
             Some(parts) => parts[1].to_string(),
             None => {
-                return Err(format!(
+                return Err(BuiltinError::Package(format!(
                     "package file `{file}` breaks the naming convention \
                      {{name}}-{{major}}.{{minor}}.{{incremental}}[.{{suffix}}].{{platform}}.cronus \
                      (e.g. agent-1.0.0.x86_ubuntu.cronus)"
-                ));
+                )));
             }
         };
         let env = config
@@ -95,16 +94,18 @@ impl Package {
         let flag = |key: &str| config.get(key).and_then(Value::as_bool).unwrap_or(true);
         let (active, running) = (flag("active"), flag("running"));
         if running && !active {
-            return Err("config.running: true needs config.active: true (only the active version runs)".into());
+            return Err(BuiltinError::Config(
+                "config.running: true needs config.active: true (only the active version runs)".into(),
+            ));
         }
         Ok(Package {
-            root: request.base.join(text("home").ok_or("config.home must be a string")?).join(&service),
+            root: request.base.join(request.text("home")?).join(&service),
             service,
             version,
             tarball,
             file,
             name,
-            prop: text("prop").map(|p| request.base.join(p)),
+            prop: config.get("prop").and_then(Value::as_str).map(|p| request.base.join(p)),
             env,
             active,
             running,
@@ -135,13 +136,13 @@ impl Package {
     }
 
     /// The tarball's md5, checked against the `.prop` file when one is configured.
-    fn check(&self) -> Result<String, String> {
-        let cannot = |e: std::io::Error| format!("cannot read package {}: {e}", self.tarball.display());
+    fn check(&self) -> Result<String, BuiltinError> {
+        let cannot = || BuiltinError::io("read package", &self.tarball);
         // Read in chunks: a package may be large.
-        let mut file = std::fs::File::open(&self.tarball).map_err(cannot)?;
+        let mut file = std::fs::File::open(&self.tarball).map_err(cannot())?;
         let (mut hasher, mut chunk) = (Md5::new(), vec![0u8; 1 << 16]);
         loop {
-            match std::io::Read::read(&mut file, &mut chunk).map_err(cannot)? {
+            match std::io::Read::read(&mut file, &mut chunk).map_err(cannot())? {
                 0 => break,
                 n => hasher.update(&chunk[..n]),
             }
@@ -150,24 +151,31 @@ impl Package {
         let Some(prop) = &self.prop else { return Ok(md5) };
         let expected_name = format!("{}.prop", self.file);
         if prop.file_name().and_then(|f| f.to_str()) != Some(expected_name.as_str()) {
-            return Err(format!("property file {} must be named {expected_name} (seed 004)", prop.display()));
+            return Err(BuiltinError::Package(format!(
+                "property file {} must be named {expected_name} (seed 004)",
+                prop.display()
+            )));
         }
-        let text = std::fs::read_to_string(prop).map_err(|e| format!("cannot read {}: {e}", prop.display()))?;
-        let props: Value =
-            serde_json::from_str(&text).map_err(|e| format!("{} is not a JSON property file: {e}", prop.display()))?;
+        let text = std::fs::read_to_string(prop).map_err(BuiltinError::io("read", prop))?;
+        let props: Value = serde_json::from_str(&text)
+            .map_err(|e| BuiltinError::Package(format!("{} is not a JSON property file: {e}", prop.display())))?;
         if let Some(name) = props.get("name").and_then(Value::as_str)
             && name != self.file
         {
-            return Err(format!("{} describes package {name}, not {}", prop.display(), self.file));
+            return Err(BuiltinError::Package(format!(
+                "{} describes package {name}, not {}",
+                prop.display(),
+                self.file
+            )));
         }
         match props.get("md5").and_then(Value::as_str) {
             Some(expected) if expected.eq_ignore_ascii_case(&md5) => Ok(md5),
-            Some(expected) => Err(format!(
+            Some(expected) => Err(BuiltinError::Package(format!(
                 "package {} has md5 {md5}, but {} says {expected}: refusing a corrupt or substituted package",
                 self.file,
                 prop.display()
-            )),
-            None => Err(format!("{} has no md5", prop.display())),
+            ))),
+            None => Err(BuiltinError::Package(format!("{} has no md5", prop.display()))),
         }
     }
 
@@ -183,7 +191,7 @@ impl Package {
     }
 
     /// Changes `.metadata.json` (written whole, atomically).
-    fn update_metadata(&self, change: impl FnOnce(&mut Value)) -> Result<(), String> {
+    fn update_metadata(&self, change: impl FnOnce(&mut Value)) -> Result<(), BuiltinError> {
         let mut metadata = self.metadata();
         change(&mut metadata);
         metadata["active"] = json!(self.active_version());
@@ -192,12 +200,12 @@ impl Package {
         let text = serde_json::to_string_pretty(&metadata).expect("JSON");
         std::fs::write(&partial, text)
             .and_then(|()| std::fs::rename(&partial, &path))
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))
+            .map_err(BuiltinError::io("write", &path))
     }
 
     /// Whether version `version`'s application runs: its `running` script's answer, or, for a
     /// package without one, whether its last startup or shutdown was a startup.
-    fn is_running(&self, version: &str) -> Result<bool, String> {
+    fn is_running(&self, version: &str) -> Result<bool, BuiltinError> {
         let script = self.script(version, "running");
         if !script.exists() {
             return Ok(self.metadata()["versions"][version]["started"].as_bool() == Some(true));
@@ -208,7 +216,7 @@ impl Package {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .output()
-            .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
+            .map_err(BuiltinError::io("run", &script))?;
         for line in
             String::from_utf8_lossy(&output.stdout).lines().chain(String::from_utf8_lossy(&output.stderr).lines())
         {
@@ -242,16 +250,19 @@ impl Package {
             return Ok(false);
         }
         println!("running {name} of {} {version}", self.name);
-        let status = self.command(&script).status().map_err(|e| format!("cannot run {}: {e}", script.display()))?;
+        let status = self.command(&script).status().map_err(BuiltinError::io("run", &script))?;
         match status.code() {
             Some(0) => Ok(true),
             Some(code) => Err(Failure::Script(code)),
-            None => Err(format!("script {name} of {} {version} was killed by a signal", self.name).into()),
+            None => Err(Failure::Other(BuiltinError::Refused(format!(
+                "script {name} of {} {version} was killed by a signal",
+                self.name
+            )))),
         }
     }
 }
 
-pub(super) fn state(request: &Request) -> Result<Value, String> {
+pub(super) fn state(request: &Request) -> Result<Value, BuiltinError> {
     let p = Package::of(request)?;
     let installed = p.installed();
     // The tarball is read (and its md5 checked) only when it is to be installed, not on every
@@ -322,12 +333,12 @@ pub(super) fn state(request: &Request) -> Result<Value, String> {
 /// read), or what went wrong around it.
 pub(super) enum Failure {
     Script(i32),
-    Other(String),
+    Other(BuiltinError),
 }
 
-impl From<String> for Failure {
-    fn from(message: String) -> Self {
-        Failure::Other(message)
+impl From<BuiltinError> for Failure {
+    fn from(error: BuiltinError) -> Self {
+        Failure::Other(error)
     }
 }
 
@@ -339,9 +350,10 @@ pub(super) fn act(args: &[String], request: &Request) -> Result<(), Failure> {
         Some("activate") => activate(&p),
         Some("startup") => {
             if !p.run(&p.version, "startup")? {
-                return Err(
-                    format!("{} {} has no cronus/scripts/startup (seed 004 requires one)", p.name, p.version).into()
-                );
+                return Err(Failure::Other(BuiltinError::Package(format!(
+                    "{} {} has no cronus/scripts/startup (seed 004 requires one)",
+                    p.name, p.version
+                ))));
             }
             p.update_metadata(|m| m["versions"][&p.version]["started"] = json!(true))?;
             Ok(())
@@ -354,8 +366,8 @@ pub(super) fn act(args: &[String], request: &Request) -> Result<(), Failure> {
         }
         Some("deactivate") => deactivate(&p, &on(1)),
         Some("delete") => delete(&p),
-        Some(other) => Err(format!("unknown action `{other}`").into()),
-        None => Err("no action given".to_string().into()),
+        Some(other) => Err(BuiltinError::UnknownAction(other.into()).into()),
+        None => Err(BuiltinError::Request("names no action".into()).into()),
     }
 }
 
@@ -364,21 +376,22 @@ pub(super) fn act(args: &[String], request: &Request) -> Result<(), Failure> {
 fn install(p: &Package) -> Result<(), Failure> {
     let md5 = p.check()?;
     let manifests = p.manifests();
-    std::fs::create_dir_all(&manifests).map_err(|e| format!("cannot create {}: {e}", manifests.display()))?;
-    std::fs::create_dir_all(p.root.join(".appdata")).map_err(|e| format!("cannot create .appdata: {e}"))?;
+    std::fs::create_dir_all(&manifests).map_err(BuiltinError::io("create", &manifests))?;
+    let appdata = p.root.join(".appdata");
+    std::fs::create_dir_all(&appdata).map_err(BuiltinError::io("create", &appdata))?;
     let partial = manifests.join(format!(".{}.partial-{}", p.version, std::process::id()));
     let unpacked = unpack(&p.tarball, &partial);
     let placed = unpacked.and_then(|root| {
         if !root.join("cronus/scripts/startup").is_file() {
-            return Err(format!(
+            return Err(BuiltinError::Package(format!(
                 "{} has no cronus/scripts/startup (seed 004 requires one); nothing was installed",
                 p.file
-            ));
+            )));
         }
         let target = p.dir(&p.version);
         std::fs::create_dir_all(target.parent().expect("inside manifests"))
             .and_then(|()| std::fs::rename(&root, &target))
-            .map_err(|e| format!("cannot move the package to {}: {e}", target.display()))
+            .map_err(BuiltinError::io("move the package to", &target))
     });
     let _ = std::fs::remove_dir_all(&partial);
     placed?;
@@ -405,22 +418,22 @@ fn install(p: &Package) -> Result<(), Failure> {
 
 /// Unpacks `tarball` (gzip-compressed tar) into `into`; returns the package root: `into`, or the
 /// one directory it holds when the archive wraps everything in one.
-fn unpack(tarball: &Path, into: &Path) -> Result<PathBuf, String> {
-    let file = std::fs::File::open(tarball).map_err(|e| format!("cannot open {}: {e}", tarball.display()))?;
+fn unpack(tarball: &Path, into: &Path) -> Result<PathBuf, BuiltinError> {
+    let file = std::fs::File::open(tarball).map_err(BuiltinError::io("open", tarball))?;
     let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(file));
     archive.set_preserve_permissions(true);
-    archive.unpack(into).map_err(|e| format!("cannot unpack {}: {e}", tarball.display()))?;
+    archive.unpack(into).map_err(BuiltinError::io("unpack", tarball))?;
     if into.join("cronus").is_dir() {
         return Ok(into.to_path_buf());
     }
-    let entries: Vec<PathBuf> = std::fs::read_dir(into)
-        .map_err(|e| format!("cannot read {}: {e}", into.display()))?
-        .flatten()
-        .map(|e| e.path())
-        .collect();
+    let entries: Vec<PathBuf> =
+        std::fs::read_dir(into).map_err(BuiltinError::io("read", into))?.flatten().map(|e| e.path()).collect();
     match entries.as_slice() {
         [only] if only.join("cronus").is_dir() => Ok(only.clone()),
-        _ => Err(format!("{} holds no cronus/ directory: not a seed-004 package", tarball.display())),
+        _ => Err(BuiltinError::Package(format!(
+            "{} holds no cronus/ directory: not a seed-004 package",
+            tarball.display()
+        ))),
     }
 }
 
@@ -452,10 +465,10 @@ fn deactivate(p: &Package, version: &str) -> Result<(), Failure> {
 }
 
 /// Makes `link` point to `target` (relative to its directory), or removes it.
-fn point(link: &Path, target: Option<&Path>) -> Result<(), String> {
+fn point(link: &Path, target: Option<&Path>) -> Result<(), BuiltinError> {
     let Some(target) = target else {
         return match std::fs::remove_file(link) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(format!("cannot remove {}: {e}", link.display())),
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(BuiltinError::io("remove", link)(e)),
             _ => Ok(()),
         };
     };
@@ -463,7 +476,7 @@ fn point(link: &Path, target: Option<&Path>) -> Result<(), String> {
     let _ = std::fs::remove_file(&partial);
     std::os::unix::fs::symlink(target, &partial)
         .and_then(|()| std::fs::rename(&partial, link))
-        .map_err(|e| format!("cannot point {} to {}: {e}", link.display(), target.display()))
+        .map_err(BuiltinError::io(format!("point to {} the link", target.display()), link))
 }
 
 /// Deleting the resource: shut down and deactivate the version if it is active, then remove it.
@@ -478,7 +491,7 @@ fn delete(p: &Package) -> Result<(), Failure> {
         deactivate(p, &p.version)?;
     }
     let dir = p.manifests().join(&p.version);
-    std::fs::remove_dir_all(&dir).map_err(|e| format!("cannot remove {}: {e}", dir.display()))?;
+    std::fs::remove_dir_all(&dir).map_err(BuiltinError::io("remove", &dir))?;
     p.update_metadata(|m| {
         if let Some(versions) = m["versions"].as_object_mut() {
             versions.remove(&p.version);

@@ -177,7 +177,7 @@ fn resource_status(e: &ResourceEntry, mask: &Mask) -> ResourceStatus {
             let deps: Vec<&str> = waiting_on.iter().map(|w| w.resource.as_str()).collect();
             Some(format!("waiting on {}", deps.join(", ")))
         }
-        Standing::Failed(error) => Some(cut(&error.to_string())),
+        Standing::Failed(error) => Some(cut(&mask.text(&error.to_string()))),
         Standing::Blocked { by } => {
             r.blocked_by = Some(by.as_str().into());
             Some(format!("blocked: {by} failed"))
@@ -390,9 +390,26 @@ fn failure(status: &ManifestStatus, pass: &PassResult) -> (&'static str, String)
             Observed::Unapplied(_) => "PlanFailed",
             _ => "Failed",
         });
+    // Each root's failure in its own words (the server's refusal, the type's error line), not
+    // only the phase: `kubectl wait`, Argo CD and Flux show this message and nothing else.
+    let headlines: std::collections::HashMap<&str, String> = observed_entries(&pass.observed)
+        .into_iter()
+        .flat_map(|(entries, mask)| {
+            entries.iter().filter_map(move |e| match &e.standing {
+                Standing::Failed(error) => Some((e.name.as_str(), mask.text(&error.headline()))),
+                _ => None,
+            })
+        })
+        .collect();
     let mut parts: Vec<String> = roots
         .iter()
-        .map(|r| format!("waiting on {}: {}", r.name, first_line(r.message.as_deref().unwrap_or("failed"))))
+        .map(|r| {
+            let why = match headlines.get(r.name.as_str()) {
+                Some(headline) => headline.as_str(),
+                None => first_line(r.message.as_deref().unwrap_or("failed")),
+            };
+            format!("waiting on {}: {why}", r.name)
+        })
         .collect();
     let blocked = status.resources.iter().filter(|r| r.status == "BLOCKED").count();
     if blocked > 0 {

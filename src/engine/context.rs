@@ -231,10 +231,7 @@ impl RunContext {
         if !outcome.exit.success() {
             // The seed: a failure's message is stderr's, or else the last message's error.
             let error = match read.error.filter(|_| outcome.stderr.iter().all(u8::is_ascii_whitespace)) {
-                Some(message) => ResourceError::new(
-                    phase.clone(),
-                    Cause::Exit { exit: outcome.exit, output: format!("\n    {message}") },
-                ),
+                Some(message) => ResourceError::exit_saying(phase.clone(), outcome.exit, message),
                 // Stdout as shown: without the messages.
                 None if stream_all => {
                     let shown = ExecOutcome { stdout: read.text.into_bytes(), ..outcome.clone() };

@@ -50,8 +50,14 @@ impl Phase {
 pub enum Cause {
     /// The program could not be run to completion (not found, timed out, too much output…).
     Exec { reason: &'static str, message: String },
-    /// The program exited unsuccessfully.
-    Exit { exit: Exit, output: String },
+    /// The program exited unsuccessfully, or a built-in failed ([`Exit::Failed`]).
+    Exit {
+        exit: Exit,
+        /// The line that says why: the type's last error message, else stderr's first line.
+        why: Option<String>,
+        /// The output quoted below the first line.
+        output: String,
+    },
     /// The program's response broke the protocol.
     Protocol { problem: String, output: String },
     /// A config expression did not render.
@@ -84,8 +90,31 @@ impl ResourceError {
         Self::new(phase, Cause::Exec { reason: error.reason(), message: error.to_string() })
     }
 
+    /// A program's or a built-in's failure, from what it printed. A built-in's stderr is its
+    /// own words, shown as the cause (it has no exit code); a program's output is quoted.
     pub fn exit(phase: Phase, outcome: &Outcome) -> Self {
-        Self::new(phase, Cause::Exit { exit: outcome.exit, output: quote_output(outcome) })
+        let stderr = String::from_utf8_lossy(&outcome.stderr);
+        let why = stderr.lines().map(str::trim).find(|l| !l.is_empty()).map(str::to_string);
+        let output = match outcome.exit {
+            Exit::Failed => {
+                let stdout = Outcome { stderr: Vec::new(), ..outcome.clone() };
+                let rest = stderr.trim().lines().skip(1).map(|l| format!("\n    {l}")).collect::<String>();
+                let said = if outcome.stdout.iter().all(u8::is_ascii_whitespace) {
+                    String::new()
+                } else {
+                    quote_output(&stdout)
+                };
+                rest + &said
+            }
+            _ => quote_output(outcome),
+        };
+        Self::new(phase, Cause::Exit { exit: outcome.exit, why, output })
+    }
+
+    /// A failure whose stderr said nothing, explained by the type's last error message.
+    pub fn exit_saying(phase: Phase, exit: Exit, message: String) -> Self {
+        let output = if exit == Exit::Failed { String::new() } else { format!("\n    {message}") };
+        Self::new(phase, Cause::Exit { exit, why: Some(message), output })
     }
 
     pub fn protocol(phase: Phase, problem: String, outcome: &Outcome) -> Self {
@@ -113,13 +142,38 @@ impl ResourceError {
     pub fn masked(self, mask: &Mask) -> Self {
         let cause = match self.cause {
             Cause::Exec { reason, message } => Cause::Exec { reason, message: mask.text(&message) },
-            Cause::Exit { exit, output } => Cause::Exit { exit, output: mask.text(&output) },
+            Cause::Exit { exit, why, output } => {
+                Cause::Exit { exit, why: why.map(|w| mask.text(&w)), output: mask.text(&output) }
+            }
             Cause::Protocol { problem, output } => {
                 Cause::Protocol { problem: mask.text(&problem), output: mask.text(&output) }
             }
             other => other,
         };
         Self { cause, ..self }
+    }
+
+    /// The failure in one line that names its cause: what a condition's message or a summary
+    /// shows, where the whole text has no room.
+    pub fn headline(&self) -> String {
+        let phase = &self.phase;
+        let first = |items: &[String]| match items {
+            [] => String::new(),
+            [one] => format!(" {one}"),
+            [one, rest @ ..] => format!(" {one} (and {} more)", rest.len()),
+        };
+        match &self.cause {
+            Cause::Exit { exit, why: Some(why), .. } if *exit != Exit::Failed => {
+                format!("{phase} failed with {exit}: {why}")
+            }
+            Cause::Schema(violations) => {
+                format!("{phase}: does not match the type's config_schema:{}", first(violations))
+            }
+            Cause::Unsatisfied(problems) => {
+                format!("{phase}: the resource type's requirements are not met:{}", first(problems))
+            }
+            _ => self.to_string().lines().next().unwrap_or_default().to_string(),
+        }
     }
 
     /// Whether the failure is the manifest's fault (exit code 2) rather than a program's.
@@ -133,7 +187,10 @@ impl fmt::Display for ResourceError {
         let phase = &self.phase;
         match &self.cause {
             Cause::Exec { message, .. } => write!(f, "{phase} failed: {message}"),
-            Cause::Exit { exit, output } => write!(f, "{phase} failed with {exit}{output}"),
+            Cause::Exit { exit: Exit::Failed, why, output } => {
+                write!(f, "{phase} failed: {}{output}", why.as_deref().unwrap_or("no reason given"))
+            }
+            Cause::Exit { exit, output, .. } => write!(f, "{phase} failed with {exit}{output}"),
             Cause::Protocol { problem, output } => write!(f, "{phase}: invalid response: {problem}{output}"),
             Cause::Render(message) => write!(f, "{phase}: {message}"),
             Cause::Schema(violations) => {
@@ -194,5 +251,43 @@ mod tests {
         let text = e.to_string();
         assert!(text.starts_with("state: invalid response: not json\n    stdout: xxx"), "{text}");
         assert!(text.contains("… (2952 more bytes)"), "{text}");
+    }
+
+    #[test]
+    fn a_built_in_s_failure_has_no_exit_code_and_its_cause_leads() {
+        let outcome = Outcome {
+            exit: Exit::Failed,
+            stdout: b"created /a\n".to_vec(),
+            stderr: b"cannot create /a/b: Permission denied (os error 13)\nsecond line\n".to_vec(),
+            elapsed: Duration::ZERO,
+        };
+        let e = ResourceError::exit(Phase::Action("create".into()), &outcome);
+        assert_eq!(
+            e.to_string(),
+            "action create failed: cannot create /a/b: Permission denied (os error 13)\n    second line\n    \
+             stdout: created /a"
+        );
+        assert_eq!(e.headline(), "action create failed: cannot create /a/b: Permission denied (os error 13)");
+        assert_eq!(e.reason(), "ActionFailed");
+        let quiet = ResourceError::exit(Phase::State, &Outcome { stdout: vec![], stderr: vec![], ..outcome });
+        assert_eq!(quiet.to_string(), "state failed: no reason given");
+    }
+
+    #[test]
+    fn a_headline_names_the_cause_in_one_line() {
+        let outcome = Outcome {
+            exit: Exit::Code(2),
+            stdout: vec![],
+            stderr: b"\n  boom\nmore\n".to_vec(),
+            elapsed: Duration::ZERO,
+        };
+        let e = ResourceError::exit(Phase::State, &outcome);
+        assert_eq!(e.headline(), "state failed with exit code 2: boom");
+        let said = ResourceError::exit_saying(Phase::Action("x".into()), Exit::Code(1), "quota exceeded".into());
+        assert_eq!(said.headline(), "action x failed with exit code 1: quota exceeded");
+        let schema = ResourceError::new(Phase::Config, Cause::Schema(vec!["a".into(), "b".into(), "c".into()]));
+        assert_eq!(schema.headline(), "config: does not match the type's config_schema: a (and 2 more)");
+        let silent = ResourceError::exit(Phase::State, &Outcome { stderr: vec![], ..outcome });
+        assert_eq!(silent.headline(), "state failed with exit code 2");
     }
 }

@@ -213,30 +213,25 @@ impl KubeObjects {
             },
         };
         let mut stdout: String = said.lines.iter().map(|line| format!("{line}\n")).collect();
-        let (code, stderr) = match result {
+        let (exit, stderr) = match result {
             Ok(Some(response)) => {
                 let response = response.to_string();
                 if let Some(sink) = &invocation.sink {
                     sink(Stream::Stdout, &response);
                 }
                 stdout.push_str(&format!("{response}\n"));
-                (0, String::new())
+                (Exit::Code(0), String::new())
             }
-            Ok(None) => (0, String::new()),
+            Ok(None) => (Exit::Code(0), String::new()),
             Err(error) => {
                 tracing::debug!(reason = error.reason(), %error, resource = %invocation.labels.resource, "builtin/{NAME} failed");
-                (1, format!("builtin/{NAME}: {error}\n"))
+                (Exit::Failed, format!("{error}\n"))
             }
         };
         if let Some(sink) = &invocation.sink {
             stderr.lines().for_each(|line| sink(Stream::Stderr, line));
         }
-        Ok(Outcome {
-            exit: Exit::Code(code),
-            stdout: stdout.into_bytes(),
-            stderr: stderr.into_bytes(),
-            elapsed: started.elapsed(),
-        })
+        Ok(Outcome { exit, stdout: stdout.into_bytes(), stderr: stderr.into_bytes(), elapsed: started.elapsed() })
     }
 }
 

@@ -12,6 +12,11 @@ use crate::history::target;
 const T0: i64 = 1_700_000_000_000;
 
 fn report(outcomes: Vec<(&str, Standing)>) -> Report {
+    report_masked(outcomes, Mask::default())
+}
+
+/// A report whose run masks what `mask` holds.
+fn report_masked(outcomes: Vec<(&str, Standing)>, mask: Mask) -> Report {
     let entries = outcomes
         .into_iter()
         .map(|(name, standing)| ResourceEntry {
@@ -22,7 +27,7 @@ fn report(outcomes: Vec<(&str, Standing)>) -> Report {
             config: None,
         })
         .collect();
-    Report::new("ns/m".into(), "run".into(), entries, Default::default())
+    Report::new("ns/m".into(), "run".into(), entries, mask)
 }
 
 fn pass(observed: Observed, now_ms: i64) -> PassResult {
@@ -148,7 +153,7 @@ fn a_failure_names_the_root_cause_and_counts_for_the_backoff() {
     let failed = next_status(&ok, &pass(Observed::Applied(report(outcomes.clone())), T0 + 1000));
     let ready = condition(&failed, "Ready");
     assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("False", "ActionFailed"));
-    assert_eq!(ready.message, "waiting on data_dir: action create failed with exit code 1; 2 blocked");
+    assert_eq!(ready.message, "waiting on data_dir: action create failed with exit code 1: disk full; 2 blocked");
     assert_eq!(ready.last_transition_time, format_time(T0 + 1000), "Ready flipped");
     assert_eq!(condition(&failed, "Reconciling").status, "True");
     let app = failed.resources.iter().find(|r| r.name == "child").unwrap();
@@ -162,6 +167,43 @@ fn a_failure_names_the_root_cause_and_counts_for_the_backoff() {
     let again = next_status(&failed, &pass(Observed::Applied(report(outcomes)), T0 + 2000));
     assert_eq!(again.consecutive_failures, 2);
     assert_eq!(condition(&again, "Ready").last_transition_time, format_time(T0 + 1000), "no flip, no move");
+}
+
+#[test]
+fn ready_names_a_built_in_s_refusal_in_its_own_words_bounded_and_masked() {
+    // What builtin/kubernetes answers for a 403: no process, so no exit code.
+    let refusal = "configmaps \"made\" is forbidden: User \"system:serviceaccount:c2:limited\" cannot patch \
+                   resource \"configmaps\" in API group \"\" in the namespace \"c2\" (token s3cr3t)";
+    let outcome = crate::engine::executor::Outcome {
+        exit: Exit::Failed,
+        stdout: b"applying ConfigMap made\n".to_vec(),
+        stderr: format!("{refusal}\n").into_bytes(),
+        elapsed: Duration::ZERO,
+    };
+    let mask = Mask::of([json!("s3cr3t")].iter());
+    // Masked here even where the engine did not mask it first.
+    let error = ResourceError::exit(Phase::Action("apply".into()), &outcome);
+    let failed = next_status(
+        &ManifestStatus::default(),
+        &pass(Observed::Applied(report_masked(vec![("cm", Standing::Failed(error))], mask)), T0),
+    );
+    let ready = condition(&failed, "Ready");
+    let masked = refusal.replace("s3cr3t", "***");
+    assert_eq!(ready.message, format!("waiting on cm: action apply failed: {masked}"));
+    assert!(!ready.message.contains("exit code"), "{}", ready.message);
+    let whole = failed.resources[0].message.as_deref().unwrap();
+    assert_eq!(whole, format!("action apply failed: {masked}\n    stdout: applying ConfigMap made"));
+
+    // A 10 KiB error line is cut to the condition's bound, with "…".
+    let long = crate::engine::executor::Outcome { stderr: vec![b'x'; 10 * 1024], ..outcome };
+    let error = ResourceError::exit(Phase::Action("apply".into()), &long);
+    let failed = next_status(
+        &ManifestStatus::default(),
+        &pass(Observed::Applied(report(vec![("cm", Standing::Failed(error))])), T0),
+    );
+    let ready = condition(&failed, "Ready");
+    assert!(ready.message.starts_with("waiting on cm: action apply failed: xxx"), "{}", ready.message);
+    assert!(ready.message.ends_with("x…") && ready.message.len() <= MESSAGE_LIMIT + "…".len(), "{}", ready.message);
 }
 
 #[test]

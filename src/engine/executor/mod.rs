@@ -126,6 +126,9 @@ impl fmt::Debug for Invocation {
 pub enum Exit {
     Code(i32),
     Signal(i32),
+    /// A built-in answered inside deployster, and failed: no process ran, so there is no exit
+    /// code to show; stderr says why.
+    Failed,
 }
 
 impl Exit {
@@ -139,6 +142,7 @@ impl fmt::Display for Exit {
         match self {
             Exit::Code(c) => write!(f, "exit code {c}"),
             Exit::Signal(s) => write!(f, "killed by signal {s}"),
+            Exit::Failed => f.write_str("failed"),
         }
     }
 }
