@@ -22,6 +22,9 @@ pub enum ObjectError {
     /// The object is not ready and will not be, was not in time, or is gone.
     #[error("{0}")]
     NotReady(String),
+    /// A value of another type than its field's, not convertible exactly.
+    #[error("{0}")]
+    ValueType(String),
     #[error("unknown action `{0}`")]
     UnknownAction(String),
 }
@@ -39,6 +42,7 @@ impl ObjectError {
             ObjectError::Api { code: Some(_), .. } => "ApiError",
             ObjectError::Api { code: None, .. } => "ApiUnreachable",
             ObjectError::NotReady(_) => "NotReady",
+            ObjectError::ValueType(_) => "ValueTypeMismatch",
             ObjectError::UnknownAction(_) => "UnknownAction",
         }
     }

@@ -41,6 +41,7 @@ mod error;
 mod object;
 mod ownership;
 mod ready;
+mod schema;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -85,7 +86,12 @@ pub struct KubeObjects {
     cluster: Kubeconfig,
 }
 
-type Kinds = Mutex<HashMap<GroupVersionKind, (ApiResource, ApiCapabilities)>>;
+/// What the server said of each kind: where it is served (discovery) and its fields' types.
+#[derive(Default)]
+struct Kinds {
+    found: Mutex<HashMap<GroupVersionKind, (ApiResource, ApiCapabilities)>>,
+    schemas: schema::Schemas,
+}
 
 /// The fields a dry run found changed, by the object's identity and `resourceVersion` and the
 /// digest of what was applied: so a drift that persists costs no dry run per check.
@@ -107,7 +113,7 @@ impl KubeObjects {
             others,
             client: OnceCell::new(),
             impersonation: None,
-            kinds: Mutex::default(),
+            kinds: Kinds::default(),
             confirmed: Arc::new(Mutex::new(lru::LruCache::new(
                 std::num::NonZeroUsize::new(CONFIRMED_KEPT).expect("not zero"),
             ))),

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use super::error::ObjectError;
 use super::ownership::{self, Force};
-use super::{Confirmed, FIELD_MANAGER, Kinds, OWNER_ANNOTATION, Said, diff, ready};
+use super::{Confirmed, FIELD_MANAGER, Kinds, OWNER_ANNOTATION, Said, diff, ready, schema};
 
 /// What the config says besides the objects, and whose they are.
 pub(super) struct ObjectRules {
@@ -80,7 +80,7 @@ impl ServerObject {
             .to_string();
         let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
         let gvk = GroupVersionKind::gvk(group, version, kind);
-        let known = kinds.lock().expect("kinds lock").get(&gvk).cloned();
+        let known = kinds.found.lock().expect("kinds lock").get(&gvk).cloned();
         let (resource, capabilities) = match known {
             Some(known) => known,
             None => {
@@ -97,11 +97,24 @@ impl ServerObject {
                         message: format!("cannot look up kind `{kind}` in `{api_version}`: {other}"),
                     },
                 })?;
-                kinds.lock().expect("kinds lock").insert(gvk, found.clone());
+                kinds.found.lock().expect("kinds lock").insert(gvk.clone(), found.clone());
                 found
             }
         };
-        let mut wanted = object.clone();
+        // Each value of the type its field takes (`data: {n: 3}` is the text "3").
+        let mut wanted = match kinds.schemas.of(&client, &gvk).await? {
+            Some(schema) => schema.convert(object).map_err(|wrong| {
+                ObjectError::ValueType(format!(
+                    "{at} ({kind} {name}): {} is {} where the field takes {}; make the expression's value one \
+                     (with {})",
+                    wrong.path,
+                    schema::with_article(wrong.found),
+                    schema::with_article(wrong.wanted),
+                    wrong.remedy()
+                ))
+            })?,
+            None => object.clone(),
+        };
         let (api, shown) = match capabilities.scope {
             Scope::Namespaced => {
                 let namespace =
@@ -392,7 +405,7 @@ impl ServerObject {
 }
 
 /// The status code of the API server's answer, when it answered.
-fn api_code(error: &kube::Error) -> Option<u16> {
+pub(super) fn api_code(error: &kube::Error) -> Option<u16> {
     match error {
         kube::Error::Api(status) => Some(status.code),
         _ => None,
