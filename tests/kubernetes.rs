@@ -667,6 +667,67 @@ fn a_service_account_without_the_rights_fails_on_the_object_with_the_403() {
     assert!(cluster.get(&["configmap", "made-creating"]).is_none(), "nothing applied");
 }
 
+/// What `kubectl wait`, Argo CD and Flux show of a Manifest — the Ready condition's message —
+/// names each failure's cause in its own words on the real server, with no exit code (a
+/// built-in runs no process): a quota's refusal, a value of the wrong type, and a 422 that
+/// echoes a sensitive value, masked.
+#[test]
+#[ignore = "needs a Kubernetes API server: DEPLOYSTER_E2E_KUBECONFIG=<kubeconfig ../shared/apiserver/up.sh prints> cargo test --test kubernetes -- --include-ignored"]
+fn ready_says_each_cause_in_its_own_words() {
+    use support::cluster::{ControllerProcess, wait_for};
+    let cluster = Cluster::new("kube-ready");
+    let ns = cluster.namespace.clone();
+    let work = tempfile::tempdir().unwrap();
+    cluster.service_account("writer", "get,patch,create", "configmaps,secrets,deployments");
+    // The namespace holds one ConfigMap already (kube-root-ca.crt): a quota of one is full.
+    cluster.apply_yaml(
+        "apiVersion: v1\nkind: ResourceQuota\nmetadata: {name: cm-count}\nspec: {hard: {count/configmaps: '1'}}\n",
+    );
+    wait_for("the quota's usage to be counted", Duration::from_secs(30), || {
+        cluster.get(&["resourcequota", "cm-count"]).is_some_and(|q| q["status"]["used"]["count/configmaps"] == "1")
+    });
+    let _controller = ControllerProcess::start(&cluster, work.path(), "controller", &["--namespace", &ns]);
+    let manifest = |name: &str, object: &str| {
+        format!(
+            "apiVersion: deployster.io/v1alpha1\nkind: Manifest\nmetadata: {{name: {name}}}\nspec:\n  \
+             serviceAccountName: writer\n  vars: {{password: \"not a label!\", count: abc}}\n  sensitive: [password]\n  \
+             resources:\n    it:\n      type: builtin/kubernetes\n      config: {{object: {object}}}\n"
+        )
+    };
+    cluster.apply_yaml(&manifest("quota", "{apiVersion: v1, kind: ConfigMap, metadata: {name: over}, data: {a: b}}"));
+    cluster.apply_yaml(&manifest(
+        "typed",
+        "{apiVersion: apps/v1, kind: Deployment, metadata: {name: web}, spec: {replicas: \"{{ count }}\", \
+         selector: {matchLabels: {app: web}}, template: {metadata: {labels: {app: web}}, \
+         spec: {containers: [{name: c, image: registry.invalid/x}]}}}}",
+    ));
+    cluster.apply_yaml(&manifest(
+        "echo",
+        "{apiVersion: v1, kind: Secret, metadata: {name: echo, labels: {secret: \"{{ password }}\"}}}",
+    ));
+    let ready = |name: &str| {
+        let mut message = String::new();
+        wait_for(&format!("Ready=False on {name}"), Duration::from_secs(60), || {
+            let Some(object) = cluster.get(&["manifest", name]) else { return false };
+            let conditions = object["status"]["conditions"].as_array().cloned().unwrap_or_default();
+            let ready = conditions.iter().find(|c| c["type"] == "Ready").cloned().unwrap_or_default();
+            message = ready["message"].as_str().unwrap_or_default().to_string();
+            ready["status"] == "False" && message.starts_with("waiting on it: ")
+        });
+        assert!(!message.contains("exit code"), "{name}: {message}");
+        message
+    };
+    let quota = ready("quota");
+    assert!(quota.starts_with("waiting on it: action apply failed: "), "{quota}");
+    assert!(quota.contains("exceeded quota: cm-count"), "the quota's words: {quota}");
+    let typed = ready("typed");
+    assert!(typed.contains("spec.replicas is a string where the field takes an integer"), "{typed}");
+    let echo = ready("echo");
+    assert!(echo.contains("Invalid value") && echo.contains("***"), "the server's 422, masked: {echo}");
+    assert!(!echo.contains("not a label!"), "the sensitive value is never shown: {echo}");
+    assert!(cluster.get(&["deployment", "web"]).is_none() && cluster.get(&["secret", "echo"]).is_none());
+}
+
 /// Two resources of `namespace`: ConfigMap `settings` with `data`, then Secret `after`, which
 /// depends on it (as `s`), with `string_data` — what a refusal of `settings` must keep unapplied.
 fn settings_then_after(namespace: &str, data: &str, string_data: &str) -> String {
