@@ -167,7 +167,7 @@ impl PodRuntime {
             let data = secret.data.unwrap_or_default();
             let Some(config) = data.get(".dockerconfigjson").or_else(|| data.get(".dockercfg")) else { continue };
             read_docker_config(&config.0, &mut credentials)
-                .map_err(|why| pod_error("PullSecretInvalid", format!("the image pull secret `{name}`: {why}")))?;
+                .map_err(|why| pod_error(why.reason(), format!("the image pull secret `{name}`: {why}")))?;
         }
         let credentials = Arc::new(credentials);
         self.passes.lock().expect("passes lock").put(pass.to_string(), credentials.clone());
@@ -537,7 +537,7 @@ impl Executor for PodExecutor {
             .registry
             .resolve(&reference, &pass, &credentials)
             .await
-            .map_err(|message| ExecError::Image { image: reference.clone(), message })?;
+            .map_err(|e| ExecError::Pod { reason: e.reason(), message: format!("image `{reference}`: {e}") })?;
         let cache_key = (invocation.labels.phase == "init").then(|| {
             InitKey::of(&[resolved.pinned.as_bytes()], invocation.entrypoint.as_deref(), &invocation.args, &invocation)
         });

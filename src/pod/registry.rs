@@ -61,12 +61,48 @@ struct ImageRunConfig {
     user: Option<String>,
 }
 
+/// Why an image's registry could not say what the image runs.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum RegistryError {
+    #[error("not an image reference: {0}")]
+    Reference(String),
+    /// An image pull secret that is not a Docker config.
+    #[error("{0}")]
+    PullSecret(String),
+    #[error("{0}")]
+    NotFound(String),
+    /// The registry wants credentials no image pull secret gives.
+    #[error("{0}")]
+    CredentialsMissing(String),
+    #[error("{0}")]
+    CredentialsRefused(String),
+    /// The registry refused for another reason, or answered with an error.
+    #[error("{0}")]
+    Refused(String),
+    #[error("its image config cannot be read: {0}")]
+    Config(String),
+}
+
+impl RegistryError {
+    pub fn reason(&self) -> &'static str {
+        match self {
+            RegistryError::Reference(_) => "InvalidImageReference",
+            RegistryError::PullSecret(_) => "PullSecretInvalid",
+            RegistryError::NotFound(_) => "ImageNotFound",
+            RegistryError::CredentialsMissing(_) => "RegistryCredentialsMissing",
+            RegistryError::CredentialsRefused(_) => "RegistryCredentialsRefused",
+            RegistryError::Refused(_) => "RegistryRefused",
+            RegistryError::Config(_) => "ImageConfigInvalid",
+        }
+    }
+}
+
 /// Credentials for registries, by host (from `kubernetes.io/dockerconfigjson` Secrets).
 pub type Credentials = HashMap<String, (String, String)>;
 
 /// Reads `.dockerconfigjson` (`{"auths": {"host": {"auth": base64(user:pass)} | {"username",
 /// "password"}}}`) into `credentials`; hosts already there are kept.
-pub fn read_docker_config(json: &[u8], credentials: &mut Credentials) -> Result<(), String> {
+pub fn read_docker_config(json: &[u8], credentials: &mut Credentials) -> Result<(), RegistryError> {
     use base64::Engine;
     #[derive(Deserialize)]
     struct File {
@@ -79,17 +115,20 @@ pub fn read_docker_config(json: &[u8], credentials: &mut Credentials) -> Result<
         password: Option<String>,
         auth: Option<String>,
     }
-    let file: File = serde_json::from_slice(json).map_err(|e| format!("not a Docker config: {e}"))?;
+    let invalid = RegistryError::PullSecret;
+    let file: File = serde_json::from_slice(json).map_err(|e| invalid(format!("not a Docker config: {e}")))?;
     for (host, entry) in file.auths {
         let pair = match (entry.username, entry.password, entry.auth) {
             (Some(user), Some(password), _) => (user, password),
             (_, _, Some(auth)) => {
                 let decoded = base64::engine::general_purpose::STANDARD
                     .decode(auth.trim())
-                    .map_err(|_| format!("the `auth` of {host} is not base64"))?;
-                let text = String::from_utf8(decoded).map_err(|_| format!("the `auth` of {host} is not text"))?;
-                let (user, password) =
-                    text.split_once(':').ok_or_else(|| format!("the `auth` of {host} is not user:password"))?;
+                    .map_err(|_| invalid(format!("the `auth` of {host} is not base64")))?;
+                let text =
+                    String::from_utf8(decoded).map_err(|_| invalid(format!("the `auth` of {host} is not text")))?;
+                let (user, password) = text
+                    .split_once(':')
+                    .ok_or_else(|| invalid(format!("the `auth` of {host} is not user:password")))?;
                 (user.to_string(), password.to_string())
             }
             _ => continue,
@@ -173,12 +212,17 @@ impl Registry {
 
     /// What `image` runs in pass `pass`: its tag resolved to a digest on the pass's first
     /// use, its config read once per digest.
-    pub async fn resolve(&self, image: &str, pass: &str, credentials: &Credentials) -> Result<Arc<ImageRun>, String> {
+    pub async fn resolve(
+        &self,
+        image: &str,
+        pass: &str,
+        credentials: &Credentials,
+    ) -> Result<Arc<ImageRun>, RegistryError> {
         let key = (pass.to_string(), image.to_string());
         if let Some(known) = self.resolved.lock().expect("registry lock").get(&key) {
             return Ok(known.clone());
         }
-        let reference: Reference = image.parse().map_err(|e| format!("not an image reference: {e}"))?;
+        let reference: Reference = image.parse().map_err(|e| RegistryError::Reference(format!("{e}")))?;
         let auth = match credentials.get(reference.resolve_registry()).or_else(|| credentials.get(reference.registry()))
         {
             Some((user, password)) => RegistryAuth::Basic(user.clone(), password.clone()),
@@ -196,7 +240,7 @@ impl Registry {
                 let (_, _, config) =
                     client.pull_manifest_and_config(&read_at, &auth).await.map_err(|e| describe(&e, &auth))?;
                 let file: ConfigFile =
-                    serde_json::from_str(&config).map_err(|e| format!("its image config cannot be read: {e}"))?;
+                    serde_json::from_str(&config).map_err(|e| RegistryError::Config(e.to_string()))?;
                 let config = file.config.unwrap_or_default();
                 let pinned = format!("{}/{}@{digest}", reference.registry(), reference.repository());
                 let non_root_uid = config
@@ -243,15 +287,21 @@ impl Registry {
 }
 
 /// The registry's answer, in a sentence.
-fn describe(error: &oci_client::errors::OciDistributionError, auth: &RegistryAuth) -> String {
+fn describe(error: &oci_client::errors::OciDistributionError, auth: &RegistryAuth) -> RegistryError {
     use oci_client::errors::OciDistributionError as E;
     match error {
-        E::ImageManifestNotFoundError(_) => "the registry has no such image (manifest unknown)".into(),
-        E::AuthenticationFailure(m) => format!("the registry refused the credentials: {m}"),
-        E::UnauthorizedError { url } if matches!(auth, RegistryAuth::Anonymous) => {
-            format!("the registry requires credentials it was not given: no image pull secret names it ({url})")
+        E::ImageManifestNotFoundError(_) => {
+            RegistryError::NotFound("the registry has no such image (manifest unknown)".into())
         }
-        E::UnauthorizedError { url } => format!("the registry refused the credentials it was given ({url})"),
+        E::AuthenticationFailure(m) => {
+            RegistryError::CredentialsRefused(format!("the registry refused the credentials: {m}"))
+        }
+        E::UnauthorizedError { url } if matches!(auth, RegistryAuth::Anonymous) => RegistryError::CredentialsMissing(
+            format!("the registry requires credentials it was not given: no image pull secret names it ({url})"),
+        ),
+        E::UnauthorizedError { url } => {
+            RegistryError::CredentialsRefused(format!("the registry refused the credentials it was given ({url})"))
+        }
         E::RegistryError { envelope, .. } => {
             let said: Vec<String> = envelope.errors.iter().map(|e| format!("{:?}: {}", e.code, e.message)).collect();
             let unknown = envelope.errors.iter().any(|e| {
@@ -260,11 +310,15 @@ fn describe(error: &oci_client::errors::OciDistributionError, auth: &RegistryAut
                     oci_client::errors::OciErrorCode::ManifestUnknown | oci_client::errors::OciErrorCode::NameUnknown
                 )
             });
-            let what = if unknown { "the registry has no such image" } else { "the registry refused" };
-            format!("{what} ({})", said.join("; "))
+            match unknown {
+                true => RegistryError::NotFound(format!("the registry has no such image ({})", said.join("; "))),
+                false => RegistryError::Refused(format!("the registry refused ({})", said.join("; "))),
+            }
         }
-        E::ServerError { code, message, .. } => format!("the registry answered HTTP {code}: {message}"),
-        other => format!("the registry answered: {other}"),
+        E::ServerError { code, message, .. } => {
+            RegistryError::Refused(format!("the registry answered HTTP {code}: {message}"))
+        }
+        other => RegistryError::Refused(format!("the registry answered: {other}")),
     }
 }
 
@@ -345,11 +399,15 @@ mod tests {
         let registry = Registry::new(&[], &[]);
         let image = format!("{address}/team/app:1");
         let anonymous = registry.resolve(&image, "pass", &Credentials::new()).await.unwrap_err();
+        assert_eq!(anonymous.reason(), "RegistryCredentialsMissing");
+        let anonymous = anonymous.to_string();
         assert!(anonymous.starts_with("the registry requires credentials it was not given"), "{anonymous}");
         assert!(anonymous.contains("/team/app/manifests/1"), "it names what was asked: {anonymous}");
         let mut credentials = Credentials::new();
         credentials.insert(address.clone(), ("user".into(), "wrong".into()));
         let wrong = registry.resolve(&image, "pass", &credentials).await.unwrap_err();
+        assert_eq!(wrong.reason(), "RegistryCredentialsRefused");
+        let wrong = wrong.to_string();
         assert!(wrong.starts_with("the registry refused the credentials it was given"), "{wrong}");
     }
 
@@ -366,7 +424,9 @@ mod tests {
         assert_eq!(credentials["other.example"], ("u".to_string(), "p".to_string()));
         assert!(!credentials.contains_key("token-only.example"));
         let err = read_docker_config(br#"{"auths": {"x": {"auth": "bm9jb2xvbg=="}}}"#, &mut credentials).unwrap_err();
-        assert!(err.contains("not user:password"), "{err}");
-        assert!(read_docker_config(b"\"text\"", &mut credentials).unwrap_err().contains("not a Docker config"));
+        assert_eq!(err.reason(), "PullSecretInvalid");
+        assert!(err.to_string().contains("not user:password"), "{err}");
+        let err = read_docker_config(b"\"text\"", &mut credentials).unwrap_err();
+        assert!(err.to_string().contains("not a Docker config"), "{err}");
     }
 }
