@@ -669,8 +669,8 @@ fn a_service_account_without_the_rights_fails_on_the_object_with_the_403() {
 
 /// What `kubectl wait`, Argo CD and Flux show of a Manifest — the Ready condition's message —
 /// names each failure's cause in its own words on the real server, with no exit code (a
-/// built-in runs no process): a quota's refusal, a value of the wrong type, and a 422 that
-/// echoes a sensitive value, masked.
+/// built-in runs no process): a quota's refusal, a value of the wrong type, a 422 that echoes
+/// a sensitive value (masked), and an admission webhook's refusal.
 #[test]
 #[ignore = "needs a Kubernetes API server: DEPLOYSTER_E2E_KUBECONFIG=<kubeconfig ../shared/apiserver/up.sh prints> cargo test --test kubernetes -- --include-ignored"]
 fn ready_says_each_cause_in_its_own_words() {
@@ -685,6 +685,10 @@ fn ready_says_each_cause_in_its_own_words() {
     );
     wait_for("the quota's usage to be counted", Duration::from_secs(30), || {
         cluster.get(&["resourcequota", "cm-count"]).is_some_and(|q| q["status"]["used"]["count/configmaps"] == "1")
+    });
+    let policy = "Secrets may not say tier: forbidden (policy P-8)";
+    let _webhook = support::webhook::Webhook::register(&cluster, "secrets", move |request| {
+        (request["object"]["metadata"]["labels"]["tier"] == "forbidden").then(|| policy.to_string())
     });
     let _controller = ControllerProcess::start(&cluster, work.path(), "controller", &["--namespace", &ns]);
     let manifest = |name: &str, object: &str| {
@@ -704,6 +708,10 @@ fn ready_says_each_cause_in_its_own_words() {
     cluster.apply_yaml(&manifest(
         "echo",
         "{apiVersion: v1, kind: Secret, metadata: {name: echo, labels: {secret: \"{{ password }}\"}}}",
+    ));
+    cluster.apply_yaml(&manifest(
+        "policy",
+        "{apiVersion: v1, kind: Secret, metadata: {name: refused, labels: {tier: forbidden}}}",
     ));
     let ready = |name: &str| {
         let mut message = String::new();
@@ -725,7 +733,62 @@ fn ready_says_each_cause_in_its_own_words() {
     let echo = ready("echo");
     assert!(echo.contains("Invalid value") && echo.contains("***"), "the server's 422, masked: {echo}");
     assert!(!echo.contains("not a label!"), "the sensitive value is never shown: {echo}");
+    let refused = ready("policy");
+    assert!(refused.contains(&format!("denied the request: {policy}")), "the webhook's words: {refused}");
     assert!(cluster.get(&["deployment", "web"]).is_none() && cluster.get(&["secret", "echo"]).is_none());
+}
+
+/// The CLI acting as an account that may read ConfigMaps but not patch them (a kubeconfig
+/// with the ServiceAccount's token): the apply fails in the server's words — the 403 naming
+/// the account, the verb and the resource — with no exit code, and nothing is applied.
+#[test]
+#[ignore = "needs a Kubernetes API server: DEPLOYSTER_E2E_KUBECONFIG=<kubeconfig ../shared/apiserver/up.sh prints> cargo test --test kubernetes -- --include-ignored"]
+fn the_cli_without_the_right_to_patch_says_the_403() {
+    use support::cluster::wait_for;
+    let cluster = Cluster::new("kube-cli-403");
+    let ns = cluster.namespace.clone();
+    cluster.service_account("reader", "get", "configmaps");
+    // `kubectl create token` on current servers; before 1.24, the token Secret made for it.
+    let token = match cluster.kubectl(&cluster.ns(&["create", "token", "reader"])) {
+        (true, token) => token.trim().to_string(),
+        (false, _) => {
+            let mut token = String::new();
+            wait_for("the ServiceAccount's token Secret", Duration::from_secs(30), || {
+                let secret =
+                    cluster.get(&["sa", "reader"]).and_then(|sa| sa["secrets"][0]["name"].as_str().map(str::to_string));
+                let Some(secret) = secret.and_then(|name| cluster.get(&["secret", &name])) else { return false };
+                token = secret["data"]["token"].as_str().unwrap_or_default().to_string();
+                !token.is_empty()
+            });
+            use base64::Engine;
+            String::from_utf8(base64::engine::general_purpose::STANDARD.decode(token).unwrap()).unwrap()
+        }
+    };
+    let view: Value =
+        serde_json::from_str(&cluster.must(&["config", "view", "--minify", "--raw", "-o", "json"])).unwrap();
+    let server = &view["clusters"][0]["cluster"];
+    let ws = Workspace::new();
+    let kubeconfig = ws.write(
+        "reader.kubeconfig",
+        &json!({"apiVersion": "v1", "kind": "Config", "current-context": "r",
+                "clusters": [{"name": "c", "cluster": server}],
+                "users": [{"name": "reader", "user": {"token": token}}],
+                "contexts": [{"name": "r", "context": {"cluster": "c", "user": "reader", "namespace": ns}}]})
+        .to_string(),
+    );
+    ws.manifest("resources:\n  cm:\n    type: builtin/kubernetes\n    config: {object: {apiVersion: v1, kind: ConfigMap, metadata: {name: made}, data: {a: b}}}\n");
+    let out =
+        ws.run_with_env(&["apply", "-f", "manifest.yaml", "--yes"], &[("KUBECONFIG", kubeconfig.to_str().unwrap())]);
+    let text = out.all();
+    assert_eq!(out.code, 1, "{text}");
+    assert!(text.contains("resource `cm` failed in action apply"), "{text}");
+    assert!(text.contains("action apply failed: "), "{text}");
+    assert!(
+        text.contains(&format!("\"system:serviceaccount:{ns}:reader\" cannot patch resource \"configmaps\"")),
+        "{text}"
+    );
+    assert!(!text.contains("exit code"), "a built-in has no exit code: {text}");
+    assert!(cluster.get(&["configmap", "made"]).is_none(), "nothing applied: {text}");
 }
 
 /// Two resources of `namespace`: ConfigMap `settings` with `data`, then Secret `after`, which
