@@ -52,6 +52,12 @@ fn main() -> ExitCode {
         let args: Vec<String> = argv[2..].iter().map(|a| a.to_string_lossy().into_owned()).collect();
         return ExitCode::from(u8::try_from(deployster::pod::entry::main(&args)).unwrap_or(1));
     }
+    #[cfg(feature = "kube")]
+    if argv.get(1).is_some_and(|a| a == deployster::pod::serve::SERVE_SUBCOMMAND) {
+        // One invocation in a warm runner, exec'd into it: as little as the Pod's helper.
+        let args: Vec<String> = argv[2..].iter().map(|a| a.to_string_lossy().into_owned()).collect();
+        return ExitCode::from(u8::try_from(deployster::pod::serve::main(&args)).unwrap_or(1));
+    }
     let cli = cli::parse();
     if let Command::BuiltinType { name, args } = &cli.command {
         // Built-in types are resource programs: no runtime, no logging set-up, just the protocol.

@@ -223,7 +223,7 @@ fn write_record(entry: &HelperCommand, record: &Record) {
 }
 
 /// Writes `text` (whole lines) to the log, at once.
-fn emit(text: &[u8]) {
+pub(super) fn emit(text: &[u8]) {
     let mut out = std::io::stdout().lock();
     let _ = out.write_all(text).and_then(|()| out.flush());
 }
@@ -284,18 +284,94 @@ async fn run(entry: &HelperCommand) -> i32 {
         },
         Err(_) => Default::default(),
     };
-    let mut command = tokio::process::Command::new(&entry.program[0]);
+    // The Pod's deletion or a timeout: the program gets the signal and may clean up; the Pod's
+    // grace period ends it.
+    let terminated = async {
+        match term.as_mut() {
+            Some(term) => drop(term.recv().await),
+            None => std::future::pending().await,
+        }
+    };
+    let program = Program { nonce: &entry.nonce, argv: &entry.program, env, request, group: false };
+    match run_program(program, terminated).await {
+        Ok(ran) => {
+            let record = ran.record(&entry.nonce);
+            write_record(entry, &record);
+            ran.exit_code()
+        }
+        Err(e) => fail(entry, e.to_string()),
+    }
+}
+
+/// A program to run, and what it is given.
+pub(super) struct Program<'a> {
+    pub(super) nonce: &'a str,
+    /// The program and its arguments.
+    pub(super) argv: &'a [String],
+    pub(super) env: std::collections::BTreeMap<String, String>,
+    /// Its stdin.
+    pub(super) request: Vec<u8>,
+    /// Whether it runs in a process group of its own, which a stop ends (SIGTERM, then SIGKILL
+    /// after [`STOP_GRACE`]) and which is killed once the program has exited (what it left
+    /// running, `daemon &`, goes with it): a warm runner serves many invocations, and none may
+    /// leave a process behind. In a Pod of its own the Pod's end does that.
+    pub(super) group: bool,
+}
+
+/// How long a program in a group of its own has between SIGTERM and SIGKILL when stopped.
+pub(super) const STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// What a program did: how it ended, and the length, digest and frames of its stdout.
+pub(super) struct ProgramEnded {
+    status: std::process::ExitStatus,
+    sha256: String,
+    bytes: u64,
+    frames: u64,
+}
+
+impl ProgramEnded {
+    pub(super) fn record(&self, nonce: &str) -> Record {
+        use std::os::unix::process::ExitStatusExt;
+        Record {
+            nonce: nonce.to_string(),
+            code: self.status.code(),
+            signal: self.status.signal(),
+            stdout_bytes: self.bytes,
+            stdout_sha256: self.sha256.clone(),
+            frames: self.frames,
+            error: None,
+        }
+    }
+
+    /// What the helper exits with: the program's code, or 128 + its signal, as a shell does.
+    pub(super) fn exit_code(&self) -> i32 {
+        use std::os::unix::process::ExitStatusExt;
+        self.status.code().unwrap_or_else(|| 128 + self.status.signal().unwrap_or(0))
+    }
+}
+
+/// Runs `program` with its request on stdin, its stdout written as frames and its stderr as
+/// lines to this process's stdout, until it has exited; `stop` resolving stops it.
+pub(super) async fn run_program(
+    program: Program<'_>,
+    stop: impl std::future::Future<Output = ()>,
+) -> std::io::Result<ProgramEnded> {
+    let Program { nonce, argv, env, request, group } = program;
+    let mut command = tokio::process::Command::new(&argv[0]);
     command
-        .args(&entry.program[1..])
+        .args(&argv[1..])
         .envs(env)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
-    let mut child = match command.spawn() {
-        Ok(child) => child,
-        Err(e) => return fail(entry, format!("cannot start `{}`: {e}", entry.program[0])),
-    };
-    let pid = child.id();
+    if group {
+        command.process_group(0);
+    }
+    let mut child =
+        command.spawn().map_err(|e| std::io::Error::new(e.kind(), format!("cannot start `{}`: {e}", argv[0])))?;
+    let pid = child.id().map(|pid| nix::unistd::Pid::from_raw(pid as i32));
+    // The group's id is the program's pid; a signal to its negation reaches the whole group.
+    let target = pid.map(|pid| if group { nix::unistd::Pid::from_raw(-pid.as_raw()) } else { pid });
     let mut stdin = child.stdin.take().expect("piped");
     let mut stdout = child.stdout.take().expect("piped");
     let stderr = child.stderr.take().expect("piped");
@@ -317,7 +393,7 @@ async fn run(entry: &HelperCommand) -> i32 {
             digest.update(&chunk[..n]);
             bytes += n as u64;
             // Written and flushed as it comes: actions' progress messages show live.
-            emit(frame(&entry.nonce, frames, &chunk[..n]).as_bytes());
+            emit(frame(nonce, frames, &chunk[..n]).as_bytes());
             frames += 1;
         }
         (hex::encode(digest.finalize()), bytes, frames)
@@ -335,13 +411,13 @@ async fn run(entry: &HelperCommand) -> i32 {
         }
         status
     };
-    let terminated = async {
-        // The Pod's deletion or a timeout: the program gets the signal and may clean up.
-        if let Some(term) = term.as_mut() {
-            term.recv().await;
-            if let Some(pid) = pid {
-                let _ =
-                    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGTERM);
+    let stopping = async {
+        stop.await;
+        if let Some(target) = target {
+            let _ = nix::sys::signal::kill(target, nix::sys::signal::Signal::SIGTERM);
+            if group {
+                tokio::time::sleep(STOP_GRACE).await;
+                let _ = nix::sys::signal::kill(target, nix::sys::signal::Signal::SIGKILL);
             }
         }
         std::future::pending::<()>().await
@@ -349,22 +425,12 @@ async fn run(entry: &HelperCommand) -> i32 {
     let work = async { tokio::join!(feed, relays, waited) };
     let ((), (sha256, bytes, frames), status) = tokio::select! {
         done = work => done,
-        () = terminated => unreachable!("pending forever"),
+        () = stopping => unreachable!("pending forever"),
     };
-    use std::os::unix::process::ExitStatusExt;
-    let status = match status {
-        Ok(status) => status,
-        Err(e) => return fail(entry, format!("lost the program: {e}")),
-    };
-    let record = Record {
-        nonce: entry.nonce.clone(),
-        code: status.code(),
-        signal: status.signal(),
-        stdout_bytes: bytes,
-        stdout_sha256: sha256,
-        frames,
-        error: None,
-    };
-    write_record(entry, &record);
-    status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
+    if let (true, Some(target)) = (group, target) {
+        // What the program left running goes with it.
+        let _ = nix::sys::signal::kill(target, nix::sys::signal::Signal::SIGKILL);
+    }
+    let status = status.map_err(|e| std::io::Error::new(e.kind(), format!("lost the program: {e}")))?;
+    Ok(ProgramEnded { status, sha256, bytes, frames })
 }

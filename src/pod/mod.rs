@@ -4,6 +4,8 @@
 //! what the image runs, [`spec`] makes the Pod and the Secret that carries the request,
 //! [`entry`] is the helper that runs in front of the type's own program inside the Pod, and
 //! [`frames`] is how the program's stdout comes back through the Pod's log, verified.
+//! [`serve`] is the same helper's side of an invocation served by a warm runner (issue 37: the
+//! runner Pod and the executor that execs into it are not built yet).
 
 pub mod entry;
 pub mod executor;
@@ -11,6 +13,7 @@ pub mod frames;
 mod log;
 mod progress;
 pub mod registry;
+pub mod serve;
 pub mod settings;
 pub mod spec;
 
