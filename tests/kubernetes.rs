@@ -685,13 +685,7 @@ fn ready_says_each_cause_in_its_own_words() {
     let ns = cluster.namespace.clone();
     let work = tempfile::tempdir().unwrap();
     cluster.service_account("writer", "get,patch,create", "configmaps,secrets,deployments");
-    // The namespace holds one ConfigMap already (kube-root-ca.crt): a quota of one is full.
-    cluster.apply_yaml(
-        "apiVersion: v1\nkind: ResourceQuota\nmetadata: {name: cm-count}\nspec: {hard: {count/configmaps: '1'}}\n",
-    );
-    wait_for("the quota's usage to be counted", Duration::from_secs(30), || {
-        cluster.get(&["resourcequota", "cm-count"]).is_some_and(|q| q["status"]["used"]["count/configmaps"] == "1")
-    });
+    full_configmap_quota(&cluster);
     let policy = "Secrets may not say tier: forbidden (policy P-8)";
     let _webhook = support::webhook::Webhook::register(&cluster, "secrets", move |request| {
         (request["object"]["metadata"]["labels"]["tier"] == "forbidden").then(|| policy.to_string())
@@ -830,21 +824,25 @@ fn settings_then_after(namespace: &str, data: &str, string_data: &str) -> String
     )
 }
 
+/// A ResourceQuota `cm-count` in the test's namespace that is full: the namespace holds one
+/// ConfigMap already (kube-root-ca.crt), and the quota allows one.
+fn full_configmap_quota(cluster: &Cluster) {
+    cluster.apply_yaml(
+        "apiVersion: v1\nkind: ResourceQuota\nmetadata: {name: cm-count}\nspec: {hard: {count/configmaps: '1'}}\n",
+    );
+    support::cluster::wait_for("the quota's usage to be counted", Duration::from_secs(30), || {
+        cluster.get(&["resourcequota", "cm-count"]).is_some_and(|q| q["status"]["used"]["count/configmaps"] == "1")
+    });
+}
+
 /// A real ResourceQuota refuses the object: the apply fails naming the resource, the phase and
 /// the quota's words, and the resources after it are not applied.
 #[ignore = "needs a Kubernetes API server: DEPLOYSTER_E2E_KUBECONFIG=<kubeconfig ../shared/apiserver/up.sh prints> cargo test --test kubernetes -- --include-ignored"]
 #[test]
 fn a_quota_that_refuses_fails_the_resource_and_nothing_after_it_is_applied() {
-    use support::cluster::wait_for;
     let cluster = Cluster::new("kube-quota");
     let ns = cluster.namespace.clone();
-    // The namespace holds one ConfigMap already (kube-root-ca.crt): a quota of one is full.
-    cluster.apply_yaml(
-        "apiVersion: v1\nkind: ResourceQuota\nmetadata: {name: cm-count}\nspec: {hard: {count/configmaps: '1'}}\n",
-    );
-    wait_for("the quota's usage to be counted", Duration::from_secs(30), || {
-        cluster.get(&["resourcequota", "cm-count"]).is_some_and(|q| q["status"]["used"]["count/configmaps"] == "1")
-    });
+    full_configmap_quota(&cluster);
     let ws = Workspace::new();
     ws.manifest(&settings_then_after(&ns, "a: b", "a: b"));
     let out = deployster(&ws, &cluster, &["apply", "-f", "manifest.yaml", "--yes"]);

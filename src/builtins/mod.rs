@@ -181,12 +181,12 @@ impl<'a> Request<'a> {
         Ok(self.base.join(path))
     }
 
-    /// `config.mode` as permission bits, when given.
     /// A string config value the type needs.
     fn text(&self, field: &str) -> Result<&'a str, BuiltinError> {
         self.config.get(field).and_then(Value::as_str).ok_or_else(|| BuiltinError::config(field, "must be a string"))
     }
 
+    /// `config.mode` as permission bits, when given.
     fn mode(&self) -> Result<Option<u32>, BuiltinError> {
         match self.config.get("mode") {
             None | Some(Value::Null) => Ok(None),

@@ -96,15 +96,10 @@ impl ResourceError {
         let stderr = String::from_utf8_lossy(&outcome.stderr);
         let why = stderr.lines().map(str::trim).find(|l| !l.is_empty()).map(str::to_string);
         let output = match outcome.exit {
+            // The rest of its words, then what it said it did.
             Exit::Failed => {
-                let stdout = Outcome { stderr: Vec::new(), ..outcome.clone() };
-                let rest = stderr.trim().lines().skip(1).map(|l| format!("\n    {l}")).collect::<String>();
-                let said = if outcome.stdout.iter().all(u8::is_ascii_whitespace) {
-                    String::new()
-                } else {
-                    quote_output(&stdout)
-                };
-                rest + &said
+                let rest: String = stderr.trim().lines().skip(1).map(|l| format!("\n    {l}")).collect();
+                rest + &quote(&[("stdout", &outcome.stdout)])
             }
             _ => quote_output(outcome),
         };
@@ -212,17 +207,20 @@ impl fmt::Display for ResourceError {
 
 /// The first bytes of a program's stdout and stderr, indented, for error messages.
 pub fn quote_output(outcome: &Outcome) -> String {
+    let out = quote(&[("stdout", &outcome.stdout), ("stderr", &outcome.stderr)]);
+    if out.is_empty() { "\n    (the program printed nothing)".into() } else { out }
+}
+
+/// The first bytes of each named stream that printed something, indented.
+fn quote(streams: &[(&str, &[u8])]) -> String {
     let mut out = String::new();
-    for (name, bytes) in [("stdout", &outcome.stdout), ("stderr", &outcome.stderr)] {
+    for (name, bytes) in streams {
         if bytes.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
         let text = excerpt(bytes, OUTPUT_EXCERPT);
         out.push_str(&format!("\n    {name}: "));
         out.push_str(&text.trim_end().replace('\n', "\n      "));
-    }
-    if out.is_empty() {
-        out.push_str("\n    (the program printed nothing)");
     }
     out
 }

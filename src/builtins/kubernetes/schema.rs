@@ -64,6 +64,9 @@ enum SchemaLookup {
 #[derive(Default)]
 pub(super) struct Schemas {
     kinds: Mutex<HashMap<GroupVersionKind, SchemaLookup>>,
+    /// Held while a document is fetched: the calls that wait for it find what it found, rather
+    /// than fetching it again (a first pass checks many objects of a kind at once).
+    fetching: tokio::sync::Mutex<()>,
     /// Whether the server answered `/openapi/v3` with 404 (then `/openapi/v2` is read).
     no_v3: std::sync::atomic::AtomicBool,
 }
@@ -76,10 +79,12 @@ impl Schemas {
         client: &kube::Client,
         gvk: &GroupVersionKind,
     ) -> Result<Option<Schema>, ObjectError> {
-        match self.kinds.lock().expect("schemas lock").get(gvk) {
-            Some(SchemaLookup::Found(schema)) => return Ok(Some(schema.clone())),
-            Some(SchemaLookup::Absent(since)) if since.elapsed() < ABSENT_KEPT => return Ok(None),
-            _ => {}
+        if let Some(known) = self.known(gvk) {
+            return Ok(known);
+        }
+        let _fetching = self.fetching.lock().await;
+        if let Some(known) = self.known(gvk) {
+            return Ok(known);
         }
         let document = self.fetch(client, gvk).await?;
         let found = document.as_ref().map(kinds_of).unwrap_or_default();
@@ -94,6 +99,16 @@ impl Schemas {
             Some(SchemaLookup::Found(schema)) => Some(schema.clone()),
             _ => None,
         })
+    }
+
+    /// What is known of `gvk`: its schema, or that it has none (asked recently); `None` when it
+    /// is to be asked.
+    fn known(&self, gvk: &GroupVersionKind) -> Option<Option<Schema>> {
+        match self.kinds.lock().expect("schemas lock").get(gvk) {
+            Some(SchemaLookup::Found(schema)) => Some(Some(schema.clone())),
+            Some(SchemaLookup::Absent(since)) if since.elapsed() < ABSENT_KEPT => Some(None),
+            _ => None,
+        }
     }
 
     /// The document describing `gvk`'s group-version (v3), else every kind (v2); `None` when the
@@ -255,16 +270,8 @@ impl Schema {
             (FieldType::String, _) => Err(mismatch("string", path)),
             (FieldType::Integer, _) => integer(value).ok_or_else(|| mismatch("integer", path)),
             (FieldType::Number, Value::Number(_)) => Ok(value.clone()),
-            (FieldType::Number, Value::String(s)) => s
-                .trim()
-                .parse::<f64>()
-                .ok()
-                .filter(|f| f.is_finite() && s.trim() == s)
-                .and_then(Number::from_f64)
-                .map(|n| match integer(value) {
-                    Some(exact) => exact,
-                    None => Value::Number(n),
-                })
+            (FieldType::Number, Value::String(s)) => integer(value)
+                .or_else(|| s.parse::<f64>().ok().and_then(Number::from_f64).map(Value::Number))
                 .ok_or_else(|| mismatch("number", path)),
             (FieldType::Number, _) => Err(mismatch("number", path)),
             (FieldType::Boolean, Value::Bool(_)) => Ok(value.clone()),
