@@ -744,38 +744,11 @@ fn ready_says_each_cause_in_its_own_words() {
 #[test]
 #[ignore = "needs a Kubernetes API server: DEPLOYSTER_E2E_KUBECONFIG=<kubeconfig ../shared/apiserver/up.sh prints> cargo test --test kubernetes -- --include-ignored"]
 fn the_cli_without_the_right_to_patch_says_the_403() {
-    use support::cluster::wait_for;
     let cluster = Cluster::new("kube-cli-403");
     let ns = cluster.namespace.clone();
     cluster.service_account("reader", "get", "configmaps");
-    // `kubectl create token` on current servers; before 1.24, the token Secret made for it.
-    let token = match cluster.kubectl(&cluster.ns(&["create", "token", "reader"])) {
-        (true, token) => token.trim().to_string(),
-        (false, _) => {
-            let mut token = String::new();
-            wait_for("the ServiceAccount's token Secret", Duration::from_secs(30), || {
-                let secret =
-                    cluster.get(&["sa", "reader"]).and_then(|sa| sa["secrets"][0]["name"].as_str().map(str::to_string));
-                let Some(secret) = secret.and_then(|name| cluster.get(&["secret", &name])) else { return false };
-                token = secret["data"]["token"].as_str().unwrap_or_default().to_string();
-                !token.is_empty()
-            });
-            use base64::Engine;
-            String::from_utf8(base64::engine::general_purpose::STANDARD.decode(token).unwrap()).unwrap()
-        }
-    };
-    let view: Value =
-        serde_json::from_str(&cluster.must(&["config", "view", "--minify", "--raw", "-o", "json"])).unwrap();
-    let server = &view["clusters"][0]["cluster"];
     let ws = Workspace::new();
-    let kubeconfig = ws.write(
-        "reader.kubeconfig",
-        &json!({"apiVersion": "v1", "kind": "Config", "current-context": "r",
-                "clusters": [{"name": "c", "cluster": server}],
-                "users": [{"name": "reader", "user": {"token": token}}],
-                "contexts": [{"name": "r", "context": {"cluster": "c", "user": "reader", "namespace": ns}}]})
-        .to_string(),
-    );
+    let kubeconfig = cluster.token_kubeconfig("reader", ws.dir.path());
     ws.manifest("resources:\n  cm:\n    type: builtin/kubernetes\n    config: {object: {apiVersion: v1, kind: ConfigMap, metadata: {name: made}, data: {a: b}}}\n");
     let out =
         ws.run_with_env(&["apply", "-f", "manifest.yaml", "--yes"], &[("KUBECONFIG", kubeconfig.to_str().unwrap())]);

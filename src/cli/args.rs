@@ -158,6 +158,17 @@ pub struct PodMakingArgs {
     /// message.
     #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
     pub schedule_timeout: Duration,
+    /// With `--executor pod`: run each image type in a warm runner — a Pod that serves its
+    /// invocations through `pods/exec` — which ends after DURATION without one; `0`: a Pod
+    /// per invocation [default: the controller 10m; the CLI 0, and its runners are deleted
+    /// when it exits].
+    #[arg(long, value_name = "DURATION", value_parser = parse_idle)]
+    pub runner_idle: Option<Duration>,
+}
+
+/// A runner's idle time: a duration, or `0` for none.
+fn parse_idle(text: &str) -> Result<Duration, String> {
+    if text == "0" { Ok(Duration::ZERO) } else { parse_duration(text) }
 }
 
 #[cfg(feature = "kube")]
@@ -169,6 +180,7 @@ impl PodMakingArgs {
         settings.insecure_registries = self.insecure_registries.clone();
         settings.registry_endpoints = self.registry_endpoints.clone();
         settings.schedule_timeout = self.schedule_timeout;
+        settings.runner_idle = self.runner_idle.filter(|idle| !idle.is_zero());
         settings
     }
 }

@@ -13,7 +13,14 @@ pub(super) async fn controller(args: ControllerArgs) -> Result<ExitKind, CliErro
         ExecutorArg::Docker => ImageRunner::Here(docker_executor(&args.docker)),
         #[cfg(not(feature = "docker"))]
         ExecutorArg::Docker => ImageRunner::None,
-        ExecutorArg::Pod => ImageRunner::Pods(Box::new(args.making.settings())),
+        ExecutorArg::Pod => {
+            let mut settings = args.making.settings();
+            // Runners unless told otherwise (`--runner-idle 0`).
+            if args.making.runner_idle.is_none() {
+                settings.runner_idle = Some(crate::pod::runner::DEFAULT_IDLE);
+            }
+            ImageRunner::Pods(Box::new(settings))
+        }
     };
     let executors = Executors { local: local_executor()?, images, reads_per_second: args.budget.per_second() };
     let defaults = Settings::default();

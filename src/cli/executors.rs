@@ -106,7 +106,20 @@ async fn pods(args: &PodArgs) -> Result<(Images, PassScope), CliError> {
     scope.options.node_selector = args.node_selector.iter().cloned().collect();
     // A laptop's built-ins act on the laptop: only images run as Pods.
     let runtime = PodRuntime::new(client, settings);
+    let _ = RUNNERS.set(runtime.clone());
     Ok((Images::Pods { runtime, builtins_too: false, check_access: true }, scope))
+}
+
+/// The CLI's Pods, whose runners it deletes when it is done ([`reap_runners`]).
+#[cfg(feature = "kube")]
+static RUNNERS: std::sync::OnceLock<Arc<crate::pod::executor::PodRuntime>> = std::sync::OnceLock::new();
+
+/// Deletes the runners this CLI started (`--runner-idle`): none outlives it.
+pub(crate) async fn reap_runners() {
+    #[cfg(feature = "kube")]
+    if let Some(runtime) = RUNNERS.get() {
+        runtime.reap_runners().await;
+    }
 }
 
 #[cfg(feature = "docker")]

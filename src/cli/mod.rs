@@ -186,6 +186,12 @@ impl CliError {
 
 /// Runs a parsed command.
 pub async fn run(cli: Cli) -> Result<ExitKind, CliError> {
+    let result = run_command(cli).await;
+    executors::reap_runners().await;
+    result
+}
+
+async fn run_command(cli: Cli) -> Result<ExitKind, CliError> {
     match cli.command {
         Command::Plan(args) => apply::plan(args).await,
         Command::Apply(args) => apply::apply(args).await,

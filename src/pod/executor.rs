@@ -24,6 +24,7 @@ use super::entry::HelperCommand;
 use super::log::LogFollower;
 use super::progress::{PodProgress, ended, observed, progress};
 use super::registry::{Credentials, ImageRun, Registry, read_docker_config};
+use super::runner::{self, Runners};
 pub use super::settings::{PodScope, PodSettings};
 use super::spec::{self, OWNER_LABEL, PlugSource, PodInvocation, PodPlug};
 use super::{api_error, is_not_found, pod_error};
@@ -53,6 +54,8 @@ pub struct PodRuntime {
     passes: Mutex<lru::LruCache<String, Arc<Credentials>>>,
     /// How many times each (pass, resource, phase) ran: a Pod name is never reused.
     attempts: Mutex<lru::LruCache<(String, String, String), u32>>,
+    /// The warm runners, when [`PodSettings::runner_idle`] says to use them.
+    runners: Runners,
 }
 
 /// Runs one pass's image types (and, in a cluster, its file built-ins) as Pods of its scope.
@@ -83,7 +86,24 @@ impl PodRuntime {
             init_cache: InitAnswers::default(),
             passes: Mutex::new(lru::LruCache::new(kept(1024))),
             attempts: Mutex::new(lru::LruCache::new(kept(65536))),
+            runners: Runners::default(),
         })
+    }
+
+    /// Deletes the warm runners this process started or used; how many.
+    pub async fn reap_runners(&self) -> usize {
+        self.runners.reap(&self.client).await
+    }
+
+    /// The runners' figures (the controller registers them).
+    pub fn runner_metrics(&self) -> &runner::RunnerMetrics {
+        &self.runners.metrics
+    }
+
+    /// Why runners are not used in namespace `namespace` for ServiceAccount `account`, once:
+    /// what the one event of it says.
+    pub fn untold_runner_refusal(&self, namespace: &str, account: Option<&str>) -> Option<String> {
+        self.runners.untold_refusal(namespace, account)
     }
 
     /// The executor of a pass whose Pods run in `scope`.
@@ -278,6 +298,19 @@ impl PodRuntime {
             run_as_user: scope.options.run_as_user.or(image.non_root_uid.is_none().then_some(DEFAULT_UID)),
             options: scope.options.clone(),
         };
+        if let Some(idle) = self.settings.runner_idle
+            && self.runners.refusal(&pod_invocation).is_none()
+        {
+            let mut runner = pod_invocation.clone();
+            runner.name = runner::runner_name(&runner);
+            runner.labels.remove(RUN_LABEL);
+            let pods = self.pods(namespace);
+            if let Some((exit, stdout, stderr)) =
+                self.runners.invoke(&pods, &runner, invocation, &self.settings, idle).await?
+            {
+                return Ok(Outcome { exit, stdout, stderr, elapsed: started.elapsed() });
+            }
+        }
         let secret_name = format!("{name}-request");
         let created = self.create(&pod_invocation, &secret_name, &invocation.stdin, &invocation.env).await;
         let result = match created {
@@ -446,27 +479,7 @@ impl PodRuntime {
 
     /// Deletes the Pod with `grace` for its program to end, and waits until it is gone.
     async fn delete_and_wait(&self, namespace: &str, name: &str, grace: Duration) {
-        let params = DeleteParams { grace_period_seconds: Some(grace.as_secs() as u32), ..DeleteParams::background() };
-        match self.pods(namespace).delete(name, &params).await {
-            Err(e) if is_not_found(&e) => return,
-            Err(e) => tracing::warn!(pod = name, "could not delete the Pod: {e}"),
-            Ok(_) => {}
-        }
-        let gone = async {
-            let mut watch = kube::runtime::watcher::watch_object(self.pods(namespace), name).boxed();
-            while let Some(event) = watch.next().await {
-                if matches!(event, Ok(None)) {
-                    return;
-                }
-            }
-        };
-        if tokio::time::timeout(grace + Duration::from_secs(60), gone).await.is_err() {
-            tracing::warn!(
-                pod = name,
-                "the Pod was still there {:?} after its deletion",
-                grace + Duration::from_secs(60)
-            );
-        }
+        super::delete_and_wait(&self.pods(namespace), name, grace).await
     }
 }
 

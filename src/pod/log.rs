@@ -8,7 +8,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::LogParams;
 
-use super::frames::{self, FrameError, Split};
+use super::frames::{self, FrameError, Record, Split};
 use super::{api_error, pod_error};
 use crate::engine::executor::output::Capture;
 use crate::engine::executor::{ExecError, Exit, Invocation, Stream};
@@ -183,11 +183,7 @@ impl<'a> LogFollower<'a> {
         if let Some(reason) = container_reason.or(pod_reason) {
             stderr.extend_from_slice(format!("deployster: Kubernetes ended the container: {reason}\n").as_bytes());
         }
-        let exit = match (record.code, record.signal) {
-            (Some(code), _) => Exit::Code(code),
-            (None, Some(signal)) => Exit::Signal(signal),
-            (None, None) => Exit::Code(127),
-        };
+        let exit = exit_of(&record);
         // This executor deletes its Pods only once it stopped following them.
         if pod.metadata.deletion_timestamp.is_some() {
             return Err(pod_error(
@@ -196,6 +192,51 @@ impl<'a> LogFollower<'a> {
             ));
         }
         Ok((exit, stdout, stderr))
+    }
+}
+
+impl LogFollower<'_> {
+    /// Takes one line of an invocation served by a warm runner (the exec's stdout, which has
+    /// no timestamps and is never re-read): whether the record and all it names have come.
+    pub fn take_served(&mut self, line: &str) -> Result<bool, ExecError> {
+        self.take(line)?;
+        Ok(self.complete())
+    }
+
+    /// Whether the served invocation's record has come, whatever it names.
+    pub fn has_record(&self) -> bool {
+        self.split.record.is_some()
+    }
+
+    /// A served invocation's record, its exit, its verified stdout and its stderr, once the
+    /// record has come ([`LogFollower::take_served`]).
+    pub fn finish_served(self) -> Result<(Record, Exit, Vec<u8>, Vec<u8>), ExecError> {
+        let verified = frames::reassemble(&self.split, "", self.nonce);
+        let _ = self.stdout.finish();
+        let mut stderr = self.stderr.finish();
+        let (record, stdout) = match verified {
+            Ok(read) => read,
+            Err(FrameError::Lost { bytes, .. }) if bytes > self.limit as u64 => {
+                return Err(ExecError::OutputTooLarge { limit: self.limit, stream: "stdout" });
+            }
+            Err(e) => return Err(pod_error("OutputUnverified", format!("the runner's answer: {e}"))),
+        };
+        if let Some(error) = &record.error {
+            stderr.extend_from_slice(
+                format!("deployster: the program could not be run in its runner: {error}\n").as_bytes(),
+            );
+        }
+        let exit = exit_of(&record);
+        Ok((record, exit, stdout, stderr))
+    }
+}
+
+/// How the record says the program ended (127, as a shell says, when it could not be run).
+fn exit_of(record: &Record) -> Exit {
+    match (record.code, record.signal) {
+        (Some(code), _) => Exit::Code(code),
+        (None, Some(signal)) => Exit::Signal(signal),
+        (None, None) => Exit::Code(127),
     }
 }
 

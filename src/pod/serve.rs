@@ -21,6 +21,7 @@
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -64,19 +65,91 @@ impl ServeHeader {
     }
 }
 
+/// What the helper was asked to do (its arguments after the subcommand).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServeMode {
+    /// Serve one invocation read from stdin.
+    Invocation,
+    /// The runner container's own process: hold the container until it has been idle for
+    /// `idle` (no invocation began or ended), or SIGTERM; then create `done` (the helper's
+    /// container holds until it exists, so that the Pod ends) and exit.
+    Hold { idle: Duration, done: PathBuf },
+    /// Wait up to `within` for no invocation of `resource` to run: what the executor asks
+    /// after it cancelled one, so that none runs on once it returns.
+    WaitFor { resource: String, within: Duration },
+}
+
+/// The helper's arguments for `mode` with its locks in `locks` (after the subcommand).
+pub fn args(mode: &ServeMode, locks: &Path) -> Vec<String> {
+    let mut args = vec!["--locks".to_string(), locks.display().to_string()];
+    match mode {
+        ServeMode::Invocation => {}
+        ServeMode::Hold { idle, done } => args.extend([
+            "--hold".into(),
+            "--idle".into(),
+            idle.as_secs().to_string(),
+            "--done".into(),
+            done.display().to_string(),
+        ]),
+        ServeMode::WaitFor { resource, within } => {
+            args.extend(["--wait-for".into(), resource.clone(), "--within".into(), within.as_secs().to_string()])
+        }
+    }
+    args
+}
+
+/// Reads [`args`] back: the mode and where the locks are.
+pub fn parse(args: &[String]) -> Result<(ServeMode, PathBuf), String> {
+    let mut options = std::collections::BTreeMap::new();
+    let mut hold = false;
+    let mut rest = args.iter();
+    while let Some(flag) = rest.next() {
+        match flag.as_str() {
+            "--hold" => hold = true,
+            "--locks" | "--idle" | "--done" | "--wait-for" | "--within" => {
+                let value = rest.next().ok_or_else(|| format!("{flag} has no value"))?;
+                options.insert(flag.as_str(), value.clone());
+            }
+            other => return Err(format!("unknown argument `{other}`")),
+        }
+    }
+    let seconds = |name: &str| -> Result<Duration, String> {
+        let value = options.get(name).ok_or_else(|| format!("{name} is missing"))?;
+        value.parse().map(Duration::from_secs).map_err(|_| format!("{name} takes whole seconds, not `{value}`"))
+    };
+    let locks = options.get("--locks").map_or_else(|| PathBuf::from(DEFAULT_LOCKS), PathBuf::from);
+    let mode = match (hold, options.get("--wait-for")) {
+        (true, None) => ServeMode::Hold {
+            idle: seconds("--idle")?,
+            done: options.get("--done").map(PathBuf::from).ok_or("--done is missing")?,
+        },
+        (false, Some(resource)) => ServeMode::WaitFor { resource: resource.clone(), within: seconds("--within")? },
+        (false, None) => ServeMode::Invocation,
+        (true, Some(_)) => return Err("--hold and --wait-for exclude each other".into()),
+    };
+    Ok((mode, locks))
+}
+
 /// Runs the helper with `args` (after the subcommand); what the process exits with.
 pub fn main(args: &[String]) -> i32 {
-    let locks = match args {
-        [] => PathBuf::from(DEFAULT_LOCKS),
-        [flag, dir] if flag == "--locks" => PathBuf::from(dir),
-        _ => {
-            let _ = writeln!(std::io::stderr(), "usage: deployster {SERVE_SUBCOMMAND} [--locks DIR]");
+    let (mode, locks) = match parse(args) {
+        Ok(parsed) => parsed,
+        Err(why) => {
+            let _ = writeln!(
+                std::io::stderr(),
+                "deployster {SERVE_SUBCOMMAND}: {why}\nusage: deployster {SERVE_SUBCOMMAND} [--locks DIR] \
+                 [--hold --idle SECS --done FILE | --wait-for RESOURCE --within SECS]"
+            );
             return 2;
         }
     };
     match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => {
-            let code = runtime.block_on(serve(&locks));
+            let code = match mode {
+                ServeMode::Invocation => runtime.block_on(serve(&locks)),
+                ServeMode::Hold { idle, done } => runtime.block_on(hold_runner(&locks, idle, &done)),
+                ServeMode::WaitFor { resource, within } => runtime.block_on(wait_for(&locks, &resource, within)),
+            };
             // Its read of stdin, which the caller may still hold open, is not waited for.
             runtime.shutdown_background();
             code
@@ -101,6 +174,11 @@ async fn serve(locks: &Path) -> i32 {
     if let Err(e) = stdin.read_exact(&mut request).await {
         return refuse(&header.nonce, &format!("the request ended early: {e}"));
     }
+    // Shared with every other invocation; the runner's idle end takes it exclusively.
+    let runner = match enter(locks) {
+        Ok(runner) => runner,
+        Err(why) => return refuse(&header.nonce, &why),
+    };
     let _held = match hold(locks, &header) {
         Ok(held) => held,
         Err(why) => return refuse(&header.nonce, &why),
@@ -112,7 +190,10 @@ async fn serve(locks: &Path) -> i32 {
     };
     let program =
         Program { nonce: &header.nonce, argv: &header.program, env: header.env.clone(), request, group: true };
-    match run_program(program, cancelled).await {
+    let ran = run_program(program, cancelled).await;
+    // Its end counts as use too: a long action does not leave its runner idle.
+    let _ = runner.set_modified(SystemTime::now());
+    match ran {
         Ok(ran) => {
             emit(record_line(&ran.record(&header.nonce)).as_bytes());
             ran.exit_code()
@@ -121,18 +202,124 @@ async fn serve(locks: &Path) -> i32 {
     }
 }
 
-/// The lock of `header`'s resource, held (with the invocation's id in it) while it runs.
-fn hold(locks: &Path, header: &ServeHeader) -> Result<nix::fcntl::Flock<std::fs::File>, String> {
+/// What a refusal says when the runner is ending for want of use: the executor starts another
+/// and asks it instead.
+pub const RETIRING: &str = "the runner is retiring";
+
+/// The runner's lock (whose time of change is its last use) and the file that says it retired.
+fn runner_files(locks: &Path) -> (PathBuf, PathBuf) {
+    (locks.join("deployster-runner.lock"), locks.join("deployster-runner.retired"))
+}
+
+/// Takes the runner's lock shared for one invocation and marks the runner used; refuses once
+/// the runner is retiring.
+fn enter(locks: &Path) -> Result<nix::fcntl::Flock<std::fs::File>, String> {
     use nix::fcntl::{Flock, FlockArg};
-    let name = hex::encode(&Sha256::digest(header.resource.as_bytes())[..12]);
-    let path = locks.join(format!("deployster-{name}.lock"));
-    let file = std::fs::OpenOptions::new()
+    let (path, retired) = runner_files(locks);
+    let file = open_lock(&path)?;
+    let held = match Flock::lock(file, FlockArg::LockSharedNonblock) {
+        Ok(held) => held,
+        Err((_, nix::errno::Errno::EWOULDBLOCK)) => return Err(format!("{RETIRING} (idle)")),
+        Err((_, e)) => return Err(format!("cannot lock {}: {e}", path.display())),
+    };
+    if retired.exists() {
+        return Err(format!("{RETIRING} (idle)"));
+    }
+    held.set_modified(SystemTime::now()).map_err(|e| format!("cannot mark {} used: {e}", path.display()))?;
+    Ok(held)
+}
+
+fn open_lock(path: &Path) -> Result<std::fs::File, String> {
+    std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(false)
-        .open(&path)
-        .map_err(|e| format!("cannot open the lock {}: {e}", path.display()))?;
+        .open(path)
+        .map_err(|e| format!("cannot open the lock {}: {e}", path.display()))
+}
+
+/// The runner's own process: holds until idle for `idle` or SIGTERM, then creates `done`.
+async fn hold_runner(locks: &Path, idle: Duration, done: &Path) -> i32 {
+    use nix::fcntl::{Flock, FlockArg};
+    let (path, retired) = runner_files(locks);
+    // Made now: a runner no invocation reached is idle from its start.
+    if let Err(why) = open_lock(&path).and_then(|f| {
+        f.set_modified(SystemTime::now()).map_err(|e| format!("cannot mark {} used: {e}", path.display()))
+    }) {
+        let _ = writeln!(std::io::stderr(), "deployster {SERVE_SUBCOMMAND}: {why}");
+        return 1;
+    }
+    let _ = writeln!(std::io::stdout(), "runner holding; ends after {}s without an invocation", idle.as_secs());
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    let tick = (idle / 4).clamp(Duration::from_millis(200), Duration::from_secs(5));
+    let unused_for = || {
+        let changed = std::fs::metadata(&path).and_then(|m| m.modified()).unwrap_or_else(|_| SystemTime::now());
+        SystemTime::now().duration_since(changed).unwrap_or_default()
+    };
+    loop {
+        let terminated = async {
+            match term.as_mut() {
+                Some(term) => drop(term.recv().await),
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = terminated => break,
+            () = tokio::time::sleep(tick) => {}
+        }
+        if unused_for() < idle {
+            continue;
+        }
+        // No invocation holds the lock shared: none runs, and none may begin from here on.
+        let Ok(file) = open_lock(&path) else { continue };
+        if let Ok(_held) = Flock::lock(file, FlockArg::LockExclusiveNonblock)
+            && unused_for() >= idle
+        {
+            let _ = std::fs::write(&retired, b"");
+            let _ = writeln!(std::io::stdout(), "runner retiring: no invocation for {}s", idle.as_secs());
+            break;
+        }
+    }
+    let _ = std::fs::write(done, b"");
+    0
+}
+
+/// Waits up to `within` for no invocation of `resource` to hold its lock: 0 once none does,
+/// 1 (naming the one that runs) if one still did.
+async fn wait_for(locks: &Path, resource: &str, within: Duration) -> i32 {
+    use nix::fcntl::{Flock, FlockArg};
+    let path = resource_lock(locks, resource);
+    let started = std::time::Instant::now();
+    loop {
+        let Ok(file) = open_lock(&path) else { return 0 };
+        if Flock::lock(file, FlockArg::LockExclusiveNonblock).is_ok() {
+            return 0;
+        }
+        if started.elapsed() >= within {
+            let running = std::fs::read_to_string(&path).unwrap_or_default();
+            let _ = writeln!(
+                std::io::stderr(),
+                "deployster {SERVE_SUBCOMMAND}: invocation {running} of `{resource}` still runs after {}s",
+                within.as_secs()
+            );
+            return 1;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The file an invocation of `resource` holds locked while it runs.
+fn resource_lock(locks: &Path, resource: &str) -> PathBuf {
+    let name = hex::encode(&Sha256::digest(resource.as_bytes())[..12]);
+    locks.join(format!("deployster-{name}.lock"))
+}
+
+/// The lock of `header`'s resource, held (with the invocation's id in it) while it runs.
+fn hold(locks: &Path, header: &ServeHeader) -> Result<nix::fcntl::Flock<std::fs::File>, String> {
+    use nix::fcntl::{Flock, FlockArg};
+    let path = resource_lock(locks, &header.resource);
+    let file = open_lock(&path)?;
     match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
         Ok(mut held) => {
             held.set_len(0)

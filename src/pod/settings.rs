@@ -53,6 +53,9 @@ pub struct PodSettings {
     pub output_limit: usize,
     /// Quota refusals at create are retried this many times, with backoff.
     pub create_retries: u32,
+    /// Image types run in warm runners ([`super::runner`]) that end after this long unused;
+    /// `None`: a Pod per invocation.
+    pub runner_idle: Option<Duration>,
 }
 
 impl PodSettings {
@@ -68,6 +71,7 @@ impl PodSettings {
             kill_grace: Duration::from_secs(5),
             output_limit: DEFAULT_OUTPUT_LIMIT,
             create_retries: 4,
+            runner_idle: None,
         }
     }
 }

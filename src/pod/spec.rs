@@ -142,21 +142,54 @@ fn volume_of(plug: &PodPlug) -> (Volume, bool) {
 /// writable `/tmp` and the plugs mounted, under the Manifest's ServiceAccount without its token.
 /// (Not an init container: see [`super::entry`].)
 pub fn pod(invocation: &PodInvocation, request_secret: &str) -> Pod {
+    made(invocation, Role::Invocation { request_secret })
+}
+
+/// A warm runner's Pod (issue 37): made as an invocation's is — the same identity, isolation,
+/// plugs and options — but with no request, no deadline, and the type's container holding
+/// ([`super::serve::ServeMode::Hold`]) until it has been idle for `idle`; each invocation is an
+/// exec of [`runner_command`] into it. `invocation.entry` and `deadline` are not used.
+pub fn runner_pod(invocation: &PodInvocation, idle: Duration) -> Pod {
+    made(invocation, Role::Runner { idle })
+}
+
+/// The command an exec into a runner runs for `mode`.
+pub fn runner_command(mode: &super::serve::ServeMode) -> Vec<String> {
+    let (installed, _) = super::entry::installed(std::path::Path::new(HELPER_DIR));
+    let mut command = vec![installed.display().to_string(), super::serve::SERVE_SUBCOMMAND.to_string()];
+    command.extend(super::serve::args(mode, std::path::Path::new(RUNNER_LOCKS)));
+    command
+}
+
+/// Where a runner's invocations keep their locks: its writable `/tmp`, which every process of
+/// the type's container shares.
+const RUNNER_LOCKS: &str = "/tmp";
+
+enum Role<'a> {
+    Invocation { request_secret: &'a str },
+    Runner { idle: Duration },
+}
+
+fn made(invocation: &PodInvocation, role: Role<'_>) -> Pod {
     let mut volumes = vec![
         Volume { name: "helper".into(), empty_dir: Some(EmptyDirVolumeSource::default()), ..Volume::default() },
-        Volume {
-            name: "request".into(),
-            secret: Some(SecretVolumeSource {
-                secret_name: Some(request_secret.into()),
-                ..SecretVolumeSource::default()
-            }),
-            ..Volume::default()
-        },
         Volume { name: "tmp".into(), empty_dir: Some(EmptyDirVolumeSource::default()), ..Volume::default() },
     ];
-    // Writable: the type's container marks itself done there.
-    let mut mounts =
-        vec![mount("helper", HELPER_DIR, false), mount("request", REQUEST_DIR, true), mount("tmp", "/tmp", false)];
+    let mut mounts = vec![mount("helper", HELPER_DIR, false), mount("tmp", "/tmp", false)];
+    if let Role::Invocation { request_secret } = role {
+        volumes.insert(
+            1,
+            Volume {
+                name: "request".into(),
+                secret: Some(SecretVolumeSource {
+                    secret_name: Some(request_secret.into()),
+                    ..SecretVolumeSource::default()
+                }),
+                ..Volume::default()
+            },
+        );
+        mounts.insert(1, mount("request", REQUEST_DIR, true));
+    }
     for plug in &invocation.plugs {
         let (volume, read_only) = volume_of(plug);
         let mut mounted = mount(&volume.name, &plug.container_path, read_only);
@@ -175,10 +208,16 @@ pub fn pod(invocation: &PodInvocation, request_secret: &str) -> Pod {
     });
     let helper_dir = std::path::Path::new(HELPER_DIR);
     let (installed, done) = super::entry::installed(helper_dir);
-    let mut entry = invocation.entry.clone();
-    entry.done = Some(done);
-    let mut command = vec![installed.display().to_string(), ENTRY_SUBCOMMAND.to_string()];
-    command.extend(entry.args());
+    let (command, deadline) = match role {
+        Role::Invocation { .. } => {
+            let mut entry = invocation.entry.clone();
+            entry.done = Some(done);
+            let mut command = vec![installed.display().to_string(), ENTRY_SUBCOMMAND.to_string()];
+            command.extend(entry.args());
+            (command, Some(invocation.deadline.as_secs().max(1) as i64 + 30))
+        }
+        Role::Runner { idle } => (runner_command(&super::serve::ServeMode::Hold { idle, done }), None),
+    };
     let helper_command =
         |flag: &str| vec![HELPER_BINARY.into(), ENTRY_SUBCOMMAND.into(), flag.into(), HELPER_DIR.into()];
     let helper = Container {
@@ -233,7 +272,7 @@ pub fn pod(invocation: &PodInvocation, request_secret: &str) -> Pod {
             restart_policy: Some("Never".into()),
             service_account_name: invocation.service_account.clone(),
             automount_service_account_token: Some(false),
-            active_deadline_seconds: Some(invocation.deadline.as_secs().max(1) as i64 + 30),
+            active_deadline_seconds: deadline,
             node_selector: (!options.node_selector.is_empty()).then(|| options.node_selector.clone()),
             tolerations: (!tolerations.is_empty()).then_some(tolerations),
             image_pull_secrets: (!pull_secrets.is_empty()).then_some(pull_secrets),

@@ -117,6 +117,37 @@ impl Cluster {
         self.must(&self.ns(&["create", "rolebinding", name, "--role", name, "--serviceaccount", &subject]));
     }
 
+    /// A kubeconfig (written into `dir`) acting as ServiceAccount `account` of the test's
+    /// namespace, with its token: what a user of the CLI with only that account's rights has.
+    pub fn token_kubeconfig(&self, account: &str, dir: &Path) -> std::path::PathBuf {
+        // `kubectl create token` on current servers; before 1.24, the token Secret made for it.
+        let token = match self.kubectl(&self.ns(&["create", "token", account])) {
+            (true, token) => token.trim().to_string(),
+            (false, _) => {
+                let mut token = String::new();
+                wait_for("the ServiceAccount's token Secret", Duration::from_secs(30), || {
+                    let secret =
+                        self.get(&["sa", account]).and_then(|sa| sa["secrets"][0]["name"].as_str().map(str::to_string));
+                    let Some(secret) = secret.and_then(|name| self.get(&["secret", &name])) else { return false };
+                    token = secret["data"]["token"].as_str().unwrap_or_default().to_string();
+                    !token.is_empty()
+                });
+                use base64::Engine;
+                String::from_utf8(base64::engine::general_purpose::STANDARD.decode(token).unwrap()).unwrap()
+            }
+        };
+        let view: Value =
+            serde_json::from_str(&self.must(&["config", "view", "--minify", "--raw", "-o", "json"])).unwrap();
+        let server = &view["clusters"][0]["cluster"];
+        let path = dir.join(format!("{account}.kubeconfig"));
+        let config = serde_json::json!({"apiVersion": "v1", "kind": "Config", "current-context": "r",
+                "clusters": [{"name": "c", "cluster": server}],
+                "users": [{"name": account, "user": {"token": token}}],
+                "contexts": [{"name": "r", "context": {"cluster": "c", "user": account, "namespace": self.namespace}}]});
+        std::fs::write(&path, config.to_string()).unwrap();
+        path
+    }
+
     /// `kubectl get … -o json` in the test's namespace; `None` when it fails (not found).
     pub fn get(&self, args: &[&str]) -> Option<Value> {
         let (ok, text) = self.kubectl(&[&self.ns(&["get"])[..], args, &["-o", "json"]].concat());

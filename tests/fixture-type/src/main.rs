@@ -171,6 +171,31 @@ fn run(phase: &str, name: &str, workspace: &std::path::Path, config: &Value, tag
     if let Some(action) = phase.strip_prefix("action:") {
         println!("{action}: working on {}", marker.display());
         let sleep_ms = config["action_sleep_ms"].as_u64().unwrap_or(0);
+        if config["ignore_term"].as_bool() == Some(true) {
+            // SAFETY: SIG_IGN is a valid disposition.
+            unsafe { signal_disposition(SIGTERM, SIG_IGN) };
+        }
+        if let Some(path) = config["daemon"].as_str() {
+            // `worker &`: a process left running, which appends to `<path>.log` after
+            // `daemon_ms` unless it is stopped first; the program does not wait for it.
+            let exe = std::env::current_exe().expect("own path");
+            let ms = config["daemon_ms"].as_u64().unwrap_or(0).to_string();
+            std::process::Command::new(exe)
+                .args(["hold", path, &ms])
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .expect("start the daemon");
+            // Exits once the daemon runs (it says so in its log), not before.
+            let log = format!("{path}.log");
+            let until = std::time::Instant::now() + Duration::from_secs(10);
+            while !std::fs::read_to_string(&log).is_ok_and(|l| l.contains("started"))
+                && std::time::Instant::now() < until
+            {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
         match config["lock"].as_str() {
             Some(lock) if config["lock_in_child"].as_bool() == Some(true) => {
                 // The work happens in a child of this program: a grandchild of deployster.
@@ -295,7 +320,14 @@ extern "C" fn on_sigterm(_: i32) {
 
 unsafe extern "C" {
     fn signal(signum: i32, handler: extern "C" fn(i32)) -> usize;
+    // The same C function, given a disposition (SIG_IGN) rather than a handler.
+    #[allow(clashing_extern_declarations)]
+    #[link_name = "signal"]
+    fn signal_disposition(signum: i32, disposition: usize) -> usize;
 }
+
+const SIGTERM: i32 = 15;
+const SIG_IGN: usize = 1;
 
 /// Sleeps `ms`. With `on_term: <path>`, SIGTERM ends the nap: the program says it cleans up,
 /// writes `<path>` and exits 0 — a program that handles SIGTERM as it should.
@@ -304,7 +336,6 @@ fn nap(ms: u64, config: &Value) {
         std::thread::sleep(Duration::from_millis(ms));
         return;
     };
-    const SIGTERM: i32 = 15;
     // SAFETY: the handler only stores to an atomic.
     unsafe { signal(SIGTERM, on_sigterm) };
     let until = std::time::Instant::now() + Duration::from_millis(ms);
