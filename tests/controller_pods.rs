@@ -19,9 +19,16 @@ use support::pod_objects::{
 };
 use support::pods::PodEnv;
 
-/// `deployster controller` for the test's namespace, running image types as Pods.
+/// `deployster controller` for the test's namespace, running image types in warm runners (the
+/// default).
 fn controller(env: &PodEnv, cluster: &Cluster, dir: &Path, name: &str) -> ControllerProcess {
+    controller_with(env, cluster, dir, name, &[])
+}
+
+/// [`controller`] with `extra` arguments.
+fn controller_with(env: &PodEnv, cluster: &Cluster, dir: &Path, name: &str, extra: &[&str]) -> ControllerProcess {
     let args = ["--namespace", &cluster.namespace, "--executor", "pod", "--helper-image", &env.helper];
+    let args = [&args[..], extra].concat();
     let controller = ControllerProcess::start(cluster, dir, name, &args);
     wait_for("the controller's readiness", Duration::from_secs(30), || {
         controller.http("/readyz").is_some_and(|(code, _)| code == 200)
@@ -121,24 +128,38 @@ fn the_controller_runs_image_types_as_pods_and_leaves_nothing() {
     assert_nothing_left(&cluster);
     assert_api_calls_are_listed(&controller);
     let calls = support::cluster::api_requests(&controller);
-    for used in [("create", "", "pods"), ("get", "", "pods/log"), ("get", "", "serviceaccounts"), ("list", "", "pods")]
-    {
+    let used = [("create", "", "pods"), ("get", "", "pods/exec"), ("get", "", "serviceaccounts"), ("list", "", "pods")];
+    for used in used {
         let key = (used.0.to_string(), used.1.to_string(), used.2.to_string());
         assert!(calls.contains_key(&key), "{used:?} was used: {calls:?}");
     }
 }
 
-/// The controller is killed (SIGKILL) while an action runs in a Pod; the next controller stops
-/// that Pod before anything starts the action again — the action holds a lock on a file of the
-/// claim and logs `overlap` when it finds it taken — records the pass interrupted, and
-/// converges.
+/// The controller is killed (SIGKILL) while an action runs in a Pod of its own; the next
+/// controller stops that Pod before anything starts the action again — the action holds a lock
+/// on a file of the claim and logs `overlap` when it finds it taken — records the pass
+/// interrupted, and converges.
 #[ignore = "needs a cluster whose Pods run: DEPLOYSTER_E2E_CLUSTER=<kubeconfig ../shared/cluster/up.sh prints> cargo test --test controller_pods -- --include-ignored"]
 #[test]
 fn a_controller_killed_mid_action_never_runs_it_twice_at_once() {
-    let (env, cluster) = on_cluster("ctl-pods-crash");
+    killed_mid_action("ctl-pods-crash", &["--runner-idle", "0"]);
+}
+
+/// The same in a warm runner: the killed controller's exec ends, and with it the action's
+/// stdin, which stops it; the runner refuses to start the resource again until it has, and the
+/// next controller waits for that.
+#[ignore = "needs a cluster whose Pods run: DEPLOYSTER_E2E_CLUSTER=<kubeconfig ../shared/cluster/up.sh prints> cargo test --test controller_pods -- --include-ignored"]
+#[test]
+fn a_controller_killed_mid_action_in_a_runner_never_runs_it_twice_at_once() {
+    killed_mid_action("ctl-runner-crash", &[]);
+}
+
+fn killed_mid_action(test: &str, extra: &[&str]) {
+    let in_pods = !extra.is_empty();
+    let (env, cluster) = on_cluster(test);
     let dir = claim(&cluster);
     let work = tempfile::tempdir().unwrap();
-    let mut first = controller(env, &cluster, work.path(), "first");
+    let mut first = controller_with(env, &cluster, work.path(), "first", extra);
     cluster.apply_yaml(&manifest(
         "slow",
         "",
@@ -152,14 +173,14 @@ fn a_controller_killed_mid_action_never_runs_it_twice_at_once() {
     wait_for("the action to start in its Pod", Duration::from_secs(90), || started() == 1);
     wait_until_a_pod_runs(&cluster);
     first.kill();
-    let second = controller(env, &cluster, work.path(), "second");
+    let second = controller_with(env, &cluster, work.path(), "second", extra);
     wait_for("slow to be Ready", Duration::from_secs(120), || cluster.condition("slow", "Ready") == "True");
     let log = std::fs::read_to_string(&lock_log).unwrap();
     assert!(!log.contains("overlap"), "the action ran twice at once:\n{log}");
     assert_eq!(started(), 2, "the interrupted action ran again, once:\n{log}");
     assert!(dir.join("slow.marker").exists());
     let reasons = cluster.event_reasons("slow");
-    assert!(reasons.iter().any(|r| r == "PodsStopped"), "the earlier Pod was stopped: {reasons:?}");
+    assert_eq!(reasons.iter().any(|r| r == "PodsStopped"), in_pods, "the earlier Pod was stopped: {reasons:?}");
     let history = cluster.history("slow");
     assert!(
         history.iter().any(|e| e["event"].as_str().is_some_and(|e| e.contains("interrupted"))),

@@ -71,6 +71,8 @@ pub struct Metrics {
     pub pipeline_steps: Family<ResultLabels, Counter>,
     pub pipeline_step_duration: Histogram,
     pub pipeline_revisions_through: Counter,
+    /// The warm runners' figures, counted by the Pod executor.
+    pub runners: crate::pod::runner::RunnerMetrics,
 }
 
 impl Default for Metrics {
@@ -97,6 +99,7 @@ impl Metrics {
             pipeline_steps: Family::default(),
             pipeline_step_duration: Histogram::new(exponential_buckets(0.5, 2.0, 14)),
             pipeline_revisions_through: Counter::default(),
+            runners: Default::default(),
             registry: Registry::default(),
         };
         let r = &mut registry;
@@ -125,6 +128,22 @@ impl Metrics {
             "invocation_duration_seconds",
             "Time per resource program invocation, by phase",
             metrics.invocation_duration.clone(),
+        );
+        let runner = r.sub_registry_with_prefix("runner");
+        runner.register(
+            "alive",
+            "Warm runners this replica started or used and has not seen go",
+            metrics.runners.alive.clone(),
+        );
+        runner.register(
+            "invocations",
+            "Invocations each warm runner served, by runner",
+            metrics.runners.served.clone(),
+        );
+        runner.register(
+            "starts",
+            "Warm runner Pods created, by reason (first, ended, deleted, retiring)",
+            metrics.runners.starts.clone(),
         );
         let kube = r.sub_registry_with_prefix("kube");
         kube.register(

@@ -307,7 +307,7 @@ pub async fn run(mut config: RunConfig, executors: Executors) -> Result<(), Erro
         ImageRunner::Pods(settings) => {
             config.settings.plugs = inputs::Plugs::Volumes;
             // In a cluster the file built-ins act in Pods too, on their `files` plug.
-            let runtime = PodRuntime::new(client.clone(), *settings);
+            let runtime = PodRuntime::counting_runners(client.clone(), *settings, metrics.runners.clone());
             crate::executors::Images::Pods { runtime, builtins_too: true, check_access: false }
         }
     };
@@ -356,6 +356,12 @@ pub async fn run(mut config: RunConfig, executors: Executors) -> Result<(), Erro
     });
     let pipelines = pipelines_of(&client, &scopes, &ctx, &stopping).await;
     futures::future::join(futures::future::join_all(controllers), futures::future::join_all(pipelines)).await;
+    // A controller that stops (an upgrade, `helm uninstall`) leaves no runner behind; the next
+    // leader starts its own as they are needed.
+    if let Some(pods) = ctx.executors.pods() {
+        let reaped = pods.reap_runners().await;
+        tracing::info!(reaped, "deleted the warm runners this replica used");
+    }
     if let Some(elector) = elector {
         elector.release().await;
     }

@@ -77,6 +77,10 @@ pub const API_ACCESS: &[Access] = &[
     Access { group: "", resource: "persistentvolumeclaims", verbs: &["get"], scope: Scope::Pods },
     Access { group: "", resource: "pods", verbs: &["get", "list", "watch", "create", "delete"], scope: Scope::Pods },
     Access { group: "", resource: "pods/log", verbs: &["get"], scope: Scope::Pods },
+    // Warm runners (src/pod/runner.rs): each invocation is an exec into its runner over a
+    // WebSocket — a GET, which servers before 1.31 authorize as `get` and later ones as
+    // `create` (as they always did for kubectl's POST).
+    Access { group: "", resource: "pods/exec", verbs: &["get", "create"], scope: Scope::Pods },
     Access { group: "", resource: "secrets", verbs: &["patch", "delete"], scope: Scope::Pods },
     // Leader election: read, create the first time, renew/take over with resourceVersion checks.
     Access {

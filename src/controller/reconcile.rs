@@ -318,7 +318,14 @@ async fn run_pass(
         expected: None,
         recheck: false,
     };
-    pass.run().await
+    let passed = pass.run().await;
+    if let Some(pods) = ctx.executors.pods()
+        && let Some(why) = pods.untold_runner_refusal(&scope.namespace, scope.service_account.as_deref())
+    {
+        let note = format!("image types run as a Pod per invocation here: {why}");
+        publish(ctx, obj, EventType::Warning, "RunnersUnavailable", "Reconcile", &note).await;
+    }
+    passed
 }
 
 /// The label that names the Manifest (its uid) on the Pods and Secrets of its passes.
@@ -488,6 +495,13 @@ async fn cleanup(obj: &Manifest, ctx: &Context, term: &CancellationToken) -> Res
         }
         publish(ctx, obj, EventType::Normal, "ResourcesDeleted", "Delete", "every resource that could be deleted was")
             .await;
+    }
+    // Its runners (those of its delete actions have no owner to go with).
+    if let Some(pods) = ctx.executors.pods() {
+        let selector = format!("{MANIFEST_LABEL}={}", obj.uid().unwrap_or_default());
+        if let Err(e) = pods.delete_runners(&obj.namespace().unwrap_or_default(), &selector).await {
+            tracing::warn!(error = %e, "could not delete the Manifest's runners; they end when idle");
+        }
     }
     let _ = std::fs::remove_dir_all(inputs::object_dir(&ctx.settings.plug_root, obj));
     ctx.checks.forget(obj);

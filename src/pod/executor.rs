@@ -77,6 +77,11 @@ impl PodExecutor {
 
 impl PodRuntime {
     pub fn new(client: Client, settings: PodSettings) -> Arc<PodRuntime> {
+        PodRuntime::counting_runners(client, settings, runner::RunnerMetrics::default())
+    }
+
+    /// [`PodRuntime::new`], counting its runners in `metrics` (the controller's).
+    pub fn counting_runners(client: Client, settings: PodSettings, metrics: runner::RunnerMetrics) -> Arc<PodRuntime> {
         let registry = Registry::new(&settings.insecure_registries, &settings.registry_endpoints);
         let kept = |n| NonZeroUsize::new(n).expect("non-zero");
         Arc::new(PodRuntime {
@@ -86,7 +91,7 @@ impl PodRuntime {
             init_cache: InitAnswers::default(),
             passes: Mutex::new(lru::LruCache::new(kept(1024))),
             attempts: Mutex::new(lru::LruCache::new(kept(65536))),
-            runners: Runners::default(),
+            runners: Runners::counting(metrics),
         })
     }
 
@@ -95,9 +100,10 @@ impl PodRuntime {
         self.runners.reap(&self.client).await
     }
 
-    /// The runners' figures (the controller registers them).
-    pub fn runner_metrics(&self) -> &runner::RunnerMetrics {
-        &self.runners.metrics
+    /// Deletes the runners of namespace `namespace` whose labels include `selector` (a
+    /// Manifest's, once it is gone); how many.
+    pub async fn delete_runners(&self, namespace: &str, selector: &str) -> Result<usize, ExecError> {
+        self.runners.delete_matching(&self.pods(namespace), selector).await
     }
 
     /// Why runners are not used in namespace `namespace` for ServiceAccount `account`, once:
@@ -127,8 +133,13 @@ impl PodRuntime {
         let listed = ListParams::default().labels(&selector);
         let pods = self.pods(namespace).list(&listed).await.map_err(|e| api_error("listing Pods", e))?;
         // A Pod that ended runs nothing: deleted, not waited for. One that may still run its
-        // program (even one being deleted, within its grace period) is waited for.
+        // program (even one being deleted, within its grace period) is waited for — but a live
+        // runner, which serves passes to come: what an earlier pass started in it has lost its
+        // exec, and so its stdin, and stops on its own; the runner refuses to start the same
+        // resource again until it has (`__pod-serve`'s lock).
         let (ended, live): (Vec<Pod>, Vec<Pod>) = pods.items.into_iter().partition(ended);
+        let is_runner = |p: &Pod| p.metadata.labels.as_ref().is_some_and(|l| l.contains_key(runner::RUNNER_LABEL));
+        let live: Vec<Pod> = live.into_iter().filter(|p| !is_runner(p)).collect();
         let stopping = live.iter().filter(|p| p.metadata.deletion_timestamp.is_none()).count();
         let grace = self.settings.kill_grace;
         let names = |pods: Vec<Pod>| pods.into_iter().filter_map(|p| p.metadata.name).collect::<Vec<String>>();

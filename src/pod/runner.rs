@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::api::{AttachParams, AttachedProcess, PostParams};
+use kube::api::{AttachParams, AttachedProcess, ListParams, PostParams};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -38,11 +38,12 @@ use sha2::{Digest, Sha256};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 
 use super::entry::STOP_GRACE;
+use super::executor::OWNER_VALUE;
 use super::log::LogFollower;
 use super::progress::{PodProgress, ended, observed, progress};
 use super::serve::{RETIRING, ServeHeader, ServeMode};
 use super::settings::PodSettings;
-use super::spec::{self, PodInvocation};
+use super::spec::{self, OWNER_LABEL, PodInvocation};
 use super::{api_error, delete_and_wait, is_not_found, pod_error};
 use crate::engine::executor::{ExecError, Exit, Invocation};
 
@@ -137,6 +138,32 @@ fn scope_key(invocation: &PodInvocation) -> (String, String) {
 }
 
 impl Runners {
+    /// Runners whose figures go to `metrics`.
+    pub fn counting(metrics: RunnerMetrics) -> Runners {
+        Runners { metrics, ..Runners::default() }
+    }
+
+    /// Deletes the runners of `pods`' namespace whose labels include `selector`; how many.
+    pub async fn delete_matching(&self, pods: &Api<Pod>, selector: &str) -> Result<usize, ExecError> {
+        let selector = format!("{OWNER_LABEL}={OWNER_VALUE},{RUNNER_LABEL},{selector}");
+        let found = pods
+            .list_metadata(&ListParams::default().labels(&selector))
+            .await
+            .map_err(|e| api_error("listing runners", e))?;
+        let mut deleted = 0;
+        for runner in found.items {
+            let (Some(name), Some(namespace)) = (runner.metadata.name, runner.metadata.namespace) else { continue };
+            match pods.delete(&name, &kube::api::DeleteParams::background()).await {
+                Err(e) if !is_not_found(&e) => return Err(api_error("deleting a runner", e)),
+                _ => deleted += 1,
+            }
+            if self.used.lock().expect("used lock").remove(&(namespace, name)) {
+                let _ = self.metrics.alive.dec();
+            }
+        }
+        Ok(deleted)
+    }
+
     /// Why runners are not used for `invocation`'s scope, if they are not.
     pub fn refusal(&self, invocation: &PodInvocation) -> Option<String> {
         self.refused.lock().expect("refused lock").get(&scope_key(invocation)).map(|(why, _)| why.clone())

@@ -65,6 +65,9 @@ src/controller/rbac.rs's API_ACCESS with scope Watched (tests/helm.rs holds them
 - apiGroups: [""]
   resources: ["secrets"]
   verbs: ["patch", "delete"]
+- apiGroups: [""]
+  resources: ["pods/exec"]
+  verbs: ["get", "create"]
 {{- end -}}
 
 {{/* The controller's image, which also carries the helper the Pods of image types run. */}}
