@@ -1,7 +1,8 @@
 //! `deployster __pod-serve`, the runner's side of an invocation served by a warm runner (issue
 //! 37), as the exec into a runner would start it: a header line and the request on stdin, kept
-//! open; frames, stderr lines and the record on stdout. Run here as a local process — the
-//! runner Pod and the exec that starts it are not built yet.
+//! open; frames, stderr lines and the record on stdout — and the runner's own process
+//! (`--hold`), which ends it when idle. Run here as local processes; tests/runners.rs runs them
+//! in runner Pods of a real cluster.
 #![cfg(feature = "kube")]
 
 use std::io::{BufRead, BufReader, Write};
@@ -158,4 +159,93 @@ fn a_header_that_is_not_an_invocation_is_refused_with_a_record() {
     assert_eq!(code, 125);
     assert!(record.error.as_deref().unwrap().starts_with("the header is not an invocation"), "{record:?}");
     assert!(stderr.iter().any(|l| l.contains("deployster __pod-serve: the header is not an invocation")));
+}
+
+/// `__pod-serve --hold`, a runner's own process, in `locks`: it ends after `idle` seconds
+/// without an invocation, creating `done`.
+fn hold(locks: &std::path::Path, idle: u64) -> Child {
+    let done = locks.join("done");
+    Command::new(env!("CARGO_BIN_EXE_deployster"))
+        .args([SERVE_SUBCOMMAND, "--locks", locks.to_str().unwrap(), "--hold", "--idle", &idle.to_string()])
+        .args(["--done", done.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits up to `within` for `child` to exit; its code, or `None` if it still runs.
+fn exited(child: &mut Child, within: Duration) -> Option<i32> {
+    let until = Instant::now() + within;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status.code();
+        }
+        if Instant::now() > until {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A runner unused for its idle time ends (and says so to the helper's container, which then
+/// ends the Pod); an invocation that reaches it after that is refused as retiring — what the
+/// executor takes as its cue to start another runner — rather than run in a runner going away.
+#[test]
+fn an_idle_runner_ends_and_refuses_what_comes_after() {
+    let locks = tempfile::tempdir().unwrap();
+    let mut runner = hold(locks.path(), 1);
+    assert_eq!(exited(&mut runner, Duration::from_secs(10)), Some(0), "it ended after its idle time");
+    assert!(locks.path().join("done").exists(), "the helper's container is told");
+    let late = start(locks.path(), "ns/m/r", "late", "echo should not run", b"");
+    let (stdout, _, record, code) = finish(late, "n-late");
+    assert!(stdout.is_empty(), "it did not run");
+    assert_eq!(code, 125);
+    assert!(record.error.as_deref().unwrap().starts_with(deployster::pod::serve::RETIRING), "{record:?}");
+}
+
+/// A runner does not end while an invocation runs, however long it takes, nor until it has
+/// been idle for its idle time after the invocation ended.
+#[test]
+fn a_runner_serving_an_invocation_does_not_retire() {
+    let locks = tempfile::tempdir().unwrap();
+    let mut runner = hold(locks.path(), 1);
+    let mut busy = start(locks.path(), "ns/m/r", "busy", "sleep 3; echo done", b"");
+    let _open = busy.stdin.take();
+    assert_eq!(exited(&mut runner, Duration::from_millis(2500)), None, "it serves the invocation");
+    assert_eq!(finish(busy, "n-busy").0, b"done\n");
+    let ended = Instant::now();
+    assert_eq!(exited(&mut runner, Duration::from_secs(10)), Some(0));
+    assert!(
+        ended.elapsed() >= Duration::from_millis(700),
+        "idle counts from the invocation's end: {:?}",
+        ended.elapsed()
+    );
+}
+
+/// `--wait-for`: what the executor asks after it cancelled an invocation — whether it still
+/// runs, naming it, and once it has stopped, 0.
+#[test]
+fn wait_for_tells_whether_a_resource_s_invocation_still_runs() {
+    let locks = tempfile::tempdir().unwrap();
+    let mut running = start(locks.path(), "ns/m/r", "run-1/action:create", "echo up; sleep 60", b"");
+    wait_for_line(&mut running, "@@deployster n-run-1/action:create 0 ");
+    let wait = |within: &str| {
+        Command::new(env!("CARGO_BIN_EXE_deployster"))
+            .args([SERVE_SUBCOMMAND, "--locks", locks.path().to_str().unwrap(), "--wait-for", "ns/m/r"])
+            .args(["--within", within])
+            .output()
+            .unwrap()
+    };
+    let still = wait("1");
+    assert_eq!(still.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&still.stderr);
+    assert!(said.contains("invocation run-1/action:create of `ns/m/r` still runs after 1s"), "{said}");
+    drop(running.stdin.take());
+    let stopped = Instant::now();
+    assert_eq!(wait("30").status.code(), Some(0));
+    assert!(stopped.elapsed() < Duration::from_secs(10), "once it stopped: {:?}", stopped.elapsed());
+    let _ = finish(running, "n-run-1/action:create");
+    let args = Command::new(env!("CARGO_BIN_EXE_deployster")).args([SERVE_SUBCOMMAND, "--hold"]).output().unwrap();
+    assert_eq!(args.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&args.stderr).contains("--idle is missing"), "{args:?}");
 }

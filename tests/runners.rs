@@ -226,3 +226,44 @@ fn without_the_right_to_exec_invocations_run_as_pods_saying_why_once() {
     assert!(placed.iter().filter(|p| p.starts_with("dst-")).count() >= 7, "a Pod per invocation: {placed:?}");
     assert_nothing_left(&cluster);
 }
+
+/// A runner unused for its idle time ends by itself; the next invocation finds it gone (or
+/// retiring) and starts another — `reconcile` whose interval is longer than the idle time
+/// reads state on every pass, each in a fresh runner, and never fails for it.
+#[ignore = "needs a cluster whose Pods run: DEPLOYSTER_E2E_CLUSTER=<kubeconfig ../shared/cluster/up.sh prints> cargo test --test runners -- --include-ignored"]
+#[test]
+fn a_runner_ends_when_idle_and_the_next_invocation_starts_another() {
+    let (env, cluster) = on_cluster("runners-idle");
+    let dir = claim(&cluster);
+    std::fs::write(dir.join("steady.marker"), "made").unwrap();
+    let ws = Workspace::new();
+    ws.manifest(&format!(
+        "{PLUGS}resources:\n  steady: {{type: {}, config: {{marker: /rw/steady.marker, record: /rw/steady.jsonl}}}}\n",
+        env.fixture_plugs
+    ));
+    let pods = ["--executor", "pod", "--namespace", &cluster.namespace, "--helper-image", &env.helper];
+    let args = [
+        &["reconcile", "-f", "manifest.yaml", "--interval", "6s", "--max-interval", "6s", "--runner-idle", "2s"][..],
+        &pods[..],
+    ]
+    .concat();
+    let child = std::process::Command::new(support::deployster())
+        .args(&args)
+        .current_dir(ws.path(""))
+        .env("KUBECONFIG", &env.kubeconfig)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let states = || std::fs::read_to_string(dir.join("steady.jsonl")).unwrap_or_default().lines().count();
+    wait_for("three passes' state reads", Duration::from_secs(150), || states() >= 3);
+    let _ = std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+    let output = Run::from(child.wait_with_output().unwrap());
+    assert_eq!(output.code, 0, "{}", output.all());
+    assert!(!output.all().contains("failed"), "no pass failed for a runner that ended: {}", output.all());
+    let placed = scheduled(&cluster);
+    let runners = placed.iter().filter(|p| p.starts_with("dsr-")).count();
+    assert_eq!(runners, placed.len(), "only runners: {placed:?}");
+    assert!(runners >= 3, "a runner for init, then a fresh one on each pass: {placed:?}");
+    assert_nothing_left(&cluster);
+}

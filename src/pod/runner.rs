@@ -552,3 +552,91 @@ async fn finish(attached: AttachedProcess) {
         tracing::debug!("an exec into a runner did not close within 5 s");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::pod::entry::HelperCommand;
+    use crate::pod::spec::{PlugSource, PodPlug};
+
+    fn invocation() -> PodInvocation {
+        PodInvocation {
+            namespace: "team-a".into(),
+            name: "unused".into(),
+            image: "registry:5000/acme/db-type@sha256:abc".into(),
+            helper_image: "registry/deployster/controller:0.1.0".into(),
+            entry: HelperCommand {
+                nonce: "n".into(),
+                request: spec::request_path(),
+                termination_log: "/dev/termination-log".into(),
+                program: vec!["/type".into(), "state".into()],
+                done: None,
+            },
+            service_account: Some("deployer".into()),
+            plugs: Vec::new(),
+            deadline: Duration::from_secs(60),
+            labels: BTreeMap::new(),
+            owner: None,
+            run_as_user: Some(65532),
+            options: Default::default(),
+        }
+    }
+
+    /// One runner per identity: the same invocation of the same identity, whatever its
+    /// program, request or deadline; another for anything that isolates (namespace,
+    /// ServiceAccount, image digest, plugs, options, user).
+    #[test]
+    fn a_runner_is_named_after_its_identity_and_nothing_else() {
+        let base = runner_name(&invocation());
+        assert!(base.starts_with("dsr-db-type-") && base.len() <= 63, "{base}");
+        assert!(base.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'), "{base}");
+        let mut same = invocation();
+        same.entry.program = vec!["/type".into(), "act".into(), "create".into()];
+        same.deadline = Duration::from_secs(900);
+        assert_eq!(runner_name(&same), base, "what one invocation asks does not make another runner");
+        let differs: [fn(&mut PodInvocation); 6] = [
+            |i| i.namespace = "team-b".into(),
+            |i| i.service_account = None,
+            |i| i.image = "registry:5000/acme/db-type@sha256:def".into(),
+            |i| {
+                i.plugs = vec![PodPlug {
+                    name: "data".into(),
+                    container_path: "/data".into(),
+                    source: PlugSource::Claim { name: "pvc".into() },
+                }]
+            },
+            |i| i.options.node_selector = BTreeMap::from([("pool".into(), "deploy".into())]),
+            |i| i.run_as_user = Some(1000),
+        ];
+        for change in differs {
+            let mut other = invocation();
+            change(&mut other);
+            assert_ne!(runner_name(&other), base, "{other:?}");
+        }
+    }
+
+    /// The runner's Pod: made as an invocation's, restricted and without the token, but with
+    /// no request, no deadline, and its type's container holding until idle.
+    #[test]
+    fn a_runner_pod_holds_idle_with_no_request_and_no_deadline() {
+        let pod = spec::runner_pod(&invocation(), Duration::from_secs(600));
+        let spec = pod.spec.unwrap();
+        assert_eq!(spec.automount_service_account_token, Some(false));
+        assert_eq!(spec.active_deadline_seconds, None, "a runner lives on");
+        assert_eq!(spec.service_account_name.as_deref(), Some("deployer"));
+        let main = &spec.containers[1];
+        let command = main.command.clone().unwrap();
+        assert_eq!(
+            command[1..],
+            ["__pod-serve", "--locks", "/tmp", "--hold", "--idle", "600", "--done", "/.deployster/bin/done"]
+                .map(String::from)
+        );
+        let volumes: Vec<String> = spec.volumes.unwrap().into_iter().map(|v| v.name).collect();
+        assert_eq!(volumes, ["helper", "tmp"], "no request Secret");
+        assert_eq!(main.security_context.as_ref().unwrap().read_only_root_filesystem, Some(true));
+        let exec = spec::runner_command(&ServeMode::Invocation);
+        assert_eq!(exec, ["/.deployster/bin/deployster", "__pod-serve", "--locks", "/tmp"].map(String::from));
+    }
+}
