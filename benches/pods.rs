@@ -11,6 +11,10 @@
 //! * Bare Pods shaped as ours (a first container whose `postStart` hook holds the second) and
 //!   with an init container instead (as ours were): what the shape itself costs.
 //! * This process's CPU time per invocation (user + system), which is the controller's cost.
+//! * The same state read in a warm runner (issue 37), 30 times: targets median ≤ 150 ms,
+//!   p95 ≤ 400 ms; 20 at once in the runner against 20 bare Pods; and steady drift checks of
+//!   10 Manifests × 5 resources every 30 s for `DEPLOYSTER_BENCH_STEADY_MINUTES` (default 10):
+//!   the Pods created (the runners) against the state reads (a Pod each without runners).
 
 // `pods` reaches `docker` as `super::docker`, as in the tests' `support`.
 #[path = "../tests/support/docker.rs"]
@@ -149,8 +153,128 @@ fn main() {
             parallel.as_secs_f64() / median.as_secs_f64(),
             parallel.as_secs_f64() / bare_many.as_secs_f64()
         );
+
+        // The same in warm runners (issue 37): one runner Pod serves every invocation of the
+        // type in the scope, through `pods/exec`.
+        let mut settings = PodSettings::new(&env.helper);
+        settings.runner_idle = Some(Duration::from_secs(600));
+        let warm = PodRuntime::new(client.clone(), settings);
+        let runner = Arc::new(warm.for_pass(PodScope::new(&namespace)));
+        let started = Instant::now();
+        runner.invoke(invocation(0)).await.expect("the runner's first invocation");
+        println!("runner: first invocation, the runner's start included: {}", ms(started.elapsed()));
+        let cpu_before = cpu_time();
+        let mut warm_times = Vec::new();
+        for n in 0..RUNS {
+            let started = Instant::now();
+            let outcome = runner.invoke(invocation(n)).await.expect("invocation");
+            assert!(outcome.exit.success(), "{outcome:?}");
+            warm_times.push(started.elapsed());
+        }
+        let warm_cpu = cpu_time() - cpu_before;
+        warm_times.sort();
+        let (warm_median, warm_p95) = (warm_times[RUNS / 2], warm_times[(RUNS * 95).div_ceil(100) - 1]);
+        println!(
+            "runner invocation, exec to verified result: median {} p95 {} (targets 150 ms, 400 ms), min {} max {}; \
+             {:.1}x faster than a Pod each (median)",
+            ms(warm_median),
+            ms(warm_p95),
+            ms(warm_times[0]),
+            ms(warm_times[RUNS - 1]),
+            median.as_secs_f64() / warm_median.as_secs_f64()
+        );
+        println!("controller CPU per runner invocation: {}", ms(warm_cpu / RUNS as u32));
+        let started = Instant::now();
+        let all = futures::future::join_all((0..PARALLEL).map(|n| runner.invoke(invocation(100 + n)))).await;
+        let warm_parallel = started.elapsed();
+        assert!(all.iter().all(|o| o.as_ref().is_ok_and(|o| o.exit.success())), "{all:?}");
+        println!(
+            "{PARALLEL} independent invocations at once in the runner: {} = {:.2}x as long as {PARALLEL} bare Pods \
+             (target 1.3x)",
+            ms(warm_parallel),
+            warm_parallel.as_secs_f64() / bare_many.as_secs_f64()
+        );
+        steady_drift_checks(&client, &env.helper, &image, &namespace, &kubectl).await;
     });
     kubectl(&["delete", "namespace", &namespace, "--wait=false"]);
+}
+
+/// Manifests, resources each and the interval of the steady drift checks.
+const MANIFESTS: usize = 10;
+const RESOURCES: usize = 5;
+const INTERVAL: Duration = Duration::from_secs(30);
+
+/// Steady drift checks in runners: every [`INTERVAL`], a state read of each of [`RESOURCES`]
+/// resources of each of [`MANIFESTS`] Manifests (each its own ServiceAccount, so its own
+/// runner), for `DEPLOYSTER_BENCH_STEADY_MINUTES` (default 10); the Pods the cluster scheduled
+/// meanwhile, against the invocations (each of which is a Pod without runners).
+async fn steady_drift_checks(
+    client: &kube::Client,
+    helper: &str,
+    image: &TypeRef,
+    namespace: &str,
+    kubectl: &dyn Fn(&[&str]),
+) {
+    use k8s_openapi::api::core::v1::Event;
+    let minutes: u64 = std::env::var("DEPLOYSTER_BENCH_STEADY_MINUTES").ok().and_then(|m| m.parse().ok()).unwrap_or(10);
+    let mut settings = PodSettings::new(helper);
+    settings.runner_idle = Some(Duration::from_secs(600));
+    let runtime = PodRuntime::new(client.clone(), settings);
+    let executors: Vec<_> = (0..MANIFESTS)
+        .map(|m| {
+            let account = format!("manifest-{m}");
+            kubectl(&["-n", namespace, "create", "serviceaccount", &account]);
+            let mut scope = PodScope::new(namespace);
+            scope.service_account = Some(account);
+            Arc::new(runtime.for_pass(scope))
+        })
+        .collect();
+    let events: kube::Api<Event> = kube::Api::namespaced(client.clone(), namespace);
+    let scheduled = || async {
+        let list = events.list(&kube::api::ListParams::default().fields("reason=Scheduled")).await.expect("events");
+        list.items.len()
+    };
+    let before = scheduled().await;
+    let started = Instant::now();
+    let (mut invocations, mut rounds, mut slowest) = (0usize, 0usize, Duration::ZERO);
+    while started.elapsed() < Duration::from_secs(minutes * 60) {
+        let round = Instant::now();
+        let reads = executors.iter().enumerate().flat_map(|(m, executor)| {
+            (0..RESOURCES).map(move |r| {
+                let executor = executor.clone();
+                let invocation = Invocation {
+                    args: vec!["state".into()],
+                    stdin: format!(
+                        r#"{{"name":"r{r}","type":"fixture","version":"0","verbose":false,"workspace":"/","config":{{"respond":{{"status":"VALID","state":{{}}}}}},"dependencies":{{}},"plugs":{{}}}}"#
+                    )
+                    .into_bytes(),
+                    labels: InvocationLabels {
+                        manifest: format!("m{m}"),
+                        resource: format!("r{r}"),
+                        phase: "state".into(),
+                        run_id: format!("steady-{m}"),
+                    },
+                    ..Invocation::new(image.clone(), Duration::from_secs(120))
+                };
+                async move { executor.invoke(invocation).await }
+            })
+        });
+        let all = futures::future::join_all(reads).await;
+        assert!(all.iter().all(|o| o.as_ref().is_ok_and(|o| o.exit.success())), "{all:?}");
+        invocations += all.len();
+        rounds += 1;
+        slowest = slowest.max(round.elapsed());
+        tokio::time::sleep(INTERVAL.saturating_sub(round.elapsed())).await;
+    }
+    let pods = scheduled().await - before;
+    println!(
+        "steady drift checks for {minutes} min ({MANIFESTS} Manifests x {RESOURCES} resources every {}s, {rounds} \
+         rounds, slowest round {}): {invocations} state reads, {pods} Pods created (the runners) — a Pod each \
+         would have been {invocations}",
+        INTERVAL.as_secs(),
+        ms(slowest)
+    );
+    runtime.reap_runners().await;
 }
 
 /// What a bare Pod is made of.

@@ -126,6 +126,10 @@ fn the_controller_runs_image_types_as_pods_and_leaves_nothing() {
         wait_for("the broken Manifests to go", Duration::from_secs(60), || cluster.get(&["manifest", gone]).is_none());
     }
     assert_nothing_left(&cluster);
+    // Every invocation ran in a warm runner, counted.
+    let first_starts = controller.metric("deployster_runner_starts_total{reason=\"first\"}").unwrap_or(0.0);
+    assert!(first_starts >= 1.0, "runners started: {:?}", controller.http("/metrics"));
+    assert_eq!(controller.metric("deployster_runner_alive"), Some(0.0), "none left alive once the Manifests went");
     assert_api_calls_are_listed(&controller);
     let calls = support::cluster::api_requests(&controller);
     let used = [("create", "", "pods"), ("get", "", "pods/exec"), ("get", "", "serviceaccounts"), ("list", "", "pods")];
@@ -265,5 +269,45 @@ fn built_in_types_act_in_pods_on_their_claim() {
         wait_for("the refused Manifests to go", Duration::from_secs(60), || cluster.get(&["manifest", gone]).is_none());
     }
     assert_nothing_left(&cluster);
+    // Every invocation ran in a warm runner, counted.
+    let first_starts = controller.metric("deployster_runner_starts_total{reason=\"first\"}").unwrap_or(0.0);
+    assert!(first_starts >= 1.0, "runners started: {:?}", controller.http("/metrics"));
+    assert_eq!(controller.metric("deployster_runner_alive"), Some(0.0), "none left alive once the Manifests went");
     assert_api_calls_are_listed(&controller);
+}
+
+/// An admission policy that refuses runner Pods: the Manifest's image types run as a Pod each
+/// instead, it converges all the same, and one `RunnersUnavailable` event says why.
+#[ignore = "needs a cluster whose Pods run: DEPLOYSTER_E2E_CLUSTER=<kubeconfig ../shared/cluster/up.sh prints> cargo test --test controller_pods -- --include-ignored"]
+#[test]
+fn runner_pods_refused_by_admission_fall_back_to_a_pod_each_said_once() {
+    let (env, cluster) = on_cluster("ctl-runner-refused");
+    let dir = claim(&cluster);
+    let work = tempfile::tempdir().unwrap();
+    let policy = "long-running Pods are not allowed here (policy R-1)";
+    let _webhook = support::webhook::Webhook::register(&cluster, "pods", move |request| {
+        request["object"]["metadata"]["labels"].get("deployster.io/runner").map(|_| policy.to_string())
+    });
+    let controller = controller(env, &cluster, work.path(), "controller");
+    cluster.apply_yaml(&manifest("app", "", &dependent_pair(&env.fixture_plugs)));
+    wait_for("app to be Ready", Duration::from_secs(120), || cluster.condition("app", "Ready") == "True");
+    assert_eq!(std::fs::read_to_string(dir.join("second.marker")).unwrap(), "hello-2");
+    // Drift corrected on a later pass, still as Pods.
+    std::fs::remove_file(dir.join("first.marker")).unwrap();
+    wait_for("the drift to be corrected", Duration::from_secs(60), || dir.join("first.marker").exists());
+    let reasons = cluster.event_reasons("app");
+    assert_eq!(reasons.iter().filter(|r| *r == "RunnersUnavailable").count(), 1, "said once: {reasons:?}");
+    let events = cluster.get(&["events.events.k8s.io"]).unwrap();
+    let said: Vec<&str> = events["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["reason"] == "RunnersUnavailable")
+        .filter_map(|e| e["note"].as_str())
+        .collect();
+    assert!(said.iter().all(|n| n.contains(policy)), "in the policy's words: {said:?}");
+    assert_eq!(controller.metric("deployster_runner_alive").unwrap_or(0.0), 0.0);
+    cluster.must(&cluster.ns(&["delete", "manifest", "app", "--wait=false"]));
+    wait_for("app to go", Duration::from_secs(60), || cluster.get(&["manifest", "app"]).is_none());
+    assert_nothing_left(&cluster);
 }

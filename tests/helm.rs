@@ -188,6 +188,7 @@ fn the_default_values_render_a_hardened_deployment_the_binary_accepts() {
         "--metrics-addr=0.0.0.0:8080",
         "--plug-dir=/tmp/plugs",
         "--executor=pod",
+        "--runner-idle=10m",
         helper.as_str(),
     ] {
         assert!(args.iter().any(|a| a == expected), "{expected} in {args:?}");
@@ -244,6 +245,7 @@ fn every_option_renders_and_the_binary_accepts_it() {
         "--executor=pod",
         "--helper-image=registry.example.com/platform/deployster-controller:0.1.0-rc1",
         "--insecure-registry=registry.internal:5000",
+        "--runner-idle=15m",
     ] {
         assert!(args.iter().any(|a| a == expected), "{expected} in {args:?}");
     }
@@ -266,6 +268,7 @@ fn bad_values_are_refused_at_install_time() {
         (&["--set", "leaderElection.leaseDuration=500ms"], "leaderElection.leaseDuration: Does not match pattern"),
         (&["--set", "watchNamespaces={Team_A}"], "watchNamespaces.0: Does not match pattern"),
         (&["--set", "docker.pull=sometimes"], "docker.pull: docker.pull must be one of"),
+        (&["--set", "pods.runnerIdle=forever"], "pods.runnerIdle: Must validate at least one schema"),
         (&["--set-json", r#"extraVolumeMounts=[{"name": "x"}]"#], "mountPath is required"),
         (
             &["--set", "replicas=2", "--set", "leaderElection.enabled=false"],

@@ -4,8 +4,8 @@
 //! what the image runs, [`spec`] makes the Pod and the Secret that carries the request,
 //! [`entry`] is the helper that runs in front of the type's own program inside the Pod, and
 //! [`frames`] is how the program's stdout comes back through the Pod's log, verified.
-//! [`serve`] is the same helper's side of an invocation served by a warm runner (issue 37: the
-//! runner Pod and the executor that execs into it are not built yet).
+//! [`runner`] runs them in warm runners instead (issue 37): a long-lived Pod per type and
+//! identity, each invocation an exec of the same helper's [`serve`] mode into it.
 
 pub mod entry;
 pub mod executor;

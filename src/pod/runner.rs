@@ -131,6 +131,8 @@ enum Attempt {
     Overlap(String),
     /// The cluster refuses runners here: a Pod per invocation from now on.
     Refused(String),
+    /// The exec failed with the runner still there: the same runner again.
+    Again,
 }
 
 fn scope_key(invocation: &PodInvocation) -> (String, String) {
@@ -222,6 +224,7 @@ impl Runners {
                     return Ok(Some((exit, stdout, stderr)));
                 }
                 Attempt::Replace { uid, why } => replace = Some((uid, why)),
+                Attempt::Again => {}
                 Attempt::Overlap(running) if !overlapped => {
                     // What an earlier leader or a crashed process started: its exec is gone, so
                     // it is being stopped; wait for it, once, rather than run beside it.
@@ -392,11 +395,9 @@ impl Runners {
                     runner.namespace
                 )));
             }
-            // Gone or not running (404, 400, 500 from the kubelet): a new runner.
-            Err(e) => {
-                tracing::info!(runner = name, "the exec into the runner failed; replacing it: {e}");
-                return Ok(Attempt::Replace { uid: uid.into(), why: "ended" });
-            }
+            // Gone or not running: a new runner. Else (the API server or the kubelet failed to
+            // answer) the same one again: other invocations may be running in it.
+            Err(e) => return Ok(self.after_failed_exec(pods, name, uid, &e.to_string()).await),
         };
         let mut stdin = attached.stdin().expect("asked for stdin");
         let written = async {
@@ -404,8 +405,7 @@ impl Runners {
             stdin.flush().await
         };
         if let Err(e) = written.await {
-            tracing::info!(runner = name, "the runner took no request; replacing it: {e}");
-            return Ok(Attempt::Replace { uid: uid.into(), why: "ended" });
+            return Ok(self.after_failed_exec(pods, name, uid, &format!("the runner took no request: {e}")).await);
         }
         let mut follower = LogFollower::new(&nonce, settings.output_limit, invocation);
         let mut lines = tokio::io::BufReader::new(attached.stdout().expect("asked for stdout")).lines();
@@ -464,6 +464,23 @@ impl Runners {
                         ),
                     )),
                 }
+            }
+        }
+    }
+
+    /// After an exec that did not start the invocation: replace the runner if it is gone or
+    /// going, else try it again.
+    async fn after_failed_exec(&self, pods: &Api<Pod>, name: &str, uid: &str, why: &str) -> Attempt {
+        match self.lost(pods, name, uid).await {
+            Some(lost) => {
+                tracing::info!(runner = name, "the runner {lost}; replacing it ({why})");
+                let why = if lost.starts_with("was deleted") { "deleted" } else { "ended" };
+                Attempt::Replace { uid: uid.into(), why }
+            }
+            None => {
+                tracing::warn!(runner = name, "the exec into the runner failed; trying again: {why}");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                Attempt::Again
             }
         }
     }

@@ -14,6 +14,13 @@
 //! [`super::entry::STOP_GRACE`]. The program runs in a process group of its own, killed once it
 //! has exited, so that nothing it started outlives the invocation in the runner.
 //!
+//! The runner's container itself runs [`ServeMode::Hold`]: it holds the container until no
+//! invocation began or ended for the idle time, then takes the runner's lock (which every
+//! invocation holds shared) exclusively, marks the runner retired — an invocation that comes
+//! after is refused with [`RETIRING`], and the executor starts another runner — and ends, and
+//! with it the Pod. [`ServeMode::WaitFor`] tells the executor that a cancelled invocation has
+//! stopped.
+//!
 //! **Never two at once:** an invocation holds an exclusive lock on a file named after its
 //! resource (in `--locks DIR`) while it runs, holding the invocation's id. A second invocation
 //! of the same resource in the runner — a controller restarted mid-action, a new leader — is
