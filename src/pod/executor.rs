@@ -36,7 +36,7 @@ use crate::engine::typeref::TypeRef;
 /// The label that names an invocation's run: what [`Executor::stop_run`] selects by.
 pub const RUN_LABEL: &str = "deployster.io/run-id";
 /// The value of [`OWNER_LABEL`] on every Pod and Secret of this executor.
-pub const OWNER_VALUE: &str = "deployster";
+pub use super::spec::OWNER_VALUE;
 /// The largest request a Secret carries (a Secret holds at most 1 MiB).
 pub const MAX_REQUEST_BYTES: usize = 1024 * 1024 - 4096;
 /// The user a type's program runs as when its image names no numeric non-root user.

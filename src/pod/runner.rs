@@ -38,12 +38,11 @@ use sha2::{Digest, Sha256};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 
 use super::entry::STOP_GRACE;
-use super::executor::OWNER_VALUE;
 use super::log::LogFollower;
 use super::progress::{PodProgress, ended, observed, progress};
 use super::serve::{RETIRING, ServeHeader, ServeMode};
 use super::settings::PodSettings;
-use super::spec::{self, OWNER_LABEL, PodInvocation};
+use super::spec::{self, OWNER_LABEL, OWNER_VALUE, PodInvocation};
 use super::{api_error, delete_and_wait, is_not_found, pod_error};
 use crate::engine::executor::{ExecError, Exit, Invocation};
 
@@ -120,7 +119,7 @@ pub struct Runners {
 }
 
 /// How an attempt in a runner went when it did not give the invocation's end.
-enum Attempt {
+enum Served {
     Ended(Exit, Vec<u8>, Vec<u8>),
     /// The runner retired or was gone before the invocation began: ask a new one.
     Replace {
@@ -219,13 +218,13 @@ impl Runners {
                 }
             };
             match self.attempt(pods, pod, &uid, invocation, settings).await? {
-                Attempt::Ended(exit, stdout, stderr) => {
+                Served::Ended(exit, stdout, stderr) => {
                     self.metrics.served.get_or_create(&RunnerLabels { runner: pod.name.clone() }).inc();
                     return Ok(Some((exit, stdout, stderr)));
                 }
-                Attempt::Replace { uid, why } => replace = Some((uid, why)),
-                Attempt::Again => {}
-                Attempt::Overlap(running) if !overlapped => {
+                Served::Replace { uid, why } => replace = Some((uid, why)),
+                Served::Again => {}
+                Served::Overlap(running) if !overlapped => {
                     // What an earlier leader or a crashed process started: its exec is gone, so
                     // it is being stopped; wait for it, once, rather than run beside it.
                     tracing::warn!(runner = %pod.name, "waiting for an earlier invocation to stop: {running}");
@@ -233,13 +232,13 @@ impl Runners {
                     let resource = resource_of(invocation);
                     self.wait_stopped(pods, &pod.name, &resource, STOP_GRACE + Duration::from_secs(10)).await;
                 }
-                Attempt::Overlap(running) => {
+                Served::Overlap(running) => {
                     return Err(pod_error(
                         "Overlap",
                         format!("runner {}: {running}; it did not stop within {:?}", pod.name, STOP_GRACE),
                     ));
                 }
-                Attempt::Refused(why) => {
+                Served::Refused(why) => {
                     self.refuse(pods, pod, why).await;
                     return Ok(None);
                 }
@@ -370,7 +369,7 @@ impl Runners {
         uid: &str,
         invocation: &Invocation,
         settings: &PodSettings,
-    ) -> Result<Attempt, ExecError> {
+    ) -> Result<Served, ExecError> {
         let name = runner.name.as_str();
         let nonce = uuid::Uuid::new_v4().simple().to_string();
         let labels = &invocation.labels;
@@ -389,7 +388,7 @@ impl Runners {
             Err(kube::Error::UpgradeConnection(kube::client::UpgradeConnectionError::ProtocolSwitch(code)))
                 if code == http::StatusCode::FORBIDDEN =>
             {
-                return Ok(Attempt::Refused(format!(
+                return Ok(Served::Refused(format!(
                     "the API server refused the exec into runner {name} (403 Forbidden): the controller needs \
                      `create` and `get` on `pods/exec` in namespace `{}`",
                     runner.namespace
@@ -432,10 +431,10 @@ impl Runners {
                 let (record, exit, stdout, stderr) = follower.finish_served()?;
                 match record.error.as_deref() {
                     Some(error) if error.starts_with(RETIRING) => {
-                        Ok(Attempt::Replace { uid: uid.into(), why: "retiring" })
+                        Ok(Served::Replace { uid: uid.into(), why: "retiring" })
                     }
-                    Some(error) if error.contains("refusing to overlap") => Ok(Attempt::Overlap(error.to_string())),
-                    _ => Ok(Attempt::Ended(exit, stdout, stderr)),
+                    Some(error) if error.contains("refusing to overlap") => Ok(Served::Overlap(error.to_string())),
+                    _ => Ok(Served::Ended(exit, stdout, stderr)),
                 }
             }
             stopped => {
@@ -470,17 +469,17 @@ impl Runners {
 
     /// After an exec that did not start the invocation: replace the runner if it is gone or
     /// going, else try it again.
-    async fn after_failed_exec(&self, pods: &Api<Pod>, name: &str, uid: &str, why: &str) -> Attempt {
+    async fn after_failed_exec(&self, pods: &Api<Pod>, name: &str, uid: &str, why: &str) -> Served {
         match self.lost(pods, name, uid).await {
             Some(lost) => {
                 tracing::info!(runner = name, "the runner {lost}; replacing it ({why})");
                 let why = if lost.starts_with("was deleted") { "deleted" } else { "ended" };
-                Attempt::Replace { uid: uid.into(), why }
+                Served::Replace { uid: uid.into(), why }
             }
             None => {
                 tracing::warn!(runner = name, "the exec into the runner failed; trying again: {why}");
                 tokio::time::sleep(Duration::from_millis(500)).await;
-                Attempt::Again
+                Served::Again
             }
         }
     }

@@ -27,6 +27,8 @@ pub const HELPER_BINARY: &str = "/deployster";
 pub const REQUEST_KEY: &str = "request";
 /// The label every object of Deployster's carries (the sweep and the RBAC selectors use it).
 pub const OWNER_LABEL: &str = "deployster.io/owner";
+/// The value of [`OWNER_LABEL`] on every Pod and Secret of Deployster's.
+pub const OWNER_VALUE: &str = "deployster";
 
 /// Where a plug's content comes from in the cluster.
 pub use crate::engine::validate::ClusterPlug as PlugSource;
