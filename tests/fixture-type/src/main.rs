@@ -180,7 +180,9 @@ fn run(phase: &str, name: &str, workspace: &std::path::Path, config: &Value, tag
             // `daemon_ms` unless it is stopped first; the program does not wait for it.
             let exe = std::env::current_exe().expect("own path");
             let ms = config["daemon_ms"].as_u64().unwrap_or(0).to_string();
-            std::process::Command::new(exe)
+            // Never waited for: being left behind is what it is for.
+            #[allow(clippy::zombie_processes)]
+            let _daemon = std::process::Command::new(exe)
                 .args(["hold", path, &ms])
                 .stdin(std::process::Stdio::null())
                 .stdout(std::process::Stdio::null())
