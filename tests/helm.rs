@@ -188,7 +188,7 @@ fn the_default_values_render_a_hardened_deployment_the_binary_accepts() {
         "--metrics-addr=0.0.0.0:8080",
         "--plug-dir=/tmp/plugs",
         "--executor=pod",
-        "--runner-idle=0",
+        "--runner-idle=10m",
         helper.as_str(),
     ] {
         assert!(args.iter().any(|a| a == expected), "{expected} in {args:?}");

@@ -47,6 +47,7 @@ pub fn env() -> Option<&'static PodEnv> {
         };
         let (registry, node_docker) = (setting("REGISTRY"), setting("CLUSTER_DOCKER_HOST"));
         let registry_in_pods = setting("REGISTRY_IN_PODS");
+        pin_bridge_address(Path::new(&kubeconfig));
         // The Pod tests build their images with Docker.
         docker::env();
         let push = |local: &str, remote: &str| {
@@ -78,4 +79,26 @@ pub fn env() -> Option<&'static PodEnv> {
         })
     })
     .as_ref()
+}
+
+/// Gives the test cluster's Pod bridge a fixed MAC address. `../shared/cluster` makes its bridge
+/// `cbr0` with `ip link add` and no address, and a Linux bridge without one takes the lowest
+/// address of its ports: starting or deleting a Pod can change the gateway's MAC under every
+/// other Pod. A Pod that talks through the gateway (the controller installed by the chart, to
+/// the API server and from the kubelet's probes) then loses its network until its ARP entry
+/// for the gateway expires — 30 to 60 s of "Lease request timed out" and failed probes, seen
+/// as a controller Pod that stalled and was restarted in `tests/helm_cluster.rs`. Real nodes'
+/// bridges (Docker's `docker0`, the CNI bridge plugin) have an address of their own; this gives
+/// `cbr0` one (Docker's form for the gateway's IP, 10.244.0.1), once, before any test's Pod.
+/// Nothing to do on a cluster that is not `../shared/cluster` (no `node.pid` beside the
+/// kubeconfig).
+fn pin_bridge_address(kubeconfig: &Path) {
+    let Ok(pid) = std::fs::read_to_string(kubeconfig.with_file_name("node.pid")) else { return };
+    let set = ["-t", pid.trim(), "-n", "ip", "link", "set", "cbr0", "address", "02:42:0a:f4:00:01"];
+    let out = Command::new("nsenter").args(set).output().expect("run nsenter");
+    assert!(
+        out.status.success(),
+        "pinning the test cluster's bridge address: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
