@@ -158,9 +158,7 @@ impl Runners {
                 Err(e) if !is_not_found(&e) => return Err(api_error("deleting a runner", e)),
                 _ => deleted += 1,
             }
-            if self.used.lock().expect("used lock").remove(&(namespace, name)) {
-                let _ = self.metrics.alive.dec();
-            }
+            self.forget(namespace, name);
         }
         Ok(deleted)
     }
@@ -356,9 +354,17 @@ impl Runners {
     }
 
     fn note_gone(&self, invocation: &PodInvocation) {
-        if self.used.lock().expect("used lock").remove(&(invocation.namespace.clone(), invocation.name.clone())) {
+        self.forget(invocation.namespace.clone(), invocation.name.clone());
+    }
+
+    /// Runner `name` of `namespace` is gone: no longer alive, and its series of invocations
+    /// served is dropped (a runner's name is never used again once its Pod is gone, so the
+    /// series would only pile up in `/metrics` of a long-running controller).
+    fn forget(&self, namespace: String, name: String) {
+        if self.used.lock().expect("used lock").remove(&(namespace, name.clone())) {
             let _ = self.metrics.alive.dec();
         }
+        self.metrics.served.remove(&RunnerLabels { runner: name });
     }
 
     /// One try of `invocation` in runner `runner` (of `uid`), from the exec to the record.
@@ -528,6 +534,7 @@ impl Runners {
                 Err(e) if !is_not_found(&e) => tracing::warn!(runner = %name, "could not delete the runner: {e}"),
                 _ => {
                     let _ = self.metrics.alive.dec();
+                    self.metrics.served.remove(&RunnerLabels { runner: name });
                 }
             }
         }
@@ -631,6 +638,30 @@ mod tests {
             change(&mut other);
             assert_ne!(runner_name(&other), base, "{other:?}");
         }
+    }
+
+    /// A runner that goes takes its figures with it: no longer alive, and no series of its
+    /// invocations left behind in `/metrics`; another runner's series stays.
+    #[test]
+    fn a_runner_gone_leaves_no_series_behind() {
+        let runners = Runners::default();
+        let (a, mut b) = (invocation(), invocation());
+        b.name = "other".into();
+        for runner in [&a, &b] {
+            runners.note_used(runner);
+            runners.metrics.served.get_or_create(&RunnerLabels { runner: runner.name.clone() }).inc();
+        }
+        runners.note_used(&a);
+        assert_eq!(runners.metrics.alive.get(), 2, "a runner used twice is one alive");
+        runners.note_gone(&a);
+        runners.note_gone(&a);
+        assert_eq!(runners.metrics.alive.get(), 1, "gone twice is one gone");
+        let mut text = String::new();
+        let mut registry = prometheus_client::registry::Registry::default();
+        registry.register("served", "", runners.metrics.served.clone());
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        assert!(!text.contains("runner=\"unused\""), "{text}");
+        assert!(text.contains("runner=\"other\""), "{text}");
     }
 
     /// The runner's Pod: made as an invocation's, restricted and without the token, but with
