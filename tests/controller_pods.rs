@@ -66,7 +66,7 @@ fn the_controller_runs_image_types_as_pods_and_leaves_nothing() {
     let dir = claim(&cluster);
     let work = tempfile::tempdir().unwrap();
     cluster.apply_yaml("apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: deployer}\n");
-    let controller = controller(env, &cluster, work.path(), "controller");
+    let mut controller = controller(env, &cluster, work.path(), "controller");
     let fixture = &env.fixture_plugs;
     cluster.apply_yaml(&manifest(
         "app",
@@ -84,6 +84,21 @@ fn the_controller_runs_image_types_as_pods_and_leaves_nothing() {
     wait_for("the DriftCorrected event", Duration::from_secs(30), || {
         cluster.event_reasons("app").iter().any(|r| r == "DriftCorrected")
     });
+
+    // A controller that stops deletes the runners it used, though their Manifest stays; the
+    // next one starts its own.
+    let runners = || {
+        let pods = cluster.get(&["pods", "-l", "deployster.io/runner"]).unwrap_or_default();
+        let items = pods["items"].as_array().cloned().unwrap_or_default();
+        items.iter().filter(|p| p["metadata"]["deletionTimestamp"].is_null()).count()
+    };
+    assert!(runners() >= 1, "app's runners run");
+    assert_eq!(controller.terminate(), Some(0), "{}", controller.log_text());
+    assert_eq!(runners(), 0, "the stopped controller deleted its runners");
+    assert!(cluster.get(&["manifest", "app"]).is_some(), "the Manifest stays");
+    let controller = controller_with(env, &cluster, work.path(), "controller-2", &[]);
+    std::fs::remove_file(dir.join("first.marker")).unwrap();
+    wait_for("the next controller to correct drift", Duration::from_secs(90), || dir.join("first.marker").exists());
 
     // A failing action, an image that does not exist, a ServiceAccount that does not exist:
     // each on its object, with the reason.

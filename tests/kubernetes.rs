@@ -953,15 +953,8 @@ fn wait_ready_waits_for_the_object_s_own_conditions() {
     let out = deployster(&ws, &cluster, &["apply", "-f", "manifest.yaml", "--yes", "--action-timeout", "1s"]);
     assert_eq!(out.code, 1, "{}", out.all());
     assert!(out.all().contains("timed out after 1s"), "{}", out.all());
-    let mut child = std::process::Command::new(support::deployster())
-        .args(["apply", "-f", "manifest.yaml", "--yes"])
-        .env("KUBECONFIG", &cluster.kubeconfig)
-        .current_dir(ws.path(""))
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child =
+        ws.spawn_with_env(&["apply", "-f", "manifest.yaml", "--yes"], &[("KUBECONFIG", &cluster.kubeconfig)]);
     std::thread::sleep(Duration::from_secs(2));
     assert!(child.try_wait().unwrap().is_none(), "the apply waits for the Widget");
     set_status(r#"{"conditions": [{"type": "Ready", "status": "True"}]}"#);

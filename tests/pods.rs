@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use deployster::pod::executor::PodSettings;
 use support::cluster::Cluster;
-use support::pod_objects::{PLUGS, assert_nothing_left, claim, left, on_cluster};
+use support::pod_objects::{PLUGS, apply_dependent_pair, assert_nothing_left, claim, drift_put_back, left, on_cluster};
 use support::pods::PodEnv;
 use support::{Run, Workspace};
 
@@ -26,42 +26,11 @@ fn run(env: &PodEnv, cluster: &Cluster, ws: &Workspace, args: &[&str]) -> Run {
 fn image_types_run_as_pods_read_state_and_converge() {
     let (env, cluster) = on_cluster("pods-converge");
     let dir = claim(&cluster);
-    let ws = Workspace::new();
-    ws.manifest(&format!(
-        r#"{PLUGS}resources:
-  first:
-    type: {plugs}
-    env: {{GREETING: hi}}
-    config: {{marker: /rw/first.marker, content: hello, record: /rw/first.jsonl}}
-  second:
-    type: {plugs}
-    config:
-      marker: /rw/second.marker
-      content: "{{{{ resources.first.state.content }}}}-2"
-"#,
-        plugs = env.fixture_plugs
-    ));
-    let started = Instant::now();
-    let applied = run(env, &cluster, &ws, &["apply", "-f", "manifest.yaml", "--yes", "-v"]);
-    assert_eq!(applied.code, 0, "{}", applied.all());
-    eprintln!("apply of two resources as Pods took {:?}", started.elapsed());
-    assert_eq!(std::fs::read_to_string(dir.join("first.marker")).unwrap(), "hello");
-    assert_eq!(std::fs::read_to_string(dir.join("second.marker")).unwrap(), "hello-2", "a dependency's state read");
-    assert!(applied.all().contains("create: a note on stderr"), "the program's stderr reaches -v:\n{}", applied.all());
-    let recorded = std::fs::read_to_string(dir.join("first.jsonl")).unwrap();
-    let names = recorded.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["env_names"].clone());
-    assert!(
-        names.clone().all(|n| n.as_array().unwrap().contains(&"GREETING".into())),
-        "the resource's env: {recorded}"
-    );
+    let ws = apply_dependent_pair(env, &dir, |ws, args| run(env, &cluster, ws, args));
     let planned = run(env, &cluster, &ws, &["plan", "-f", "manifest.yaml", "--output", "json"]);
     assert_eq!(planned.code, 0, "{}", planned.all());
     assert!(!planned.stdout.contains("MISSING"), "both are VALID now:\n{}", planned.stdout);
-    // Drift: the marker removed behind Deployster's back is put back.
-    std::fs::remove_file(dir.join("first.marker")).unwrap();
-    let again = run(env, &cluster, &ws, &["apply", "-f", "manifest.yaml", "--yes"]);
-    assert_eq!(again.code, 0, "{}", again.all());
-    assert_eq!(std::fs::read_to_string(dir.join("first.marker")).unwrap(), "hello");
+    drift_put_back(&dir, &ws, |ws, args| run(env, &cluster, ws, args));
     assert_nothing_left(&cluster);
 }
 
@@ -82,14 +51,7 @@ fn reconcile_starts_one_init_pod_for_the_loop_and_one_state_pod_per_pass() {
     let pods = ["--executor", "pod", "--namespace", &cluster.namespace, "--helper-image", &env.helper];
     let args =
         [&["reconcile", "-f", "manifest.yaml", "--interval", "1s", "--max-interval", "1s"][..], &pods[..]].concat();
-    let child = std::process::Command::new(support::deployster())
-        .args(&args)
-        .current_dir(ws.path(""))
-        .env("KUBECONFIG", &env.kubeconfig)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = ws.spawn_with_env(&args, &[("KUBECONFIG", &env.kubeconfig)]);
     let states = || std::fs::read_to_string(dir.join("steady.jsonl")).unwrap_or_default().lines().count();
     support::cluster::wait_for("three passes' state reads", Duration::from_secs(120), || states() >= 3);
     let _ = std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
@@ -245,15 +207,7 @@ fn a_pod_deleted_by_hand_mid_action_fails_the_action_saying_so() {
     ));
     let pods = ["--executor", "pod", "--namespace", &cluster.namespace, "--helper-image", &env.helper];
     let args = [&["apply", "-f", "manifest.yaml", "--yes"][..], &pods[..]].concat();
-    let child = std::process::Command::new(support::deployster())
-        .args(&args)
-        .env("KUBECONFIG", &env.kubeconfig)
-        .current_dir(ws.dir.path())
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = ws.spawn_with_env(&args, &[("KUBECONFIG", &env.kubeconfig)]);
     // The action's Pod: the one whose program line ends in `act create`, once it runs (a
     // Pod's phase lags the kubelet's start of it; the program sleeps a minute).
     let until = Instant::now() + Duration::from_secs(90);

@@ -9,7 +9,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use support::cluster::{Cluster, wait_for};
-use support::pod_objects::{PLUGS, assert_nothing_left, claim, on_cluster};
+use support::pod_objects::{PLUGS, apply_dependent_pair, assert_nothing_left, claim, drift_put_back, on_cluster};
 use support::pods::PodEnv;
 use support::{Run, Workspace};
 
@@ -51,34 +51,7 @@ fn runners_with_the_claim(cluster: &Cluster) -> Vec<String> {
 fn every_invocation_of_a_type_is_served_by_one_runner_which_the_cli_deletes() {
     let (env, cluster) = on_cluster("runners-converge");
     let dir = claim(&cluster);
-    let ws = Workspace::new();
-    ws.manifest(&format!(
-        r#"{PLUGS}resources:
-  first:
-    type: {plugs}
-    env: {{GREETING: hi}}
-    config: {{marker: /rw/first.marker, content: hello, record: /rw/first.jsonl}}
-  second:
-    type: {plugs}
-    config:
-      marker: /rw/second.marker
-      content: "{{{{ resources.first.state.content }}}}-2"
-"#,
-        plugs = env.fixture_plugs
-    ));
-    let started = Instant::now();
-    let applied = run(env, &cluster, &ws, &["apply", "-f", "manifest.yaml", "--yes", "-v"]);
-    assert_eq!(applied.code, 0, "{}", applied.all());
-    eprintln!("apply of two resources in a runner took {:?}", started.elapsed());
-    assert_eq!(std::fs::read_to_string(dir.join("first.marker")).unwrap(), "hello");
-    assert_eq!(std::fs::read_to_string(dir.join("second.marker")).unwrap(), "hello-2", "a dependency's state read");
-    assert!(applied.all().contains("create: a note on stderr"), "the program's stderr reaches -v:\n{}", applied.all());
-    let recorded = std::fs::read_to_string(dir.join("first.jsonl")).unwrap();
-    assert!(recorded.lines().count() >= 3, "init, state, action, state of `first`: {recorded}");
-    for line in recorded.lines() {
-        let names = serde_json::from_str::<serde_json::Value>(line).unwrap()["env_names"].clone();
-        assert!(names.as_array().unwrap().contains(&"GREETING".into()), "the resource's env: {recorded}");
-    }
+    let ws = apply_dependent_pair(env, &dir, |ws, args| run(env, &cluster, ws, args));
     // Two resources' state, create and state again: one Pod, the runner with the plugs. The
     // type's init, which names the plugs, ran in a runner without them.
     assert_eq!(pods_scheduled(&cluster), 2, "one runner for init, one for the rest: {:?}", scheduled(&cluster));
@@ -86,10 +59,7 @@ fn every_invocation_of_a_type_is_served_by_one_runner_which_the_cli_deletes() {
     assert_nothing_left(&cluster);
 
     // Drift put back, by a second CLI run: its own runner.
-    std::fs::remove_file(dir.join("first.marker")).unwrap();
-    let again = run(env, &cluster, &ws, &["apply", "-f", "manifest.yaml", "--yes"]);
-    assert_eq!(again.code, 0, "{}", again.all());
-    assert_eq!(std::fs::read_to_string(dir.join("first.marker")).unwrap(), "hello");
+    drift_put_back(&dir, &ws, |ws, args| run(env, &cluster, ws, args));
     assert_eq!(pods_scheduled(&cluster), 4, "the same two runners a run: {:?}", scheduled(&cluster));
     assert_nothing_left(&cluster);
 }
@@ -156,9 +126,12 @@ fn bad_programs_in_a_runner_fail_clearly_and_the_runner_serves_on() {
     assert_nothing_left(&cluster);
 }
 
+/// A runner deleted by hand, then one evicted (the Eviction API, as `kubectl drain` uses), each
+/// while it runs an action: the action fails as interrupted, naming the runner, the resource
+/// and the phase; nothing of it finishes; the next run starts a fresh runner.
 #[ignore = "needs a cluster whose Pods run: DEPLOYSTER_E2E_CLUSTER=<kubeconfig ../shared/cluster/up.sh prints> cargo test --test runners -- --include-ignored"]
 #[test]
-fn a_runner_deleted_mid_action_fails_the_action_as_interrupted() {
+fn a_runner_deleted_or_evicted_mid_action_fails_the_action_as_interrupted() {
     let (env, cluster) = on_cluster("runners-deleted");
     let dir = claim(&cluster);
     let ws = Workspace::new();
@@ -167,31 +140,32 @@ fn a_runner_deleted_mid_action_fails_the_action_as_interrupted() {
         env.fixture_plugs
     ));
     let args = [&["apply", "-f", "manifest.yaml", "--yes"][..], &runner_args(env, &cluster)[..]].concat();
-    let child = std::process::Command::new(support::deployster())
-        .args(&args)
-        .env("KUBECONFIG", &env.kubeconfig)
-        .current_dir(ws.dir.path())
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
     // The action runs once the record holds init, state and the action's start.
     let actions = || {
         let text = std::fs::read_to_string(dir.join("slow.jsonl")).unwrap_or_default();
         text.lines().filter(|l| l.contains("action:create")).count()
     };
-    wait_for("the action to start in the runner", Duration::from_secs(90), || actions() >= 1);
-    std::thread::sleep(Duration::from_secs(1));
-    // The runner with the plugs: the action's (the type's init ran in another).
-    let name = runners_with_the_claim(&cluster).into_iter().next().expect("a runner");
-    cluster.must(&cluster.ns(&["delete", "pod", &name, "--wait=false"]));
-    let out = Run::from(child.wait_with_output().unwrap());
-    assert_eq!(out.code, 1, "{}", out.all());
-    assert!(out.all().contains("was interrupted"), "{}", out.all());
-    assert!(out.all().contains(&format!("runner {name}")), "names the runner: {}", out.all());
-    assert!(!dir.join("slow.marker").exists(), "the action did not finish");
-    assert_nothing_left(&cluster);
+    let remove: [(&str, &dyn Fn(&str)); 2] = [
+        ("deleted", &|name| {
+            cluster.must(&cluster.ns(&["delete", "pod", name, "--wait=false"]));
+        }),
+        ("evicted", &|name| cluster.evict(name)),
+    ];
+    for (round, (how, remove)) in remove.iter().enumerate() {
+        let child = ws.spawn_with_env(&args, &[("KUBECONFIG", &env.kubeconfig)]);
+        wait_for("the action to start in the runner", Duration::from_secs(90), || actions() > round);
+        std::thread::sleep(Duration::from_secs(1));
+        // The runner with the plugs: the action's (the type's init ran in another).
+        let name = runners_with_the_claim(&cluster).into_iter().next().expect("a runner");
+        remove(&name);
+        let out = Run::from(child.wait_with_output().unwrap());
+        assert_eq!(out.code, 1, "{how}: {}", out.all());
+        assert!(out.all().contains("resource `slow` failed in action create"), "{how}: {}", out.all());
+        assert!(out.all().contains("was interrupted"), "{how}: {}", out.all());
+        assert!(out.all().contains(&format!("runner {name} was deleted")), "{how}: names the runner: {}", out.all());
+        assert!(!dir.join("slow.marker").exists(), "{how}: the action did not finish");
+        assert_nothing_left(&cluster);
+    }
 }
 
 #[ignore = "needs a cluster whose Pods run: DEPLOYSTER_E2E_CLUSTER=<kubeconfig ../shared/cluster/up.sh prints> cargo test --test runners -- --include-ignored"]
@@ -247,14 +221,7 @@ fn a_runner_ends_when_idle_and_the_next_invocation_starts_another() {
         &pods[..],
     ]
     .concat();
-    let child = std::process::Command::new(support::deployster())
-        .args(&args)
-        .current_dir(ws.path(""))
-        .env("KUBECONFIG", &env.kubeconfig)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = ws.spawn_with_env(&args, &[("KUBECONFIG", &env.kubeconfig)]);
     let states = || std::fs::read_to_string(dir.join("steady.jsonl")).unwrap_or_default().lines().count();
     wait_for("three passes' state reads", Duration::from_secs(150), || states() >= 3);
     let _ = std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status();

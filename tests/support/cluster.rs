@@ -148,6 +148,24 @@ impl Cluster {
         path
     }
 
+    /// Evicts Pod `name` of the test's namespace through the Eviction API, as `kubectl drain`
+    /// does (`policy/v1`, or `policy/v1beta1` before 1.22).
+    pub fn evict(&self, name: &str) {
+        let path = format!("/api/v1/namespaces/{}/pods/{name}/eviction", self.namespace);
+        let mut said = Vec::new();
+        for version in ["policy/v1", "policy/v1beta1"] {
+            let body = serde_json::json!({"apiVersion": version, "kind": "Eviction",
+                "metadata": {"name": name, "namespace": self.namespace}});
+            let file = tempfile::NamedTempFile::new().unwrap();
+            std::fs::write(file.path(), body.to_string()).unwrap();
+            match self.kubectl(&["create", "--raw", &path, "-f", file.path().to_str().unwrap()]) {
+                (true, _) => return,
+                (false, text) => said.push(format!("{version}: {text}")),
+            }
+        }
+        panic!("evicting Pod {name}: {said:?}");
+    }
+
     /// `kubectl get … -o json` in the test's namespace; `None` when it fails (not found).
     pub fn get(&self, args: &[&str]) -> Option<Value> {
         let (ok, text) = self.kubectl(&[&self.ns(&["get"])[..], args, &["-o", "json"]].concat());
@@ -258,6 +276,12 @@ impl ControllerProcess {
     pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+
+    /// Stops it as Kubernetes stops a Pod (SIGTERM) and waits for it to exit: its exit code.
+    pub fn terminate(&mut self) -> Option<i32> {
+        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        self.child.wait().ok()?.code()
     }
 }
 

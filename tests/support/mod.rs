@@ -180,8 +180,14 @@ impl Workspace {
 
     /// Starts deployster in the workspace in the background, stdin closed, output piped.
     pub fn spawn(&self, args: &[&str]) -> Child {
+        self.spawn_with_env(args, &[])
+    }
+
+    /// [`Workspace::spawn`] with extra environment variables.
+    pub fn spawn_with_env(&self, args: &[&str], env: &[(&str, &str)]) -> Child {
         Command::new(deployster())
             .args(args)
+            .envs(env.iter().copied())
             .current_dir(self.dir.path())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

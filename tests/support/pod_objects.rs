@@ -1,10 +1,12 @@
 //! What the tests of Pods share on the cluster: a claim and a Secret to plug, and the check
 //! that nothing of Deployster's was left.
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use super::cluster::Cluster;
 use super::pods::{PodEnv, env};
+use super::{Run, Workspace};
 
 /// The cluster whose Pods really run, with a fresh namespace named after `test`. A test that
 /// needs it is `#[ignore]`d with the command that runs it, and fails (never passes) without it.
@@ -92,13 +94,31 @@ pub fn wait_until_a_pod_runs(cluster: &Cluster) {
 }
 
 /// Waits (up to 60 s) for what was deleted to be gone: a kubelet removes a deleted Pod's object
-/// once it has cleaned the Pod up (a 1.20 kubelet checks on a 10 s batch).
+/// once it has cleaned the Pod up (a 1.20 kubelet checks on a 10 s batch). A Pod still there
+/// then must at least have been deleted (`deletionTimestamp` set): a 1.20 kubelet was seen to
+/// keep a deleted runner's object, its containers and sandbox gone, for over a minute — the
+/// node's business, not something Deployster left.
 pub fn assert_nothing_left(cluster: &Cluster) {
     let until = Instant::now() + Duration::from_secs(60);
     while !left(cluster).is_empty() && Instant::now() < until {
         std::thread::sleep(Duration::from_millis(500));
     }
-    assert_eq!(left(cluster), Vec::<String>::new(), "Pods or Secrets of Deployster's were left");
+    let (ok, text) = cluster.kubectl(&cluster.ns(&[
+        "get",
+        "pods,secrets",
+        "-l",
+        "deployster.io/owner",
+        "-o",
+        "jsonpath={range .items[*]}{.kind}/{.metadata.name} {.metadata.deletionTimestamp}{\"\\n\"}{end}",
+    ]));
+    assert!(ok, "{text}");
+    // "Kind/name" alone, or followed by when its deletion was asked.
+    let (being_deleted, undeleted): (Vec<&str>, Vec<&str>) =
+        text.lines().filter(|l| !l.trim().is_empty()).partition(|l| l.split_whitespace().nth(1).is_some());
+    if !being_deleted.is_empty() {
+        eprintln!("deleted, still removed by the kubelet after 60 s: {being_deleted:?}");
+    }
+    assert_eq!(undeleted, Vec::<&str>::new(), "Pods or Secrets of Deployster's were left");
 }
 
 /// A Manifest named `name` whose `resources` (YAML, indented by four) are image types, with the
@@ -120,4 +140,48 @@ pub fn dependent_pair(fixture: &str) -> String {
          second:\n      type: {fixture}\n      config: {{marker: /rw/second.marker, content: \
          \"{{{{ resources.first.state.content }}}}-2\"}}\n"
     )
+}
+
+/// Applies, with `run` (deployster in a workspace, its executor's args added), a manifest of
+/// `first` and `second` of the fixture's `plugs` image — `first` with an `env`, `second` reading
+/// first's state — and checks what they wrote to the claim at `dir`, the program's stderr under
+/// `-v` and the env `first` was run with. The workspace, for more runs.
+pub fn apply_dependent_pair(env: &PodEnv, dir: &Path, run: impl Fn(&Workspace, &[&str]) -> Run) -> Workspace {
+    let ws = Workspace::new();
+    ws.manifest(&format!(
+        r#"{PLUGS}resources:
+  first:
+    type: {plugs}
+    env: {{GREETING: hi}}
+    config: {{marker: /rw/first.marker, content: hello, record: /rw/first.jsonl}}
+  second:
+    type: {plugs}
+    config:
+      marker: /rw/second.marker
+      content: "{{{{ resources.first.state.content }}}}-2"
+"#,
+        plugs = env.fixture_plugs
+    ));
+    let started = Instant::now();
+    let applied = run(&ws, &["apply", "-f", "manifest.yaml", "--yes", "-v"]);
+    assert_eq!(applied.code, 0, "{}", applied.all());
+    eprintln!("apply of two resources took {:?}", started.elapsed());
+    assert_eq!(std::fs::read_to_string(dir.join("first.marker")).unwrap(), "hello");
+    assert_eq!(std::fs::read_to_string(dir.join("second.marker")).unwrap(), "hello-2", "a dependency's state read");
+    assert!(applied.all().contains("create: a note on stderr"), "the program's stderr reaches -v:\n{}", applied.all());
+    let recorded = std::fs::read_to_string(dir.join("first.jsonl")).unwrap();
+    assert!(recorded.lines().count() >= 3, "init, state, action, state of `first`: {recorded}");
+    for line in recorded.lines() {
+        let names = serde_json::from_str::<serde_json::Value>(line).unwrap()["env_names"].clone();
+        assert!(names.as_array().unwrap().contains(&"GREETING".into()), "the resource's env: {recorded}");
+    }
+    ws
+}
+
+/// `first.marker` removed behind Deployster's back (drift), `run`'s apply puts it back.
+pub fn drift_put_back(dir: &Path, ws: &Workspace, run: impl Fn(&Workspace, &[&str]) -> Run) {
+    std::fs::remove_file(dir.join("first.marker")).unwrap();
+    let again = run(ws, &["apply", "-f", "manifest.yaml", "--yes"]);
+    assert_eq!(again.code, 0, "{}", again.all());
+    assert_eq!(std::fs::read_to_string(dir.join("first.marker")).unwrap(), "hello");
 }
