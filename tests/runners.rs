@@ -145,19 +145,17 @@ fn a_runner_deleted_or_evicted_mid_action_fails_the_action_as_interrupted() {
         let text = std::fs::read_to_string(dir.join("slow.jsonl")).unwrap_or_default();
         text.lines().filter(|l| l.contains("action:create")).count()
     };
-    let remove: [(&str, &dyn Fn(&str)); 2] = [
-        ("deleted", &|name| {
-            cluster.must(&cluster.ns(&["delete", "pod", name, "--wait=false"]));
-        }),
-        ("evicted", &|name| cluster.evict(name)),
-    ];
-    for (round, (how, remove)) in remove.iter().enumerate() {
+    for (round, how) in ["deleted", "evicted"].into_iter().enumerate() {
         let child = ws.spawn_with_env(&args, &[("KUBECONFIG", &env.kubeconfig)]);
         wait_for("the action to start in the runner", Duration::from_secs(90), || actions() > round);
         std::thread::sleep(Duration::from_secs(1));
         // The runner with the plugs: the action's (the type's init ran in another).
         let name = runners_with_the_claim(&cluster).into_iter().next().expect("a runner");
-        remove(&name);
+        if how == "deleted" {
+            cluster.must(&cluster.ns(&["delete", "pod", &name, "--wait=false"]));
+        } else {
+            cluster.evict(&name);
+        }
         let out = Run::from(child.wait_with_output().unwrap());
         assert_eq!(out.code, 1, "{how}: {}", out.all());
         assert!(out.all().contains("resource `slow` failed in action create"), "{how}: {}", out.all());
