@@ -194,6 +194,7 @@ fn the_default_values_render_a_hardened_deployment_the_binary_accepts() {
         assert!(args.iter().any(|a| a == expected), "{expected} in {args:?}");
     }
     assert!(!args.iter().any(|a| a.starts_with("--namespace")), "every namespace by default");
+    assert!(!args.iter().any(|a| a.starts_with("--shards")), "one leader by default, no sharding");
     assert_the_binary_accepts(&args);
     let service = of_kind(&docs, "Service")[0];
     assert_eq!(service["spec"]["ports"][0]["port"], 8080);
@@ -229,6 +230,7 @@ fn every_option_renders_and_the_binary_accepts_it() {
         "--pull=always",
         "--executor=docker",
         "--allow-local-programs",
+        "--shards=12",
     ] {
         assert!(args.iter().any(|a| a == expected), "{expected} in {args:?}");
     }
@@ -274,6 +276,11 @@ fn bad_values_are_refused_at_install_time() {
             &["--set", "replicas=2", "--set", "leaderElection.enabled=false"],
             "replicas > 1 needs leaderElection.enabled",
         ),
+        (
+            &["--set", "sharding.enabled=true", "--set", "leaderElection.enabled=false"],
+            "sharding.enabled needs leaderElection.enabled",
+        ),
+        (&["--set", "sharding.shards=0"], "sharding.shards: Must be greater than or equal to 1"),
         (&["--set-json", r#"extraArgs=["--namespace=other"]"#], "give namespaces in watchNamespaces"),
         (&["--set", "metrics.serviceMonitor.enabled=true"], "needs the Prometheus operator's monitoring.coreos.com/v1"),
     ];

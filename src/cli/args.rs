@@ -375,6 +375,13 @@ pub struct ControllerArgs {
     /// one died; a leader that cannot renew for two thirds of it stops its passes.
     #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_lease_duration, requires = "leader_elect")]
     pub lease_duration: Duration,
+    /// Instead of one leader, replicas share the Manifests and Pipelines over N shards, each
+    /// shard reconciled by one live replica at a time (with `--leader-elect`; its Leases are
+    /// `<lease-name>-member-<id>` and `<lease-name>-shard-<n>`). Every replica of a group must
+    /// run with the same N, lease duration and namespaces: one that differs takes no shard
+    /// until the replicas with the oldest settings are gone.
+    #[arg(long, value_name = "N", requires = "leader_elect", value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub shards: Option<u32>,
     /// The name of the Pod the controller runs in (with `--pod-uid`; the chart sets both from
     /// the downward API): under `--leader-elect`, the Lease it holds is owned by that Pod, and
     /// goes with it.

@@ -37,6 +37,7 @@ pub(super) async fn controller(args: ControllerArgs) -> Result<ExitKind, CliErro
         lease_name: args.lease_name,
         lease_namespace: args.lease_namespace,
         lease_duration: args.lease_duration,
+        shards: args.shards,
         pod: args.pod_name.zip(args.pod_uid).map(|(name, uid)| OwnPod { name, uid }),
     });
     let config = RunConfig {

@@ -37,6 +37,9 @@ pub enum Error {
     /// A write refused by the lease fence: this replica no longer leads.
     #[error("not written: {0}")]
     NotLeader(String),
+    /// A write refused by a shard's lease fence: the object's shard is no longer this replica's.
+    #[error("not written: {0}")]
+    NotOwner(String),
     #[error(transparent)]
     Pipeline(#[from] crate::pipeline::PipelineError),
     #[error(transparent)]
@@ -55,6 +58,7 @@ impl Error {
             Error::LeaseNamespace(_) => "LeaseNamespaceMissing",
             Error::Lease { .. } => "LeaderElection",
             Error::NotLeader(_) => "NotLeader",
+            Error::NotOwner(_) => "ShardMoved",
             Error::MetricsAddr { .. } => "MetricsAddrUnavailable",
             Error::Signals(_) => "Signals",
             Error::Pass(e) => e.reason(),

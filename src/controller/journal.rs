@@ -23,7 +23,8 @@ use crate::history::MemoryLog;
 /// [`PROGRESS_WRITE_EVERY`] by [`StatusJournal::keep_writing`].
 pub(super) struct StatusJournal {
     api: Api<Manifest>,
-    leadership: Arc<super::leader::Leadership>,
+    ownership: Arc<super::ownership::Ownership>,
+    namespace: String,
     name: String,
     old: ManifestStatus,
     log: Arc<MemoryLog>,
@@ -52,7 +53,8 @@ impl StatusJournal {
             obj.spec.resources.iter().map(|(name, r)| (name.clone(), r.type_ref.clone().unwrap_or_default())).collect();
         Self {
             api,
-            leadership: ctx.leadership.clone(),
+            ownership: ctx.ownership.clone(),
+            namespace: obj.namespace().unwrap_or_default(),
             name: obj.name_any(),
             old: old.clone(),
             log: log.clone(),
@@ -95,7 +97,7 @@ impl StatusJournal {
         self.dirty.store(false, std::sync::atomic::Ordering::SeqCst);
         let status = self.now();
         // Progress is a display: a write the server does not answer is not waited for.
-        write_status_to(&self.leadership, &self.api, &self.name, &status, Duration::ZERO).await?;
+        write_status_to(&self.ownership, &self.api, &self.namespace, &self.name, &status, Duration::ZERO).await?;
         *written = Some(status);
         Ok(())
     }

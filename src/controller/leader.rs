@@ -109,6 +109,11 @@ impl Leadership {
         Err(Error::NotLeader(format!("the leader lease is now held by {holder}")))
     }
 
+    /// Under election, this replica's identity in the Lease.
+    pub fn identity(&self) -> Option<String> {
+        self.fence.as_ref().map(|f| f.identity.clone())
+    }
+
     /// Yields each time this replica becomes the leader (not for a term it already had).
     pub fn gained(&self) -> impl Stream<Item = ()> + Send + 'static {
         futures::stream::unfold(self.term.subscribe(), |mut rx| async move {

@@ -39,6 +39,12 @@ pub struct ReadyLabels {
     pub ready: &'static str,
 }
 
+/// The replica a series is of (its identity, as in its Leases and `status.shard`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReplicaLabels {
+    pub replica: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ApiLabels {
     pub verb: &'static str,
@@ -64,6 +70,11 @@ pub struct Metrics {
     pub drift_corrections: Counter,
     pub manifests: Family<ReadyLabels, Gauge>,
     pub leader: Gauge,
+    pub shards_owned: Family<ReplicaLabels, Gauge>,
+    pub manifests_owned: Family<ReplicaLabels, Gauge>,
+    pub shard_members: Gauge,
+    pub shard_settings_waiting: Gauge,
+    replica: std::sync::OnceLock<String>,
     pub invocations: Family<InvocationSeries, Counter>,
     pub invocation_duration: HistogramFamily<PhaseLabels>,
     pub api_requests: Family<ApiLabels, Counter>,
@@ -92,6 +103,11 @@ impl Metrics {
             drift_corrections: Counter::default(),
             manifests: Family::default(),
             leader: Gauge::default(),
+            shards_owned: Family::default(),
+            manifests_owned: Family::default(),
+            shard_members: Gauge::default(),
+            shard_settings_waiting: Gauge::default(),
+            replica: Default::default(),
             invocations: Family::default(),
             invocation_duration: Family::new_with_constructor(seconds_histogram),
             api_requests: Family::default(),
@@ -117,6 +133,23 @@ impl Metrics {
             "leader",
             "1 while this replica holds the leader lease (or runs without election)",
             metrics.leader.clone(),
+        );
+        r.register(
+            "manifests_owned",
+            "Manifests this replica reconciles now (all while it leads; under sharding, those of its shards)",
+            metrics.manifests_owned.clone(),
+        );
+        let shard = r.sub_registry_with_prefix("shard");
+        shard.register("owned", "Shards this replica holds and works on", metrics.shards_owned.clone());
+        shard.register(
+            "members",
+            "Live replicas of the shard group that share the work",
+            metrics.shard_members.clone(),
+        );
+        shard.register(
+            "settings_waiting",
+            "1 while this replica takes no shard because the group's oldest member runs with other shard settings",
+            metrics.shard_settings_waiting.clone(),
         );
         let executor = r.sub_registry_with_prefix("executor");
         executor.register(
@@ -173,6 +206,23 @@ impl Metrics {
             metrics.pipeline_revisions_through.clone(),
         );
         Self { registry, ..metrics }
+    }
+
+    /// Names the replica the per-replica series are of (once; later calls change nothing).
+    pub fn set_replica(&self, identity: &str) {
+        let _ = self.replica.set(identity.to_string());
+    }
+
+    fn replica(&self) -> ReplicaLabels {
+        ReplicaLabels { replica: self.replica.get().cloned().unwrap_or_default() }
+    }
+
+    pub fn set_shards_owned(&self, shards: i64) {
+        self.shards_owned.get_or_create(&self.replica()).set(shards);
+    }
+
+    pub fn set_manifests_owned(&self, manifests: i64) {
+        self.manifests_owned.get_or_create(&self.replica()).set(manifests);
     }
 
     /// The Prometheus/OpenMetrics text exposition.

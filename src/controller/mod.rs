@@ -14,12 +14,14 @@ mod journal;
 pub mod leader;
 pub mod metrics;
 pub mod outputs;
+pub mod ownership;
 pub mod pipelines;
 pub mod rbac;
 pub mod readiness;
 pub mod reconcile;
 pub mod report;
 pub mod server;
+pub mod shards;
 pub mod status;
 mod stream;
 
@@ -53,8 +55,9 @@ use crate::executors::PassExecutors;
 use crate::pod::executor::{PodRuntime, PodSettings};
 use crate::stop::{Cancel, Stop};
 pub use error::Error;
-use leader::{Leadership, LeaseConfig};
+use leader::LeaseConfig;
 use metrics::{ApiMeteringLayer, MeteredExecutor, Metrics, Timer};
+use ownership::Ownership;
 use readiness::Readiness;
 pub use reconcile::Next;
 
@@ -104,8 +107,8 @@ pub struct Context {
     pub jitter: Box<dyn Fn(Duration) -> Duration + Send + Sync>,
     /// Cancelled to stop running actions (on shutdown, after a grace period).
     pub shutdown: CancellationToken,
-    /// Whether this replica may reconcile; passes run under its current term.
-    pub leadership: Arc<Leadership>,
+    /// What this replica may reconcile; passes run under its term for the object.
+    pub ownership: Arc<Ownership>,
     pub metrics: Arc<Metrics>,
     /// Reconciles run at once (`--concurrency`); those waiting are the work queue's depth.
     pub workers: Semaphore,
@@ -130,7 +133,7 @@ impl Context {
             settings,
             clock: Box::new(crate::history::now_ms),
             jitter: Box::new(reconcile::jitter),
-            leadership: Leadership::always(&shutdown),
+            ownership: Arc::new(Ownership::always(&shutdown)),
             shutdown,
             metrics: Arc::new(Metrics::new()),
             workers: Semaphore::new(Semaphore::MAX_PERMITS),
@@ -152,6 +155,9 @@ pub struct LeaderElection {
     /// Default: the namespace of the controller's own kubeconfig context or pod.
     pub lease_namespace: Option<String>,
     pub lease_duration: Duration,
+    /// Instead of one leader, replicas share the objects over this many shards: the Leases
+    /// are `<lease_name>-member-<id>` and `<lease_name>-shard-<n>`.
+    pub shards: Option<u32>,
     /// The Pod this controller runs in, when it does.
     pub pod: Option<OwnPod>,
 }
@@ -216,6 +222,54 @@ fn scopes(namespaces: &[String]) -> Vec<Option<String>> {
 
 fn scope_name(scope: &Option<String>) -> String {
     scope.as_ref().map_or_else(|| "all namespaces".into(), |ns| format!("namespace `{ns}`"))
+}
+
+/// Who reconciles what: this replica alone, the leader of several, or each its shards.
+async fn share_work(
+    client: &Client,
+    config: &RunConfig,
+    default_namespace: String,
+    metrics: &Arc<Metrics>,
+    shutdown: &CancellationToken,
+) -> Result<(Arc<Ownership>, ownership::Departure), Error> {
+    let Some(election) = &config.leader_election else {
+        metrics.set_replica(&hostname().unwrap_or_default());
+        metrics.leader.set(1);
+        return Ok((Arc::new(Ownership::always(shutdown)), ownership::Departure::Alone));
+    };
+    let namespace = election.lease_namespace.clone().unwrap_or(default_namespace);
+    let owner = election.pod.as_ref().map(OwnPod::owner_reference);
+    if let Some(count) = election.shards {
+        let settings = shards::ShardSettings {
+            count,
+            group: election.lease_name.clone(),
+            namespace,
+            duration: election.lease_duration,
+            watched: config.namespaces.clone(),
+            identity: leader::identity(),
+            owner,
+        };
+        metrics.set_replica(&settings.identity);
+        let membership = shards::Membership::join(
+            client.clone(),
+            settings,
+            metrics.clone(),
+            shutdown.clone(),
+            config.shutdown_grace,
+        )
+        .await?;
+        return Ok((Arc::new(Ownership::Shards(membership.shards.clone())), ownership::Departure::Member(membership)));
+    }
+    let lease = LeaseConfig {
+        name: election.lease_name.clone(),
+        namespace,
+        identity: leader::identity(),
+        duration: election.lease_duration,
+        owner,
+    };
+    metrics.set_replica(&lease.identity);
+    let (leadership, elector) = leader::elect(client.clone(), lease, metrics.clone(), shutdown.clone()).await?;
+    Ok((Arc::new(Ownership::Leader(leadership)), ownership::Departure::Leader(elector)))
 }
 
 /// Lists Manifests once in every scope: fails with a hint when the CRD is not installed
@@ -283,23 +337,7 @@ pub async fn run(mut config: RunConfig, executors: Executors) -> Result<(), Erro
     // grace period (or until a second signal), then their actions are cancelled.
     let stop = Stop::on_signals(Cancel::After(config.shutdown_grace)).map_err(Error::Signals)?;
     let shutdown = stop.now.clone();
-    let (leadership, elector) = match &config.leader_election {
-        Some(election) => {
-            let lease = LeaseConfig {
-                name: election.lease_name.clone(),
-                namespace: election.lease_namespace.clone().unwrap_or(default_namespace),
-                identity: leader::identity(),
-                duration: election.lease_duration,
-                owner: election.pod.as_ref().map(OwnPod::owner_reference),
-            };
-            let (leadership, elector) = leader::elect(client.clone(), lease, metrics.clone(), shutdown.clone()).await?;
-            (leadership, Some(elector))
-        }
-        None => {
-            metrics.leader.set(1);
-            (Leadership::always(&shutdown), None)
-        }
-    };
+    let (ownership, departure) = share_work(&client, &config, default_namespace, &metrics, &shutdown).await?;
 
     let images = match executors.images {
         ImageRunner::None => crate::executors::Images::None,
@@ -321,7 +359,7 @@ pub async fn run(mut config: RunConfig, executors: Executors) -> Result<(), Erro
     };
     let mut ctx = Context::new(client.clone(), executors, config.settings.clone());
     ctx.shutdown = shutdown.clone();
-    ctx.leadership = leadership;
+    ctx.ownership = ownership;
     ctx.metrics = metrics.clone();
     ctx.workers = Semaphore::new(usize::from(config.concurrency.max(1)));
     let watches: Vec<_> =
@@ -332,19 +370,23 @@ pub async fn run(mut config: RunConfig, executors: Executors) -> Result<(), Erro
     let stopping = stop.requested.clone();
     tokio::spawn(log_stop(stop));
 
-    let refresh = Arc::new(move |m: &Metrics| m.set_manifests(&ready_counts(&stores)));
+    let owner = ctx.ownership.clone();
+    let refresh = Arc::new(move |m: &Metrics| {
+        m.set_manifests(&ready_counts(&stores));
+        m.set_manifests_owned(owned_count(&stores, &owner));
+    });
     let admin = tokio::spawn(server::serve(listener, metrics, readiness, refresh));
     tracing::info!(namespaces = ?config.namespaces, addr = %config.metrics_addr, "watching Manifests");
     let controllers = watches.into_iter().zip(&scopes).map(|((store, manifests), scope)| {
         let secrets = input_changes::<Secret>(&client, scope);
         let config_maps = input_changes::<ConfigMap>(&client, scope);
-        let (readers_of_secret, readers_of_config_map) = (store.clone(), store.clone());
+        let (readers_of_secret, readers_of_config_map, gained_store) = (store.clone(), store.clone(), store.clone());
         Controller::for_stream(manifests, store)
             // Concurrency is bounded by `ctx.workers`, so that waiting work can be counted.
             .with_config(ControllerConfig::default())
             .watches_stream(secrets, move |s| readers(&readers_of_secret, Source::Secret, &s.metadata))
             .watches_stream(config_maps, move |c| readers(&readers_of_config_map, Source::ConfigMap, &c.metadata))
-            .reconcile_all_on(ctx.leadership.gained())
+            .reconcile_on(ownership::gained_objects(ctx.ownership.clone(), gained_store))
             .graceful_shutdown_on(stopping.clone().cancelled_owned())
             .run(reconcile_guarded, error_policy, ctx.clone())
             .for_each(|result| async move {
@@ -362,9 +404,7 @@ pub async fn run(mut config: RunConfig, executors: Executors) -> Result<(), Erro
         let reaped = pods.reap_runners().await;
         tracing::info!(reaped, "deleted the warm runners this replica used");
     }
-    if let Some(elector) = elector {
-        elector.release().await;
-    }
+    departure.leave().await;
     admin.abort();
     tracing::info!("stopped");
     Ok(())
@@ -401,8 +441,9 @@ async fn pipelines_of(
         let stream = stream::applied_once_stored(stream)
             // Its own status writes start nothing; a spec edit or an approval does.
             .predicate_filter(predicates::generation.combine(predicates::annotations), Default::default());
+        let gained = ownership::gained_objects(ctx.ownership.clone(), reader.clone());
         let controller = Controller::for_stream(stream, reader)
-            .reconcile_all_on(ctx.leadership.gained())
+            .reconcile_on(gained)
             .graceful_shutdown_on(stopping.clone().cancelled_owned())
             .run(pipelines::reconcile, pipeline_error_policy, ctx.clone())
             .for_each(|result| async move {
@@ -517,6 +558,15 @@ fn readers(
         .collect()
 }
 
+/// Manifests in the caches this replica reconciles now.
+fn owned_count(stores: &[Store<DeserializeGuard<Manifest>>], ownership: &Ownership) -> i64 {
+    let owned = stores.iter().flat_map(Store::state).filter(|object| {
+        let meta = object.meta();
+        ownership.owns(meta.namespace.as_deref().unwrap_or_default(), meta.name.as_deref().unwrap_or_default())
+    });
+    owned.count() as i64
+}
+
 /// Manifests in the caches by the status of their Ready condition.
 fn ready_counts(stores: &[Store<DeserializeGuard<Manifest>>]) -> Vec<(&'static str, i64)> {
     let mut counts = [("True", 0), ("False", 0), ("Unknown", 0)];
@@ -545,21 +595,17 @@ async fn log_stop(stop: Stop) {
 }
 
 async fn reconcile_guarded(object: Arc<DeserializeGuard<Manifest>>, ctx: Arc<Context>) -> Result<Action, Error> {
-    if ctx.leadership.term().is_none() {
-        // Another replica leads; becoming the leader reconciles everything again.
-        return Ok(Action::await_change());
-    }
     let meta = match &object.0 {
         Ok(manifest) => &manifest.metadata,
         Err(invalid) => &invalid.metadata,
     };
+    let (namespace, name) = (meta.namespace.as_deref().unwrap_or_default(), meta.name.as_deref().unwrap_or_default());
+    if !ctx.ownership.owns(namespace, name) {
+        // Another replica's (it leads, or holds the shard); gaining it reconciles it again.
+        return Ok(Action::await_change());
+    }
     // Not `name`: JSON logs give each span a `name` key of its own ("reconcile").
-    let span = tracing::info_span!(
-        "reconcile",
-        namespace = meta.namespace.as_deref().unwrap_or_default(),
-        manifest = meta.name.as_deref().unwrap_or_default(),
-        run_id = tracing::field::Empty,
-    );
+    let span = tracing::info_span!("reconcile", namespace, manifest = name, run_id = tracing::field::Empty,);
     async {
         ctx.metrics.work_queue_depth.inc();
         let permit = ctx.workers.acquire().await;
@@ -611,7 +657,9 @@ async fn malformed(ctx: &Context, invalid: &kube::core::error_boundary::InvalidO
     };
     let new = status::next_status(&crate::crd::ManifestStatus::default(), &result);
     let api: Api<Manifest> = Api::namespaced(ctx.client.clone(), &namespace);
-    if let Err(e) = report::write_status_to(&ctx.leadership, &api, &name, &new, report::STATUS_WRITE_PATIENCE).await {
+    if let Err(e) =
+        report::write_status_to(&ctx.ownership, &api, &namespace, &name, &new, report::STATUS_WRITE_PATIENCE).await
+    {
         tracing::warn!(error = %e, "could not record a malformed Manifest's status");
     }
     let reference = k8s_openapi::api::core::v1::ObjectReference {

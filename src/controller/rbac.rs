@@ -86,7 +86,9 @@ pub const API_ACCESS: &[Access] = &[
     Access {
         group: "coordination.k8s.io",
         resource: "leases",
-        verbs: &["get", "create", "update"],
+        // list and delete: a shard group's Leases are read in one list, and stale members'
+        // deleted.
+        verbs: &["get", "list", "create", "update", "delete"],
         scope: Scope::Lease,
     },
 ];

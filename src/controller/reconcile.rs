@@ -46,8 +46,12 @@ fn api(ctx: &Context, obj: &Manifest) -> Api<Manifest> {
 
 /// Reconciles one Manifest.
 pub async fn reconcile(obj: &Manifest, ctx: &Context) -> Result<Next, Error> {
-    // Passes run under this replica's leadership term: losing it cancels them.
-    let Some(term) = ctx.leadership.term() else { return Ok(Next::AwaitChange) };
+    // Passes run under this replica's term for the object (its leadership, or its shard):
+    // losing it cancels them; a shard is not handed over while the ticket lives.
+    let Some(ticket) = ctx.ownership.begin(&obj.namespace().unwrap_or_default(), &obj.name_any()) else {
+        return Ok(Next::AwaitChange);
+    };
+    let term = ticket.term.clone();
     if obj.meta().deletion_timestamp.is_some() {
         return cleanup(obj, ctx, &term).await;
     }
@@ -458,7 +462,8 @@ fn log_pass(pass: &PassResult) {
 
 /// Server-side apply of the whole status under one field manager, retried on conflicts.
 pub async fn write_status(ctx: &Context, obj: &Manifest, status: &ManifestStatus) -> Result<(), Error> {
-    write_status_to(&ctx.leadership, &api(ctx, obj), &obj.name_any(), status, STATUS_WRITE_PATIENCE).await
+    let namespace = obj.namespace().unwrap_or_default();
+    write_status_to(&ctx.ownership, &api(ctx, obj), &namespace, &obj.name_any(), status, STATUS_WRITE_PATIENCE).await
 }
 
 /// Publishes an event on `obj`; a failure to publish is logged, never fatal.

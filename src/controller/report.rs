@@ -19,8 +19,9 @@ pub const FIELD_MANAGER: &str = "deployster-controller";
 /// nothing more), then applied server-side; an API server that does not answer is tried again
 /// for up to `patience`.
 pub(super) async fn write_status_to<K>(
-    leadership: &super::leader::Leadership,
+    ownership: &super::ownership::Ownership,
     api: &Api<K>,
+    namespace: &str,
     name: &str,
     status: &impl serde::Serialize,
     patience: Duration,
@@ -29,12 +30,23 @@ where
     K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
     const ATTEMPTS: usize = 5;
-    let patch = json!({"apiVersion": K::api_version(&()), "kind": K::kind(&()), "status": status});
+    let status = serde_json::to_value(status).expect("a status is plain data");
     let params = PatchParams::apply(FIELD_MANAGER).force();
     let (started, mut conflicts, mut unanswered) = (tokio::time::Instant::now(), 0, 0u32);
     loop {
-        let written = match leadership.confirm().await {
-            Ok(()) => api.patch_status(name, &params, &Patch::Apply(&patch)).await.map_err(Error::Kube),
+        let written = match ownership.confirm(namespace, name).await {
+            Ok(shard) => {
+                let mut status = status.clone();
+                // Who wrote it, always as it is now (a status copied forward may name another).
+                if let Some(fields) = status.as_object_mut() {
+                    match shard {
+                        Some(shard) => fields.insert("shard".into(), json!(shard)),
+                        None => fields.remove("shard"),
+                    };
+                }
+                let patch = json!({"apiVersion": K::api_version(&()), "kind": K::kind(&()), "status": status});
+                api.patch_status(name, &params, &Patch::Apply(&patch)).await.map_err(Error::Kube)
+            }
             Err(e) => Err(e),
         };
         match written {

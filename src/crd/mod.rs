@@ -42,6 +42,7 @@ pub mod pipeline;
     printcolumn(name = "Resources", type_ = "string", json_path = ".status.resourcesSummary"),
     printcolumn(name = "Last Applied", type_ = "string", json_path = ".status.lastAppliedRevision"),
     printcolumn(name = "Progress", type_ = "string", json_path = ".status.progress"),
+    printcolumn(name = "Replica", type_ = "string", json_path = ".status.shard.replica", priority = 1),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]
@@ -322,6 +323,24 @@ pub struct ManifestStatus {
     /// once the pass has ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<String>,
+    /// The replica that wrote this status (under leader election or sharding): `kubectl get
+    /// manifests -o wide` shows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<ShardStatus>,
+}
+
+/// Which replica reconciles the object, and under sharding which shard it is in.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ShardStatus {
+    /// The replica's identity, as in its Leases: `<hostname>_<random>`.
+    pub replica: String,
+    /// The object's shard: a fixed hash of `namespace/name`, modulo `count`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub index: Option<u32>,
+    /// Shards in the group.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<u32>,
 }
 
 /// A condition, following Kubernetes conventions (read by kstatus-based tools).

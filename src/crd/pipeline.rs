@@ -39,6 +39,7 @@ pub const REGISTER_ANNOTATION: &str = "deployster.io/register";
     printcolumn(name = "Status", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].reason"),
     printcolumn(name = "Revision", type_ = "string", json_path = ".status.revision"),
     printcolumn(name = "Through", type_ = "string", json_path = ".status.latestThrough"),
+    printcolumn(name = "Replica", type_ = "string", json_path = ".status.shard.replica", priority = 1),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 pub struct PipelineObjectSpec {
@@ -77,6 +78,9 @@ pub struct PipelineStatus {
     /// Where the deployment log is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub log: Option<LogStatus>,
+    /// The replica that wrote this status (under leader election or sharding).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<super::ShardStatus>,
 }
 
 /// The pipeline's deployment log: ConfigMaps the Pipeline owns, in order.

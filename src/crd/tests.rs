@@ -77,9 +77,16 @@ fn names_and_printer_columns() {
     let crd = Manifest::crd();
     assert_eq!(crd.spec.names.short_names, Some(vec!["dm".to_string()]));
     assert_eq!(crd.spec.names.categories, Some(vec!["deployster".to_string()]));
-    let columns: Vec<String> =
-        crd.spec.versions[0].additional_printer_columns.iter().flatten().map(|c| c.name.to_uppercase()).collect();
-    assert_eq!(columns, ["READY", "STATUS", "RESOURCES", "LAST APPLIED", "PROGRESS", "AGE"]);
+    let columns = &crd.spec.versions[0].additional_printer_columns.clone().unwrap_or_default();
+    let shown = |wide: bool| -> Vec<String> {
+        let priority = |c: &&k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceColumnDefinition| {
+            c.priority.unwrap_or(0) == 0 || wide
+        };
+        columns.iter().filter(priority).map(|c| c.name.to_uppercase()).collect()
+    };
+    assert_eq!(shown(false), ["READY", "STATUS", "RESOURCES", "LAST APPLIED", "PROGRESS", "AGE"]);
+    // `-o wide` adds the replica that reconciles each (under leader election or sharding).
+    assert_eq!(shown(true), ["READY", "STATUS", "RESOURCES", "LAST APPLIED", "PROGRESS", "REPLICA", "AGE"]);
 }
 
 #[test]

@@ -240,6 +240,17 @@ pub struct ControllerProcess {
 impl ControllerProcess {
     /// Starts `deployster controller ARGS` against the test cluster, with metrics on a free port.
     pub fn start(cluster: &Cluster, dir: &Path, name: &str, args: &[&str]) -> ControllerProcess {
+        Self::start_env(cluster, dir, name, args, &[])
+    }
+
+    /// As [`ControllerProcess::start`], with more environment (set last: `KUBECONFIG` too).
+    pub fn start_env(
+        cluster: &Cluster,
+        dir: &Path,
+        name: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> ControllerProcess {
         let metrics = format!("127.0.0.1:{}", free_port());
         let log = dir.join(format!("{name}.log"));
         let child = Command::new(super::deployster())
@@ -250,6 +261,7 @@ impl ControllerProcess {
             .args(args)
             .env("KUBECONFIG", &cluster.kubeconfig)
             .env("DEPLOYSTER_LOG", "info,deployster=debug")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())

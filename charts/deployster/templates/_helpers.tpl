@@ -79,13 +79,16 @@ src/controller/rbac.rs's API_ACCESS with scope Watched (tests/helm.rs holds them
 {{- define "deployster.leaseRules" -}}
 - apiGroups: ["coordination.k8s.io"]
   resources: ["leases"]
-  verbs: ["get", "create", "update"]
+  verbs: ["get", "list", "create", "update", "delete"]
 {{- end -}}
 
 {{/* Refuses combinations the schema cannot express. */}}
 {{- define "deployster.validate" -}}
 {{- if and (gt (int .Values.replicas) 1) (not .Values.leaderElection.enabled) -}}
 {{- fail "replicas > 1 needs leaderElection.enabled: true (otherwise every replica reconciles every Manifest)" -}}
+{{- end -}}
+{{- if and .Values.sharding.enabled (not .Values.leaderElection.enabled) -}}
+{{- fail "sharding.enabled needs leaderElection.enabled: true (replicas share the work through its Leases)" -}}
 {{- end -}}
 {{- range .Values.extraArgs -}}
 {{- if or (eq . "--namespace") (hasPrefix "--namespace=" .) -}}

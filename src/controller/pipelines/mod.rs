@@ -80,7 +80,10 @@ impl Manifests for ManifestObjects {
 /// Reconciles one Pipeline: compile, register the spec's revision, record approvals, drive,
 /// write the status.
 pub async fn reconcile(object: Arc<Pipeline>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let Some(term) = ctx.leadership.term() else { return Ok(Action::await_change()) };
+    let Some(ticket) = ctx.ownership.begin(&object.namespace().unwrap_or_default(), &object.name_any()) else {
+        return Ok(Action::await_change());
+    };
+    let term = ticket.term.clone();
     if object.meta().deletion_timestamp.is_some() {
         // Its log goes with it (owner references); the Manifests it set vars on stay.
         return Ok(Action::await_change());
@@ -113,8 +116,15 @@ pub async fn reconcile(object: Arc<Pipeline>, ctx: Arc<Context>) -> Result<Actio
             new.observed_generation = generation;
             new.conditions =
                 conditions(&old, generation, now, ("Ready", "False", reason.into(), message.clone()), !missing);
-            super::report::write_status_to(&ctx.leadership, &api, &name, &new, super::report::STATUS_WRITE_PATIENCE)
-                .await?;
+            super::report::write_status_to(
+                &ctx.ownership,
+                &api,
+                &namespace,
+                &name,
+                &new,
+                super::report::STATUS_WRITE_PATIENCE,
+            )
+            .await?;
             // Said once, not on every look of a wait for a Manifest.
             let said = old.conditions.iter().any(|c| c.type_ == "Ready" && c.reason == reason && c.message == message);
             if !(missing && said) {
@@ -176,7 +186,8 @@ pub async fn reconcile(object: Arc<Pipeline>, ctx: Arc<Context>) -> Result<Actio
         publish(&ctx, &object, EventType::Normal, "RevisionThrough", &format!("revision {revision} is through")).await;
         ctx.metrics.pipeline_revisions_through.inc();
     }
-    super::report::write_status_to(&ctx.leadership, &api, &name, &new, super::report::STATUS_WRITE_PATIENCE).await?;
+    super::report::write_status_to(&ctx.ownership, &api, &namespace, &name, &new, super::report::STATUS_WRITE_PATIENCE)
+        .await?;
     counted(&ctx, new.conditions.first().map_or("", |ready| ready.reason.as_str()));
     let live = driven.progress.revisions.iter().any(|r| r.is_live());
     Ok(if live { Action::requeue(pipelines.poll.max(Duration::from_secs(1)) * 5) } else { Action::await_change() })
@@ -342,6 +353,8 @@ fn next_status(
             )
         }),
         log: Some(LogStatus { selector, config_maps, entries }),
+        // Written by the status write, as the replica that makes it.
+        shard: None,
     }
 }
 

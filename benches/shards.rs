@@ -1,0 +1,205 @@
+//! Sharding benchmark (issue 38) on a real API server; prints figures, asserts nothing.
+//! `DEPLOYSTER_E2E_KUBECONFIG=<kubeconfig of ../shared/apiserver/up.sh> cargo bench --bench shards`
+//!
+//! 2,000 Manifests (`DEPLOYSTER_BENCH_OBJECTS`) of one built-in resource each (a directory on
+//! this machine), `interval: 10s`: more passes are due than one replica can run, so what each
+//! run measures is capacity. For 1, 2 and 3 replicas (local processes, `--leader-elect --shards
+//! 30`, the release binary): once the shards are spread and a warm-up passed, passes per minute
+//! over a window (`DEPLOYSTER_BENCH_WINDOW_SECS`, default 60), the sum of every replica's
+//! `deployster_reconciles_total`; and where the CPU went in that window: the replicas, the API
+//! server, etcd — this machine has 2 cores for all of them.
+//!
+//! Then kill -9 of one replica of three: how long until every Manifest it reconciled has been
+//! reconciled by another (`status.shard.replica` and `status.lastReconcileTime`).
+//! (That no Manifest is reconciled by two at once is checked by `tests/e2e_shards.rs`.)
+
+#[allow(dead_code)] // the tests' helpers: this bench uses a few
+#[path = "../tests/support/cluster.rs"]
+mod cluster;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use cluster::{Cluster, ControllerProcess, wait_for};
+
+const SHARDS: &str = "30";
+
+fn deployster() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_deployster"))
+}
+
+fn env_number(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+fn main() {
+    if std::env::var("DEPLOYSTER_E2E_KUBECONFIG").is_err() {
+        eprintln!("no API server (DEPLOYSTER_E2E_KUBECONFIG): nothing to measure");
+        return;
+    }
+    let objects = env_number("DEPLOYSTER_BENCH_OBJECTS", 2000) as usize;
+    let window = Duration::from_secs(env_number("DEPLOYSTER_BENCH_WINDOW_SECS", 60));
+    let cluster = Cluster::new("bench-shards");
+    let work = tempfile::tempdir().unwrap();
+    let created = Instant::now();
+    apply_manifests(&cluster, &work.path().join("files"), objects);
+    eprintln!("{objects} Manifests created in {:?}", created.elapsed());
+
+    let mut rates = Vec::new();
+    for count in 1..=3 {
+        let replicas = start(&cluster, work.path(), count, objects);
+        let (passes, seconds, cpu) = measure(&replicas, window);
+        let per_minute = passes / seconds * 60.0;
+        rates.push(per_minute);
+        let ratio = per_minute / rates[0];
+        println!(
+            "{count} replica(s): {per_minute:.0} passes/min ({ratio:.2}x one replica's) over {seconds:.0} s; \
+             CPU share of the window: replicas {:.0}%, kube-apiserver {:.0}%, etcd {:.0}% (of 200%)",
+            cpu[0] * 100.0,
+            cpu[1] * 100.0,
+            cpu[2] * 100.0
+        );
+        if count == 3 {
+            kill_one_of_three(&cluster, replicas);
+        } else {
+            stop(replicas);
+        }
+    }
+}
+
+/// `objects` Manifests of one built-in directory each, in batches of 200 per `kubectl apply`.
+fn apply_manifests(cluster: &Cluster, files: &std::path::Path, objects: usize) {
+    for batch in (0..objects).collect::<Vec<_>>().chunks(200) {
+        let documents: Vec<String> = batch
+            .iter()
+            .map(|i| {
+                format!(
+                    "apiVersion: deployster.io/v1alpha1\nkind: Manifest\nmetadata: {{name: m-{i}}}\nspec:\n  interval: 10s\n  \
+                     resources:\n    dir:\n      type: builtin/directory\n      config: {{path: \"{}/m-{i}\"}}\n",
+                    files.display()
+                )
+            })
+            .collect();
+        cluster.apply_yaml(&documents.join("---\n"));
+    }
+}
+
+fn replica(cluster: &Cluster, dir: &std::path::Path, name: &str) -> ControllerProcess {
+    let args = [
+        "--namespace",
+        &cluster.namespace,
+        "--leader-elect",
+        "--lease-namespace",
+        &cluster.namespace,
+        "--lease-duration",
+        "10s",
+        "--shards",
+        SHARDS,
+        "--concurrency",
+        "16",
+    ];
+    ControllerProcess::start(cluster, dir, name, &args)
+}
+
+/// `count` replicas, started one after another, once they hold every shard and every Manifest.
+fn start(cluster: &Cluster, dir: &std::path::Path, count: usize, objects: usize) -> Vec<ControllerProcess> {
+    let replicas: Vec<ControllerProcess> =
+        (0..count).map(|i| replica(cluster, dir, &format!("r{count}-{i}"))).collect();
+    let shards: f64 = SHARDS.parse().unwrap();
+    wait_for("the shards spread over the replicas", Duration::from_secs(120), || {
+        let held: Vec<f64> = replicas.iter().map(|r| sum_of(r, "deployster_shard_owned{")).collect();
+        held.iter().sum::<f64>() == shards && held.iter().all(|h| *h >= (shards / count as f64).floor())
+    });
+    wait_for("every Manifest owned", Duration::from_secs(120), || {
+        replicas.iter().map(|r| sum_of(r, "deployster_manifests_owned{")).sum::<f64>() == objects as f64
+    });
+    // A warm-up: the first passes of each (finalizers, first statuses) are not what is measured.
+    std::thread::sleep(Duration::from_secs(20));
+    replicas
+}
+
+/// The sum of the samples whose line starts with `prefix`.
+fn sum_of(controller: &ControllerProcess, prefix: &str) -> f64 {
+    let Some((_, body)) = controller.http("/metrics") else { return 0.0 };
+    body.lines().filter(|l| l.starts_with(prefix)).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum()
+}
+
+fn passes(replicas: &[ControllerProcess]) -> f64 {
+    replicas.iter().map(|r| sum_of(r, "deployster_reconciles_total{")).sum()
+}
+
+/// Passes over `window`, its seconds, and the CPU used in it (cores) by the replicas, the API
+/// server and etcd.
+fn measure(replicas: &[ControllerProcess], window: Duration) -> (f64, f64, [f64; 3]) {
+    let pids = |name: &str| -> Vec<u32> {
+        let out = std::process::Command::new("pgrep").args(["-x", name]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| l.trim().parse().ok()).collect()
+    };
+    let groups = [replicas.iter().map(|r| r.child.id()).collect::<Vec<_>>(), pids("kube-apiserver"), pids("etcd")];
+    let cpu = |group: &Vec<u32>| group.iter().map(|pid| cpu_seconds(*pid)).sum::<f64>();
+    let (before, cpu_before, started) = (passes(replicas), groups.each_ref().map(cpu), Instant::now());
+    std::thread::sleep(window);
+    let (after, cpu_after, seconds) = (passes(replicas), groups.each_ref().map(cpu), started.elapsed().as_secs_f64());
+    let used = [0, 1, 2].map(|i| (cpu_after[i] - cpu_before[i]) / seconds);
+    (after - before, seconds, used)
+}
+
+/// User + system CPU seconds of process `pid` (from /proc; 0 when it is gone).
+fn cpu_seconds(pid: u32) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return 0.0 };
+    let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or_default().split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
+    // After the command: state is field 0; utime and stime are fields 11 and 12; 100 ticks/s.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+fn stop(replicas: Vec<ControllerProcess>) {
+    for mut replica in replicas {
+        replica.terminate();
+    }
+}
+
+/// Each Manifest's `status.shard.replica` and `status.lastReconcileTime`.
+fn reconcilers(cluster: &Cluster) -> BTreeMap<String, (String, String)> {
+    let list = cluster.get(&["manifests"]).unwrap();
+    let items = list["items"].as_array().cloned().unwrap_or_default();
+    items
+        .iter()
+        .map(|m| {
+            let replica = m["status"]["shard"]["replica"].as_str().unwrap_or_default().to_string();
+            let time = m["status"]["lastReconcileTime"].as_str().unwrap_or_default().to_string();
+            (m["metadata"]["name"].as_str().unwrap_or_default().to_string(), (replica, time))
+        })
+        .collect()
+}
+
+fn kill_one_of_three(cluster: &Cluster, mut replicas: Vec<ControllerProcess>) {
+    let identity = |r: &ControllerProcess| {
+        let (_, body) = r.http("/metrics").unwrap_or_default();
+        body.lines()
+            .find_map(|l| Some(l.strip_prefix("deployster_shard_owned{replica=\"")?.split('"').next()?.to_string()))
+            .unwrap_or_default()
+    };
+    let victim = identity(&replicas[1]);
+    let theirs: Vec<String> =
+        reconcilers(cluster).into_iter().filter(|(_, (r, _))| *r == victim).map(|(name, _)| name).collect();
+    replicas[1].kill();
+    let killed = Instant::now();
+    let at = String::from_utf8(
+        std::process::Command::new("date").args(["-u", "+%Y-%m-%dT%H:%M:%SZ"]).output().unwrap().stdout,
+    )
+    .unwrap()
+    .trim()
+    .to_string();
+    wait_for("the killed replica's Manifests reconciled by another", Duration::from_secs(300), || {
+        let now = reconcilers(cluster);
+        theirs.iter().all(|name| now.get(name).is_some_and(|(r, t)| *r != victim && *t > at))
+    });
+    println!(
+        "kill -9 of one replica of three (lease 10 s, interval 10 s): its {} Manifests all reconciled by another {:.1} s later",
+        theirs.len(),
+        killed.elapsed().as_secs_f64()
+    );
+    stop(replicas);
+}

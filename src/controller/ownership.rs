@@ -1,0 +1,123 @@
+//! Which objects this replica may reconcile now: all of them while it leads (or runs alone),
+//! or those of the shards it holds. Passes start, and status writes are fenced, through here.
+
+use std::sync::Arc;
+
+use futures::{Stream, StreamExt};
+use tokio_util::sync::CancellationToken;
+
+use super::error::Error;
+use super::leader::Leadership;
+use super::shards::{PassTicket, ShardStatus, Shards};
+
+/// How this replica shares the work.
+pub enum Ownership {
+    /// Every object, while it leads (always, without election).
+    Leader(Arc<Leadership>),
+    /// The objects of the shards it holds.
+    Shards(Arc<Shards>),
+}
+
+/// What became this replica's to reconcile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gain {
+    All,
+    Shard(u32),
+}
+
+impl Ownership {
+    /// Without election: one term for the process's whole life.
+    pub fn always(shutdown: &CancellationToken) -> Self {
+        Self::Leader(Leadership::always(shutdown))
+    }
+
+    /// A pass on `namespace/name` may start now, under the returned term.
+    pub fn begin(&self, namespace: &str, name: &str) -> Option<PassTicket> {
+        match self {
+            Self::Leader(leadership) => leadership.term().map(PassTicket::of_term),
+            Self::Shards(shards) => shards.begin(namespace, name),
+        }
+    }
+
+    /// Whether this replica reconciles `namespace/name` now.
+    pub fn owns(&self, namespace: &str, name: &str) -> bool {
+        match self {
+            Self::Leader(leadership) => leadership.term().is_some(),
+            Self::Shards(shards) => shards.owns(namespace, name),
+        }
+    }
+
+    /// Whether a write decided for `namespace/name` may still be made; what `status.shard` is
+    /// then (nothing without sharding).
+    pub async fn confirm(&self, namespace: &str, name: &str) -> Result<Option<ShardStatus>, Error> {
+        match self {
+            Self::Leader(leadership) => leadership.confirm().await.map(|()| {
+                let replica = leadership.identity()?;
+                Some(ShardStatus { replica, index: None, count: None })
+            }),
+            Self::Shards(shards) => shards.confirm(namespace, name).await.map(Some),
+        }
+    }
+
+    /// Yields what becomes this replica's: everything on each new term, or a shard taken.
+    pub fn gained(&self) -> std::pin::Pin<Box<dyn Stream<Item = Gain> + Send>> {
+        match self {
+            Self::Leader(leadership) => leadership.gained().map(|()| Gain::All).boxed(),
+            Self::Shards(shards) => shards.gained().map(Gain::Shard).boxed(),
+        }
+    }
+
+    /// Whether `gain` covers `namespace/name`.
+    pub fn covers(&self, gain: Gain, namespace: &str, name: &str) -> bool {
+        match (gain, self) {
+            (Gain::All, _) => true,
+            (Gain::Shard(shard), Self::Shards(shards)) => shards.shard_of(namespace, name) == shard,
+            (Gain::Shard(_), Self::Leader(_)) => false,
+        }
+    }
+}
+
+/// What a replica hands back when it stops.
+pub enum Departure {
+    /// Nothing: it ran alone.
+    Alone,
+    Leader(super::leader::Elector),
+    Member(super::shards::Membership),
+}
+
+impl Departure {
+    /// Call once no pass runs any more: the lease, or every shard, goes back at once.
+    pub async fn leave(self) {
+        match self {
+            Self::Alone => {}
+            Self::Leader(elector) => elector.release().await,
+            Self::Member(membership) => membership.leave().await,
+        }
+    }
+}
+
+/// The objects in `store` that each gain makes this replica's: what `reconcile_on` is given.
+pub fn gained_objects<K>(
+    ownership: Arc<Ownership>,
+    store: kube::runtime::reflector::Store<K>,
+) -> impl Stream<Item = kube::runtime::reflector::ObjectRef<K>> + Send + 'static
+where
+    K: kube::Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+{
+    ownership.gained().flat_map(move |gain| {
+        let covered: Vec<_> = store
+            .state()
+            .iter()
+            .filter(|object| {
+                let meta = object.meta();
+                ownership.covers(
+                    gain,
+                    meta.namespace.as_deref().unwrap_or_default(),
+                    meta.name.as_deref().unwrap_or_default(),
+                )
+            })
+            .map(|object| kube::runtime::reflector::ObjectRef::from_obj(&**object))
+            .collect();
+        futures::stream::iter(covered)
+    })
+}
