@@ -13,6 +13,8 @@ pub mod pod_objects;
 #[cfg(all(feature = "docker", feature = "kube"))]
 pub mod pods;
 #[cfg(feature = "kube")]
+pub mod proxy;
+#[cfg(feature = "kube")]
 pub mod replicas;
 #[cfg(feature = "kube")]
 pub mod webhook;

@@ -97,6 +97,18 @@ pub fn replica_with(
     lease_duration: &str,
     extra: &[&str],
 ) -> ControllerProcess {
+    replica_env(cluster, dir, name, lease_duration, extra, &[])
+}
+
+/// As [`replica_with`], with more environment (`KUBECONFIG`, `LD_PRELOAD`…).
+pub fn replica_env(
+    cluster: &Cluster,
+    dir: &Path,
+    name: &str,
+    lease_duration: &str,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> ControllerProcess {
     let mut args = vec![
         "--namespace",
         &cluster.namespace,
@@ -110,5 +122,5 @@ pub fn replica_with(
         "1000",
     ];
     args.extend_from_slice(extra);
-    ControllerProcess::start(cluster, dir, name, &args)
+    ControllerProcess::start_env(cluster, dir, name, &args, env)
 }
