@@ -401,7 +401,9 @@ pub async fn run(mut config: RunConfig, executors: Executors) -> Result<(), Erro
     // A controller that stops (an upgrade, `helm uninstall`) leaves no runner behind; the next
     // leader starts its own as they are needed.
     if let Some(pods) = ctx.executors.pods() {
-        let reaped = pods.reap_runners().await;
+        // Under sharding, not those of Manifests handed over to another replica: it uses them.
+        let ownership = ctx.ownership.clone();
+        let reaped = pods.reap_runners_but(&move |namespace, manifest| ownership.elsewhere(namespace, manifest)).await;
         tracing::info!(reaped, "deleted the warm runners this replica used");
     }
     departure.leave().await;

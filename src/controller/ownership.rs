@@ -39,6 +39,15 @@ impl Ownership {
         }
     }
 
+    /// Whether `namespace/name` is another replica's now (its shard was handed over or taken):
+    /// what this replica made for it (a warm runner) is left to that replica.
+    pub fn elsewhere(&self, namespace: &str, name: &str) -> bool {
+        match self {
+            Self::Leader(_) => false,
+            Self::Shards(shards) => !shards.holds(namespace, name),
+        }
+    }
+
     /// Whether this replica reconciles `namespace/name` now.
     pub fn owns(&self, namespace: &str, name: &str) -> bool {
         match self {

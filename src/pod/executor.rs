@@ -97,7 +97,13 @@ impl PodRuntime {
 
     /// Deletes the warm runners this process started or used; how many.
     pub async fn reap_runners(&self) -> usize {
-        self.runners.reap(&self.client).await
+        self.runners.reap(&self.client, &|_, _| false).await
+    }
+
+    /// As [`PodRuntime::reap_runners`], but for the runners of Manifests that
+    /// `elsewhere(namespace, manifest)` says another replica reconciles now: theirs to use.
+    pub async fn reap_runners_but(&self, elsewhere: &(dyn Fn(&str, &str) -> bool + Send + Sync)) -> usize {
+        self.runners.reap(&self.client, elsewhere).await
     }
 
     /// Deletes the runners of namespace `namespace` whose labels include `selector` (a

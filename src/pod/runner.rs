@@ -28,8 +28,8 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
-use kube::Api;
 use kube::api::{AttachParams, AttachedProcess, ListParams, PostParams};
+use kube::{Api, ResourceExt};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -525,11 +525,22 @@ impl Runners {
     }
 
     /// Deletes every runner this process started or used (the CLI's, when it exits).
-    pub async fn reap(&self, client: &kube::Client) -> usize {
+    ///
+    /// `elsewhere(namespace, manifest)`: the Manifest is now another replica's (sharding), so its
+    /// runner is left to that replica (which uses it, or lets it idle out) and only forgotten here.
+    pub async fn reap(&self, client: &kube::Client, elsewhere: &(dyn Fn(&str, &str) -> bool + Send + Sync)) -> usize {
         let used: Vec<(String, String)> = self.used.lock().expect("used lock").drain().collect();
-        let reaped = used.len();
+        let mut reaped = 0;
         for (namespace, name) in used {
             let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+            if let Ok(Some(pod)) = pods.get_opt(&name).await
+                && pod.owner_references().iter().any(|o| o.kind == "Manifest" && elsewhere(&namespace, &o.name))
+            {
+                let _ = self.metrics.alive.dec();
+                self.metrics.served.remove(&RunnerLabels { runner: name });
+                continue;
+            }
+            reaped += 1;
             match pods.delete(&name, &kube::api::DeleteParams::background()).await {
                 Err(e) if !is_not_found(&e) => tracing::warn!(runner = %name, "could not delete the runner: {e}"),
                 _ => {
@@ -662,6 +673,37 @@ mod tests {
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         assert!(!text.contains("runner=\"unused\""), "{text}");
         assert!(text.contains("runner=\"other\""), "{text}");
+    }
+
+    /// A stopping replica deletes the runners it used, but not those of Manifests another
+    /// replica reconciles now (their shard moved): that replica may be using them.
+    #[tokio::test]
+    async fn a_stopping_replica_leaves_the_runners_of_manifests_handed_over() {
+        let client = kube_fake_client::ClientBuilder::new().build().await.unwrap();
+        let runners = Runners::default();
+        let pods: Api<Pod> = Api::namespaced(client.clone(), "team-a");
+        for manifest in ["kept-here", "handed-over"] {
+            let mut invocation = invocation();
+            invocation.name = format!("dsr-{manifest}");
+            invocation.owner = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                api_version: "deployster.io/v1alpha1".into(),
+                kind: "Manifest".into(),
+                name: manifest.into(),
+                uid: format!("uid-{manifest}"),
+                ..Default::default()
+            });
+            pods.create(&PostParams::default(), &spec::runner_pod(&invocation, Duration::from_secs(600)))
+                .await
+                .unwrap();
+            runners.note_used(&invocation);
+        }
+        let reaped =
+            runners.reap(&client, &|namespace, manifest| namespace == "team-a" && manifest == "handed-over").await;
+        assert_eq!(reaped, 1);
+        let left: Vec<String> =
+            pods.list(&Default::default()).await.unwrap().items.iter().map(|p| p.name_any()).collect();
+        assert_eq!(left, ["dsr-handed-over"]);
+        assert_eq!(runners.metrics.alive.get(), 0, "both forgotten here");
     }
 
     /// The runner's Pod: made as an invocation's, restricted and without the token, but with

@@ -182,6 +182,11 @@ impl Shards {
         Some(PassTicket { term: term.clone(), running: Some(running.clone()) })
     }
 
+    /// Whether the shard of `namespace/name` is held here, working or not.
+    pub fn holds(&self, namespace: &str, name: &str) -> bool {
+        self.held().contains_key(&self.shard_of(namespace, name))
+    }
+
     /// Whether this replica reconciles `namespace/name` now (to count what it owns).
     pub fn owns(&self, namespace: &str, name: &str) -> bool {
         let shard = self.shard_of(namespace, name);
