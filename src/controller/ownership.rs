@@ -60,11 +60,18 @@ impl Ownership {
     /// then (nothing without sharding).
     pub async fn confirm(&self, namespace: &str, name: &str) -> Result<Option<ShardStatus>, Error> {
         match self {
-            Self::Leader(leadership) => leadership.confirm().await.map(|()| {
-                let replica = leadership.identity()?;
-                Some(ShardStatus { replica, index: None, count: None })
-            }),
+            Self::Leader(leadership) => leadership.confirm().await.map(|()| self.shard_status(namespace, name)),
             Self::Shards(shards) => shards.confirm(namespace, name).await.map(Some),
+        }
+    }
+
+    /// What `status.shard` says when this replica writes `namespace/name`'s status.
+    pub fn shard_status(&self, namespace: &str, name: &str) -> Option<ShardStatus> {
+        match self {
+            Self::Leader(leadership) => {
+                leadership.identity().map(|replica| ShardStatus { replica, index: None, count: None })
+            }
+            Self::Shards(shards) => Some(shards.status_of(shards.shard_of(namespace, name))),
         }
     }
 

@@ -412,7 +412,10 @@ async fn finish(
 ) -> Result<ManifestStatus, Error> {
     ctx.metrics.observe_pass(&result);
     log_pass(&result);
-    let new = next_status(old, &result);
+    let mut new = next_status(old, &result);
+    // The replica that reconciles it now: a shard that moved is written even by a pass that
+    // found everything as it was, so that `status.shard` never names a replica gone.
+    new.shard = ctx.ownership.shard_status(&obj.namespace().unwrap_or_default(), &obj.name_any());
     if changed(old, &new) {
         write_status(ctx, obj, &new).await?;
     }

@@ -212,7 +212,7 @@ impl Shards {
         Err(Error::NotOwner(format!("shard {shard}'s Lease {lease_name} is now held by {holder}")))
     }
 
-    fn status_of(&self, shard: u32) -> ShardStatus {
+    pub fn status_of(&self, shard: u32) -> ShardStatus {
         ShardStatus { replica: self.settings.identity.clone(), index: Some(shard), count: Some(self.settings.count) }
     }
 
