@@ -398,3 +398,39 @@ fn a_replica_whose_clock_is_an_hour_ahead_neither_steals_nor_blocks_a_takeover()
     normal.terminate();
     assert_never_two_at_once(&cluster, work.path(), 8);
 }
+
+/// An upgrade from one leader to sharding (`helm upgrade --set sharding.enabled=true`): while
+/// the old leader lives, the sharded replica takes nothing; once it stopped (and released its
+/// Lease) the sharded one takes every shard at once.
+#[ignore = "needs a Kubernetes API server: DEPLOYSTER_E2E_KUBECONFIG=<kubeconfig ../shared/apiserver/up.sh prints> cargo test --test e2e_shards -- --include-ignored"]
+#[test]
+fn an_upgrade_from_one_leader_to_shards_waits_for_the_leader_to_go() {
+    let _serial = one_at_a_time();
+    let cluster = Cluster::new("upgrade");
+    let work = tempfile::tempdir().unwrap();
+    let mut leader = replica_with(&cluster, work.path(), "leader", "4s", &[]);
+    wait_for("the leader to lead", Duration::from_secs(30), || leader.metric("deployster_leader") == Some(1.0));
+    apply_manifests(&cluster, work.path(), 4, 200);
+    let sharded = sharded(&cluster, work.path(), "sharded", "4");
+    wait_for("the sharded replica to wait", Duration::from_secs(30), || {
+        sharded.metric("deployster_shard_settings_waiting") == Some(1.0)
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(owned(&sharded), 0, "nothing taken while the leader lives");
+    assert!(
+        sharded.log_text().contains("runs with other shard settings (one leader, no shards)"),
+        "{}",
+        sharded.log_text()
+    );
+
+    assert_eq!(leader.terminate(), Some(0));
+    let stopped = Instant::now();
+    wait_for("the sharded replica to take every shard", Duration::from_secs(30), || owned(&sharded) == 4);
+    eprintln!("leader -> shards: every shard taken {:?} after the leader stopped", stopped.elapsed());
+    assert!(stopped.elapsed() < Duration::from_secs(4), "the leader released its Lease: no lease duration to wait");
+    let replica = identity(&sharded);
+    wait_for("every Manifest reconciled by the sharded replica", Duration::from_secs(60), || {
+        reconcilers(&cluster).values().all(|(by, _)| *by == replica)
+    });
+    assert_never_two_at_once(&cluster, work.path(), 4);
+}

@@ -18,6 +18,9 @@ use super::{GROUP_LABEL, ROLE_LABEL, SETTINGS_ANNOTATION, ShardSettings, Shards}
 use crate::controller::error::Error;
 use crate::controller::metrics::Metrics;
 
+/// What a leader without sharding counts as, among the members of a group.
+const LEADER_SETTINGS: &str = "one leader, no shards";
+
 /// The running membership; [`Membership::leave`] ends it.
 pub struct Membership {
     pub shards: Arc<Shards>,
@@ -136,12 +139,16 @@ impl Campaign {
             self.renew_member().await?;
             self.renewed_at = Some(Instant::now());
             let selector = format!("{GROUP_LABEL}={}", settings.group);
-            self.shards.api.list(&ListParams::default().labels(&selector)).await
+            let mut leases = self.shards.api.list(&ListParams::default().labels(&selector)).await?.items;
+            // A leader of the same name (replicas without sharding, as before an upgrade to it)
+            // reconciles everything: it is waited for as a member with other settings.
+            leases.extend(self.shards.api.get_opt(&settings.group).await?);
+            Ok(leases)
         })
         .await
         .unwrap_or_else(|_| Err(kube::Error::Service("the Lease requests timed out".into())));
         let leases = match read {
-            Ok(leases) => leases.items,
+            Ok(leases) => leases,
             Err(error) => {
                 tracing::warn!(%error, "could not renew membership or read the shard group; retrying");
                 return;
@@ -208,7 +215,11 @@ impl Campaign {
         let duration = settings.duration;
         let mut reading = Reading::default();
         for (name, o) in &self.observed {
-            let role = o.lease.labels().get(ROLE_LABEL).map(String::as_str);
+            let role = if *name == settings.group {
+                Some("leader")
+            } else {
+                o.lease.labels().get(ROLE_LABEL).map(String::as_str)
+            };
             let holder = o.lease.spec.as_ref().and_then(|s| s.holder_identity.clone()).filter(|h| !h.is_empty());
             let quiet = o.changed.elapsed() >= duration;
             match role {
@@ -217,6 +228,13 @@ impl Campaign {
                     identity: holder.unwrap_or_default(),
                     settings: o.lease.annotations().get(SETTINGS_ANNOTATION).cloned().unwrap_or_default(),
                     created: o.lease.metadata.creation_timestamp.as_ref().map(|t| t.0.to_string()).unwrap_or_default(),
+                }),
+                // Older than any member: while it lives, no shard is taken.
+                Some("leader") => reading.members.push(Member {
+                    alive: holder.is_some() && !quiet,
+                    identity: holder.unwrap_or_default(),
+                    settings: LEADER_SETTINGS.into(),
+                    created: String::new(),
                 }),
                 Some("shard") if !o.gone => {
                     let index = name.rsplit('-').next().and_then(|n| n.parse::<u32>().ok());
