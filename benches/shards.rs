@@ -2,15 +2,18 @@
 //! `DEPLOYSTER_E2E_KUBECONFIG=<kubeconfig of ../shared/apiserver/up.sh> cargo bench --bench shards`
 //!
 //! 2,000 Manifests (`DEPLOYSTER_BENCH_OBJECTS`) of one built-in resource each (a directory on
-//! this machine), `interval: 10s`: more passes are due than one replica can run, so what each
-//! run measures is capacity. For 1, 2 and 3 replicas (local processes, `--leader-elect --shards
-//! 30`, the release binary): once the shards are spread and a warm-up passed, passes per minute
-//! over a window (`DEPLOYSTER_BENCH_WINDOW_SECS`, default 60), the sum of every replica's
-//! `deployster_reconciles_total`; and where the CPU went in that window: the replicas, the API
-//! server, etcd — this machine has 2 cores for all of them.
+//! this machine), `interval: 1s` (and `maxInterval: 1s`): far more passes are due than the
+//! replicas can run, so what each run measures is capacity. For 1, 2 and 3 replicas (local
+//! processes, `--leader-elect --shards 30`, the release binary): once the shards are spread and
+//! a warm-up passed, passes per minute over a window (`DEPLOYSTER_BENCH_WINDOW_SECS`, default
+//! 60), the sum of every replica's `deployster_reconciles_total`; and where the CPU went in that
+//! window: the replicas, the API server, etcd. This machine has 2 cores for all of them, so
+//! this is done twice: with the replicas as they are (the machine is the limit), and with each
+//! in a cgroup of its own limited to `DEPLOYSTER_BENCH_REPLICA_MILLICORES` (default 250), as a
+//! Pod's CPU limit would on a node of its own — the case sharding is for.
 //!
-//! Then kill -9 of one replica of three: how long until every Manifest it reconciled has been
-//! reconciled by another (`status.shard.replica` and `status.lastReconcileTime`).
+//! Then, at `interval: 30s` (room to spare), kill -9 of one replica of three: how long until
+//! every Manifest it reconciled has been reconciled by another (its `status.shard.replica`).
 //! (That no Manifest is reconciled by two at once is checked by `tests/e2e_shards.rs`.)
 
 #[allow(dead_code)] // the tests' helpers: this bench uses a few
@@ -40,42 +43,50 @@ fn main() {
     }
     let objects = env_number("DEPLOYSTER_BENCH_OBJECTS", 2000) as usize;
     let window = Duration::from_secs(env_number("DEPLOYSTER_BENCH_WINDOW_SECS", 60));
+    let cap = env_number("DEPLOYSTER_BENCH_REPLICA_MILLICORES", 250) as f64 / 1000.0;
     let cluster = Cluster::new("bench-shards");
     let work = tempfile::tempdir().unwrap();
+    let files = work.path().join("files");
     let created = Instant::now();
-    apply_manifests(&cluster, &work.path().join("files"), objects);
+    apply_manifests(&cluster, &files, objects, "1s");
     eprintln!("{objects} Manifests created in {:?}", created.elapsed());
 
-    let mut rates = Vec::new();
-    for count in 1..=3 {
-        let replicas = start(&cluster, work.path(), count, objects);
-        let (passes, seconds, cpu) = measure(&replicas, window);
-        let per_minute = passes / seconds * 60.0;
-        rates.push(per_minute);
-        let ratio = per_minute / rates[0];
-        println!(
-            "{count} replica(s): {per_minute:.0} passes/min ({ratio:.2}x one replica's) over {seconds:.0} s; \
-             CPU share of the window: replicas {:.0}%, kube-apiserver {:.0}%, etcd {:.0}% (of 200%)",
-            cpu[0] * 100.0,
-            cpu[1] * 100.0,
-            cpu[2] * 100.0
-        );
-        if count == 3 {
-            kill_one_of_three(&cluster, replicas);
-        } else {
-            stop(replicas);
+    for (round, limit) in [("as they are", None), ("each limited as by a Pod's CPU limit", Some(cap))] {
+        let mut rates = Vec::new();
+        for count in 1..=3 {
+            let tag = format!("{}{count}", if limit.is_some() { "capped" } else { "free" });
+            let Some(replicas) = start(&cluster, work.path(), &tag, count, objects, limit) else { break };
+            let (passes, seconds, cpu) = measure(&replicas, window);
+            let per_minute = passes / seconds * 60.0;
+            rates.push(per_minute);
+            let limit = limit.map_or(String::new(), |cores| format!(", {:.0} millicores each", cores * 1000.0));
+            println!(
+                "{round}: {count} replica(s){limit}: {per_minute:.0} passes/min ({:.2}x one replica's) over {seconds:.0} s; \
+                 CPU used in the window: replicas {:.0}%, kube-apiserver {:.0}%, etcd {:.0}% (of 200%)",
+                per_minute / rates[0],
+                cpu[0] * 100.0,
+                cpu[1] * 100.0,
+                cpu[2] * 100.0
+            );
+            stop(replicas, &tag);
         }
     }
+
+    // Failover, with room to spare: an interval of 30 s asks for a fraction of what the
+    // replicas can run, as in a cluster that is not overloaded.
+    apply_manifests(&cluster, &files, objects, "30s");
+    let replicas = start(&cluster, work.path(), "failover", 3, objects, None).expect("replicas without limits start");
+    kill_one_of_three(&cluster, replicas);
 }
 
 /// `objects` Manifests of one built-in directory each, in batches of 200 per `kubectl apply`.
-fn apply_manifests(cluster: &Cluster, files: &std::path::Path, objects: usize) {
+fn apply_manifests(cluster: &Cluster, files: &std::path::Path, objects: usize, interval: &str) {
     for batch in (0..objects).collect::<Vec<_>>().chunks(200) {
         let documents: Vec<String> = batch
             .iter()
             .map(|i| {
                 format!(
-                    "apiVersion: deployster.io/v1alpha1\nkind: Manifest\nmetadata: {{name: m-{i}}}\nspec:\n  interval: 10s\n  \
+                    "apiVersion: deployster.io/v1alpha1\nkind: Manifest\nmetadata: {{name: m-{i}}}\nspec:\n  interval: {interval}\n  maxInterval: {interval}\n  \
                      resources:\n    dir:\n      type: builtin/directory\n      config: {{path: \"{}/m-{i}\"}}\n",
                     files.display()
                 )
@@ -102,10 +113,26 @@ fn replica(cluster: &Cluster, dir: &std::path::Path, name: &str) -> ControllerPr
     ControllerProcess::start(cluster, dir, name, &args)
 }
 
-/// `count` replicas, started one after another, once they hold every shard and every Manifest.
-fn start(cluster: &Cluster, dir: &std::path::Path, count: usize, objects: usize) -> Vec<ControllerProcess> {
-    let replicas: Vec<ControllerProcess> =
-        (0..count).map(|i| replica(cluster, dir, &format!("r{count}-{i}"))).collect();
+/// `count` replicas, each limited to `limit` cores if given, once they hold every shard and
+/// every Manifest; `None` when they cannot be limited here (it says why).
+fn start(
+    cluster: &Cluster,
+    dir: &std::path::Path,
+    tag: &str,
+    count: usize,
+    objects: usize,
+    limit: Option<f64>,
+) -> Option<Vec<ControllerProcess>> {
+    let replicas: Vec<ControllerProcess> = (0..count).map(|i| replica(cluster, dir, &format!("{tag}-{i}"))).collect();
+    if let Some(cores) = limit {
+        for (i, replica) in replicas.iter().enumerate() {
+            if let Err(why) = limit_cpu(replica.child.id(), &format!("{tag}-{i}"), cores) {
+                eprintln!("cannot limit the replicas' CPU here ({why}): the limited round is not run");
+                stop(replicas, tag);
+                return None;
+            }
+        }
+    }
     let shards: f64 = SHARDS.parse().unwrap();
     wait_for("the shards spread over the replicas", Duration::from_secs(120), || {
         let held: Vec<f64> = replicas.iter().map(|r| sum_of(r, "deployster_shard_owned{")).collect();
@@ -116,7 +143,40 @@ fn start(cluster: &Cluster, dir: &std::path::Path, count: usize, objects: usize)
     });
     // A warm-up: the first passes of each (finalizers, first statuses) are not what is measured.
     std::thread::sleep(Duration::from_secs(20));
-    replicas
+    Some(replicas)
+}
+
+/// Puts process `pid` into a cgroup of its own (`name`) limited to `cores` of CPU, as a Pod's
+/// CPU limit does: cgroup v1's `cpu` controller, or v2.
+fn limit_cpu(pid: u32, name: &str, cores: f64) -> Result<(), String> {
+    let quota = (cores * 100_000.0) as u64;
+    let write =
+        |path: PathBuf, value: String| std::fs::write(&path, value).map_err(|e| format!("{}: {e}", path.display()));
+    let v1 = std::path::Path::new("/sys/fs/cgroup/cpu");
+    let (dir, settings) = if v1.join("cpu.cfs_quota_us").exists() {
+        let dir = v1.join(format!("deployster-bench-{name}"));
+        let settings =
+            vec![(dir.join("cpu.cfs_period_us"), "100000".into()), (dir.join("cpu.cfs_quota_us"), quota.to_string())];
+        (dir, settings)
+    } else {
+        let dir = std::path::Path::new("/sys/fs/cgroup").join(format!("deployster-bench-{name}"));
+        let settings = vec![(dir.join("cpu.max"), format!("{quota} 100000"))];
+        (dir, settings)
+    };
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    for (path, value) in settings {
+        write(path, value)?;
+    }
+    write(dir.join("cgroup.procs"), pid.to_string())
+}
+
+/// Removes the cgroups [`limit_cpu`] made for the replicas tagged `tag` (once they are gone).
+fn remove_limits(tag: &str) {
+    for root in ["/sys/fs/cgroup/cpu", "/sys/fs/cgroup"] {
+        for i in 0..3 {
+            let _ = std::fs::remove_dir(std::path::Path::new(root).join(format!("deployster-bench-{tag}-{i}")));
+        }
+    }
 }
 
 /// The sum of the samples whose line starts with `prefix`.
@@ -154,10 +214,11 @@ fn cpu_seconds(pid: u32) -> f64 {
     (ticks(11) + ticks(12)) / 100.0
 }
 
-fn stop(replicas: Vec<ControllerProcess>) {
+fn stop(replicas: Vec<ControllerProcess>, tag: &str) {
     for mut replica in replicas {
         replica.terminate();
     }
+    remove_limits(tag);
 }
 
 /// Each Manifest's `status.shard.replica` and `status.lastReconcileTime`.
@@ -184,7 +245,8 @@ fn kill_one_of_three(cluster: &Cluster, mut replicas: Vec<ControllerProcess>) {
     let victim = identity(&replicas[1]);
     let theirs: Vec<String> =
         reconcilers(cluster).into_iter().filter(|(_, (r, _))| *r == victim).map(|(name, _)| name).collect();
-    replicas[1].kill();
+    let mut victim_process = replicas.remove(1);
+    victim_process.kill();
     let killed = Instant::now();
     // A status naming another replica was written by it after the kill: the victim held the
     // shard until then.
@@ -193,9 +255,9 @@ fn kill_one_of_three(cluster: &Cluster, mut replicas: Vec<ControllerProcess>) {
         theirs.iter().all(|name| now.get(name).is_some_and(|(r, _)| *r != victim))
     });
     println!(
-        "kill -9 of one replica of three (lease 10 s, interval 10 s): its {} Manifests all reconciled by another {:.1} s later",
+        "kill -9 of one replica of three (lease 10 s, interval 30 s): its {} Manifests all reconciled by another {:.1} s later",
         theirs.len(),
         killed.elapsed().as_secs_f64()
     );
-    stop(replicas);
+    stop(replicas, "failover");
 }

@@ -189,12 +189,20 @@ fn scaling_three_to_one_to_three_under_load_hands_shares_over_without_overlap() 
         assert!(gone.log_text().contains("left the shard group: every shard released"), "{}", gone.log_text());
     }
     wait_for("all 6 shards on the one left", Duration::from_secs(30), || owned(&replicas[0]) == 6);
+    // The duty of one replica (the holder of shard 0): the member Leases of the replicas gone
+    // are deleted once they stood released for three lease durations.
+    let members = || {
+        let leases = cluster.get(&["leases", "-l", "deployster.io/shard-role=member"]).unwrap();
+        leases["items"].as_array().unwrap().len()
+    };
+    assert_eq!(members(), 3, "released, not yet deleted");
     eprintln!("3 -> 1: the last replica held every shard {:?} after the first SIGTERM", stopped.elapsed());
     let after_scale_down = rfc3339_now();
     let alone = identity(&replicas[0]);
     wait_for("every Manifest reconciled by the one left", Duration::from_secs(60), || {
         reconcilers(&cluster).values().all(|(replica, time)| *replica == alone && *time > after_scale_down)
     });
+    wait_for("the member Leases of the replicas gone deleted", Duration::from_secs(30), || members() == 1);
 
     replicas.push(sharded(&cluster, work.path(), "d", "6"));
     replicas.push(sharded(&cluster, work.path(), "e", "6"));

@@ -12,6 +12,7 @@ pub mod error;
 pub mod inputs;
 mod journal;
 pub mod leader;
+mod malformed;
 pub mod metrics;
 pub mod outputs;
 pub mod ownership;
@@ -38,7 +39,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{ListParams, ObjectMeta};
 use kube::core::{DeserializeGuard, PartialObjectMeta};
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
-use kube::runtime::events::{EventType, Recorder as EventRecorder, Reporter};
+use kube::runtime::events::{Recorder as EventRecorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::utils::Predicate;
 use kube::runtime::{WatchStreamExt, predicates, reflector, watcher};
@@ -55,7 +56,6 @@ use crate::executors::PassExecutors;
 use crate::pod::executor::{PodRuntime, PodSettings};
 use crate::stop::{Cancel, Stop};
 pub use error::Error;
-use leader::LeaseConfig;
 use metrics::{ApiMeteringLayer, MeteredExecutor, Metrics, Timer};
 use ownership::Ownership;
 use readiness::Readiness;
@@ -224,54 +224,6 @@ fn scope_name(scope: &Option<String>) -> String {
     scope.as_ref().map_or_else(|| "all namespaces".into(), |ns| format!("namespace `{ns}`"))
 }
 
-/// Who reconciles what: this replica alone, the leader of several, or each its shards.
-async fn share_work(
-    client: &Client,
-    config: &RunConfig,
-    default_namespace: String,
-    metrics: &Arc<Metrics>,
-    shutdown: &CancellationToken,
-) -> Result<(Arc<Ownership>, ownership::Departure), Error> {
-    let Some(election) = &config.leader_election else {
-        metrics.set_replica(&hostname().unwrap_or_default());
-        metrics.leader.set(1);
-        return Ok((Arc::new(Ownership::always(shutdown)), ownership::Departure::Alone));
-    };
-    let namespace = election.lease_namespace.clone().unwrap_or(default_namespace);
-    let owner = election.pod.as_ref().map(OwnPod::owner_reference);
-    if let Some(count) = election.shards {
-        let settings = shards::ShardSettings {
-            count,
-            group: election.lease_name.clone(),
-            namespace,
-            duration: election.lease_duration,
-            watched: config.namespaces.clone(),
-            identity: leader::identity(),
-            owner,
-        };
-        metrics.set_replica(&settings.identity);
-        let membership = shards::Membership::join(
-            client.clone(),
-            settings,
-            metrics.clone(),
-            shutdown.clone(),
-            config.shutdown_grace,
-        )
-        .await?;
-        return Ok((Arc::new(Ownership::Shards(membership.shards.clone())), ownership::Departure::Member(membership)));
-    }
-    let lease = LeaseConfig {
-        name: election.lease_name.clone(),
-        namespace,
-        identity: leader::identity(),
-        duration: election.lease_duration,
-        owner,
-    };
-    metrics.set_replica(&lease.identity);
-    let (leadership, elector) = leader::elect(client.clone(), lease, metrics.clone(), shutdown.clone()).await?;
-    Ok((Arc::new(Ownership::Leader(leadership)), ownership::Departure::Leader(elector)))
-}
-
 /// Lists Manifests once in every scope: fails with a hint when the CRD is not installed
 /// (404) or the controller's RBAC does not cover a namespace (403).
 pub async fn check_access(client: &Client, namespaces: &[String]) -> Result<(), Error> {
@@ -337,7 +289,8 @@ pub async fn run(mut config: RunConfig, executors: Executors) -> Result<(), Erro
     // grace period (or until a second signal), then their actions are cancelled.
     let stop = Stop::on_signals(Cancel::After(config.shutdown_grace)).map_err(Error::Signals)?;
     let shutdown = stop.now.clone();
-    let (ownership, departure) = share_work(&client, &config, default_namespace, &metrics, &shutdown).await?;
+    let (ownership, departure) =
+        ownership::share_work(&client, &config, default_namespace, &metrics, &shutdown).await?;
 
     let images = match executors.images {
         ImageRunner::None => crate::executors::Images::None,
@@ -628,7 +581,7 @@ async fn reconcile_guarded(object: Arc<DeserializeGuard<Manifest>>, ctx: Arc<Con
                 })
             }
             Err(invalid) => {
-                malformed(&ctx, invalid).await;
+                malformed::malformed(&ctx, invalid).await;
                 ctx.metrics.reconciled("invalid");
                 Ok(Action::await_change())
             }
@@ -638,91 +591,9 @@ async fn reconcile_guarded(object: Arc<DeserializeGuard<Manifest>>, ctx: Arc<Con
     .await
 }
 
-/// A Manifest that does not deserialize: say so on the object (status and an event).
-async fn malformed(ctx: &Context, invalid: &kube::core::error_boundary::InvalidObject) {
-    let (Some(name), Some(namespace)) = (invalid.metadata.name.clone(), invalid.metadata.namespace.clone()) else {
-        return;
-    };
-    let message = format!("the Manifest does not match its schema: {}", invalid.error);
-    tracing::warn!(%namespace, %name, error = %invalid.error, "malformed Manifest");
-    // What it had is unreadable too: the status is built as for a first pass.
-    let result = status::PassResult {
-        generation: invalid.metadata.generation,
-        revision: String::new(),
-        observed: status::Observed::Invalid { reason: "MalformedObject", message: message.clone() },
-        drifts: Vec::new(),
-        history: Vec::new(),
-        now_ms: (ctx.clock)(),
-        approved_plan: None,
-        next_checks: Default::default(),
-        outputs_failed: None,
-    };
-    let new = status::next_status(&crate::crd::ManifestStatus::default(), &result);
-    let api: Api<Manifest> = Api::namespaced(ctx.client.clone(), &namespace);
-    if let Err(e) =
-        report::write_status_to(&ctx.ownership, &api, &namespace, &name, &new, report::STATUS_WRITE_PATIENCE).await
-    {
-        tracing::warn!(error = %e, "could not record a malformed Manifest's status");
-    }
-    let reference = k8s_openapi::api::core::v1::ObjectReference {
-        api_version: Some(Manifest::api_version(&()).into()),
-        kind: Some(Manifest::kind(&()).into()),
-        name: Some(name),
-        namespace: Some(namespace),
-        uid: invalid.metadata.uid.clone(),
-        ..Default::default()
-    };
-    report::publish_to(ctx, &reference, EventType::Warning, "MalformedObject", "Validate", &message).await;
-}
-
 fn error_policy(object: Arc<DeserializeGuard<Manifest>>, error: &Error, ctx: Arc<Context>) -> Action {
     let name = object.0.as_ref().map(|m| m.name_any()).unwrap_or_default();
     ctx.metrics.reconciled("error");
     tracing::warn!(object = %name, reason = error.reason(), error = %error, "reconcile failed; retrying");
     Action::requeue(Duration::from_secs(30))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use k8s_openapi::api::events::v1::Event as KubeEvent;
-
-    /// An object the controller cannot read is Stalled with the reason — by the same status
-    /// function as every pass — and gets a Warning event.
-    #[tokio::test]
-    async fn a_malformed_object_is_stalled_with_the_reason_and_an_event() {
-        let spec: crate::crd::ManifestSpec = serde_norway::from_str("resources: {}").unwrap();
-        let mut stored = Manifest::new("broken", spec);
-        stored.metadata.namespace = Some("default".into());
-        let client = kube_fake_client::ClientBuilder::new()
-            .with_resource::<Manifest>()
-            .with_status_subresource::<Manifest>()
-            .with_object(stored)
-            .build()
-            .await
-            .unwrap();
-        let executor: Arc<dyn Executor> =
-            Arc::new(crate::engine::executor::fake::FakeExecutor::new(|_| Default::default()));
-        let mut ctx = Context::new(client.clone(), executor, Settings::default());
-        ctx.clock = Box::new(|| 1_700_000_000_000);
-        let metadata = kube::api::ObjectMeta {
-            name: Some("broken".into()),
-            namespace: Some("default".into()),
-            generation: Some(3),
-            ..Default::default()
-        };
-        let invalid =
-            kube::core::error_boundary::InvalidObject { error: "spec.interval: expected a string".into(), metadata };
-        malformed(&ctx, &invalid).await;
-
-        let api: Api<Manifest> = Api::namespaced(client.clone(), "default");
-        let status = api.get("broken").await.unwrap().status.expect("a status was written");
-        let condition = |t: &str| status.conditions.iter().find(|c| c.type_ == t).cloned().unwrap();
-        assert_eq!((condition("Stalled").status.as_str(), condition("Ready").status.as_str()), ("True", "False"));
-        assert_eq!(condition("Ready").reason, "MalformedObject");
-        assert!(condition("Ready").message.contains("spec.interval: expected a string"), "{status:?}");
-        assert_eq!(status.observed_generation, Some(3));
-        let events = Api::<KubeEvent>::namespaced(client, "default").list(&Default::default()).await.unwrap();
-        assert!(events.items.iter().any(|e| e.reason.as_deref() == Some("MalformedObject")));
-    }
 }

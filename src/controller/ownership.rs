@@ -137,3 +137,51 @@ where
         futures::stream::iter(covered)
     })
 }
+
+/// Who reconciles what: this replica alone, the leader of several, or each its shards.
+pub(super) async fn share_work(
+    client: &kube::Client,
+    config: &super::RunConfig,
+    default_namespace: String,
+    metrics: &Arc<super::metrics::Metrics>,
+    shutdown: &CancellationToken,
+) -> Result<(Arc<Ownership>, Departure), Error> {
+    let Some(election) = &config.leader_election else {
+        metrics.set_replica(&super::hostname().unwrap_or_default());
+        metrics.leader.set(1);
+        return Ok((Arc::new(Ownership::always(shutdown)), Departure::Alone));
+    };
+    let namespace = election.lease_namespace.clone().unwrap_or(default_namespace);
+    let owner = election.pod.as_ref().map(super::OwnPod::owner_reference);
+    if let Some(count) = election.shards {
+        let settings = super::shards::ShardSettings {
+            count,
+            group: election.lease_name.clone(),
+            namespace,
+            duration: election.lease_duration,
+            watched: config.namespaces.clone(),
+            identity: super::leader::identity(),
+            owner,
+        };
+        metrics.set_replica(&settings.identity);
+        let membership = super::shards::Membership::join(
+            client.clone(),
+            settings,
+            metrics.clone(),
+            shutdown.clone(),
+            config.shutdown_grace,
+        )
+        .await?;
+        return Ok((Arc::new(Ownership::Shards(membership.shards.clone())), Departure::Member(membership)));
+    }
+    let lease = super::leader::LeaseConfig {
+        name: election.lease_name.clone(),
+        namespace,
+        identity: super::leader::identity(),
+        duration: election.lease_duration,
+        owner,
+    };
+    metrics.set_replica(&lease.identity);
+    let (leadership, elector) = super::leader::elect(client.clone(), lease, metrics.clone(), shutdown.clone()).await?;
+    Ok((Arc::new(Ownership::Leader(leadership)), Departure::Leader(elector)))
+}

@@ -39,6 +39,7 @@ impl Membership {
         shutdown: CancellationToken,
         grace: Duration,
     ) -> Result<Self, Error> {
+        metrics.set_shards_owned(0);
         let shards = Arc::new(Shards::new(client, settings, metrics));
         let mut campaign = Campaign {
             shards: shards.clone(),
@@ -366,11 +367,12 @@ impl Campaign {
         self.shards.metrics.set_shards_owned(0);
     }
 
-    /// One member's duty (the holder of shard 0): member Leases released or unrenewed for ten
-    /// lease durations are deleted, so that replicas gone long ago (a scale-down, a crash)
-    /// leave no Lease behind.
+    /// One member's duty (the holder of shard 0): member Leases released or unrenewed for three
+    /// lease durations are deleted, so that replicas gone (a scale-down, a crash) leave no
+    /// Lease behind. (Long dead by then: a member is live only while its Lease changes within a
+    /// lease duration; one that comes back writes its Lease again.)
     async fn sweep_members(&mut self) {
-        let limit = self.settings().duration * 10;
+        let limit = self.settings().duration * 3;
         let stale: Vec<String> = self
             .observed
             .iter()

@@ -1,0 +1,94 @@
+//! A Manifest that does not deserialize (it does not match the CRD's Rust types): Stalled on
+//! the object with the reason, by the same status function as every pass, and a Warning event.
+
+use kube::Api;
+use kube::Resource;
+use kube::runtime::events::EventType;
+
+use super::{Context, report, status};
+use crate::crd::Manifest;
+
+/// A Manifest that does not deserialize: say so on the object (status and an event).
+pub(super) async fn malformed(ctx: &Context, invalid: &kube::core::error_boundary::InvalidObject) {
+    let (Some(name), Some(namespace)) = (invalid.metadata.name.clone(), invalid.metadata.namespace.clone()) else {
+        return;
+    };
+    let message = format!("the Manifest does not match its schema: {}", invalid.error);
+    tracing::warn!(%namespace, %name, error = %invalid.error, "malformed Manifest");
+    // What it had is unreadable too: the status is built as for a first pass.
+    let result = status::PassResult {
+        generation: invalid.metadata.generation,
+        revision: String::new(),
+        observed: status::Observed::Invalid { reason: "MalformedObject", message: message.clone() },
+        drifts: Vec::new(),
+        history: Vec::new(),
+        now_ms: (ctx.clock)(),
+        approved_plan: None,
+        next_checks: Default::default(),
+        outputs_failed: None,
+    };
+    let new = status::next_status(&crate::crd::ManifestStatus::default(), &result);
+    let api: Api<Manifest> = Api::namespaced(ctx.client.clone(), &namespace);
+    if let Err(e) =
+        report::write_status_to(&ctx.ownership, &api, &namespace, &name, &new, report::STATUS_WRITE_PATIENCE).await
+    {
+        tracing::warn!(error = %e, "could not record a malformed Manifest's status");
+    }
+    let reference = k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some(Manifest::api_version(&()).into()),
+        kind: Some(Manifest::kind(&()).into()),
+        name: Some(name),
+        namespace: Some(namespace),
+        uid: invalid.metadata.uid.clone(),
+        ..Default::default()
+    };
+    report::publish_to(ctx, &reference, EventType::Warning, "MalformedObject", "Validate", &message).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::Settings;
+    use crate::engine::executor::Executor;
+    use k8s_openapi::api::events::v1::Event as KubeEvent;
+    use std::sync::Arc;
+
+    /// An object the controller cannot read is Stalled with the reason — by the same status
+    /// function as every pass — and gets a Warning event.
+    #[tokio::test]
+    async fn a_malformed_object_is_stalled_with_the_reason_and_an_event() {
+        let spec: crate::crd::ManifestSpec = serde_norway::from_str("resources: {}").unwrap();
+        let mut stored = Manifest::new("broken", spec);
+        stored.metadata.namespace = Some("default".into());
+        let client = kube_fake_client::ClientBuilder::new()
+            .with_resource::<Manifest>()
+            .with_status_subresource::<Manifest>()
+            .with_object(stored)
+            .build()
+            .await
+            .unwrap();
+        let executor: Arc<dyn Executor> =
+            Arc::new(crate::engine::executor::fake::FakeExecutor::new(|_| Default::default()));
+        let mut ctx = Context::new(client.clone(), executor, Settings::default());
+        ctx.clock = Box::new(|| 1_700_000_000_000);
+        let metadata = kube::api::ObjectMeta {
+            name: Some("broken".into()),
+            namespace: Some("default".into()),
+            generation: Some(3),
+            ..Default::default()
+        };
+        let invalid =
+            kube::core::error_boundary::InvalidObject { error: "spec.interval: expected a string".into(), metadata };
+        malformed(&ctx, &invalid).await;
+
+        let api: Api<Manifest> = Api::namespaced(client.clone(), "default");
+        let status = api.get("broken").await.unwrap().status.expect("a status was written");
+        let condition = |t: &str| status.conditions.iter().find(|c| c.type_ == t).cloned().unwrap();
+        assert_eq!((condition("Stalled").status.as_str(), condition("Ready").status.as_str()), ("True", "False"));
+        assert_eq!(condition("Ready").reason, "MalformedObject");
+        assert!(condition("Ready").message.contains("spec.interval: expected a string"), "{status:?}");
+        assert_eq!(status.observed_generation, Some(3));
+        let events = Api::<KubeEvent>::namespaced(client, "default").list(&Default::default()).await.unwrap();
+        assert!(events.items.iter().any(|e| e.reason.as_deref() == Some("MalformedObject")));
+    }
+}
