@@ -442,3 +442,37 @@ fn an_upgrade_from_one_leader_to_shards_waits_for_the_leader_to_go() {
     });
     assert_never_two_at_once(&cluster, work.path(), 4);
 }
+
+/// The way back: a replica without `--shards` (one leader) started while sharded replicas of
+/// the same Lease name live does not lead — both would reconcile everything — until they left.
+#[ignore = "needs a Kubernetes API server: DEPLOYSTER_E2E_KUBECONFIG=<kubeconfig ../shared/apiserver/up.sh prints> cargo test --test e2e_shards -- --include-ignored"]
+#[test]
+fn a_leader_without_shards_waits_for_the_sharded_replicas_to_go() {
+    let _serial = one_at_a_time();
+    let cluster = Cluster::new("downgrade");
+    let work = tempfile::tempdir().unwrap();
+    let mut sharded = sharded(&cluster, work.path(), "sharded", "4");
+    wait_for("the sharded replica to take every shard", Duration::from_secs(30), || owned(&sharded) == 4);
+    apply_manifests(&cluster, work.path(), 4, 200);
+    let leader = replica_with(&cluster, work.path(), "leader", "4s", &[]);
+    wait_for("the one-leader replica to be ready", Duration::from_secs(30), || {
+        leader.http("/readyz").is_some_and(|(code, _)| code == 200)
+    });
+    for _ in 0..6 {
+        std::thread::sleep(Duration::from_secs(1));
+        assert_eq!(leader.metric("deployster_leader"), Some(0.0), "it led while sharded replicas lived");
+    }
+
+    assert_eq!(sharded.terminate(), Some(0));
+    let stopped = Instant::now();
+    wait_for("the one-leader replica to lead", Duration::from_secs(30), || {
+        leader.metric("deployster_leader") == Some(1.0)
+    });
+    eprintln!("shards -> one leader: leading {:?} after the sharded replica stopped", stopped.elapsed());
+    wait_for("every Manifest reconciled by the leader", Duration::from_secs(60), || {
+        let leader_identity =
+            cluster.get(&["lease", "deployster-controller"]).unwrap()["spec"]["holderIdentity"].clone();
+        reconcilers(&cluster).values().all(|(by, _)| leader_identity == by.as_str())
+    });
+    assert_never_two_at_once(&cluster, work.path(), 4);
+}

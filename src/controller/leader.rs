@@ -152,6 +152,8 @@ struct LeaseLock {
     config: LeaseConfig,
     /// The Lease's resourceVersion when we last saw it change, and when that was.
     observed: Option<(String, Instant)>,
+    /// The same for the member Leases of sharded replicas of this Lease's name, by name.
+    members: std::collections::HashMap<String, (String, Instant)>,
 }
 
 fn now() -> MicroTime {
@@ -172,13 +174,42 @@ impl LeaseLock {
     }
 
     async fn try_acquire_or_renew(&mut self) -> Result<Attempt, kube::Error> {
-        match self.api.get_opt(&self.config.name).await? {
+        let lease = self.api.get_opt(&self.config.name).await?;
+        let held =
+            lease.as_ref().and_then(|l| l.spec.as_ref()?.holder_identity.as_deref()) == Some(&self.config.identity);
+        // Sharded replicas of this name reconcile their shards: a leader would reconcile the
+        // same objects. It waits until they are gone (a way back from sharding).
+        if !held && let Some(sharded) = self.live_shard_members().await? {
+            return Ok(Attempt::HeldBy(sharded));
+        }
+        match lease {
             None => self.create().await,
             Some(lease) => match self.claim(lease) {
                 Ok(claimed) => self.write(&claimed).await,
                 Err(holder) => Ok(Attempt::HeldBy(holder)),
             },
         }
+    }
+
+    /// The sharded replicas of a group of this Lease's name that are live — their member Lease
+    /// changed within a lease duration, by our clock — if any.
+    async fn live_shard_members(&mut self) -> Result<Option<String>, kube::Error> {
+        use super::shards::{GROUP_LABEL, ROLE_LABEL};
+        let selector = format!("{GROUP_LABEL}={},{ROLE_LABEL}=member", self.config.name);
+        let members = self.api.list(&kube::api::ListParams::default().labels(&selector)).await?.items;
+        let mut live = Vec::new();
+        for member in members {
+            let version = member.resource_version().unwrap_or_default();
+            let entry = self.members.entry(member.name_any()).or_insert_with(|| (version.clone(), Instant::now()));
+            if entry.0 != version {
+                *entry = (version, Instant::now());
+            }
+            let holder = member.spec.and_then(|s| s.holder_identity).filter(|h| !h.is_empty());
+            if let Some(holder) = holder.filter(|_| entry.1.elapsed() <= self.config.duration) {
+                live.push(holder);
+            }
+        }
+        Ok((!live.is_empty()).then(|| format!("sharded replicas ({}), until they are gone", live.join(", "))))
     }
 
     /// The Lease as we would write it to hold it (renewed, or taken over once expired), or the
@@ -283,7 +314,12 @@ pub async fn elect(
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
 ) -> Result<(Arc<Leadership>, Elector), Error> {
-    let mut lock = LeaseLock { api: Api::namespaced(client, &config.namespace), config, observed: None };
+    let mut lock = LeaseLock {
+        api: Api::namespaced(client, &config.namespace),
+        config,
+        observed: None,
+        members: Default::default(),
+    };
     let first = lock.try_acquire_or_renew().await.map_err(|e| match e {
         kube::Error::Api(status) if status.code == 404 => Error::LeaseNamespace(lock.config.namespace.clone()),
         e => Error::Lease { lease: format!("{}/{}", lock.config.namespace, lock.config.name), source: Box::new(e) },
@@ -445,7 +481,12 @@ mod tests {
             duration: Duration::from_secs(1),
             owner: Some(pod(identity)),
         };
-        LeaseLock { api: Api::namespaced(client.clone(), "default"), config, observed: None }
+        LeaseLock {
+            api: Api::namespaced(client.clone(), "default"),
+            config,
+            observed: None,
+            members: Default::default(),
+        }
     }
 
     #[tokio::test]
@@ -481,6 +522,37 @@ mod tests {
         assert_eq!(a.try_acquire_or_renew().await.unwrap(), Attempt::HeldBy("b".into()), "only the holder releases");
         b.release().await.unwrap();
         assert_eq!(a.try_acquire_or_renew().await.unwrap(), Attempt::Held);
+    }
+
+    /// A replica without sharding started while sharded replicas of the same name live (a way
+    /// back from sharding) takes no leadership until they are gone: both would reconcile.
+    #[tokio::test]
+    async fn no_leader_while_sharded_replicas_of_the_same_name_live() {
+        let client = kube_fake_client::ClientBuilder::new().build().await.unwrap();
+        let api: Api<Lease> = Api::namespaced(client.clone(), "default");
+        let member = Lease {
+            metadata: ObjectMeta {
+                name: Some("deployster-member-abc".into()),
+                labels: Some(
+                    [("deployster.io/shard-group", "deployster"), ("deployster.io/shard-role", "member")]
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .into(),
+                ),
+                ..ObjectMeta::default()
+            },
+            spec: Some(LeaseSpec { holder_identity: Some("sharded_1".into()), ..LeaseSpec::default() }),
+        };
+        api.create(&PostParams::default(), &member).await.unwrap();
+        let mut me = lock(&client, "me").await;
+        match me.try_acquire_or_renew().await.unwrap() {
+            Attempt::HeldBy(why) => assert_eq!(why, "sharded replicas (sharded_1), until they are gone"),
+            other => panic!("{other:?}"),
+        }
+        // Released, as a sharded replica leaving does: nobody to wait for.
+        let mut released = api.get("deployster-member-abc").await.unwrap();
+        released.spec.as_mut().unwrap().holder_identity = None;
+        api.replace("deployster-member-abc", &PostParams::default(), &released).await.unwrap();
+        assert_eq!(me.try_acquire_or_renew().await.unwrap(), Attempt::Held);
     }
 
     /// Kubernetes refuses to create an object in a namespace that does not exist (404, from its

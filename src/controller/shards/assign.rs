@@ -51,7 +51,7 @@ pub struct Reading {
 
 /// What to do now.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Decision {
+pub struct Moves {
     /// Held here but named to another by its Lease: stop at once.
     pub drop: Vec<u32>,
     /// Held here beyond the due: hand over once their passes ended.
@@ -67,7 +67,7 @@ pub struct Decision {
 }
 
 /// Decides, for the replica `me` with settings `settings` that holds `held` of `count` shards.
-pub fn decide(me: &str, settings: &str, held: &BTreeSet<u32>, count: u32, reading: &Reading) -> Decision {
+pub fn decide(me: &str, settings: &str, held: &BTreeSet<u32>, count: u32, reading: &Reading) -> Moves {
     let holder_of = |index: u32| reading.shards.iter().find(|s| s.index == index);
     let drop: Vec<u32> =
         held.iter().copied().filter(|&i| holder_of(i).is_none_or(|s| s.holder.as_deref() != Some(me))).collect();
@@ -82,7 +82,7 @@ pub fn decide(me: &str, settings: &str, held: &BTreeSet<u32>, count: u32, readin
             "waiting: replica {oldest} runs with other shard settings ({ruling}); this one has {settings} \
              and takes no shard until every replica with those settings is gone"
         );
-        return Decision { drop, release: kept.into_iter().collect(), waiting: Some(waiting), ..Default::default() };
+        return Moves { drop, release: kept.into_iter().collect(), waiting: Some(waiting), ..Default::default() };
     }
     let mut group: Vec<&str> = live.iter().filter(|m| m.settings == settings).map(|m| m.identity.as_str()).collect();
     if !group.contains(&me) {
@@ -105,7 +105,7 @@ pub fn decide(me: &str, settings: &str, held: &BTreeSet<u32>, count: u32, readin
     // for the same Lease.
     let start = position * count / members.max(1);
     let take = (0..count).map(|i| (start + i) % count).filter(|&i| free(i)).take(wanted).collect();
-    Decision { drop, release, take, due, members, waiting: None }
+    Moves { drop, release, take, due, members, waiting: None }
 }
 
 /// The shard of the object `namespace/name`: FNV-1a (64 bits) of that text, modulo `count`.

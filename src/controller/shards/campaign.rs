@@ -41,7 +41,7 @@ impl Membership {
     ) -> Result<Self, Error> {
         metrics.set_shards_owned(0);
         let shards = Arc::new(Shards::new(client, settings, metrics));
-        let mut campaign = Campaign {
+        let mut campaign = ShardCampaign {
             shards: shards.clone(),
             observed: HashMap::new(),
             renewed_at: None,
@@ -78,7 +78,7 @@ fn now() -> MicroTime {
     MicroTime(k8s_openapi::jiff::Timestamp::now())
 }
 
-struct Campaign {
+struct ShardCampaign {
     shards: Arc<Shards>,
     /// Each Lease of the group by name: its resourceVersion when we last saw it change, and
     /// when that was by our clock; a Lease gone counts as a change.
@@ -100,7 +100,7 @@ struct Observation {
     gone: bool,
 }
 
-impl Campaign {
+impl ShardCampaign {
     fn settings(&self) -> &ShardSettings {
         self.shards.settings()
     }
