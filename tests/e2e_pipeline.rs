@@ -511,3 +511,43 @@ async fn a_live_run_too_large_for_one_config_map_is_compacted_into_several() {
     assert_eq!(again.recent("", 1).unwrap(), [after], "appended past it");
     assert_eq!(again.where_kept().2, compacted.len() as u64 + 1);
 }
+
+/// Sharded replicas drive a Pipeline too: the replica holding the Pipeline's shard runs its
+/// steps, each Manifest is applied by the replica holding its own shard, and the revision goes
+/// through, its status naming the replica that wrote it.
+#[ignore = "needs a Kubernetes API server: DEPLOYSTER_E2E_KUBECONFIG=<kubeconfig ../shared/apiserver/up.sh prints> cargo test --test e2e_pipeline -- --include-ignored"]
+#[test]
+fn sharded_replicas_take_a_pipeline_s_revision_through() {
+    let cluster = Cluster::new("pipeline-shards");
+    let work = tempfile::tempdir().unwrap();
+    let out = work.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let ns = cluster.namespace.as_str();
+    let args =
+        ["--namespace", ns, "--leader-elect", "--lease-namespace", ns, "--lease-duration", "4s", "--shards", "4"];
+    let replicas: Vec<ControllerProcess> =
+        ["a", "b"].iter().map(|name| ControllerProcess::start(&cluster, work.path(), name, &args)).collect();
+    let owned = |r: &ControllerProcess| {
+        let (_, body) = r.http("/metrics").unwrap_or_default();
+        body.lines().any(|l| l.starts_with("deployster_shard_owned{") && l.ends_with(" 2"))
+    };
+    wait_for("2 shards on each replica", Duration::from_secs(30), || replicas.iter().all(owned));
+    cluster.apply_yaml(&example(&out));
+    wait_for("revision 1.0 to wait for approval of prod/fleet", Duration::from_secs(120), || {
+        ready(&cluster, "release").2.contains("approval of prod/fleet")
+    });
+    cluster.must(&cluster.ns(&["annotate", "pipeline", "release", "deployster.io/approve=1.0 prod/fleet"]));
+    wait_for("revision 1.0 to be through", Duration::from_secs(120), || ready(&cluster, "release").1 == "Through");
+    assert_eq!(read(&out.join("app-prod-b.txt")), "1.0");
+    let replica = pipeline(&cluster, "release")["status"]["shard"]["replica"].as_str().unwrap_or_default().to_string();
+    assert!(!replica.is_empty(), "the Pipeline's status names its replica");
+    let manifests = cluster.get(&["manifests"]).unwrap();
+    let writers: std::collections::BTreeSet<String> = manifests["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["status"]["shard"]["replica"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert!(writers.iter().all(|w| !w.is_empty()), "every Manifest's status names its replica: {writers:?}");
+    eprintln!("the Pipeline on {replica}; its Manifests on {writers:?}");
+}
