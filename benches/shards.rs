@@ -20,7 +20,6 @@
 #[path = "../tests/support/cluster.rs"]
 mod cluster;
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -221,20 +220,6 @@ fn stop(replicas: Vec<ControllerProcess>, tag: &str) {
     remove_limits(tag);
 }
 
-/// Each Manifest's `status.shard.replica` and `status.lastReconcileTime`.
-fn reconcilers(cluster: &Cluster) -> BTreeMap<String, (String, String)> {
-    let list = cluster.get(&["manifests"]).unwrap();
-    let items = list["items"].as_array().cloned().unwrap_or_default();
-    items
-        .iter()
-        .map(|m| {
-            let replica = m["status"]["shard"]["replica"].as_str().unwrap_or_default().to_string();
-            let time = m["status"]["lastReconcileTime"].as_str().unwrap_or_default().to_string();
-            (m["metadata"]["name"].as_str().unwrap_or_default().to_string(), (replica, time))
-        })
-        .collect()
-}
-
 fn kill_one_of_three(cluster: &Cluster, mut replicas: Vec<ControllerProcess>) {
     let identity = |r: &ControllerProcess| {
         let (_, body) = r.http("/metrics").unwrap_or_default();
@@ -244,14 +229,14 @@ fn kill_one_of_three(cluster: &Cluster, mut replicas: Vec<ControllerProcess>) {
     };
     let victim = identity(&replicas[1]);
     let theirs: Vec<String> =
-        reconcilers(cluster).into_iter().filter(|(_, (r, _))| *r == victim).map(|(name, _)| name).collect();
+        cluster.reconcilers().into_iter().filter(|(_, (r, _))| *r == victim).map(|(name, _)| name).collect();
     let mut victim_process = replicas.remove(1);
     victim_process.kill();
     let killed = Instant::now();
     // A status naming another replica was written by it after the kill: the victim held the
     // shard until then.
     wait_for("the killed replica's Manifests reconciled by another", Duration::from_secs(300), || {
-        let now = reconcilers(cluster);
+        let now = cluster.reconcilers();
         theirs.iter().all(|name| now.get(name).is_some_and(|(r, _)| *r != victim))
     });
     println!(

@@ -9,7 +9,7 @@
 
 mod support;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -78,21 +78,6 @@ fn apply_quiet_manifests(cluster: &Cluster, dir: &Path, count: usize) {
     cluster.apply_yaml(&documents.join("---\n"));
 }
 
-/// Each Manifest's `status.shard.replica` and `status.lastReconcileTime`.
-fn reconcilers(cluster: &Cluster) -> BTreeMap<String, (String, String)> {
-    let list = cluster.get(&["manifests"]).unwrap();
-    list["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| {
-            let replica = m["status"]["shard"]["replica"].as_str().unwrap_or_default().to_string();
-            let time = m["status"]["lastReconcileTime"].as_str().unwrap_or_default().to_string();
-            (m["metadata"]["name"].as_str().unwrap().to_string(), (replica, time))
-        })
-        .collect()
-}
-
 /// No action ran twice at once and no two runs interleave, in any of the `count` Manifests.
 fn assert_never_two_at_once(cluster: &Cluster, dir: &Path, count: usize) {
     for i in 0..count {
@@ -125,9 +110,9 @@ fn three_replicas_share_the_manifests_and_take_over_a_killed_one_s_share() {
     // change of replica.
     apply_quiet_manifests(&cluster, work.path(), 6);
     wait_for("every Manifest reconciled, its replica named", Duration::from_secs(120), || {
-        reconcilers(&cluster).values().filter(|(replica, _)| !replica.is_empty()).count() == 30
+        cluster.reconcilers().values().filter(|(replica, _)| !replica.is_empty()).count() == 30
     });
-    let by_replica = reconcilers(&cluster);
+    let by_replica = cluster.reconcilers();
     let named: BTreeSet<&String> = by_replica.values().map(|(replica, _)| replica).collect();
     assert_eq!(named, identities.iter().collect(), "all three replicas reconcile: {by_replica:#?}");
     let counted: f64 = replicas.iter().filter_map(|r| r.metric(&owned_series(r))).sum();
@@ -145,7 +130,7 @@ fn three_replicas_share_the_manifests_and_take_over_a_killed_one_s_share() {
     // A status naming another replica was written by it after the kill: the victim held the
     // shard until then.
     wait_for("the killed replica's Manifests reconciled by another", Duration::from_secs(60), || {
-        let now = reconcilers(&cluster);
+        let now = cluster.reconcilers();
         theirs.iter().all(|name| now[name].0 != victim)
     });
     let taken_over = killed.elapsed();
@@ -180,7 +165,7 @@ fn scaling_three_to_one_to_three_under_load_hands_shares_over_without_overlap() 
     wait_for("2 shards on each of 3 replicas", Duration::from_secs(60), || replicas.iter().all(|r| owned(r) == 2));
     apply_manifests(&cluster, work.path(), 18, 400);
     wait_for("every Manifest reconciled", Duration::from_secs(120), || {
-        reconcilers(&cluster).values().all(|(replica, _)| !replica.is_empty())
+        cluster.reconcilers().values().all(|(replica, _)| !replica.is_empty())
     });
 
     let stopped = Instant::now();
@@ -200,7 +185,7 @@ fn scaling_three_to_one_to_three_under_load_hands_shares_over_without_overlap() 
     let after_scale_down = rfc3339_now();
     let alone = identity(&replicas[0]);
     wait_for("every Manifest reconciled by the one left", Duration::from_secs(60), || {
-        reconcilers(&cluster).values().all(|(replica, time)| *replica == alone && *time > after_scale_down)
+        cluster.reconcilers().values().all(|(replica, time)| *replica == alone && *time > after_scale_down)
     });
     wait_for("the member Leases of the replicas gone deleted", Duration::from_secs(30), || members() == 1);
 
@@ -211,9 +196,9 @@ fn scaling_three_to_one_to_three_under_load_hands_shares_over_without_overlap() 
     });
     let after_scale_up = rfc3339_now();
     wait_for("every Manifest reconciled after the scale-up", Duration::from_secs(60), || {
-        reconcilers(&cluster).values().all(|(_, time)| *time > after_scale_up)
+        cluster.reconcilers().values().all(|(_, time)| *time > after_scale_up)
     });
-    let named: BTreeSet<String> = reconcilers(&cluster).into_values().map(|(replica, _)| replica).collect();
+    let named: BTreeSet<String> = cluster.reconcilers().into_values().map(|(replica, _)| replica).collect();
     assert_eq!(named.len(), 3, "three replicas reconcile again: {named:?}");
     assert!(replicas[0].log_text().contains("handed a shard over"), "{}", replicas[0].log_text());
     assert_never_two_at_once(&cluster, work.path(), 18);
@@ -235,7 +220,7 @@ fn a_replica_with_other_shard_settings_takes_nothing_until_the_others_are_gone()
     });
     apply_manifests(&cluster, work.path(), 6, 200);
     wait_for("every Manifest reconciled by the older replica", Duration::from_secs(60), || {
-        reconcilers(&cluster).values().all(|(replica, _)| !replica.is_empty())
+        cluster.reconcilers().values().all(|(replica, _)| !replica.is_empty())
     });
     std::thread::sleep(Duration::from_secs(3));
     assert_eq!(owned(&new), 0);
@@ -247,7 +232,7 @@ fn a_replica_with_other_shard_settings_takes_nothing_until_the_others_are_gone()
         "{log}"
     );
     let older = identity(&old);
-    assert!(reconcilers(&cluster).values().all(|(replica, _)| *replica == older));
+    assert!(cluster.reconcilers().values().all(|(replica, _)| *replica == older));
 
     assert_eq!(old.terminate(), Some(0));
     wait_for("the newer replica to take all 8 shards", Duration::from_secs(30), || owned(&new) == 8);
@@ -255,7 +240,7 @@ fn a_replica_with_other_shard_settings_takes_nothing_until_the_others_are_gone()
     let after = rfc3339_now();
     let newer = identity(&new);
     wait_for("every Manifest reconciled by the newer replica", Duration::from_secs(60), || {
-        reconcilers(&cluster).values().all(|(replica, time)| *replica == newer && *time > after)
+        cluster.reconcilers().values().all(|(replica, time)| *replica == newer && *time > after)
     });
     assert_never_two_at_once(&cluster, work.path(), 6);
 }
@@ -273,7 +258,7 @@ fn a_shard_lease_edited_by_hand_stops_its_holder_and_is_taken_again_later() {
     wait_for("a shard on each replica", Duration::from_secs(30), || replicas.iter().all(|r| owned(r) == 1));
     apply_manifests(&cluster, work.path(), 6, 200);
     wait_for("every Manifest reconciled", Duration::from_secs(60), || {
-        reconcilers(&cluster).values().all(|(replica, _)| !replica.is_empty())
+        cluster.reconcilers().values().all(|(replica, _)| !replica.is_empty())
     });
     let lease = cluster.get(&["lease", "deployster-controller-shard-0"]).unwrap();
     let holder = lease["spec"]["holderIdentity"].as_str().unwrap().to_string();
@@ -294,7 +279,7 @@ fn a_shard_lease_edited_by_hand_stops_its_holder_and_is_taken_again_later() {
     assert_ne!(retaken["spec"]["holderIdentity"], "intruder");
     let after = rfc3339_now();
     wait_for("every Manifest reconciled again", Duration::from_secs(60), || {
-        reconcilers(&cluster).values().all(|(_, time)| *time > after)
+        cluster.reconcilers().values().all(|(_, time)| *time > after)
     });
     assert_never_two_at_once(&cluster, work.path(), 6);
 }
@@ -316,7 +301,7 @@ fn a_replica_partitioned_from_the_api_server_stops_before_another_takes_its_shar
     wait_for("2 shards on each replica", Duration::from_secs(30), || owned(&cut_off) == 2 && owned(&other) == 2);
     apply_manifests(&cluster, work.path(), 8, 300);
     wait_for("every Manifest reconciled", Duration::from_secs(60), || {
-        reconcilers(&cluster).values().all(|(replica, _)| !replica.is_empty())
+        cluster.reconcilers().values().all(|(replica, _)| !replica.is_empty())
     });
 
     proxy.cut();
@@ -340,7 +325,7 @@ fn a_replica_partitioned_from_the_api_server_stops_before_another_takes_its_shar
     wait_for("2 shards on each replica again", Duration::from_secs(60), || owned(&cut_off) == 2 && owned(&other) == 2);
     let after = rfc3339_now();
     wait_for("every Manifest reconciled after the partition", Duration::from_secs(60), || {
-        reconcilers(&cluster).values().all(|(_, time)| *time > after)
+        cluster.reconcilers().values().all(|(_, time)| *time > after)
     });
     assert_never_two_at_once(&cluster, work.path(), 8);
 }
@@ -438,7 +423,7 @@ fn an_upgrade_from_one_leader_to_shards_waits_for_the_leader_to_go() {
     assert!(stopped.elapsed() < Duration::from_secs(4), "the leader released its Lease: no lease duration to wait");
     let replica = identity(&sharded);
     wait_for("every Manifest reconciled by the sharded replica", Duration::from_secs(60), || {
-        reconcilers(&cluster).values().all(|(by, _)| *by == replica)
+        cluster.reconcilers().values().all(|(by, _)| *by == replica)
     });
     assert_never_two_at_once(&cluster, work.path(), 4);
 }
@@ -472,7 +457,7 @@ fn a_leader_without_shards_waits_for_the_sharded_replicas_to_go() {
     wait_for("every Manifest reconciled by the leader", Duration::from_secs(60), || {
         let leader_identity =
             cluster.get(&["lease", "deployster-controller"]).unwrap()["spec"]["holderIdentity"].clone();
-        reconcilers(&cluster).values().all(|(by, _)| leader_identity == by.as_str())
+        cluster.reconcilers().values().all(|(by, _)| leader_identity == by.as_str())
     });
     assert_never_two_at_once(&cluster, work.path(), 4);
 }

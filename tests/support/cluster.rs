@@ -192,6 +192,19 @@ impl Cluster {
             .to_string()
     }
 
+    /// Each Manifest's `status.shard.replica` (who wrote its status) and
+    /// `status.lastReconcileTime`, by name.
+    pub fn reconcilers(&self) -> BTreeMap<String, (String, String)> {
+        let list = self.get(&["manifests"]).unwrap();
+        let items = list["items"].as_array().cloned().unwrap_or_default();
+        let text = |value: &Value| value.as_str().unwrap_or_default().to_string();
+        let by_name = items.iter().map(|m| {
+            let writer = (text(&m["status"]["shard"]["replica"]), text(&m["status"]["lastReconcileTime"]));
+            (text(&m["metadata"]["name"]), writer)
+        });
+        by_name.collect()
+    }
+
     /// `status.history` of Manifest `name`, oldest first.
     pub fn history(&self, name: &str) -> Vec<Value> {
         self.get(&["manifest", name]).and_then(|m| m["status"]["history"].as_array().cloned()).unwrap_or_default()
