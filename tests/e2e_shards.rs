@@ -13,7 +13,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use support::cluster::{Cluster, ControllerProcess, assert_api_calls_are_listed, wait_for};
+use support::cluster::{Cluster, ControllerProcess, assert_api_calls_are_listed, rfc3339_now, wait_for};
 use support::proxy::{Proxy, server_of};
 use support::replicas::{assert_runs_never_interleave, lock_log, replica_env, replica_with, slow_manifest};
 
@@ -85,11 +85,6 @@ fn assert_never_two_at_once(cluster: &Cluster, dir: &Path, count: usize) {
         assert!(log.iter().all(|(_, what, _)| what != "overlap"), "m-{i}: an action ran twice at once: {log:?}");
         assert_runs_never_interleave(&cluster.history(&format!("m-{i}")));
     }
-}
-
-fn rfc3339_now() -> String {
-    let out = std::process::Command::new("date").args(["-u", "+%Y-%m-%dT%H:%M:%SZ"]).output().unwrap();
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
 }
 
 /// Three replicas share 24 Manifests over 12 shards, 4 shards each, every Manifest's status
@@ -245,9 +240,10 @@ fn a_replica_with_other_shard_settings_takes_nothing_until_the_others_are_gone()
     assert_never_two_at_once(&cluster, work.path(), 6);
 }
 
-/// A shard Lease edited by hand to name another holder: its replica stops the shard's passes at
-/// once (its next status write is refused by the fence at the latest), nobody takes it until the
-/// edit has stood unchanged for a lease duration, then it is taken again and its Manifests go on.
+/// A shard Lease edited by hand to name another holder, then deleted: each time its replica stops
+/// the shard's passes at once (its next status write is refused by the fence at the latest),
+/// nobody takes it until the edit (or the deletion) has stood for a lease duration, then it is
+/// taken again and its Manifests go on.
 #[ignore = "needs a Kubernetes API server: DEPLOYSTER_E2E_KUBECONFIG=<kubeconfig ../shared/apiserver/up.sh prints> cargo test --test e2e_shards -- --include-ignored"]
 #[test]
 fn a_shard_lease_edited_by_hand_stops_its_holder_and_is_taken_again_later() {
@@ -277,6 +273,28 @@ fn a_shard_lease_edited_by_hand_stops_its_holder_and_is_taken_again_later() {
     wait_for("shard 0 taken again", Duration::from_secs(20), || replicas.iter().map(owned).sum::<u32>() == 2);
     let retaken = cluster.get(&["lease", "deployster-controller-shard-0"]).unwrap();
     assert_ne!(retaken["spec"]["holderIdentity"], "intruder");
+    // Owned by the member Lease of the replica that took it (for the garbage collector).
+    let owner = &retaken["metadata"]["ownerReferences"][0];
+    let taker = retaken["spec"]["holderIdentity"].as_str().unwrap();
+    let member = cluster.get(&["leases", "-l", "deployster.io/shard-role=member"]).unwrap()["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["spec"]["holderIdentity"] == taker)
+        .cloned()
+        .unwrap();
+    assert_eq!((&owner["kind"], &owner["uid"]), (&"Lease".into(), &member["metadata"]["uid"]), "{retaken:#}");
+
+    // Deleted by hand (or collected under its holder): the same. The holder stops at once; the
+    // Lease is free only once it has been gone for a lease duration.
+    let holder = retaken["spec"]["holderIdentity"].as_str().unwrap().to_string();
+    let index = replicas.iter().position(|r| identity(r) == holder).unwrap();
+    cluster.must(&cluster.ns(&["delete", "lease", "deployster-controller-shard-0"]));
+    let deleted = Instant::now();
+    wait_for("the holder to drop the deleted shard", Duration::from_secs(10), || owned(&replicas[index]) == 0);
+    std::thread::sleep(Duration::from_secs(3).saturating_sub(deleted.elapsed()));
+    assert!(cluster.get(&["lease", "deployster-controller-shard-0"]).is_none(), "taken before it was gone a duration");
+    wait_for("shard 0 taken again", Duration::from_secs(20), || replicas.iter().map(owned).sum::<u32>() == 2);
     let after = rfc3339_now();
     wait_for("every Manifest reconciled again", Duration::from_secs(60), || {
         cluster.reconcilers().values().all(|(_, time)| *time > after)

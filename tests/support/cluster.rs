@@ -499,3 +499,8 @@ pub fn wait_for(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+/// Now, as `status.lastReconcileTime` writes it (UTC, whole seconds): later times compare greater.
+pub fn rfc3339_now() -> String {
+    humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
+}

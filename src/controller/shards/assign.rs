@@ -25,8 +25,10 @@ pub struct Member {
     pub identity: String,
     /// The fingerprint of its shard settings ([`super::ShardSettings::fingerprint`]).
     pub settings: String,
-    /// When its member Lease was created (RFC 3339): the oldest member's settings rule.
-    pub created: String,
+    /// When it joined, to tell the oldest member (whose settings rule): its member Lease's
+    /// `creationTimestamp` by the API server's clock (whole seconds), then, within one second, the
+    /// Lease's `acquireTime` in microseconds by the member's own clock.
+    pub joined: (i64, i64),
     /// Renewed within a lease duration, by this replica's clock.
     pub alive: bool,
 }
@@ -35,10 +37,14 @@ pub struct Member {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShardLease {
     pub index: u32,
-    /// `None`: released (or the Lease does not exist yet).
+    /// `None`: released, or the Lease is gone.
     pub holder: Option<String>,
     /// Unchanged for a lease duration, by this replica's clock.
     pub quiet: bool,
+    /// Seen, then deleted (by hand, or by the garbage collector with the member Lease that owned
+    /// it): its holder may still be at work until it notices, so it is free once quiet, as an
+    /// edited Lease is. (A Lease never seen is free at once.)
+    pub gone: bool,
 }
 
 /// Everything one reading found.
@@ -74,7 +80,7 @@ pub fn decide(me: &str, settings: &str, held: &BTreeSet<u32>, count: u32, readin
     let kept: BTreeSet<u32> = held.iter().copied().filter(|i| !drop.contains(i)).collect();
 
     let mut live: Vec<&Member> = reading.members.iter().filter(|m| m.alive || m.identity == me).collect();
-    live.sort_by(|a, b| (&a.created, &a.identity).cmp(&(&b.created, &b.identity)));
+    live.sort_by(|a, b| (a.joined, &a.identity).cmp(&(b.joined, &b.identity)));
     let ruling = live.first().map_or(settings, |m| m.settings.as_str());
     if ruling != settings {
         let oldest = live.first().map(|m| m.identity.as_str()).unwrap_or_default();
@@ -98,6 +104,7 @@ pub fn decide(me: &str, settings: &str, held: &BTreeSet<u32>, count: u32, readin
     let alive = |identity: &str| identity != me && live.iter().any(|m| m.identity == identity);
     let free = |index: u32| match holder_of(index) {
         None => true,
+        Some(ShardLease { gone: true, quiet, .. }) => *quiet,
         Some(ShardLease { holder: None, .. }) => true,
         Some(ShardLease { holder: Some(h), quiet, .. }) => !kept.contains(&index) && !alive(h) && *quiet,
     };
@@ -123,12 +130,12 @@ pub fn shard_of(namespace: &str, name: &str, count: u32) -> u32 {
 mod tests {
     use super::*;
 
-    fn member(identity: &str, created: &str) -> Member {
-        Member { identity: identity.into(), settings: "s30".into(), created: created.into(), alive: true }
+    fn member(identity: &str, joined: i64) -> Member {
+        Member { identity: identity.into(), settings: "s30".into(), joined: (joined, 0), alive: true }
     }
 
     fn held_by(index: u32, holder: &str) -> ShardLease {
-        ShardLease { index, holder: Some(holder.into()), quiet: true }
+        ShardLease { index, holder: Some(holder.into()), quiet: true, gone: false }
     }
 
     fn set(indices: impl IntoIterator<Item = u32>) -> BTreeSet<u32> {
@@ -137,12 +144,12 @@ mod tests {
 
     #[test]
     fn the_first_replica_takes_every_shard_and_a_second_is_handed_half() {
-        let alone = Reading { members: vec![member("a", "1")], shards: Vec::new() };
+        let alone = Reading { members: vec![member("a", 1)], shards: Vec::new() };
         let decision = decide("a", "s30", &set([]), 6, &alone);
         assert_eq!((decision.due, decision.take.len()), (6, 6), "{decision:?}");
 
         let shards = (0..6).map(|i| held_by(i, "a")).collect();
-        let two = Reading { members: vec![member("a", "1"), member("b", "2")], shards };
+        let two = Reading { members: vec![member("a", 1), member("b", 2)], shards };
         let a = decide("a", "s30", &set(0..6), 6, &two);
         assert_eq!((a.due, a.release.clone(), a.take.clone()), (3, vec![5, 4, 3], vec![]), "{a:?}");
         let b = decide("b", "s30", &set([]), 6, &two);
@@ -158,7 +165,7 @@ mod tests {
 
     #[test]
     fn dues_are_balanced_by_count_and_agree_between_members() {
-        let members: Vec<Member> = ["c", "a", "b"].iter().map(|m| member(m, "1")).collect();
+        let members: Vec<Member> = ["c", "a", "b"].iter().map(|m| member(m, 1)).collect();
         let reading = Reading { members, shards: Vec::new() };
         let dues: Vec<u32> = ["a", "b", "c"].iter().map(|m| decide(m, "s30", &set([]), 31, &reading).due).collect();
         assert_eq!(dues, vec![11, 10, 10]);
@@ -169,15 +176,15 @@ mod tests {
 
     #[test]
     fn a_dead_holder_s_shard_is_free_only_once_its_lease_has_gone_quiet() {
-        let dead = Member { alive: false, ..member("gone", "0") };
-        let mut reading = Reading { members: vec![dead, member("a", "1")], shards: vec![held_by(0, "gone")] };
+        let dead = Member { alive: false, ..member("gone", 0) };
+        let mut reading = Reading { members: vec![dead, member("a", 1)], shards: vec![held_by(0, "gone")] };
         reading.shards[0].quiet = false;
         assert_eq!(decide("a", "s30", &set([]), 1, &reading).take, Vec::<u32>::new(), "changed lately: wait");
         reading.shards[0].quiet = true;
         assert_eq!(decide("a", "s30", &set([]), 1, &reading).take, vec![0]);
         // A live holder keeps it however quiet its Lease (shard Leases are not renewed).
         reading.members[0].alive = true;
-        reading.members.push(member("b", "2"));
+        reading.members.push(member("b", 2));
         assert_eq!(decide("b", "s30", &set([]), 1, &reading).take, Vec::<u32>::new());
     }
 
@@ -186,10 +193,11 @@ mod tests {
     #[test]
     fn a_lease_edited_by_hand_stops_its_holder_and_gives_nothing_at_once() {
         let mut reading =
-            Reading { members: vec![member("a", "1"), member("b", "2")], shards: vec![held_by(0, "intruder")] };
+            Reading { members: vec![member("a", 1), member("b", 2)], shards: vec![held_by(0, "intruder")] };
         let a = decide("a", "s30", &set([0]), 2, &reading);
         assert_eq!(a.drop, vec![0]);
-        reading.shards = vec![ShardLease { index: 0, holder: Some("b".into()), quiet: false }, held_by(1, "a")];
+        reading.shards =
+            vec![ShardLease { index: 0, holder: Some("b".into()), quiet: false, gone: false }, held_by(1, "a")];
         let b = decide("b", "s30", &set([]), 2, &reading);
         assert!(b.take.is_empty(), "a Lease naming b that b never took is b's only once quiet: {b:?}");
         reading.shards[0].quiet = true;
@@ -198,8 +206,8 @@ mod tests {
 
     #[test]
     fn a_replica_with_other_settings_waits_for_the_oldest_settings_to_go() {
-        let old = member("a", "2026-01-01T00:00:00Z");
-        let new = Member { settings: "s60".into(), ..member("b", "2026-01-02T00:00:00Z") };
+        let old = member("a", 1_767_225_600);
+        let new = Member { settings: "s60".into(), ..member("b", 1_767_312_000) };
         let reading = Reading { members: vec![new.clone(), old.clone()], shards: vec![held_by(0, "a")] };
         let b = decide("b", "s60", &set([]), 2, &reading);
         assert_eq!((b.due, b.take.len()), (0, 0));
@@ -213,6 +221,28 @@ mod tests {
         assert_eq!((b.due, b.take.clone()), (2, vec![1]), "a's shard 0 only once its Lease has gone quiet");
         after.shards[0].quiet = true;
         assert_eq!(decide("b", "s60", &set([]), 2, &after).take, vec![0, 1]);
+    }
+
+    #[test]
+    fn a_shard_lease_deleted_under_its_holder_is_dropped_and_free_only_once_quiet() {
+        let gone = ShardLease { holder: None, quiet: false, gone: true, ..held_by(0, "a") };
+        let mut reading =
+            Reading { members: vec![member("a", 1), member("b", 2)], shards: vec![gone, held_by(1, "b")] };
+        let a = decide("a", "s30", &set([0]), 2, &reading);
+        assert_eq!((a.drop.clone(), a.take.clone()), (vec![0], vec![]), "a stops at once and takes nothing yet: {a:?}");
+        reading.shards[0].quiet = true;
+        assert_eq!(decide("a", "s30", &set([]), 2, &reading).take, vec![0]);
+    }
+
+    #[test]
+    fn within_one_second_the_earlier_acquire_time_is_the_older_member() {
+        // Both member Leases created in the same second by the API server's clock: "z" acquired
+        // its Lease first, so its settings rule although "a" sorts first by name.
+        let z = Member { joined: (1_767_225_600, 800_000), ..member("z", 0) };
+        let a = Member { settings: "s60".into(), joined: (1_767_225_600, 990_000), ..member("a", 0) };
+        let reading = Reading { members: vec![a, z], shards: Vec::new() };
+        assert!(decide("a", "s60", &set([]), 2, &reading).waiting.is_some());
+        assert_eq!(decide("z", "s30", &set([]), 2, &reading).take, vec![0, 1]);
     }
 
     #[test]

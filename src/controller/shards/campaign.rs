@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, OwnerReference};
 use kube::api::{DeleteParams, ListParams, ObjectMeta, PostParams};
 use kube::{Client, ResourceExt};
 use tokio::task::JoinSet;
@@ -45,6 +45,7 @@ impl Membership {
             shards: shards.clone(),
             observed: HashMap::new(),
             renewed_at: None,
+            member: None,
             shutdown,
             grace,
             handovers: JoinSet::new(),
@@ -74,6 +75,25 @@ impl Membership {
     }
 }
 
+/// When a member joined, as [`Member::joined`] orders it. A Lease without times (written by hand)
+/// counts as the oldest, as a leader Lease does.
+fn joined(lease: &Lease) -> (i64, i64) {
+    let created = lease.metadata.creation_timestamp.as_ref().map_or(i64::MIN, |t| t.0.as_second());
+    let acquired = lease.spec.as_ref().and_then(|s| s.acquire_time.as_ref()).map_or(i64::MIN, |t| t.0.as_microsecond());
+    (created, acquired)
+}
+
+/// A reference to `lease` as the owner of another Lease of its namespace.
+fn owned_by(lease: &Lease) -> OwnerReference {
+    OwnerReference {
+        api_version: "coordination.k8s.io/v1".into(),
+        kind: "Lease".into(),
+        name: lease.name_any(),
+        uid: lease.uid().unwrap_or_default(),
+        ..OwnerReference::default()
+    }
+}
+
 fn now() -> MicroTime {
     MicroTime(k8s_openapi::jiff::Timestamp::now())
 }
@@ -85,6 +105,8 @@ struct ShardCampaign {
     observed: HashMap<String, Observation>,
     /// When our member Lease was last renewed.
     renewed_at: Option<Instant>,
+    /// Our member Lease, as the owner of the shard Leases we take.
+    member: Option<OwnerReference>,
     shutdown: CancellationToken,
     grace: Duration,
     handovers: JoinSet<()>,
@@ -162,7 +184,7 @@ impl ShardCampaign {
         self.shards.metrics.shard_members.set(i64::from(decision.members));
         self.say_waiting(decision.waiting.clone());
         for shard in &decision.drop {
-            self.shards.drop_shard(*shard, "its Lease names another holder");
+            self.shards.drop_shard(*shard, "its Lease names another holder, or is gone");
         }
         for shard in decision.release {
             self.hand_over(shard);
@@ -228,19 +250,20 @@ impl ShardCampaign {
                     alive: holder.is_some() && !quiet,
                     identity: holder.unwrap_or_default(),
                     settings: o.lease.annotations().get(SETTINGS_ANNOTATION).cloned().unwrap_or_default(),
-                    created: o.lease.metadata.creation_timestamp.as_ref().map(|t| t.0.to_string()).unwrap_or_default(),
+                    joined: joined(&o.lease),
                 }),
                 // Older than any member: while it lives, no shard is taken.
                 Some("leader") => reading.members.push(Member {
                     alive: holder.is_some() && !quiet,
                     identity: holder.unwrap_or_default(),
                     settings: LEADER_SETTINGS.into(),
-                    created: String::new(),
+                    joined: (i64::MIN, i64::MIN),
                 }),
-                Some("shard") if !o.gone => {
+                Some("shard") => {
                     let index = name.rsplit('-').next().and_then(|n| n.parse::<u32>().ok());
                     if let Some(index) = index.filter(|i| *i < settings.count && *name == settings.shard_lease(*i)) {
-                        reading.shards.push(ShardLease { index, holder, quiet });
+                        let holder = holder.filter(|_| !o.gone);
+                        reading.shards.push(ShardLease { index, holder, quiet, gone: o.gone });
                     }
                 }
                 _ => {}
@@ -259,7 +282,13 @@ impl ShardCampaign {
                 (ROLE_LABEL.to_string(), role.to_string()),
             ])),
             annotations: Some(BTreeMap::from([(SETTINGS_ANNOTATION.to_string(), settings.fingerprint())])),
-            owner_references: if role == "member" { settings.owner.clone().map(|o| vec![o]) } else { None },
+            // A member Lease goes with its replica's Pod; a shard Lease with the member Lease of
+            // the replica that took it last (the garbage collector removes the group's Leases
+            // once its replicas are gone, as with `helm uninstall`).
+            owner_references: match role {
+                "member" => settings.owner.clone().map(|o| vec![o]),
+                _ => self.member.clone().map(|o| vec![o]),
+            },
             ..ObjectMeta::default()
         }
     }
@@ -278,7 +307,7 @@ impl ShardCampaign {
         match self.shards.api.get_opt(&name).await? {
             None => {
                 let lease = Lease { metadata: self.labelled(name, "member"), spec: Some(spec(None)) };
-                self.shards.api.create(&PostParams::default(), &lease).await.map(drop)
+                self.shards.api.create(&PostParams::default(), &lease).await
             }
             Some(mut lease) => {
                 let fresh = self.labelled(name.clone(), "member");
@@ -286,9 +315,10 @@ impl ShardCampaign {
                 lease.metadata.labels = fresh.labels;
                 lease.metadata.annotations = fresh.annotations;
                 lease.spec = Some(spec(acquired));
-                self.shards.api.replace(&name, &PostParams::default(), &lease).await.map(drop)
+                self.shards.api.replace(&name, &PostParams::default(), &lease).await
             }
         }
+        .map(|lease| self.member = Some(owned_by(&lease)))
     }
 
     /// Tries to take a free shard: a write guarded by the version we read it at.
@@ -302,6 +332,7 @@ impl ShardCampaign {
         let fresh = self.labelled(name.clone(), "shard");
         lease.metadata.labels = fresh.labels;
         lease.metadata.annotations = fresh.annotations;
+        lease.metadata.owner_references = fresh.owner_references;
         let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
         spec.holder_identity = Some(settings.identity.clone());
         spec.acquire_time = Some(now());
