@@ -14,15 +14,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use support::cluster::{Cluster, ControllerProcess, assert_api_calls_are_listed, rfc3339_now, wait_for};
+use support::one_at_a_time;
 use support::proxy::{Proxy, server_of};
 use support::replicas::{assert_runs_never_interleave, lock_log, replica_env, replica_with, slow_manifest};
-
-/// One test at a time: each runs several replicas, and the takeover times it holds to the
-/// issue's bounds are the replicas' and the server's, not those of tests fighting for 2 cores.
-fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    ONE.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
 
 /// A sharded replica: lease 4 s, `shards` shards.
 fn sharded(cluster: &Cluster, dir: &Path, name: &str, shards: &str) -> ControllerProcess {

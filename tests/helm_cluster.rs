@@ -16,13 +16,15 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde_json::Value;
-use support::cluster::{Cluster, wait_for};
+use support::cluster::{Cluster, rfc3339_now, wait_for};
 use support::helm::{chart, helm, run_helm};
 use support::pod_objects::{assert_nothing_left, claim, host_volume, manifest, on_cluster, wait_until_a_pod_runs};
+use support::pods::PodEnv;
+use support::replicas::assert_runs_never_interleave;
 
 /// The chart's values: the controller image from the cluster's registry, watching the test's
 /// namespace, reading image configs where a Pod reaches the registry.
-fn values(image: &str, namespace: &str, registry: &str, registry_in_pods: &str) -> String {
+fn values(image: &str, namespace: &str, registry: &str, registry_in_pods: &str, extra: &str) -> String {
     let (repository, tag) = image.rsplit_once(':').unwrap();
     format!(
         r#"
@@ -32,7 +34,7 @@ leaderElection: {{leaseDuration: 8s}}
 shutdownGrace: 2s
 logLevel: info,deployster=debug
 pods: {{registryEndpoints: {{"{registry}": "http://{registry_in_pods}"}}}}
-"#
+{extra}"#
     )
 }
 
@@ -76,22 +78,24 @@ fn ready(pod: &Value) -> bool {
         .is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
 }
 
-/// Waits (up to 2 minutes) for one controller Pod other than `not` to run and be ready; its
-/// name. Fails with the Pods' states and the logs of their controller containers.
-fn wait_for_controller(cluster: &Cluster, not: Option<&str>) -> String {
+/// Waits (up to 2 minutes) for `count` controller Pods other than those in `not` to run and be
+/// ready; their names. Fails with the Pods' states and the logs of their controller containers.
+fn wait_for_controllers(cluster: &Cluster, count: usize, not: &[String]) -> Vec<String> {
     let deadline = std::time::Instant::now() + Duration::from_secs(120);
     loop {
-        let candidates = controller_pods(cluster).into_iter().filter(|(n, _)| Some(n.as_str()) != not);
-        if let Some((name, _)) =
-            candidates.into_iter().find(|(name, _)| cluster.get(&["pod", name]).is_some_and(|p| ready(&p)))
-        {
-            return name;
+        let ready: Vec<String> = controller_pods(cluster)
+            .into_iter()
+            .map(|(name, _)| name)
+            .filter(|name| !not.contains(name) && cluster.get(&["pod", name]).is_some_and(|p| ready(&p)))
+            .collect();
+        if ready.len() >= count {
+            return ready;
         }
         if std::time::Instant::now() > deadline {
             let (_, pods) = cluster.kubectl(&cluster.ns(&["get", "pods", "-o", "wide"]));
             let (_, logs) =
                 cluster.kubectl(&cluster.ns(&["logs", "-l", "app.kubernetes.io/name=deployster", "--tail", "30"]));
-            panic!("no ready controller Pod (other than {not:?}) after 2 minutes:\n{pods}\n{logs}");
+            panic!("not {count} ready controller Pods (other than {not:?}) after 2 minutes:\n{pods}\n{logs}");
         }
         std::thread::sleep(Duration::from_millis(500));
     }
@@ -119,7 +123,23 @@ struct Release<'a> {
     installed: bool,
 }
 
-impl Release<'_> {
+impl<'a> Release<'a> {
+    /// `helm install`s the chart into the test's namespace as release `<name>-<pid>`, with
+    /// [`values`] and `extra`.
+    fn install(helm: &'a Path, cluster: &'a Cluster, env: &PodEnv, name: &str, extra: &str) -> Self {
+        let ns = cluster.namespace.as_str();
+        let values_file = tempfile::NamedTempFile::new().unwrap();
+        let text = values(&env.helper, ns, &env.registry, &env.registry_in_pods, extra);
+        std::fs::write(values_file.path(), text).unwrap();
+        let kube = ["--kubeconfig", cluster.kubeconfig.as_str(), "--namespace", ns];
+        let release = Release { helm, name: format!("{name}-{}", std::process::id()), kube, installed: true };
+        let (chart, values) = (chart(), values_file.path().to_str().unwrap());
+        let install = ["install", release.name.as_str(), chart.to_str().unwrap(), "--values", values];
+        let (ok, out, err) = run_helm(helm, &[&install[..], &kube[..]].concat());
+        assert!(ok, "helm install: {out}{err}");
+        release
+    }
+
     fn uninstall(&mut self) -> (bool, String) {
         self.installed = false;
         let (ok, out, err) =
@@ -176,22 +196,12 @@ impl Drop for Witness<'_> {
 #[ignore = "needs a cluster whose Pods run: DEPLOYSTER_E2E_CLUSTER=<kubeconfig ../shared/cluster/up.sh prints> cargo test --test helm_cluster -- --include-ignored"]
 #[test]
 fn the_chart_installed_by_helm_runs_the_k8s_example_in_pods_and_uninstalls_cleanly() {
+    let _serial = support::one_at_a_time();
     let helm = helm();
     let (env, cluster) = on_cluster("helm-pods");
-    let ns = cluster.namespace.as_str();
     let dir = claim(&cluster);
-    let values_file = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(values_file.path(), values(&env.helper, ns, &env.registry, &env.registry_in_pods)).unwrap();
-    let kube = ["--kubeconfig", cluster.kubeconfig.as_str(), "--namespace", ns];
-    let mut release = Release { helm: &helm, name: format!("pods-{}", std::process::id()), kube, installed: true };
-    let chart = chart();
-    let values = values_file.path().to_str().unwrap();
-    let (ok, out, err) = run_helm(
-        &helm,
-        &[&["install", &release.name, chart.to_str().unwrap(), "--values", values], &kube[..]].concat(),
-    );
-    assert!(ok, "helm install: {out}{err}");
-    let first = wait_for_controller(&cluster, None);
+    let mut release = Release::install(&helm, &cluster, env, "pods", "");
+    let first = wait_for_controllers(&cluster, 1, &[]).remove(0);
     let witness = Witness { cluster: &cluster, pod: first.clone().into() };
 
     // The example's claim names no storage class; the cluster has no provisioner.
@@ -265,7 +275,7 @@ fn the_chart_installed_by_helm_runs_the_k8s_example_in_pods_and_uninstalls_clean
     wait_until_a_pod_runs(&cluster);
     kill_container(&env.node_docker, &first);
     cluster.must(&cluster.ns(&["delete", "pod", &first, "--grace-period=0", "--force"]));
-    let second = wait_for_controller(&cluster, Some(&first));
+    let second = wait_for_controllers(&cluster, 1, std::slice::from_ref(&first)).remove(0);
     witness.pod.replace(second.clone());
     wait_for("slow to be Ready", Duration::from_secs(180), || cluster.condition("slow", "Ready") == "True");
     let log = std::fs::read_to_string(&lock_log).unwrap();
@@ -315,4 +325,143 @@ fn the_chart_installed_by_helm_runs_the_k8s_example_in_pods_and_uninstalls_clean
     let (ok, everywhere) =
         cluster.kubectl(&["get", "pods,secrets", "--all-namespaces", "-l", "deployster.io/owner", "-o", "name"]);
     assert!(ok && everywhere.trim().is_empty(), "nothing of Deployster's in any namespace: {everywhere}");
+}
+
+/// The live runner Pods (a Manifest has one per identity: its type's `init` without plugs, the
+/// rest with them), each owned by its Manifest: name and uid.
+fn runners(cluster: &Cluster) -> std::collections::BTreeMap<String, String> {
+    let list = cluster.get(&["pods", "-l", "deployster.io/runner"]).unwrap_or_default();
+    let live = list["items"].as_array().into_iter().flatten().filter(|p| p["metadata"]["deletionTimestamp"].is_null());
+    live.map(|pod| {
+        let owners = pod["metadata"]["ownerReferences"].as_array().cloned().unwrap_or_default();
+        assert!(owners.iter().any(|o| o["kind"] == "Manifest"), "a runner is owned by its Manifest: {pod:#}");
+        let (name, uid) = (&pod["metadata"]["name"], &pod["metadata"]["uid"]);
+        (name.as_str().unwrap().to_string(), uid.as_str().unwrap().to_string())
+    })
+    .collect()
+}
+
+/// The Pod each Manifest's status names as its reconciler (a replica's identity is
+/// `<hostname>_<random>`, its hostname its Pod's name), and when it wrote it.
+fn reconciling_pods(cluster: &Cluster) -> std::collections::BTreeMap<String, (String, String)> {
+    let by_identity = cluster.reconcilers();
+    by_identity
+        .into_iter()
+        .map(|(m, (replica, at))| (m, (replica.split('_').next().unwrap().to_string(), at)))
+        .collect()
+}
+
+/// `replicas: 2` with `sharding.enabled`: the two Pods share six Manifests of an image type run
+/// by warm runners. Scaled to three, the shards that move take their runners with them (the same
+/// runner Pods, adopted, none started twice); a rolling restart replaces every replica while
+/// actions run, and no action ever runs twice at once (each Manifest's lock and its history); the
+/// chart's RBAC suffices; `helm uninstall` leaves no Lease of the shard group behind.
+#[ignore = "needs a cluster whose Pods run: DEPLOYSTER_E2E_CLUSTER=<kubeconfig ../shared/cluster/up.sh prints> cargo test --test helm_cluster -- --include-ignored"]
+#[test]
+fn the_chart_installed_sharded_shares_the_manifests_and_their_runners_across_a_rolling_restart() {
+    let _serial = support::one_at_a_time();
+    let helm = helm();
+    let (env, cluster) = on_cluster("helm-shards");
+    let ns = cluster.namespace.as_str();
+    let dir = claim(&cluster);
+    let sharded = "replicas: 2\nsharding: {enabled: true, shards: 4}\n";
+    let mut release = Release::install(&helm, &cluster, env, "shards", sharded);
+    let first = wait_for_controllers(&cluster, 2, &[]);
+    let witness = Witness { cluster: &cluster, pod: first[0].clone().into() };
+
+    // Six Manifests whose action (1.5 s, every pass: it never becomes VALID) holds a lock of its
+    // Manifest's own, and logs `overlap` there if it ever finds another copy of itself running.
+    // Names picked so that each of the four shards has one at least: every replica has work.
+    let shard = |name: &str| deployster::controller::shards::assign::shard_of(ns, name, 4);
+    let mut names: Vec<String> = Vec::new();
+    for candidate in (0..).map(|i| format!("shared-{i}")) {
+        let covered: std::collections::BTreeSet<u32> = names.iter().map(|n| shard(n)).collect();
+        // A second Manifest of a shard only while the rest still leaves room for those uncovered.
+        if !covered.contains(&shard(&candidate)) || 6 - names.len() > 4 - covered.len() {
+            names.push(candidate);
+        }
+        if names.len() == 6 {
+            break;
+        }
+    }
+    let fixture = &env.fixture_plugs;
+    for name in &names {
+        cluster.apply_yaml(&manifest(
+            name,
+            "  retryInterval: 2s\n",
+            &format!(
+                "    work: {{type: {fixture}, config: {{marker: /rw/{name}.marker, lock: /rw/{name}.lock, \
+                 action_sleep_ms: 1500, stays_stale: true}}}}\n"
+            ),
+        ));
+    }
+    let pods_named = |expected: &[String]| {
+        let by = reconciling_pods(&cluster);
+        names.iter().all(|m| by.get(m).is_some_and(|(pod, _)| expected.contains(pod)))
+            && expected.iter().all(|p| by.values().any(|(pod, _)| pod == p))
+    };
+    wait_for("both replicas to reconcile their share", Duration::from_secs(240), || {
+        let ran = |name: &String| {
+            let history = cluster.history(name);
+            history.iter().any(|e| e["event"].as_str().is_some_and(|e| e.starts_with("run-f")))
+        };
+        // Every Manifest ran a pass through to its end: its runners are started.
+        pods_named(&first) && names.iter().all(ran)
+    });
+    let before = runners(&cluster);
+
+    // A third replica: shards move to it, each with its Manifests' runners.
+    let deployment = format!("deployment/{}-deployster", release.name);
+    cluster.must(&cluster.ns(&["scale", &deployment, "--replicas=3"]));
+    let third = wait_for_controllers(&cluster, 1, &first).remove(0);
+    let three: Vec<String> = first.iter().cloned().chain([third.clone()]).collect();
+    wait_for("the third replica to reconcile a share", Duration::from_secs(120), || pods_named(&three));
+    let moved: Vec<String> =
+        reconciling_pods(&cluster).into_iter().filter(|(_, (pod, _))| *pod == third).map(|(m, _)| m).collect();
+    assert!(!moved.is_empty());
+    let after = runners(&cluster);
+    assert_eq!(after, before, "Manifests that moved ({moved:?}) kept their runners: the same Pods, adopted");
+
+    // A rolling restart replaces the three replicas one by one, under load.
+    cluster.must(&cluster.ns(&["rollout", "restart", &deployment]));
+    let (ok, out) = cluster.kubectl(&cluster.ns(&["rollout", "status", &deployment, "--timeout=240s"]));
+    assert!(ok, "the rolling restart did not finish: {out}");
+    let replaced = wait_for_controllers(&cluster, 3, &three);
+    witness.pod.replace(replaced[0].clone());
+    let restarted = rfc3339_now();
+    wait_for("the new replicas to reconcile everything", Duration::from_secs(120), || {
+        let by = reconciling_pods(&cluster);
+        pods_named(&replaced) && names.iter().all(|m| by[m].1 > restarted)
+    });
+    for name in &names {
+        let log = std::fs::read_to_string(dir.join(format!("{name}.lock.log"))).unwrap_or_default();
+        assert!(log.contains(" started ") && !log.contains("overlap"), "{name}'s action ran twice at once:\n{log}");
+        assert_runs_never_interleave(&cluster.history(name));
+    }
+    for pod in &replaced {
+        let refused = refused_requests(&cluster, pod);
+        assert!(refused.is_empty(), "the chart's RBAC lacks what a sharded replica asked for: {refused:?}");
+    }
+    // The shard group's Leases: four shard Leases and the members'. A replaced replica's member
+    // Lease goes with its Pod (the garbage collector) or is swept by the holder of shard 0.
+    let leases = || {
+        let list =
+            cluster.get(&["leases.coordination.k8s.io", "-l", "deployster.io/shard-group=deployster-controller"]);
+        list.unwrap_or_default()["items"].as_array().map_or(0, Vec::len)
+    };
+    wait_for("four shard Leases and three member Leases", Duration::from_secs(60), || leases() == 4 + 3);
+
+    for name in &names {
+        cluster.must(&cluster.ns(&["delete", "manifest", name, "--wait=false"]));
+    }
+    for name in &names {
+        wait_for("the Manifests to go", Duration::from_secs(120), || cluster.get(&["manifest", name]).is_none());
+    }
+    assert_nothing_left(&cluster);
+    let (ok, out) = release.uninstall();
+    assert!(ok, "helm uninstall: {out}");
+    wait_for("the controller's Pods to go", Duration::from_secs(60), || controller_pods(&cluster).is_empty());
+    // Member Leases are owned by their Pods, shard Leases by the member Lease of their last
+    // holder: the garbage collector removes the whole group.
+    wait_for("the garbage collector to remove the shard group's Leases", Duration::from_secs(90), || leases() == 0);
 }
