@@ -80,6 +80,8 @@ impl Manifests for ManifestObjects {
 /// Reconciles one Pipeline: compile, register the spec's revision, record approvals, drive,
 /// write the status.
 pub async fn reconcile(object: Arc<Pipeline>, ctx: Arc<Context>) -> Result<Action, Error> {
+    // At debug level, so that a reconcile that never ends (a request without an answer) shows.
+    tracing::debug!(pipeline = %object.name_any(), "reconcile started");
     let Some(ticket) = ctx.ownership.begin(&object.namespace().unwrap_or_default(), &object.name_any()) else {
         return Ok(Action::await_change());
     };
