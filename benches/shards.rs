@@ -14,7 +14,7 @@
 //!
 //! Then, at `interval: 30s` (room to spare), kill -9 of one replica of three: how long until
 //! every Manifest it reconciled has been reconciled by another (its `status.shard.replica`).
-//! (That no Manifest is reconciled by two at once is checked by `tests/e2e_shards.rs`.)
+//! (That no Manifest is reconciled by two at once is checked by `tests/apiserver/e2e_shards.rs`.)
 
 #[allow(dead_code)] // the tests' helpers: this bench uses a few
 #[path = "../tests/support/cluster.rs"]

@@ -36,10 +36,66 @@ pub fn crd(group: &str, kind: &str, schema: Value, status: bool) -> String {
     .to_string()
 }
 
+/// Turns at the clusters and servers the tests share: tests that use one hold a turn
+/// [`beside`] the others for as long as they use it; a test that must be alone takes them all.
+static TURNS: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+std::thread_local! {
+    /// Turns this thread holds: one is enough (a second read of `TURNS` while a test waits
+    /// to be alone would wait for ever), and none is needed by a test that is alone.
+    static HELD: std::cell::Cell<(usize, bool)> = const { std::cell::Cell::new((0, false)) };
+}
+
+/// A test alone among those holding turns, until dropped.
+pub struct Alone(#[allow(dead_code)] std::sync::RwLockWriteGuard<'static, ()>);
+
+impl Drop for Alone {
+    fn drop(&mut self) {
+        HELD.with(|held| held.set((held.get().0, false)));
+    }
+}
+
+/// One test at a time: the sharding tests each run several replicas and hold takeover times
+/// to the bounds, which are the replicas' and the server's, not those of tests
+/// fighting for 2 cores; the chart's tests each check that nothing is left cluster-wide. Every
+/// other test of the binary that uses a cluster or server waits meanwhile (see [`beside`]).
+/// Take it first, before any cluster.
+pub fn one_at_a_time() -> Alone {
+    assert_eq!(HELD.with(|held| held.get().0), 0, "one_at_a_time() is taken before any cluster or server");
+    let alone = Alone(TURNS.write().unwrap_or_else(|poisoned| poisoned.into_inner()));
+    HELD.with(|held| held.set((0, true)));
+    alone
+}
+
+/// A turn beside other tests at the shared cluster or server: held by [`Cluster`]
+/// and [`ApiServer`] for their lives, so that a test [`one_at_a_time`] runs alone.
+pub struct Turn(#[allow(dead_code)] Option<std::sync::RwLockReadGuard<'static, ()>>);
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        HELD.with(|held| {
+            let (count, alone) = held.get();
+            held.set((count.saturating_sub(1), alone));
+        });
+    }
+}
+
+/// A turn beside the other tests: waits while a test is alone (but for that test itself).
+pub fn beside() -> Turn {
+    let (count, alone) = HELD.with(|held| held.get());
+    HELD.with(|held| held.set((count + 1, alone)));
+    if alone || count > 0 {
+        return Turn(None);
+    }
+    Turn(Some(TURNS.read().unwrap_or_else(|poisoned| poisoned.into_inner())))
+}
+
 /// A fresh namespace on the test API server, deleted when dropped.
 pub struct Cluster {
     pub kubeconfig: String,
     pub namespace: String,
+    /// Its test's turn at the cluster (see [`one_at_a_time`]).
+    _turn: Turn,
 }
 
 impl Cluster {
@@ -58,7 +114,7 @@ impl Cluster {
     /// The cluster of `kubeconfig`, with the CRD installed and a new namespace named after `test`.
     pub fn on(kubeconfig: String, test: &str) -> Cluster {
         let namespace = format!("e2e-{test}-{}", std::process::id()).replace('_', "-");
-        let cluster = Cluster { kubeconfig, namespace };
+        let cluster = Cluster { kubeconfig, namespace, _turn: beside() };
         cluster.install_crd();
         cluster.must(&["create", "namespace", &cluster.namespace]);
         cluster
@@ -348,7 +404,7 @@ pub fn api_requests_in(metrics: &str) -> BTreeMap<(String, String, String), f64>
 }
 
 /// Every request the controller made is one that `controller::rbac::API_ACCESS` lists (and the
-/// Helm chart's RBAC, held against that list by tests/helm.rs, grants).
+/// Helm chart's RBAC, held against that list by tests/apiserver/helm.rs, grants).
 pub fn assert_api_calls_are_listed(controller: &ControllerProcess) {
     assert_listed(&api_requests(controller));
 }
@@ -379,12 +435,15 @@ pub struct ApiServer {
     command: std::sync::Mutex<Vec<String>>,
     /// The kube-apiserver [`ApiServer::restart`] started, reaped once `down.sh` stopped it.
     restarted: std::sync::Mutex<Option<Child>>,
+    /// Its test's turn beside the others (see [`one_at_a_time`]).
+    _turn: Turn,
 }
 
 impl ApiServer {
     /// A server of `../shared/apiserver`'s scripts (`DEPLOYSTER_E2E_APISERVER`); fails without them.
     pub fn start(test: &str) -> ApiServer {
         let scripts = required("DEPLOYSTER_E2E_APISERVER", "../shared/apiserver: the test starts servers of its own");
+        let turn = beside();
         let dir = PathBuf::from(format!("/tmp/dpl-{test}-{}", std::process::id()));
         let port = free_port();
         let output = Command::new(Path::new(&scripts).join("up.sh"))
@@ -403,6 +462,7 @@ impl ApiServer {
             kubeconfig,
             command: Default::default(),
             restarted: Default::default(),
+            _turn: turn,
         }
     }
 

@@ -29,16 +29,8 @@ use regex::Regex;
 
 use serde_json::Value;
 
-/// One test of a binary at a time: the sharding tests each run several replicas and hold
-/// takeover times to the bounds, which are the replicas' and the server's, not those of
-/// tests fighting for 2 cores; the chart's tests each check that nothing is left cluster-wide.
-pub fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    ONE.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
 /// Fixture configs that break the protocol in state or an action, and the `check-type` check
-/// each must fail (tests/check_type.rs on processes, tests/docker.rs in containers).
+/// each must fail (tests/local/check_type.rs on processes, tests/docker_engine/docker.rs in containers).
 pub const BROKEN_TYPE_CASES: [(&str, &str); 6] = [
     ("raw: nope", "P011"),
     ("respond: {status: STALE}", "P012"),

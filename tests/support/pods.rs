@@ -87,7 +87,7 @@ pub fn env() -> Option<&'static PodEnv> {
 /// other Pod. A Pod that talks through the gateway (the controller installed by the chart, to
 /// the API server and from the kubelet's probes) then loses its network until its ARP entry
 /// for the gateway expires — 30 to 60 s of "Lease request timed out" and failed probes, seen
-/// as a controller Pod that stalled and was restarted in `tests/helm_cluster.rs`. Real nodes'
+/// as a controller Pod that stalled and was restarted in `tests/cluster/helm_cluster.rs`. Real nodes'
 /// bridges (Docker's `docker0`, the CNI bridge plugin) have an address of their own; this gives
 /// `cbr0` one (Docker's form for the gateway's IP, 10.244.0.1), once, before any test's Pod.
 /// Nothing to do on a cluster that is not `../shared/cluster` (no `node.pid` beside the

@@ -25,7 +25,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 
 {{/*
 What the controller does with the API in the namespaces it watches: exactly
-src/controller/rbac.rs's API_ACCESS with scope Watched (tests/helm.rs holds them equal).
+src/controller/rbac.rs's API_ACCESS with scope Watched (tests/apiserver/helm.rs holds them equal).
 */}}
 {{- define "deployster.watchedRules" -}}
 - apiGroups: ["deployster.io"]

@@ -1,0 +1,148 @@
+//! `plan --out FILE` and `apply FILE`: a saved plan is applied exactly, or not at all.
+
+use crate::support;
+use crate::support::Workspace;
+use serde_json::Value;
+
+fn site() -> String {
+    let head = "vars: { greeting: hello, token: s3cr3t-t0ken }\nsensitive: [token]";
+    support::dir_and_file(head, "greeting.txt", r"{{ greeting }} {{ token }}\n", "")
+}
+
+fn save(ws: &Workspace, extra: &[&str]) {
+    let run = ws.run(&[&["plan", "-f", "manifest.yaml", "--out", "plan.json"], extra].concat());
+    assert_eq!(run.code, 0, "{}", run.all());
+    assert!(run.stderr.contains("Plan saved to plan.json"), "{}", run.all());
+}
+
+#[test]
+fn a_saved_plan_is_applied_exactly_and_holds_no_values() {
+    let ws = Workspace::new();
+    ws.manifest(&site());
+    save(&ws, &["--var", "greeting=bonjour"]);
+    let text = ws.read("plan.json");
+    for value in ["s3cr3t", "bonjour"] {
+        assert!(!text.contains(&format!("{value} ")), "no config value in the plan file:\n{text}");
+    }
+    let plan: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(plan["format"], "deployster-plan/1");
+    assert_eq!(plan["vars"], serde_json::json!([{"var": {"key": "greeting", "value": "bonjour"}}]));
+    let statuses: Vec<&str> =
+        plan["resources"].as_array().unwrap().iter().map(|r| r["status"].as_str().unwrap()).collect();
+    assert_eq!(statuses, ["MISSING", "PENDING"]);
+    assert!(!ws.exists("out"), "planning changed nothing");
+
+    // From another directory, with no -f: the plan names its manifest and variables.
+    let run = ws.run(&["apply", &ws.path("plan.json").display().to_string(), "--output", "json"]);
+    assert_eq!(run.code, 0, "{}", run.all());
+    assert_eq!(ws.read("out/greeting.txt"), "bonjour s3cr3t-t0ken\n");
+    assert!(!run.stdout.contains("s3cr3t"), "{}", run.stdout);
+}
+
+#[test]
+fn a_saved_plan_is_refused_after_an_out_of_band_change_or_a_manifest_edit() {
+    let ws = Workspace::new();
+    ws.manifest(&site());
+    assert_eq!(ws.apply(&[]).code, 0);
+    std::fs::write(ws.path("out/greeting.txt"), "edited once\n").unwrap();
+    save(&ws, &[]);
+
+    // Someone else edits the file again: the state is not the one the plan knew.
+    std::fs::write(ws.path("out/greeting.txt"), "edited twice\n").unwrap();
+    let run = ws.run(&["apply", "plan.json"]);
+    assert_eq!(run.code, 1, "{}", run.all());
+    assert!(run.stderr.contains("the plan no longer holds; nothing was applied"), "{}", run.all());
+    assert!(run.stderr.contains("resource `file`: its state changed since the plan (STALE)"), "{}", run.all());
+    assert_eq!(ws.read("out/greeting.txt"), "edited twice\n", "nothing was applied");
+
+    // A fresh plan, then the manifest is edited.
+    save(&ws, &[]);
+    ws.manifest(&site().replace("greeting: hello", "greeting: hi"));
+    let run = ws.run(&["apply", "plan.json"]);
+    assert_eq!(run.code, 1, "{}", run.all());
+    assert!(run.stderr.contains("the manifest or its variables changed: revision"), "{}", run.all());
+    assert_eq!(ws.read("out/greeting.txt"), "edited twice\n");
+
+    // Different variables on the command line: also a different revision.
+    ws.manifest(&site());
+    save(&ws, &[]);
+    let run = ws.run(&["apply", "plan.json", "--var", "greeting=hola"]);
+    assert_eq!(run.code, 1, "{}", run.all());
+    assert!(run.stderr.contains("the manifest or its variables changed"), "{}", run.all());
+
+    // The plan as it was made: applied.
+    let run = ws.run(&["apply", "plan.json"]);
+    assert_eq!(run.code, 0, "{}", run.all());
+    assert_eq!(ws.read("out/greeting.txt"), "hello s3cr3t-t0ken\n");
+}
+
+#[test]
+fn a_sensitive_var_is_not_kept_and_must_be_given_again() {
+    let ws = Workspace::new();
+    ws.manifest(&site());
+    save(&ws, &["--var", "token=n3w-s3cr3t"]);
+    assert!(!ws.read("plan.json").contains("n3w-s3cr3t"), "{}", ws.read("plan.json"));
+    let run = ws.run(&["apply", "plan.json"]);
+    assert_eq!(run.code, 2, "{}", run.all());
+    assert!(
+        run.stderr.contains("the sensitive variable `token` set on the command line")
+            && run.stderr.contains("--sensitive-var token="),
+        "{}",
+        run.all()
+    );
+    assert!(!ws.exists("out"));
+    let run = ws.run(&["apply", "plan.json", "--var", "token=n3w-s3cr3t"]);
+    assert_eq!(run.code, 0, "{}", run.all());
+    assert_eq!(ws.read("out/greeting.txt"), "hello n3w-s3cr3t\n");
+}
+
+#[test]
+fn plan_files_that_cannot_be_applied_are_refused_with_a_clear_error() {
+    let ws = Workspace::new();
+    ws.manifest(&site());
+    save(&ws, &[]);
+    let good = ws.read("plan.json");
+    let cases = [
+        ("not json", "this is not a plan".to_string(), "not a plan: not JSON"),
+        ("no format", "{}".to_string(), "not a plan: it has no `format`"),
+        (
+            "older format",
+            good.replace("deployster-plan/1", "deployster-plan/0"),
+            "written in format `deployster-plan/0`",
+        ),
+        ("edited", good.replace("\"MISSING\"", "\"VALID\""), "changed after it was written"),
+    ];
+    for (what, text, expected) in cases {
+        ws.write("bad.json", &text);
+        let run = ws.run(&["apply", "bad.json"]);
+        assert_eq!(run.code, 2, "{what}: {}", run.all());
+        assert!(run.stderr.contains("plan file bad.json: ") && run.stderr.contains(expected), "{what}: {}", run.all());
+        assert!(!ws.exists("out"), "{what}: nothing was applied");
+    }
+    let run = ws.run(&["apply", "missing.json"]);
+    assert_eq!(run.code, 2, "{}", run.all());
+    assert!(run.stderr.contains("plan file missing.json: cannot read it"), "{}", run.all());
+
+    // A plan of another manifest.
+    ws.write("other.yaml", "resources:\n  other: { type: builtin/directory, config: { path: elsewhere } }\n");
+    let run = ws.run(&["apply", "plan.json", "-f", "other.yaml"]);
+    assert_eq!(run.code, 1, "{}", run.all());
+    assert!(run.stderr.contains("the resources differ: dir, file when planned, other now"), "{}", run.all());
+    assert!(!ws.exists("elsewhere") && !ws.exists("out"));
+}
+
+#[test]
+fn a_plan_with_failures_is_not_saved() {
+    let ws = Workspace::new();
+    // The state action of `broken` fails: the plan has a FAILED resource.
+    ws.manifest("resources:\n  ok: { type: ./fixture }\n  broken: { type: ./fixture, config: { exit: 3 } }\n");
+    let run = ws.run(&["plan", "-f", "manifest.yaml", "--out", "plan.json"]);
+    assert_eq!(run.code, 1, "{}", run.all());
+    assert!(run.stderr.contains("the plan has failures: not saved to plan.json"), "{}", run.all());
+    assert!(!ws.exists("plan.json"));
+    // Nor is a plan that could not even be made (a config that breaks its type's schema).
+    ws.manifest("resources:\n  f: { type: builtin/file, config: { path: a, content: 1, bogus: true } }\n");
+    let run = ws.run(&["plan", "-f", "manifest.yaml", "--out", "plan.json"]);
+    assert_eq!(run.code, 2, "{}", run.all());
+    assert!(!ws.exists("plan.json"));
+}

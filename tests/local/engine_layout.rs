@@ -1,0 +1,282 @@
+//! The engine's modules read top-down: each imports only modules above it, never one that
+//! imports it back (issue 10), and none knows of the command line or Kubernetes.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+/// Module name → the engine modules its code (comments and tests aside) refers to.
+fn engine_imports() -> BTreeMap<String, BTreeSet<String>> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/engine");
+    let mut files: Vec<(String, std::path::PathBuf)> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "rs"))
+        .map(|p| (p.file_stem().unwrap().to_string_lossy().into_owned(), p))
+        .filter(|(name, _)| name != "mod" && !name.ends_with("_tests"))
+        .collect();
+    files.push(("executor".into(), dir.join("executor/mod.rs")));
+    let names: BTreeSet<String> = files.iter().map(|(n, _)| n.clone()).collect();
+    let reference = regex::Regex::new(r"(?:super|crate::engine)::([a-z_]+)").unwrap();
+    files
+        .iter()
+        .map(|(name, path)| {
+            let text = std::fs::read_to_string(path).unwrap();
+            let code = text.split("#[cfg(test)]").next().unwrap();
+            let code: String =
+                code.lines().filter(|l| !l.trim_start().starts_with("//")).collect::<Vec<_>>().join("\n");
+            let code = ungroup(&code);
+            assert!(
+                !["crate::cli", "crate::controller", "kube::", "clap::"].iter().any(|outside| code.contains(outside)),
+                "src/engine/{name} refers to the command line or Kubernetes"
+            );
+            let used = reference
+                .captures_iter(&code)
+                .map(|c| c[1].to_string())
+                .filter(|m| names.contains(m) && m != name)
+                .collect();
+            (name.clone(), used)
+        })
+        .collect()
+}
+
+#[test]
+fn engine_modules_import_each_other_without_cycles() {
+    let imports = engine_imports();
+    assert!(imports["run"].contains("resource") && imports["resource"].contains("context"), "{imports:?}");
+    // Peel off modules that import nothing left; what remains is on a cycle or imports one.
+    let mut left = imports.clone();
+    while let Some(leaf) =
+        left.iter().find(|(_, used)| used.iter().all(|m| !left.contains_key(m))).map(|(n, _)| n.clone())
+    {
+        left.remove(&leaf);
+    }
+    assert!(left.is_empty(), "engine modules on (or importing) an import cycle: {left:?}");
+}
+
+/// Every file of `src/` as a module path (`controller::pipelines::log`; `crate` for lib.rs).
+fn src_modules() -> BTreeMap<String, std::path::PathBuf> {
+    fn walk(dir: &Path, found: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, found);
+            } else if path.extension().is_some_and(|x| x == "rs") {
+                found.push(path);
+            }
+        }
+    }
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    walk(&src, &mut files);
+    files
+        .into_iter()
+        .map(|path| {
+            let relative = path.strip_prefix(&src).unwrap().with_extension("");
+            let parts: Vec<String> = relative.iter().map(|p| p.to_string_lossy().into_owned()).collect();
+            let module = match parts.as_slice() {
+                [only] if only == "lib" || only == "main" => "crate".to_string(),
+                [dirs @ .., last] if last == "mod" => dirs.join("::"),
+                all => all.join("::"),
+            };
+            (module, path)
+        })
+        .collect()
+}
+
+/// Module → the modules of `src/` its code (comments and unit tests aside) names through
+/// `crate::` or `super::`, each resolved to the longest module path it starts with.
+fn src_imports() -> BTreeMap<String, BTreeSet<String>> {
+    let modules = src_modules();
+    let reference = regex::Regex::new(r"\b(crate|super)::([a-z_][a-z0-9_]*(?:::[a-z_][a-z0-9_]*)*)").unwrap();
+    let resolve = |path: &str| {
+        let parts: Vec<&str> = path.split("::").collect();
+        (1..=parts.len()).rev().map(|n| parts[..n].join("::")).find(|m| modules.contains_key(m))
+    };
+    modules
+        .iter()
+        .map(|(module, path)| {
+            let text = std::fs::read_to_string(path).unwrap();
+            let code = text.split("#[cfg(test)]\nmod tests").next().unwrap();
+            let code: String = code.lines().map(|l| l.split("//").next().unwrap()).collect::<Vec<_>>().join("\n");
+            let code = ungroup(&code);
+            let parent = module.rsplit_once("::").map_or("", |(p, _)| p);
+            let used = reference
+                .captures_iter(&code)
+                .filter_map(|c| match &c[1] {
+                    "crate" => resolve(&c[2]),
+                    _ if parent.is_empty() => resolve(&c[2]),
+                    _ => resolve(&format!("{parent}::{}", &c[2])),
+                })
+                .filter(|m| m != module)
+                .collect();
+            (module.clone(), used)
+        })
+        .collect()
+}
+
+/// Issue 36: no two modules anywhere in `src/` import each other, directly or round a circle.
+#[test]
+fn no_module_of_src_is_on_an_import_cycle() {
+    let imports = src_imports();
+    assert!(
+        imports["builtins::kubernetes"].contains("client"),
+        "the walk sees what it should: {:?}",
+        imports["builtins::kubernetes"]
+    );
+    let mut left = imports.clone();
+    while let Some(leaf) =
+        left.iter().find(|(_, used)| used.iter().all(|m| !left.contains_key(m))).map(|(n, _)| n.clone())
+    {
+        left.remove(&leaf);
+    }
+    // What remains is on a cycle, or imports a module that is: name the cycles' edges.
+    let on_cycle: Vec<String> = left
+        .iter()
+        .flat_map(|(m, used)| used.iter().filter(|u| left.contains_key(*u)).map(move |u| format!("{m} -> {u}")))
+        .collect();
+    assert!(on_cycle.is_empty(), "modules of src/ on (or importing) an import cycle: {on_cycle:#?}");
+}
+
+/// Issues 36 and 51: every file of `src/` reads at once — 600 lines at most — but for tests
+/// (files of tests, and a file's `#[cfg(test)] mod tests` at its end).
+#[test]
+fn no_file_of_src_is_over_600_lines_but_for_tests() {
+    let too_long: Vec<String> = src_modules()
+        .into_iter()
+        .filter(|(module, _)| !(module.ends_with("::tests") || module.ends_with("_tests")))
+        .filter_map(|(module, path)| {
+            let text = std::fs::read_to_string(&path).unwrap();
+            let lines = text.split("#[cfg(test)]\nmod tests").next().unwrap().lines().count();
+            (lines > 600).then(|| format!("{module}: {lines} lines"))
+        })
+        .collect();
+    assert!(too_long.is_empty(), "split these at their seams: {too_long:#?}");
+}
+
+/// Issue 36: one name per concept — no two types of `src/` (tests aside) share a name, but for
+/// alternatives of one type in one file (`#[cfg]` variants) and `ManifestSpec`, which the
+/// custom resource's derive names after its kind while the engine's is the document it carries.
+#[test]
+fn no_two_types_of_src_share_a_name() {
+    // Associated types (`type Err = …`, indented in an impl) are not definitions.
+    let definition = regex::Regex::new(
+        r"(?m)^(?:\s*(?:pub(?:\([a-z]+\))? )?(?:struct|enum|trait)|(?:pub(?:\([a-z]+\))? )?type) ([A-Z][A-Za-z0-9]*)",
+    )
+    .unwrap();
+    let mut homes: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (module, path) in src_modules() {
+        if module.ends_with("::tests") || module.ends_with("_tests") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let code = text.split("#[cfg(test)]\nmod tests").next().unwrap();
+        for name in definition.captures_iter(code).map(|c| c[1].to_string()) {
+            homes.entry(name).or_default().insert(module.clone());
+        }
+    }
+    let shared: Vec<String> = homes
+        .iter()
+        .filter(|(name, modules)| modules.len() > 1 && name.as_str() != "ManifestSpec")
+        .map(|(name, modules)| format!("{name}: {modules:?}"))
+        .collect();
+    assert!(homes.contains_key("ServerObject") && homes.contains_key("PassExecutors"), "the walk sees the types");
+    assert!(shared.is_empty(), "types named alike in different modules: {shared:#?}");
+}
+
+/// `code` with each grouped import written out: `use super::{a, b::{c, d}}` becomes
+/// `use super::a super::b::c super::b::d`, so that a walk reading `super::x` paths sees them all.
+fn ungroup(code: &str) -> String {
+    let mut code = code.to_string();
+    while let Some(open) = code.find("::{") {
+        // The path before the group: back to the first character that cannot be in a path.
+        let start = code[..open].rfind(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':')).map_or(0, |i| i + 1);
+        let prefix = code[start..open].to_string();
+        let mut depth = 0;
+        let mut close = open + 2;
+        for (i, c) in code[open + 2..].char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' => depth -= 1,
+                _ => {}
+            }
+            if depth == 0 {
+                close = open + 2 + i;
+                break;
+            }
+        }
+        // The group's items, split at top-level commas.
+        let inner = &code[open + 3..close];
+        let (mut items, mut item, mut depth) = (Vec::new(), String::new(), 0);
+        for c in inner.chars() {
+            match c {
+                '{' => depth += 1,
+                '}' => depth -= 1,
+                ',' if depth == 0 => {
+                    items.push(std::mem::take(&mut item));
+                    continue;
+                }
+                _ => {}
+            }
+            item.push(c);
+        }
+        items.push(item);
+        let written: Vec<String> = items
+            .iter()
+            .map(|i| i.trim())
+            .filter(|i| !i.is_empty())
+            .map(|i| if i == "self" { prefix.clone() } else { format!("{prefix}::{i}") })
+            .collect();
+        code.replace_range(start..=close, &written.join(" "));
+    }
+    code
+}
+
+#[test]
+fn grouped_imports_are_read_as_their_paths() {
+    let code = ungroup("use super::{a, b::{c, self}};\nuse crate::engine::{plan::Plan, run};");
+    assert_eq!(code, "use super::a super::b::c super::b;\nuse crate::engine::plan::Plan crate::engine::run;");
+}
+
+/// Issue 51: a module takes what a sibling room owns from that room, not from their parent's
+/// `mod.rs` (which re-exports it for the code outside): `super::context::Context`, never
+/// `super::Context`. The parent keeps its own things; the rooms do not lean on the hall.
+#[test]
+fn no_module_imports_from_its_parent_what_a_sibling_owns() {
+    let modules = src_modules();
+    let reexport = regex::Regex::new(r"(?m)^pub use ([a-z_]+)::(\{[^}]*\}|[A-Za-z_0-9]+);").unwrap();
+    let mut leaning = Vec::new();
+    let mut checked = 0;
+    for (parent, path) in &modules {
+        if !path.ends_with("mod.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(path).unwrap();
+        // Names the parent re-exports from a child of its own.
+        let owned: BTreeSet<String> = reexport
+            .captures_iter(&text)
+            .filter(|c| modules.contains_key(&format!("{parent}::{}", &c[1])))
+            .flat_map(|c| {
+                c[2].trim_matches(|ch| ch == '{' || ch == '}')
+                    .split(',')
+                    .map(|n| n.trim().to_string())
+                    .filter(|n| !n.is_empty())
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        for (child, child_path) in &modules {
+            if child.rsplit_once("::").map(|(p, _)| p) != Some(parent.as_str()) {
+                continue;
+            }
+            checked += 1;
+            let child_text = std::fs::read_to_string(child_path).unwrap();
+            let code = ungroup(child_text.split("#[cfg(test)]\nmod tests").next().unwrap());
+            for name in &owned {
+                if code.contains(&format!("super::{name}")) {
+                    leaning.push(format!("{child} takes {name} from {parent}"));
+                }
+            }
+        }
+    }
+    assert!(checked > 50, "the walk sees the modules ({checked})");
+    assert!(leaning.is_empty(), "take these from the room that owns them: {leaning:#?}");
+}
