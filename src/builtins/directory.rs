@@ -2,7 +2,8 @@
 
 use serde_json::{Value, json};
 
-use super::{BuiltinError, Request, format_mode, mode_of, mode_schema, needs, plugs, set_mode};
+use super::error::BuiltinError;
+use super::{Request, format_mode, mode_of, mode_schema, needs, plugs, set_mode};
 
 pub(super) fn init() -> Value {
     json!({

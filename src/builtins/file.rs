@@ -6,7 +6,8 @@ use std::path::Path;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use super::{BuiltinError, Request, format_mode, mode_of, mode_schema, needs, plugs, set_mode};
+use super::error::BuiltinError;
+use super::{Request, format_mode, mode_of, mode_schema, needs, plugs, set_mode};
 
 pub(super) fn init() -> Value {
     json!({

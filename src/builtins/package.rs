@@ -18,7 +18,8 @@ use std::process::{Command, Stdio};
 use md5::{Digest, Md5};
 use serde_json::{Value, json};
 
-use super::{BuiltinError, Request, needs, plugs};
+use super::error::BuiltinError;
+use super::{Request, needs, plugs};
 
 /// `{name}-{major}.{minor}.{incremental}[.{suffix}].{platform}.cronus` (seed 004).
 const NAME_CONVENTION: &str =

@@ -1,6 +1,6 @@
 //! Asking the user before actions run.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use clap::ValueEnum;
@@ -41,20 +41,19 @@ pub(super) fn ask(progress: &ProgressView, question: &str) -> bool {
 pub(super) struct Prompting {
     mode: ConfirmMode,
     progress: Arc<ProgressView>,
-    one_at_a_time: Mutex<()>,
+    one_at_a_time: tokio::sync::Mutex<()>,
 }
 
 impl Prompting {
     pub(super) fn new(mode: ConfirmMode, progress: Arc<ProgressView>) -> Self {
-        Self { mode, progress, one_at_a_time: Mutex::new(()) }
+        Self { mode, progress, one_at_a_time: tokio::sync::Mutex::new(()) }
     }
 
-    fn ask(&self, question: String) -> bool {
-        // Prompts block on the terminal; keep the runtime's other work going meanwhile.
-        tokio::task::block_in_place(|| {
-            let _turn = self.one_at_a_time.lock().unwrap_or_else(|e| e.into_inner());
-            ask(&self.progress, &question)
-        })
+    async fn ask(&self, question: String) -> bool {
+        let _turn = self.one_at_a_time.lock().await;
+        // Prompts block on the terminal: on a thread for blocking work, not a runtime worker.
+        let progress = self.progress.clone();
+        tokio::task::spawn_blocking(move || ask(&progress, &question)).await.unwrap_or(false)
     }
 }
 
@@ -71,7 +70,7 @@ impl Approver for Prompting {
                 self.mode.name()
             ));
         }
-        if self.mode == ConfirmMode::Once && !self.ask("Apply these changes?".into()) {
+        if self.mode == ConfirmMode::Once && !self.ask("Apply these changes?".into()).await {
             return Decision::Decline("declined by the user".into());
         }
         self.progress.start_executing(name_width(plan.entries.iter().map(|e| e.name.as_str())));
@@ -83,7 +82,7 @@ impl Approver for Prompting {
             return true;
         }
         let names: Vec<&str> = actions.iter().map(|a| a.name.as_str()).collect();
-        self.ask(format!("Apply {resource} ({status}; actions: {})?", names.join(", ")))
+        self.ask(format!("Apply {resource} ({status}; actions: {})?", names.join(", "))).await
     }
 
     async fn approve_action(&self, resource: &str, action: &Action) -> bool {
@@ -91,6 +90,6 @@ impl Approver for Prompting {
             return true;
         }
         let description = if action.description.is_empty() { &action.name } else { &action.description };
-        self.ask(format!("Run {resource}/{}: {description}?", action.name))
+        self.ask(format!("Run {resource}/{}: {description}?", action.name)).await
     }
 }

@@ -88,7 +88,7 @@ impl ManifestInputError {
 pub async fn prepare(
     client: &Client,
     obj: &Manifest,
-    settings: &super::Settings,
+    settings: &super::config::Settings,
 ) -> Result<(ValidatedManifest, Materialized), ManifestInputError> {
     let inputs = materialize(client, obj, &settings.plug_root, settings.plugs).await?;
     let manifest = engine_manifest(obj, &inputs, settings.plugs)?;
@@ -99,17 +99,7 @@ pub async fn prepare(
     Ok((manifest, inputs))
 }
 
-/// What a Manifest's plugs become.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Plugs {
-    /// Files the controller writes for the types that run beside it (built-ins, local
-    /// programs, Docker containers). A PersistentVolumeClaim cannot be one.
-    Files,
-    /// Volumes of the Pods that image types run as: the controller reads the Secrets and
-    /// ConfigMaps (for the revision's hash, and to say at once when one is missing) but writes
-    /// nothing of them anywhere.
-    Volumes,
-}
+pub use super::config::Plugs;
 
 /// The materialized inputs of one pass.
 #[derive(Debug, Clone)]

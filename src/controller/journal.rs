@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use kube::{Api, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
-use super::Context;
+use super::context::Context;
 use super::error::Error;
 use super::report::write_status_to;
 use super::status::{self, bound};

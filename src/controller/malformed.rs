@@ -5,7 +5,8 @@ use kube::Api;
 use kube::Resource;
 use kube::runtime::events::EventType;
 
-use super::{Context, report, status};
+use super::context::Context;
+use super::{report, status};
 use crate::crd::Manifest;
 
 /// A Manifest that does not deserialize: say so on the object (status and an event).

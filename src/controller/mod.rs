@@ -8,6 +8,8 @@
 
 pub mod approval;
 pub mod checks;
+pub mod config;
+pub mod context;
 pub mod error;
 pub mod inputs;
 mod journal;
@@ -27,8 +29,6 @@ pub mod status;
 mod stream;
 
 use std::fmt::Debug;
-use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -39,7 +39,6 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{ListParams, ObjectMeta};
 use kube::core::{DeserializeGuard, PartialObjectMeta};
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
-use kube::runtime::events::{Recorder as EventRecorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::utils::Predicate;
 use kube::runtime::{WatchStreamExt, predicates, reflector, watcher};
@@ -50,170 +49,17 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::crd::Manifest;
-use crate::engine::executor::Executor;
 use crate::engine::executor::budget::SharedBudget;
 use crate::executors::PassExecutors;
-use crate::pod::executor::{PodRuntime, PodSettings};
+use crate::pod::executor::PodRuntime;
 use crate::stop::{Cancel, Stop};
+pub use config::{Executors, ImageRunner, LeaderElection, OwnPod, RunConfig, Settings};
+pub use context::{Context, ManifestCache};
 pub use error::Error;
 use metrics::{ApiMeteringLayer, MeteredExecutor, Metrics, Timer};
 use ownership::Ownership;
 use readiness::Readiness;
 pub use reconcile::Next;
-
-/// How the controller runs passes.
-#[derive(Debug, Clone)]
-pub struct Settings {
-    /// Local program types (`./x`, `/x`) run code of the Manifest author's choosing inside the
-    /// controller; refused unless set.
-    pub allow_local_programs: bool,
-    /// How many deployment-log entries each object keeps in `status.history`.
-    pub history_limit: usize,
-    /// How long a Pipeline's step waits for its Manifest to be Ready.
-    pub pipeline_step_timeout: Duration,
-    /// Where plugs are materialized (one directory per object).
-    pub plug_root: PathBuf,
-    /// Programs run at once within one pass.
-    pub parallelism: usize,
-    /// How long program invocations may run.
-    pub timeouts: crate::engine::context::Timeouts,
-    /// What a Manifest's plugs become: files, or volumes of the Pods that image types run as.
-    pub plugs: inputs::Plugs,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Self {
-            allow_local_programs: false,
-            history_limit: 50,
-            pipeline_step_timeout: Duration::from_secs(30 * 60),
-            plug_root: std::env::temp_dir().join("deployster-controller"),
-            parallelism: 4,
-            timeouts: crate::engine::context::Timeouts::default(),
-            plugs: inputs::Plugs::Files,
-        }
-    }
-}
-
-/// Everything a reconcile needs. `clock` and `jitter` are injectable so tests are exact.
-pub struct Context {
-    pub client: Client,
-    /// What makes each pass's executor, from its scope.
-    pub executors: PassExecutors,
-    pub events: EventRecorder,
-    pub settings: Settings,
-    /// Milliseconds since the Unix epoch.
-    pub clock: Box<dyn Fn() -> i64 + Send + Sync>,
-    pub jitter: Box<dyn Fn(Duration) -> Duration + Send + Sync>,
-    /// Cancelled to stop running actions (on shutdown, after a grace period).
-    pub shutdown: CancellationToken,
-    /// What this replica may reconcile; passes run under its term for the object.
-    pub ownership: Arc<Ownership>,
-    pub metrics: Arc<Metrics>,
-    /// Reconciles run at once (`--concurrency`); those waiting are the work queue's depth.
-    pub workers: Semaphore,
-    /// When each object's resources are next read (adaptive drift checks).
-    pub checks: checks::Checks,
-    /// Pipelines' logs and step settings.
-    pub pipelines: pipelines::Pipelines,
-    /// The watch caches of Manifests, by scope (a namespace, or all): where a Pipeline finds the
-    /// names of its targets' Manifests. None covering a namespace: the API is asked.
-    pub manifests: Vec<(Option<String>, Store<DeserializeGuard<Manifest>>)>,
-}
-
-impl Context {
-    /// `executors`: an `Arc<dyn Executor>` for the same executor in every pass.
-    pub fn new(client: Client, executors: impl Into<PassExecutors>, settings: Settings) -> Self {
-        let reporter = Reporter { controller: report::FIELD_MANAGER.into(), instance: hostname() };
-        let shutdown = CancellationToken::new();
-        Self {
-            events: EventRecorder::new(client.clone(), reporter),
-            client,
-            executors: executors.into(),
-            settings,
-            clock: Box::new(crate::history::now_ms),
-            jitter: Box::new(reconcile::jitter),
-            ownership: Arc::new(Ownership::always(&shutdown)),
-            shutdown,
-            metrics: Arc::new(Metrics::new()),
-            workers: Semaphore::new(Semaphore::MAX_PERMITS),
-            checks: Default::default(),
-            pipelines: pipelines::Pipelines::default(),
-            manifests: Vec::new(),
-        }
-    }
-}
-
-fn hostname() -> Option<String> {
-    nix::unistd::gethostname().ok().map(|h| h.to_string_lossy().into_owned())
-}
-
-/// Leader election, when more than one replica may run.
-#[derive(Debug, Clone)]
-pub struct LeaderElection {
-    pub lease_name: String,
-    /// Default: the namespace of the controller's own kubeconfig context or pod.
-    pub lease_namespace: Option<String>,
-    pub lease_duration: Duration,
-    /// Instead of one leader, replicas share the objects over this many shards: the Leases
-    /// are `<lease_name>-member-<id>` and `<lease_name>-shard-<n>`.
-    pub shards: Option<u32>,
-    /// The Pod this controller runs in, when it does.
-    pub pod: Option<OwnPod>,
-}
-
-/// The controller's own Pod (the chart passes it through the downward API).
-#[derive(Debug, Clone)]
-pub struct OwnPod {
-    pub name: String,
-    pub uid: String,
-}
-
-impl OwnPod {
-    fn owner_reference(&self) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
-        k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
-            api_version: "v1".into(),
-            kind: "Pod".into(),
-            name: self.name.clone(),
-            uid: self.uid.clone(),
-            ..Default::default()
-        }
-    }
-}
-
-/// How `deployster controller` was asked to run.
-#[derive(Debug, Clone)]
-pub struct RunConfig {
-    /// Watch these namespaces; all when empty.
-    pub namespaces: Vec<String>,
-    /// Objects reconciled at once.
-    pub concurrency: u16,
-    /// After SIGTERM, how long running passes may go on before their actions are cancelled.
-    pub shutdown_grace: Duration,
-    /// Where `/metrics`, `/healthz` and `/readyz` are served.
-    pub metrics_addr: SocketAddr,
-    pub leader_election: Option<LeaderElection>,
-    pub settings: Settings,
-}
-
-/// What runs resource types: built-ins and local programs beside the controller, images as
-/// [`ImageRunner`] says, init and state reads within a budget.
-pub struct Executors {
-    pub local: Arc<dyn Executor>,
-    pub images: ImageRunner,
-    /// Init and state reads that start a program, a container or a Pod, per second.
-    pub reads_per_second: u32,
-}
-
-/// Where resource types that are images run.
-pub enum ImageRunner {
-    /// Nowhere: this build or configuration has none.
-    None,
-    /// On an executor of this process (the node's Docker engine); plugs are files.
-    Here(Arc<dyn Executor>),
-    /// As Pods of each Manifest's namespace, as its ServiceAccount; plugs are their volumes.
-    Pods(Box<PodSettings>),
-}
 
 /// What one watch covers: a namespace, or all of them.
 fn scopes(namespaces: &[String]) -> Vec<Option<String>> {
@@ -317,8 +163,8 @@ pub async fn run(mut config: RunConfig, executors: Executors) -> Result<(), Erro
     ctx.workers = Semaphore::new(usize::from(config.concurrency.max(1)));
     let watches: Vec<_> =
         scopes.iter().enumerate().map(|(i, scope)| watch(&client, scope, readiness.clone(), i)).collect();
-    let stores: Vec<Store<DeserializeGuard<Manifest>>> = watches.iter().map(|(store, _)| store.clone()).collect();
-    ctx.manifests = scopes.iter().cloned().zip(stores.iter().cloned()).collect();
+    let stores: Vec<Store<DeserializeGuard<Manifest>>> = watches.iter().map(|(cache, _)| cache.store.clone()).collect();
+    ctx.manifests = watches.iter().map(|(cache, _)| cache.clone()).collect();
     let ctx = Arc::new(ctx);
     let stopping = stop.requested.clone();
     tokio::spawn(log_stop(stop));
@@ -330,7 +176,7 @@ pub async fn run(mut config: RunConfig, executors: Executors) -> Result<(), Erro
     });
     let admin = tokio::spawn(server::serve(listener, metrics, readiness, refresh));
     tracing::info!(namespaces = ?config.namespaces, addr = %config.metrics_addr, "watching Manifests");
-    let controllers = watches.into_iter().zip(&scopes).map(|((store, manifests), scope)| {
+    let controllers = watches.into_iter().zip(&scopes).map(|((ManifestCache { store, .. }, manifests), scope)| {
         let secrets = input_changes::<Secret>(&client, scope);
         let config_maps = input_changes::<ConfigMap>(&client, scope);
         let (readers_of_secret, readers_of_config_map, gained_store) = (store.clone(), store.clone(), store.clone());
@@ -426,8 +272,10 @@ fn watch(
     scope: &Option<String>,
     readiness: Arc<Readiness>,
     index: usize,
-) -> (Store<DeserializeGuard<Manifest>>, ManifestStream) {
+) -> (ManifestCache, ManifestStream) {
     let api: Api<DeserializeGuard<Manifest>> = scoped(client, scope);
+    let (synced_tx, synced) = tokio::sync::watch::channel(false);
+    let cache_scope = scope.clone();
     let scope = scope_name(scope);
     // The watch cache holds every Manifest for the controller's life: keep it lean.
     let (reader, writer) = reflector::store();
@@ -443,7 +291,13 @@ fn watch(
                 prune_for_cache(manifest)
             }
         })
-        .reflect(writer);
+        .reflect(writer)
+        // After `reflect`: the listing is in the store by now.
+        .inspect(move |event| {
+            if matches!(event, Ok(watcher::Event::InitDone)) {
+                synced_tx.send_replace(true);
+            }
+        });
     let stream = stream::applied_once_stored(stream)
         // What the controller writes itself (the status, progress) starts no pass: a failing
         // Manifest's pass would otherwise start the next at once, and so on. A spec edit
@@ -455,7 +309,7 @@ fn watch(
                 .combine(being_deleted),
             Default::default(),
         );
-    (reader, Box::pin(stream))
+    (ManifestCache { scope: cache_scope, store: reader, synced }, Box::pin(stream))
 }
 
 /// A predicate that changes when the object's deletion is asked for.

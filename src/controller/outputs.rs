@@ -11,7 +11,7 @@ use kube::api::PostParams;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::Value;
 
-use super::Context;
+use super::context::Context;
 use super::inputs::ManifestInputError;
 use crate::crd::Manifest;
 

@@ -141,18 +141,18 @@ where
 /// Who reconciles what: this replica alone, the leader of several, or each its shards.
 pub(super) async fn share_work(
     client: &kube::Client,
-    config: &super::RunConfig,
+    config: &super::config::RunConfig,
     default_namespace: String,
     metrics: &Arc<super::metrics::Metrics>,
     shutdown: &CancellationToken,
 ) -> Result<(Arc<Ownership>, Departure), Error> {
     let Some(election) = &config.leader_election else {
-        metrics.set_replica(&super::hostname().unwrap_or_default());
+        metrics.set_replica(&super::config::hostname().unwrap_or_default());
         metrics.leader.set(1);
         return Ok((Arc::new(Ownership::always(shutdown)), Departure::Alone));
     };
     let namespace = election.lease_namespace.clone().unwrap_or(default_namespace);
-    let owner = election.pod.as_ref().map(super::OwnPod::owner_reference);
+    let owner = election.pod.as_ref().map(super::config::OwnPod::owner_reference);
     if let Some(count) = election.shards {
         let settings = super::shards::ShardSettings {
             count,

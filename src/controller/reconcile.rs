@@ -10,8 +10,8 @@ use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use super::Context;
 use super::approval::ManualApproval;
+use super::context::Context;
 use super::error::Error;
 use super::inputs::{self, ManifestInputError};
 use super::journal::StatusJournal;
@@ -100,13 +100,6 @@ pub async fn reconcile(obj: &Manifest, ctx: &Context) -> Result<Next, Error> {
 pub fn backoff(retry: Duration, failures: u32, interval: Duration) -> Duration {
     let factor = 2u32.saturating_pow(failures.saturating_sub(1).min(20));
     retry.saturating_mul(factor).min(interval.max(retry))
-}
-
-/// Up to a tenth earlier, so that thousands of objects created together do not pulse together
-/// — never later, so that no check comes after its time (a pass that early still checks what
-/// is due: [`EARLY`](crate::engine::schedule::EARLY)).
-pub fn jitter(d: Duration) -> Duration {
-    d.mul_f64(1.0 - fastrand::f64() / f64::from(crate::engine::schedule::EARLY))
 }
 
 /// A spec only a change can fix: Stalled, with why, and not retried.
@@ -559,6 +552,7 @@ async fn delete_resources(obj: &Manifest, ctx: &Context, term: &CancellationToke
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controller::context::jitter;
 
     #[test]
     fn jitter_brings_a_pass_forward_by_up_to_a_tenth_and_never_delays_it() {

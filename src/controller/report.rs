@@ -9,12 +9,12 @@ use kube::api::{Patch, PatchParams};
 use kube::runtime::events::{Event as KubeEvent, EventType};
 use serde_json::json;
 
-use super::Context;
+use super::context::Context;
 use super::error::Error;
 use super::status::cut;
 
 /// The field manager of every status write.
-pub const FIELD_MANAGER: &str = "deployster-controller";
+pub use super::context::FIELD_MANAGER;
 /// The one way a status is written: fenced by the leader lease (a replica that lost it writes
 /// nothing more), then applied server-side; an API server that does not answer is tried again
 /// for up to `patience`.

@@ -14,6 +14,7 @@
 //!   (the controller's, in ConfigMaps) is bounded by what is live, not by history.
 
 pub mod compact;
+pub mod document;
 pub mod drive;
 pub mod progress;
 pub mod query;

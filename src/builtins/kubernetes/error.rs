@@ -47,3 +47,11 @@ impl ObjectError {
         }
     }
 }
+
+/// The status code of the API server's answer, when it answered.
+pub(super) fn api_code(error: &kube::Error) -> Option<u16> {
+    match error {
+        kube::Error::Api(status) => Some(status.code),
+        _ => None,
+    }
+}

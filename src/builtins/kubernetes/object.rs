@@ -9,7 +9,7 @@ use kube::core::GroupVersionKind;
 use kube::discovery::Scope;
 use serde_json::Value;
 
-use super::error::ObjectError;
+use super::error::{ObjectError, api_code};
 use super::ownership::{self, Force};
 use super::{Confirmed, FIELD_MANAGER, Kinds, OWNER_ANNOTATION, Said, diff, ready, schema};
 
@@ -401,14 +401,6 @@ impl ServerObject {
             other => format!("{doing} {}: {other}", self.shown),
         };
         ObjectError::Api { code, message }
-    }
-}
-
-/// The status code of the API server's answer, when it answered.
-pub(super) fn api_code(error: &kube::Error) -> Option<u16> {
-    match error {
-        kube::Error::Api(status) => Some(status.code),
-        _ => None,
     }
 }
 

@@ -148,7 +148,7 @@ async fn get(client: &kube::Client, path: &str) -> Result<Option<Value>, ObjectE
         .header(http::header::ACCEPT, "application/json")
         .body(kube::client::Body::empty())
         .map_err(|e| failed(None, e.to_string()))?;
-    let response = client.send(request).await.map_err(|e| failed(super::object::api_code(&e), e.to_string()))?;
+    let response = client.send(request).await.map_err(|e| failed(super::error::api_code(&e), e.to_string()))?;
     let status = response.status();
     let body = response.into_body().collect_bytes().await.map_err(|e| failed(Some(status.as_u16()), e.to_string()))?;
     match status.as_u16() {

@@ -14,6 +14,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{ListParams, ObjectMeta, PostParams};
@@ -21,6 +22,19 @@ use kube::{Api, Resource, ResourceExt};
 
 use crate::crd::pipeline::Pipeline;
 use crate::history::{Entry, Event, History, HistoryError, MemoryLog};
+
+/// What drives Pipelines besides the Manifest controller's context.
+pub struct Pipelines {
+    pub logs: Logs,
+    /// How often a running step looks at its Manifest, and a waiting pipeline at its gates.
+    pub poll: Duration,
+}
+
+impl Default for Pipelines {
+    fn default() -> Self {
+        Self { logs: Logs::default(), poll: Duration::from_secs(2) }
+    }
+}
 
 /// The label every ConfigMap of a Pipeline's log carries: the Pipeline's uid.
 pub const LOG_LABEL: &str = "deployster.io/pipeline-log";

@@ -20,8 +20,9 @@ use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::{Map, Value, json};
 
+use super::context::Context;
+use super::error::Error;
 use super::status::{Wanted, transition};
-use super::{Context, Error};
 use crate::crd::Manifest;
 use crate::crd::pipeline::{APPROVE_ANNOTATION, LogStatus, Pipeline, PipelineStatus, REGISTER_ANNOTATION};
 use crate::history::{Event, History, format_time};
@@ -39,18 +40,7 @@ const FRONTIER_SHOWN: usize = 50;
 /// How often a Pipeline whose targets or tests name a Manifest not there looks again.
 const MISSING_RECHECK: Duration = Duration::from_secs(10);
 
-/// What drives Pipelines besides the Manifest controller's context.
-pub struct Pipelines {
-    pub logs: log::Logs,
-    /// How often a running step looks at its Manifest, and a waiting pipeline at its gates.
-    pub poll: Duration,
-}
-
-impl Default for Pipelines {
-    fn default() -> Self {
-        Self { logs: log::Logs::default(), poll: Duration::from_secs(2) }
-    }
-}
+pub use log::Pipelines;
 
 /// The Manifests of a namespace, as a pipeline's targets and tests name them: a template over
 /// `pipeline.stage`, `pipeline.target` and the target's vars.
@@ -196,14 +186,15 @@ pub async fn reconcile(object: Arc<Pipeline>, ctx: Arc<Context>) -> Result<Actio
 }
 
 /// The names of the Manifests in `namespace`: from the controller's watch cache of it once
-/// that has synced (a reconcile asks the API nothing for them), else from the API.
+/// that has synced (a reconcile asks the API nothing for them), else from the API. Never waits
+/// for the cache (see `ManifestCache`).
 async fn manifest_names(ctx: &Context, namespace: &str) -> Result<HashSet<String>, Error> {
-    let cache = ctx.manifests.iter().find(|(scope, _)| scope.as_deref().is_none_or(|s| s == namespace));
-    if let Some((_, store)) = cache
-        && store.wait_until_ready().await.is_ok()
+    let cache = ctx.manifests.iter().find(|cache| cache.scope.as_deref().is_none_or(|s| s == namespace));
+    if let Some(cache) = cache
+        && *cache.synced.borrow()
     {
         let refs =
-            store.state().iter().map(|m| kube::runtime::reflector::ObjectRef::from_obj(&**m)).collect::<Vec<_>>();
+            cache.store.state().iter().map(|m| kube::runtime::reflector::ObjectRef::from_obj(&**m)).collect::<Vec<_>>();
         return Ok(refs.into_iter().filter(|r| r.namespace.as_deref() == Some(namespace)).map(|r| r.name).collect());
     }
     let manifests: Api<Manifest> = Api::namespaced(ctx.client.clone(), namespace);
