@@ -13,8 +13,8 @@ use tokio_util::sync::CancellationToken;
 use super::checks;
 use super::config::{Settings, hostname};
 use super::metrics::Metrics;
-use super::ownership::Ownership;
 use super::pipelines::log::Pipelines;
+use super::replicas::ownership::Ownership;
 use crate::crd::Manifest;
 use crate::executors::PassExecutors;
 

@@ -23,7 +23,7 @@ use crate::history::MemoryLog;
 /// [`PROGRESS_WRITE_EVERY`] by [`StatusJournal::keep_writing`].
 pub(super) struct StatusJournal {
     api: Api<Manifest>,
-    ownership: Arc<super::ownership::Ownership>,
+    ownership: Arc<super::replicas::ownership::Ownership>,
     namespace: String,
     name: String,
     old: ManifestStatus,

@@ -13,18 +13,16 @@ pub mod context;
 pub mod error;
 pub mod inputs;
 mod journal;
-pub mod leader;
 mod malformed;
 pub mod metrics;
 pub mod outputs;
-pub mod ownership;
 pub mod pipelines;
 pub mod rbac;
 pub mod readiness;
 pub mod reconcile;
+pub mod replicas;
 pub mod report;
 pub mod server;
-pub mod shards;
 pub mod status;
 mod stream;
 
@@ -57,9 +55,9 @@ pub use config::{Executors, ImageRunner, LeaderElection, OwnPod, RunConfig, Sett
 pub use context::{Context, ManifestCache};
 pub use error::Error;
 use metrics::{ApiMeteringLayer, MeteredExecutor, Metrics, Timer};
-use ownership::Ownership;
 use readiness::Readiness;
 pub use reconcile::Next;
+use replicas::ownership::{self, Ownership};
 
 /// What one watch covers: a namespace, or all of them.
 fn scopes(namespaces: &[String]) -> Vec<Option<String>> {

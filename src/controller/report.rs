@@ -19,7 +19,7 @@ pub use super::context::FIELD_MANAGER;
 /// nothing more), then applied server-side; an API server that does not answer is tried again
 /// for up to `patience`.
 pub(super) async fn write_status_to<K>(
-    ownership: &super::ownership::Ownership,
+    ownership: &super::replicas::ownership::Ownership,
     api: &Api<K>,
     namespace: &str,
     name: &str,

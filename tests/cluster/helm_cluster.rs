@@ -373,7 +373,7 @@ fn the_chart_installed_sharded_shares_the_manifests_and_their_runners_across_a_r
     // Six Manifests whose action (1.5 s, every pass: it never becomes VALID) holds a lock of its
     // Manifest's own, and logs `overlap` there if it ever finds another copy of itself running.
     // Names picked so that each of the four shards has one at least: every replica has work.
-    let shard = |name: &str| deployster::controller::shards::assign::shard_of(ns, name, 4);
+    let shard = |name: &str| deployster::controller::replicas::shards::assign::shard_of(ns, name, 4);
     let mut names: Vec<String> = Vec::new();
     for candidate in (0..).map(|i| format!("shared-{i}")) {
         let covered: std::collections::BTreeSet<u32> = names.iter().map(|n| shard(n)).collect();

@@ -31,8 +31,8 @@ use kube::{Api, Client};
 use tokio::sync::{Notify, broadcast};
 use tokio_util::sync::CancellationToken;
 
-use super::error::Error;
-use super::metrics::Metrics;
+use crate::controller::error::Error;
+use crate::controller::metrics::Metrics;
 pub use campaign::Membership;
 
 /// The label every Lease of a group carries; its value is the group's name (`--lease-name`).

@@ -23,8 +23,8 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::error::Error;
-use super::metrics::Metrics;
+use crate::controller::error::Error;
+use crate::controller::metrics::Metrics;
 
 /// Which Lease, held by whom, for how long.
 #[derive(Debug, Clone)]

@@ -6,9 +6,9 @@ use std::sync::Arc;
 use futures::{Stream, StreamExt};
 use tokio_util::sync::CancellationToken;
 
-use super::error::Error;
 use super::leader::Leadership;
 use super::shards::{PassTicket, ShardStatus, Shards};
+use crate::controller::error::Error;
 
 /// How this replica shares the work.
 pub enum Ownership {
@@ -139,20 +139,20 @@ where
 }
 
 /// Who reconciles what: this replica alone, the leader of several, or each its shards.
-pub(super) async fn share_work(
+pub(in crate::controller) async fn share_work(
     client: &kube::Client,
-    config: &super::config::RunConfig,
+    config: &crate::controller::config::RunConfig,
     default_namespace: String,
-    metrics: &Arc<super::metrics::Metrics>,
+    metrics: &Arc<crate::controller::metrics::Metrics>,
     shutdown: &CancellationToken,
 ) -> Result<(Arc<Ownership>, Departure), Error> {
     let Some(election) = &config.leader_election else {
-        metrics.set_replica(&super::config::hostname().unwrap_or_default());
+        metrics.set_replica(&crate::controller::config::hostname().unwrap_or_default());
         metrics.leader.set(1);
         return Ok((Arc::new(Ownership::always(shutdown)), Departure::Alone));
     };
     let namespace = election.lease_namespace.clone().unwrap_or(default_namespace);
-    let owner = election.pod.as_ref().map(super::config::OwnPod::owner_reference);
+    let owner = election.pod.as_ref().map(crate::controller::config::OwnPod::owner_reference);
     if let Some(count) = election.shards {
         let settings = super::shards::ShardSettings {
             count,
