@@ -1,7 +1,7 @@
 //! The Kubernetes controller: Manifest custom resources reconciled continuously.
 //!
 //! [`run`] is the only place that builds the kube `Controller`: it checks that the CRD is
-//! installed, watches Manifests through a `DeserializeGuard` (a malformed object becomes an
+//! installed, watches Manifests and Pipelines through a `DeserializeGuard` (a malformed object becomes an
 //! error on that object, never a stalled watch), and shuts down gracefully. Each object is
 //! reconciled by [`reconcile::reconcile`], a pipeline whose middle is pure and whose status is a
 //! pure function ([`status::next_status`]) of what ran.
@@ -220,7 +220,7 @@ async fn pipelines_of(
     use crate::crd::pipeline::Pipeline;
     let mut controllers: Vec<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>> = Vec::new();
     for scope in scopes {
-        let api: Api<Pipeline> = scoped(client, scope);
+        let api: Api<DeserializeGuard<Pipeline>> = scoped(client, scope);
         match api.list_metadata(&ListParams::default().limit(1)).await {
             Ok(_) => {}
             Err(kube::Error::Api(status)) if status.code == 404 => {
@@ -244,7 +244,7 @@ async fn pipelines_of(
         let controller = Controller::for_stream(stream, reader)
             .reconcile_on(gained)
             .graceful_shutdown_on(stopping.clone().cancelled_owned())
-            .run(pipelines::reconcile, pipeline_error_policy, ctx.clone())
+            .run(pipelines::malformed::reconcile_guarded, pipeline_error_policy, ctx.clone())
             .for_each(|result| async move {
                 match result {
                     Ok((object, _)) => tracing::debug!(pipeline = %object.name, "reconciled"),
@@ -256,7 +256,11 @@ async fn pipelines_of(
     controllers
 }
 
-fn pipeline_error_policy(object: Arc<crate::crd::pipeline::Pipeline>, error: &Error, ctx: Arc<Context>) -> Action {
+fn pipeline_error_policy(
+    object: Arc<DeserializeGuard<crate::crd::pipeline::Pipeline>>,
+    error: &Error,
+    ctx: Arc<Context>,
+) -> Action {
     pipelines::counted(&ctx, "error");
     tracing::warn!(pipeline = %object.name_any(), reason = error.reason(), error = %error, "reconcile failed; retrying");
     Action::requeue(Duration::from_secs(5))

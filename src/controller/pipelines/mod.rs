@@ -7,6 +7,7 @@
 //! `deployster.io/approve` annotation. Its status is a bounded view of what the log says.
 
 pub mod log;
+pub mod malformed;
 pub mod steps;
 
 use std::collections::HashSet;
@@ -376,7 +377,7 @@ pub(super) fn counted(ctx: &Context, reason: &str) {
         "Superseded" => "superseded",
         "Interrupted" => "interrupted",
         "NotRegistered" => "not_registered",
-        "InvalidPipeline" => "invalid",
+        "InvalidPipeline" | malformed::MALFORMED => "invalid",
         "ManifestMissing" => "manifest_missing",
         "error" => "error",
         _ => "other",
