@@ -22,4 +22,5 @@ pub mod pass;
 pub mod pipeline;
 #[cfg(feature = "kube")]
 pub mod pod;
+pub mod pod_helper;
 pub mod stop;

@@ -46,17 +46,15 @@ fn main() -> ExitCode {
         // What kills deployster's programs when it dies: as little as possible around it.
         return ExitCode::from(u8::try_from(process::reap(std::io::stdin().lock())).unwrap_or(1));
     }
-    #[cfg(feature = "kube")]
-    if argv.get(1).is_some_and(|a| a == deployster::pod::entry::ENTRY_SUBCOMMAND) {
+    if argv.get(1).is_some_and(|a| a == deployster::pod_helper::entry::ENTRY_SUBCOMMAND) {
         // In front of a resource type's program in its Pod: no logging set-up, no CLI.
         let args: Vec<String> = argv[2..].iter().map(|a| a.to_string_lossy().into_owned()).collect();
-        return ExitCode::from(u8::try_from(deployster::pod::entry::main(&args)).unwrap_or(1));
+        return ExitCode::from(u8::try_from(deployster::pod_helper::entry::main(&args)).unwrap_or(1));
     }
-    #[cfg(feature = "kube")]
-    if argv.get(1).is_some_and(|a| a == deployster::pod::serve::SERVE_SUBCOMMAND) {
+    if argv.get(1).is_some_and(|a| a == deployster::pod_helper::serve::SERVE_SUBCOMMAND) {
         // One invocation in a warm runner, exec'd into it: as little as the Pod's helper.
         let args: Vec<String> = argv[2..].iter().map(|a| a.to_string_lossy().into_owned()).collect();
-        return ExitCode::from(u8::try_from(deployster::pod::serve::main(&args)).unwrap_or(1));
+        return ExitCode::from(u8::try_from(deployster::pod_helper::serve::main(&args)).unwrap_or(1));
     }
     let cli = cli::parse();
     if let Command::BuiltinType { name, args } = &cli.command {

@@ -167,6 +167,7 @@ pub struct PodMakingArgs {
 }
 
 /// A runner's idle time: a duration, or `0` for none.
+#[cfg(feature = "kube")]
 fn parse_idle(text: &str) -> Result<Duration, String> {
     if text == "0" { Ok(Duration::ZERO) } else { parse_duration(text) }
 }

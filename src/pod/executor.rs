@@ -7,7 +7,7 @@
 //! get better (an image that cannot be pulled, a Pod that cannot be scheduled or started);
 //! follow its log — re-opened from the last line read whenever the stream ends early — taking
 //! stdout frames and stderr lines as they come; once the Pod has ended, hold the frames against
-//! the helper's record ([`super::frames`]); delete the Pod and the Secret.
+//! the helper's record ([`crate::pod_helper::frames`]); delete the Pod and the Secret.
 
 use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex};
@@ -20,7 +20,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 
-use super::entry::HelperCommand;
 use super::log::LogFollower;
 use super::progress::{PodProgress, ended, observed, progress};
 use super::registry::{Credentials, ImageRun, Registry, read_docker_config};
@@ -32,6 +31,7 @@ use crate::engine::executor::init_cache::{InitAnswers, InitKey};
 use crate::engine::executor::process::BUILTIN_SUBCOMMAND;
 use crate::engine::executor::{ExecError, Executor, Exit, Invocation, Outcome};
 use crate::engine::typeref::TypeRef;
+use crate::pod_helper::entry::HelperCommand;
 
 /// The label that names an invocation's run: what [`Executor::stop_run`] selects by.
 pub const RUN_LABEL: &str = "deployster.io/run-id";

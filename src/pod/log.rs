@@ -8,10 +8,10 @@ use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::LogParams;
 
-use super::frames::{self, FrameError, Record, Split};
 use super::{api_error, pod_error};
 use crate::engine::executor::output::Capture;
 use crate::engine::executor::{ExecError, Exit, Invocation, Stream};
+use crate::pod_helper::frames::{self, FrameError, Record, Split};
 
 /// `at` down to its whole second: where a re-opened log starts. The API takes `sinceTime` in
 /// whole seconds and kube rounds to the *nearest* one, which would lose what the program printed

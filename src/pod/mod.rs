@@ -7,14 +7,11 @@
 //! [`runner`] runs them in warm runners instead (issue 37): a long-lived Pod per type and
 //! identity, each invocation an exec of the same helper's [`serve`] mode into it.
 
-pub mod entry;
 pub mod executor;
-pub mod frames;
 mod log;
 mod progress;
 pub mod registry;
 pub mod runner;
-pub mod serve;
 pub mod settings;
 pub mod spec;
 

@@ -5,7 +5,7 @@
 //! ServiceAccount without its token, `restricted` security context, plugs and `spec.pod`
 //! options, owned by the Manifest) whose type's container holds, idle, until unused for the
 //! idle time. Each invocation is an exec through the API server (`pods/exec`, as `kubectl exec`
-//! does) of the helper's [`super::serve`] mode, which runs the image's entrypoint afresh with
+//! does) of the helper's [`crate::pod_helper::serve`] mode, which runs the image's entrypoint afresh with
 //! the request on its stdin and answers with the same frames and record as a Pod's log does —
 //! so the output is verified the same way ([`LogFollower::take_served`]).
 //!
@@ -37,14 +37,14 @@ use prometheus_client::metrics::gauge::Gauge;
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 
-use super::entry::STOP_GRACE;
 use super::log::LogFollower;
 use super::progress::{PodProgress, ended, observed, progress};
-use super::serve::{RETIRING, ServeHeader, ServeMode};
 use super::settings::PodSettings;
 use super::spec::{self, OWNER_LABEL, OWNER_VALUE, PodInvocation};
 use super::{api_error, delete_and_wait, is_not_found, pod_error};
 use crate::engine::executor::{ExecError, Exit, Invocation};
+use crate::pod_helper::entry::STOP_GRACE;
+use crate::pod_helper::serve::{RETIRING, ServeHeader, ServeMode};
 
 /// How long the controller's runners stay unused before they end, unless told otherwise.
 pub const DEFAULT_IDLE: Duration = Duration::from_secs(600);

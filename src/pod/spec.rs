@@ -15,8 +15,8 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use sha2::{Digest, Sha256};
 
-use super::entry::{AWAIT_INSTALL, ENTRY_SUBCOMMAND, ENV_KEY, HelperCommand};
 use crate::crd::PodOptions;
+use crate::pod_helper::entry::{AWAIT_INSTALL, ENTRY_SUBCOMMAND, ENV_KEY, HelperCommand};
 
 /// Where the helper is installed in the type's container, and where the request is mounted.
 const HELPER_DIR: &str = "/.deployster/bin";
@@ -142,24 +142,24 @@ fn volume_of(plug: &PodPlug) -> (Volume, bool) {
 /// `postStart` hook holds the next container until then) and holds until the type's container
 /// is done; that container runs the helper in front of the program, with the request Secret, a
 /// writable `/tmp` and the plugs mounted, under the Manifest's ServiceAccount without its token.
-/// (Not an init container: see [`super::entry`].)
+/// (Not an init container: see [`crate::pod_helper::entry`].)
 pub fn pod(invocation: &PodInvocation, request_secret: &str) -> Pod {
     made(invocation, Role::Invocation { request_secret })
 }
 
 /// A warm runner's Pod (issue 37): made as an invocation's is — the same identity, isolation,
 /// plugs and options — but with no request, no deadline, and the type's container holding
-/// ([`super::serve::ServeMode::Hold`]) until it has been idle for `idle`; each invocation is an
+/// ([`crate::pod_helper::serve::ServeMode::Hold`]) until it has been idle for `idle`; each invocation is an
 /// exec of [`runner_command`] into it. `invocation.entry` and `deadline` are not used.
 pub fn runner_pod(invocation: &PodInvocation, idle: Duration) -> Pod {
     made(invocation, Role::Runner { idle })
 }
 
 /// The command an exec into a runner runs for `mode`.
-pub fn runner_command(mode: &super::serve::ServeMode) -> Vec<String> {
-    let (installed, _) = super::entry::installed(std::path::Path::new(HELPER_DIR));
-    let mut command = vec![installed.display().to_string(), super::serve::SERVE_SUBCOMMAND.to_string()];
-    command.extend(super::serve::args(mode, std::path::Path::new(RUNNER_LOCKS)));
+pub fn runner_command(mode: &crate::pod_helper::serve::ServeMode) -> Vec<String> {
+    let (installed, _) = crate::pod_helper::entry::installed(std::path::Path::new(HELPER_DIR));
+    let mut command = vec![installed.display().to_string(), crate::pod_helper::serve::SERVE_SUBCOMMAND.to_string()];
+    command.extend(crate::pod_helper::serve::args(mode, std::path::Path::new(RUNNER_LOCKS)));
     command
 }
 
@@ -209,7 +209,7 @@ fn made(invocation: &PodInvocation, role: Role<'_>) -> Pod {
         ResourceRequirements { requests: quantities(&r.requests), limits: quantities(&r.limits), ..Default::default() }
     });
     let helper_dir = std::path::Path::new(HELPER_DIR);
-    let (installed, done) = super::entry::installed(helper_dir);
+    let (installed, done) = crate::pod_helper::entry::installed(helper_dir);
     let (command, deadline) = match role {
         Role::Invocation { .. } => {
             let mut entry = invocation.entry.clone();
@@ -218,7 +218,7 @@ fn made(invocation: &PodInvocation, role: Role<'_>) -> Pod {
             command.extend(entry.args());
             (command, Some(invocation.deadline.as_secs().max(1) as i64 + 30))
         }
-        Role::Runner { idle } => (runner_command(&super::serve::ServeMode::Hold { idle, done }), None),
+        Role::Runner { idle } => (runner_command(&crate::pod_helper::serve::ServeMode::Hold { idle, done }), None),
     };
     let helper_command =
         |flag: &str| vec![HELPER_BINARY.into(), ENTRY_SUBCOMMAND.into(), flag.into(), HELPER_DIR.into()];

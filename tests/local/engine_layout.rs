@@ -280,3 +280,26 @@ fn no_module_imports_from_its_parent_what_a_sibling_owns() {
     assert!(checked > 50, "the walk sees the modules ({checked})");
     assert!(leaning.is_empty(), "take these from the room that owns them: {leaning:#?}");
 }
+
+/// Issue 51: what runs inside a type's Pod (`src/pod_helper/`) is built without the `kube`
+/// feature and knows nothing of the client side (`crate::pod`), Kubernetes or the controller.
+#[test]
+fn the_pod_helper_knows_no_kubernetes_client() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let lib = std::fs::read_to_string(root.join("src/lib.rs")).unwrap();
+    let declared = lib.lines().position(|l| l == "pub mod pod_helper;").expect("lib.rs declares pod_helper");
+    assert!(!lib.lines().nth(declared - 1).unwrap().contains("cfg"), "pod_helper is built in every build");
+    let mut read = 0;
+    for (module, path) in src_modules() {
+        if !(module == "pod_helper" || module.starts_with("pod_helper::")) {
+            continue;
+        }
+        read += 1;
+        let text = std::fs::read_to_string(&path).unwrap();
+        let code = ungroup(text.split("#[cfg(test)]\nmod tests").next().unwrap());
+        for outside in ["kube::", "k8s_openapi", "crate::pod::", "crate::controller", "crate::crd"] {
+            assert!(!code.contains(outside), "{module} refers to {outside}");
+        }
+    }
+    assert!(read >= 4, "the walk reads pod_helper's files ({read})");
+}

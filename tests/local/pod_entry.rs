@@ -3,14 +3,13 @@
 //! against the record, its stderr passes on in whole lines before the record (all of it on the
 //! helper's stdout, which keeps the order), SIGTERM reaches it, and a program that cannot start
 //! leaves a record saying why.
-#![cfg(feature = "kube")]
 
 use crate::support;
 use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use deployster::pod::frames::{Record, reassemble, split};
+use deployster::pod_helper::frames::{Record, reassemble, split};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 

@@ -3,14 +3,13 @@
 //! open; frames, stderr lines and the record on stdout — and the runner's own process
 //! (`--hold`), which ends it when idle. Run here as local processes; tests/cluster/runners.rs runs them
 //! in runner Pods of a real cluster.
-#![cfg(feature = "kube")]
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use deployster::pod::frames::{Record, split};
-use deployster::pod::serve::{SERVE_SUBCOMMAND, ServeHeader};
+use deployster::pod_helper::frames::{Record, split};
+use deployster::pod_helper::serve::{SERVE_SUBCOMMAND, ServeHeader};
 
 /// An invocation of `script` (run by `/bin/sh -c`) for `resource`, its stdin left open.
 fn start(locks: &std::path::Path, resource: &str, invocation: &str, script: &str, request: &[u8]) -> Child {
@@ -200,7 +199,7 @@ fn an_idle_runner_ends_and_refuses_what_comes_after() {
     let (stdout, _, record, code) = finish(late, "n-late");
     assert!(stdout.is_empty(), "it did not run");
     assert_eq!(code, 125);
-    assert!(record.error.as_deref().unwrap().starts_with(deployster::pod::serve::RETIRING), "{record:?}");
+    assert!(record.error.as_deref().unwrap().starts_with(deployster::pod_helper::serve::RETIRING), "{record:?}");
 }
 
 /// A runner does not end while an invocation runs, however long it takes, nor until it has

@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 
 use super::*;
-use crate::pod::entry::HelperCommand;
 use crate::pod::spec::{PlugSource, PodPlug};
+use crate::pod_helper::entry::HelperCommand;
 
 fn invocation() -> PodInvocation {
     PodInvocation {

@@ -319,7 +319,7 @@ pub(super) struct Program<'a> {
 }
 
 /// How long a program in a group of its own has between SIGTERM and SIGKILL when stopped.
-pub(super) const STOP_GRACE: Duration = Duration::from_secs(5);
+pub(crate) const STOP_GRACE: Duration = Duration::from_secs(5);
 
 /// What a program did: how it ended, and the length, digest and frames of its stdout.
 pub(super) struct ProgramEnded {
