@@ -161,7 +161,7 @@ pub enum CliError {
     SavedPlan(#[from] crate::engine::saved::SavedPlanError),
     #[cfg(feature = "kube")]
     #[error(transparent)]
-    Controller(#[from] crate::controller::Error),
+    Controller(#[from] crate::controller::StartError),
 }
 
 impl CliError {

@@ -1,20 +1,17 @@
-//! Why a reconcile could not finish, or the controller could not start. Failures of the
-//! manifest itself (invalid, a resource failing) are not errors: they are recorded in the
-//! status. These are the controller's own troubles: retried by the error policy during a run,
-//! a clear message and a non-zero exit at start-up.
+//! The controller's own troubles, of two kinds: why it could not start ([`StartError`]: a clear
+//! message and a non-zero exit), and why one reconcile could not finish ([`Error`]: retried by
+//! the error policy).
 
 use std::net::SocketAddr;
 
+/// Why the controller could not start (or go on running as a whole): a clear message and a
+/// non-zero exit. Never an object's trouble: those are [`Error`]s, retried per object.
 #[derive(Debug, thiserror::Error)]
-pub enum Error {
+pub enum StartError {
     #[error("Kubernetes API: {0}")]
     Kube(#[from] kube::Error),
     #[error("cannot reach the Kubernetes API server at {url}: {source}")]
     Unreachable { url: String, source: Box<kube::Error> },
-    #[error(transparent)]
-    Input(#[from] super::inputs::ManifestInputError),
-    #[error("the status write kept conflicting after {0} attempts")]
-    StatusConflict(usize),
     #[error(
         "the Manifest CRD is not installed (manifests.deployster.io); install it: deployster crd | kubectl apply -f -"
     )]
@@ -33,6 +30,47 @@ pub enum Error {
     #[error("cannot watch for signals: {0}")]
     Signals(std::io::Error),
     #[error(transparent)]
+    Client(#[from] crate::client::ClientError),
+}
+
+impl StartError {
+    pub fn reason(&self) -> &'static str {
+        match self {
+            StartError::Kube(_) => "KubernetesApi",
+            StartError::Unreachable { .. } => "ApiServerUnreachable",
+            StartError::CrdMissing => "CrdMissing",
+            StartError::Forbidden { .. } => "Forbidden",
+            StartError::LeaseNamespace(_) => "LeaseNamespaceMissing",
+            StartError::Lease { .. } => "LeaderElection",
+            StartError::MetricsAddr { .. } => "MetricsAddrUnavailable",
+            StartError::Signals(_) => "Signals",
+            StartError::Client(e) => e.reason(),
+        }
+    }
+
+    /// At first contact, an error that is not an answer from the API server means it could not
+    /// be reached: say where it was looked for.
+    pub fn unreachable_at(self, url: &str) -> Self {
+        match self {
+            StartError::Kube(kube::Error::Api(status)) => StartError::Kube(kube::Error::Api(status)),
+            StartError::Kube(source) => StartError::Unreachable { url: url.to_string(), source: Box::new(source) },
+            other => other,
+        }
+    }
+}
+
+/// Why one reconcile (of a Manifest or a Pipeline) could not finish: retried by the error
+/// policy. Failures of the manifest itself (invalid, a resource failing) are not errors: they
+/// are recorded in the status.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error(transparent)]
+    Input(#[from] super::inputs::ManifestInputError),
+    #[error("the status write kept conflicting after {0} attempts")]
+    StatusConflict(usize),
+    #[error(transparent)]
     Pass(#[from] crate::pass::PassError),
     /// A write refused by the lease fence: this replica no longer leads.
     #[error("not written: {0}")]
@@ -50,30 +88,13 @@ impl Error {
     pub fn reason(&self) -> &'static str {
         match self {
             Error::Kube(_) => "KubernetesApi",
-            Error::Unreachable { .. } => "ApiServerUnreachable",
             Error::Input(e) => e.reason(),
             Error::StatusConflict(_) => "StatusConflict",
-            Error::CrdMissing => "CrdMissing",
-            Error::Forbidden { .. } => "Forbidden",
-            Error::LeaseNamespace(_) => "LeaseNamespaceMissing",
-            Error::Lease { .. } => "LeaderElection",
             Error::NotLeader(_) => "NotLeader",
             Error::NotOwner(_) => "ShardMoved",
-            Error::MetricsAddr { .. } => "MetricsAddrUnavailable",
-            Error::Signals(_) => "Signals",
             Error::Pass(e) => e.reason(),
             Error::Pipeline(e) => e.reason(),
             Error::Client(e) => e.reason(),
-        }
-    }
-
-    /// At first contact, an error that is not an answer from the API server means it could not
-    /// be reached: say where it was looked for.
-    pub fn unreachable_at(self, url: &str) -> Self {
-        match self {
-            Error::Kube(kube::Error::Api(status)) => Error::Kube(kube::Error::Api(status)),
-            Error::Kube(source) => Error::Unreachable { url: url.to_string(), source: Box::new(source) },
-            other => other,
         }
     }
 }

@@ -53,7 +53,7 @@ use crate::pod::executor::PodRuntime;
 use crate::stop::{Cancel, Stop};
 pub use config::{Executors, ImageRunner, LeaderElection, OwnPod, RunConfig, Settings};
 pub use context::{Context, ManifestCache};
-pub use error::Error;
+pub use error::{Error, StartError};
 use metrics::{ApiMeteringLayer, MeteredExecutor, Metrics, Timer};
 use readiness::Readiness;
 pub use reconcile::Next;
@@ -70,14 +70,14 @@ fn scope_name(scope: &Option<String>) -> String {
 
 /// Lists Manifests once in every scope: fails with a hint when the CRD is not installed
 /// (404) or the controller's RBAC does not cover a namespace (403).
-pub async fn check_access(client: &Client, namespaces: &[String]) -> Result<(), Error> {
+pub async fn check_access(client: &Client, namespaces: &[String]) -> Result<(), StartError> {
     for scope in scopes(namespaces) {
         let api: Api<Manifest> = scoped(client, &scope);
         match api.list(&ListParams::default().limit(1)).await {
             Ok(_) => {}
-            Err(kube::Error::Api(status)) if status.code == 404 => return Err(Error::CrdMissing),
+            Err(kube::Error::Api(status)) if status.code == 404 => return Err(StartError::CrdMissing),
             Err(kube::Error::Api(status)) if status.code == 403 => {
-                return Err(Error::Forbidden { scope: scope_name(&scope), message: status.message.clone() });
+                return Err(StartError::Forbidden { scope: scope_name(&scope), message: status.message.clone() });
             }
             Err(e) => return Err(e.into()),
         }
@@ -86,12 +86,12 @@ pub async fn check_access(client: &Client, namespaces: &[String]) -> Result<(), 
 }
 
 /// Fails with a hint when the CRD is not installed (listing Manifests answers 404).
-pub async fn check_crd(client: &Client) -> Result<(), Error> {
+pub async fn check_crd(client: &Client) -> Result<(), StartError> {
     check_access(client, &[]).await
 }
 
 /// A client whose every request is counted and tells readiness whether the API answers.
-pub fn connect_metered(config: kube::Config, layer: ApiMeteringLayer) -> Result<Client, Error> {
+pub fn connect_metered(config: kube::Config, layer: ApiMeteringLayer) -> Result<Client, StartError> {
     crate::client::install_crypto();
     Ok(kube::client::ClientBuilder::try_from(config)?.with_layer(&layer).build())
 }
@@ -112,11 +112,11 @@ pub fn prune_for_cache(manifest: &mut Manifest) {
 }
 
 /// Runs the controller until SIGTERM or SIGINT.
-pub async fn run(mut config: RunConfig, executors: Executors) -> Result<(), Error> {
+pub async fn run(mut config: RunConfig, executors: Executors) -> Result<(), StartError> {
     // First what can fail at once: the admin port, the API server, access, the lease.
     let listener = tokio::net::TcpListener::bind(config.metrics_addr)
         .await
-        .map_err(|source| Error::MetricsAddr { addr: config.metrics_addr, source })?;
+        .map_err(|source| StartError::MetricsAddr { addr: config.metrics_addr, source })?;
     let metrics = Arc::new(Metrics::new());
     let scopes = scopes(&config.namespaces);
     let readiness = Arc::new(Readiness::new(scopes.len()));
@@ -131,7 +131,7 @@ pub async fn run(mut config: RunConfig, executors: Executors) -> Result<(), Erro
     check_access(&client, &config.namespaces).await.map_err(|e| e.unreachable_at(&url))?;
     // The first SIGINT/SIGTERM/SIGHUP stops starting passes; running ones may finish for the
     // grace period (or until a second signal), then their actions are cancelled.
-    let stop = Stop::on_signals(Cancel::After(config.shutdown_grace)).map_err(Error::Signals)?;
+    let stop = Stop::on_signals(Cancel::After(config.shutdown_grace)).map_err(StartError::Signals)?;
     let shutdown = stop.now.clone();
     let (ownership, departure) =
         ownership::share_work(&client, &config, default_namespace, &metrics, &shutdown).await?;

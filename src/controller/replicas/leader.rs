@@ -23,7 +23,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::controller::error::Error;
+use crate::controller::error::{Error, StartError};
 use crate::controller::metrics::Metrics;
 
 /// Which Lease, held by whom, for how long.
@@ -313,7 +313,7 @@ pub async fn elect(
     config: LeaseConfig,
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
-) -> Result<(Arc<Leadership>, Elector), Error> {
+) -> Result<(Arc<Leadership>, Elector), StartError> {
     let mut lock = LeaseLock {
         api: Api::namespaced(client, &config.namespace),
         config,
@@ -321,8 +321,10 @@ pub async fn elect(
         members: Default::default(),
     };
     let first = lock.try_acquire_or_renew().await.map_err(|e| match e {
-        kube::Error::Api(status) if status.code == 404 => Error::LeaseNamespace(lock.config.namespace.clone()),
-        e => Error::Lease { lease: format!("{}/{}", lock.config.namespace, lock.config.name), source: Box::new(e) },
+        kube::Error::Api(status) if status.code == 404 => StartError::LeaseNamespace(lock.config.namespace.clone()),
+        e => {
+            StartError::Lease { lease: format!("{}/{}", lock.config.namespace, lock.config.name), source: Box::new(e) }
+        }
     })?;
     let fence = Fence { api: lock.api.clone(), name: lock.config.name.clone(), identity: lock.config.identity.clone() };
     let leadership = Leadership::following(fence);

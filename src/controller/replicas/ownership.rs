@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::leader::Leadership;
 use super::shards::{PassTicket, ShardStatus, Shards};
-use crate::controller::error::Error;
+use crate::controller::error::{Error, StartError};
 
 /// How this replica shares the work.
 pub enum Ownership {
@@ -145,7 +145,7 @@ pub(in crate::controller) async fn share_work(
     default_namespace: String,
     metrics: &Arc<crate::controller::metrics::Metrics>,
     shutdown: &CancellationToken,
-) -> Result<(Arc<Ownership>, Departure), Error> {
+) -> Result<(Arc<Ownership>, Departure), StartError> {
     let Some(election) = &config.leader_election else {
         metrics.set_replica(&crate::controller::config::hostname().unwrap_or_default());
         metrics.leader.set(1);

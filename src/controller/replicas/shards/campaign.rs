@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::assign::{self, Member, Reading, ShardLease};
 use super::{GROUP_LABEL, ROLE_LABEL, SETTINGS_ANNOTATION, ShardSettings, Shards};
-use crate::controller::error::Error;
+use crate::controller::error::StartError;
 use crate::controller::metrics::Metrics;
 
 /// What a leader without sharding counts as, among the members of a group.
@@ -38,7 +38,7 @@ impl Membership {
         metrics: Arc<Metrics>,
         shutdown: CancellationToken,
         grace: Duration,
-    ) -> Result<Self, Error> {
+    ) -> Result<Self, StartError> {
         metrics.set_shards_owned(0);
         let shards = Arc::new(Shards::new(client, settings, metrics));
         let mut campaign = ShardCampaign {
@@ -54,8 +54,10 @@ impl Membership {
         campaign.renew_member().await.map_err(|e| {
             let settings = campaign.shards.settings();
             match e {
-                kube::Error::Api(status) if status.code == 404 => Error::LeaseNamespace(settings.namespace.clone()),
-                e => Error::Lease {
+                kube::Error::Api(status) if status.code == 404 => {
+                    StartError::LeaseNamespace(settings.namespace.clone())
+                }
+                e => StartError::Lease {
                     lease: format!("{}/{}", settings.namespace, settings.member_lease()),
                     source: Box::new(e),
                 },
