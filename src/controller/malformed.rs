@@ -1,6 +1,7 @@
 //! A Manifest that does not deserialize (it does not match the CRD's Rust types): Stalled on
 //! the object with the reason, by the same status function as every pass, and a Warning event.
 
+use super::reasons::{EventAction, Reason};
 use kube::Api;
 use kube::Resource;
 use kube::runtime::events::EventType;
@@ -20,7 +21,7 @@ pub(super) async fn malformed(ctx: &Context, invalid: &kube::core::error_boundar
     let result = status::PassResult {
         generation: invalid.metadata.generation,
         revision: String::new(),
-        observed: status::Observed::Invalid { reason: "MalformedObject", message: message.clone() },
+        observed: status::Observed::Invalid { reason: Reason::MalformedObject.as_str(), message: message.clone() },
         drifts: Vec::new(),
         history: Vec::new(),
         now_ms: (ctx.clock)(),
@@ -43,7 +44,15 @@ pub(super) async fn malformed(ctx: &Context, invalid: &kube::core::error_boundar
         uid: invalid.metadata.uid.clone(),
         ..Default::default()
     };
-    report::publish_to(ctx, &reference, EventType::Warning, "MalformedObject", "Validate", &message).await;
+    report::publish_to(
+        ctx,
+        &reference,
+        EventType::Warning,
+        Reason::MalformedObject.as_str(),
+        EventAction::Validate.as_str(),
+        &message,
+    )
+    .await;
 }
 
 #[cfg(test)]

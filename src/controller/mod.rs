@@ -19,6 +19,7 @@ pub mod outputs;
 pub mod pipelines;
 pub mod rbac;
 pub mod readiness;
+pub mod reasons;
 pub mod reconcile;
 pub mod replicas;
 pub mod report;
@@ -26,6 +27,7 @@ pub mod server;
 pub mod status;
 mod stream;
 
+use reasons::ConditionType;
 use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::Duration;
@@ -261,7 +263,7 @@ fn pipeline_error_policy(
     error: &Error,
     ctx: Arc<Context>,
 ) -> Action {
-    pipelines::counted(&ctx, "error");
+    pipelines::counted_error(&ctx);
     tracing::warn!(pipeline = %object.name_any(), reason = error.reason(), error = %error, "reconcile failed; retrying");
     Action::requeue(Duration::from_secs(5))
 }
@@ -382,12 +384,9 @@ fn owned_count(stores: &[Store<DeserializeGuard<Manifest>>], ownership: &Ownersh
 fn ready_counts(stores: &[Store<DeserializeGuard<Manifest>>]) -> Vec<(&'static str, i64)> {
     let mut counts = [("True", 0), ("False", 0), ("Unknown", 0)];
     for object in stores.iter().flat_map(Store::state) {
-        let ready = object
-            .0
-            .as_ref()
-            .ok()
-            .and_then(|m| m.status.as_ref())
-            .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready").map(|c| c.status.as_str()));
+        let ready = object.0.as_ref().ok().and_then(|m| m.status.as_ref()).and_then(|s| {
+            s.conditions.iter().find(|c| c.type_ == ConditionType::Ready.as_str()).map(|c| c.status.as_str())
+        });
         let slot = match ready {
             Some("True") => 0,
             Some("False") => 1,

@@ -1,6 +1,7 @@
 //! One reconcile of one Manifest: fetch (I/O) → validate (pure) → plan and apply (the engine)
 //! → status (pure, then one server-side apply) → events. Deletion takes its own path.
 
+use super::reasons::{ConditionType, EventAction, Reason};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -79,7 +80,7 @@ pub async fn reconcile(obj: &Manifest, ctx: &Context) -> Result<Next, Error> {
         Err(e) if e.is_invalid() => return invalid(obj, ctx, &old, e).await,
         Err(e) if e.is_unavailable() => {
             let (reason, message) = (e.reason(), e.to_string());
-            publish(ctx, obj, EventType::Warning, reason, "Fetch", &message).await;
+            publish(ctx, obj, EventType::Warning, reason, EventAction::Fetch.as_str(), &message).await;
             let observed = Observed::NotRun { reason, message };
             let new = finish_unrun(obj, ctx, &old, observed).await?;
             return Ok(Next::Requeue(backoff(retry, new.consecutive_failures, interval)));
@@ -89,7 +90,7 @@ pub async fn reconcile(obj: &Manifest, ctx: &Context) -> Result<Next, Error> {
     // The deployment log names the pass's revision as the status does.
     let manifest = ValidatedManifest { revision: inputs::revision(obj, &inputs), ..manifest };
     let (new, next_pass) = pass(obj, ctx, &old, manifest, outputs, intervals, &term).await?;
-    Ok(match new.conditions.iter().find(|c| c.type_ == "Stalled") {
+    Ok(match new.conditions.iter().find(|c| c.type_ == ConditionType::Stalled.as_str()) {
         Some(c) if c.status == "True" => Next::AwaitChange,
         _ if new.consecutive_failures == 0 => Next::Requeue((ctx.jitter)(next_pass)),
         _ => Next::Requeue(backoff(retry, new.consecutive_failures, interval)),
@@ -113,7 +114,7 @@ async fn invalid(
     let observed = Observed::Invalid { reason, message: message.clone() };
     let new = finish_unrun(obj, ctx, old, observed).await?;
     if status::changed(old, &new) {
-        publish(ctx, obj, EventType::Warning, reason, "Validate", &message).await;
+        publish(ctx, obj, EventType::Warning, reason, EventAction::Validate.as_str(), &message).await;
     }
     Ok(Next::AwaitChange)
 }
@@ -147,7 +148,15 @@ async fn pass(
     let passed = passed?;
     let revision = passed.manifest.revision.clone();
     for recovered in &passed.recovered {
-        publish(ctx, obj, EventType::Warning, "Interrupted", "Reconcile", &recovered.describe()).await;
+        publish(
+            ctx,
+            obj,
+            EventType::Warning,
+            Reason::Interrupted.as_str(),
+            EventAction::Reconcile.as_str(),
+            &recovered.describe(),
+        )
+        .await;
     }
     let observed = match passed.ended {
         Ended::NotPrepared(e) if e.is_invalid_input() => {
@@ -184,13 +193,17 @@ async fn pass(
             Ok(Written::Unchanged) => None,
             Ok(written) => {
                 let verb = if written == Written::Created { "created" } else { "updated" };
-                events.push((EventType::Normal, "OutputsWritten", format!("outputs {verb}: {}", target.describe())));
+                events.push((
+                    EventType::Normal,
+                    Reason::OutputsWritten.as_str(),
+                    format!("outputs {verb}: {}", target.describe()),
+                ));
                 None
             }
-            Err(e) => Some(("OutputsNotWritten", mask.text(&e.to_string()))),
+            Err(e) => Some((Reason::OutputsNotWritten.as_str(), mask.text(&e.to_string()))),
         },
         (Some(Err(why)), _) => {
-            Some(("OutputsFailed", format!("the outputs could not be rendered: {}", mask.text(why))))
+            Some((Reason::OutputsFailed.as_str(), format!("the outputs could not be rendered: {}", mask.text(why))))
         }
         _ => None,
     };
@@ -208,14 +221,14 @@ async fn pass(
             pending.id,
             changes.join("; ")
         );
-        events.push((EventType::Normal, "AwaitingApproval", note));
+        events.push((EventType::Normal, Reason::AwaitingApproval.as_str(), note));
     }
     if let Some(why) = manual.as_ref().and_then(ManualApproval::ignored) {
-        events.push((EventType::Warning, "ApprovalIgnored", why));
+        events.push((EventType::Warning, Reason::ApprovalIgnored.as_str(), why));
     }
     if let Some(why) = passed.interrupted {
         tracing::warn!(reason = %why, "pass interrupted");
-        events.push((EventType::Warning, "Interrupted", why));
+        events.push((EventType::Warning, Reason::Interrupted.as_str(), why));
     }
     // An approved plan was applied when the pass applied after asking the approval.
     let approved_plan = match (&observed, &manual) {
@@ -237,12 +250,23 @@ async fn pass(
     let written = journal.last_written().await;
     let new = finish(obj, ctx, written.as_ref().unwrap_or(old), result).await?;
     for (type_, reason, note) in events {
-        publish(ctx, obj, type_, reason, "Reconcile", &note).await;
+        publish(ctx, obj, type_, reason, EventAction::Reconcile.as_str(), &note).await;
     }
-    if let Some(thrashing) = new.conditions.iter().find(|c| c.type_ == "Ready" && c.reason == "Thrashing")
+    if let Some(thrashing) = new
+        .conditions
+        .iter()
+        .find(|c| c.type_ == ConditionType::Ready.as_str() && c.reason == Reason::Thrashing.as_str())
         && status::changed(old, &new)
     {
-        publish(ctx, obj, EventType::Warning, "Thrashing", "Reconcile", &thrashing.message).await;
+        publish(
+            ctx,
+            obj,
+            EventType::Warning,
+            Reason::Thrashing.as_str(),
+            EventAction::Reconcile.as_str(),
+            &thrashing.message,
+        )
+        .await;
     }
     Ok((new, next.next_pass))
 }
@@ -289,7 +313,8 @@ async fn run_pass(
                  lease); an action among them is recorded as interrupted"
             );
             tracing::warn!("{note}");
-            publish(ctx, obj, EventType::Warning, "PodsStopped", "Reconcile", &note).await;
+            publish(ctx, obj, EventType::Warning, Reason::PodsStopped.as_str(), EventAction::Reconcile.as_str(), &note)
+                .await;
         }
     }
     let executor = ctx.executors.for_pass(&scope);
@@ -320,7 +345,15 @@ async fn run_pass(
         && let Some(why) = pods.untold_runner_refusal(&scope.namespace, scope.service_account.as_deref())
     {
         let note = format!("image types run as a Pod per invocation here: {why}");
-        publish(ctx, obj, EventType::Warning, "RunnersUnavailable", "Reconcile", &note).await;
+        publish(
+            ctx,
+            obj,
+            EventType::Warning,
+            Reason::RunnersUnavailable.as_str(),
+            EventAction::Reconcile.as_str(),
+            &note,
+        )
+        .await;
     }
     passed
 }
@@ -368,9 +401,9 @@ fn pass_events(
     let drifted: Vec<String> = drifts.iter().map(|d| format!("{} ({})", d.resource, d.now)).collect();
     if !drifted.is_empty() {
         let (type_, reason, verb) = if report.succeeded() {
-            (EventType::Normal, "DriftCorrected", "corrected")
+            (EventType::Normal, Reason::DriftCorrected.as_str(), "corrected")
         } else {
-            (EventType::Warning, "DriftDetected", "not corrected: the pass failed")
+            (EventType::Warning, Reason::DriftDetected.as_str(), "not corrected: the pass failed")
         };
         events.push((type_, reason, format!("drift in {}; {verb}", drifted.join(", "))));
     }
@@ -386,7 +419,7 @@ fn pass_events(
         })
         .collect();
     if !applied.is_empty() {
-        events.push((EventType::Normal, "Applied", format!("applied {}", applied.join(", "))));
+        events.push((EventType::Normal, Reason::Applied.as_str(), format!("applied {}", applied.join(", "))));
     }
     for e in report.entries() {
         if let Standing::Failed(error) = &e.standing {
@@ -488,14 +521,29 @@ async fn cleanup(obj: &Manifest, ctx: &Context, term: &CancellationToken) -> Res
         let retry = inputs::intervals(obj).map_or(Duration::from_secs(30), |i| i.retry);
         if let Err(problem) = delete_resources(obj, ctx, term).await {
             let problem = problem.to_string();
-            publish(ctx, obj, EventType::Warning, "DeleteFailed", "Delete", &problem).await;
+            publish(
+                ctx,
+                obj,
+                EventType::Warning,
+                Reason::DeleteFailed.as_str(),
+                EventAction::Delete.as_str(),
+                &problem,
+            )
+            .await;
             let old = obj.status.clone().unwrap_or_default();
-            let observed = Observed::NotRun { reason: "DeleteFailed", message: problem };
+            let observed = Observed::NotRun { reason: Reason::DeleteFailed.as_str(), message: problem };
             let new = finish_unrun(obj, ctx, &old, observed).await?;
             return Ok(Next::Requeue(backoff(retry, new.consecutive_failures, Duration::from_secs(300))));
         }
-        publish(ctx, obj, EventType::Normal, "ResourcesDeleted", "Delete", "every resource that could be deleted was")
-            .await;
+        publish(
+            ctx,
+            obj,
+            EventType::Normal,
+            Reason::ResourcesDeleted.as_str(),
+            EventAction::Delete.as_str(),
+            "every resource that could be deleted was",
+        )
+        .await;
     }
     // Its runners (those of its delete actions have no owner to go with).
     if let Some(pods) = ctx.executors.pods() {

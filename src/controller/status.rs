@@ -4,6 +4,7 @@
 //! Status is built from what ran — states read, actions applied — never from intentions: a
 //! resource a plan found STALE is STALE until an apply made it VALID.
 
+use super::reasons::{ConditionType, Reason};
 use crate::engine::mask::Mask;
 use serde_json::{Value, json};
 
@@ -269,26 +270,46 @@ pub fn history_entries(status: &ManifestStatus) -> Vec<Entry> {
 pub(super) type Wanted = (&'static str, &'static str, String, String);
 
 fn conditions(status: &ManifestStatus, pass: &PassResult) -> Vec<Wanted> {
-    let not_stalled = ("Stalled", "False", "Progressing".to_string(), String::new());
+    let not_stalled =
+        (ConditionType::Stalled.as_str(), "False", Reason::Progressing.as_str().to_string(), String::new());
     if let (true, Some((reason, message))) = (pass.succeeded(), &pass.outputs_failed) {
         return vec![
-            ("Ready", "False", reason.to_string(), message.clone()),
-            ("Reconciling", "True", "RetryingAfterFailure".into(), message.clone()),
+            (ConditionType::Ready.as_str(), "False", reason.to_string(), message.clone()),
+            (
+                ConditionType::Reconciling.as_str(),
+                "True",
+                Reason::RetryingAfterFailure.as_str().into(),
+                message.clone(),
+            ),
             not_stalled,
         ];
     }
     match &pass.observed {
         Observed::Invalid { reason, message } => vec![
-            ("Ready", "False", reason.to_string(), message.clone()),
-            ("Reconciling", "False", reason.to_string(), "waiting for the spec to change".into()),
-            ("Stalled", "True", reason.to_string(), message.clone()),
+            (ConditionType::Ready.as_str(), "False", reason.to_string(), message.clone()),
+            (ConditionType::Reconciling.as_str(), "False", reason.to_string(), "waiting for the spec to change".into()),
+            (ConditionType::Stalled.as_str(), "True", reason.to_string(), message.clone()),
         ],
         Observed::Suspended => {
-            let ready = status.conditions.iter().find(|c| c.type_ == "Ready").map_or(
-                ("Ready", "Unknown", "Suspended".to_string(), "suspended before its first pass".to_string()),
-                |c| ("Ready", condition_status(&c.status), c.reason.clone(), c.message.clone()),
+            let ready = status.conditions.iter().find(|c| c.type_ == ConditionType::Ready.as_str()).map_or(
+                (
+                    ConditionType::Ready.as_str(),
+                    "Unknown",
+                    Reason::Suspended.as_str().to_string(),
+                    "suspended before its first pass".to_string(),
+                ),
+                |c| (ConditionType::Ready.as_str(), condition_status(&c.status), c.reason.clone(), c.message.clone()),
             );
-            vec![ready, ("Reconciling", "False", "Suspended".into(), "spec.suspend is true".into()), not_stalled]
+            vec![
+                ready,
+                (
+                    ConditionType::Reconciling.as_str(),
+                    "False",
+                    Reason::Suspended.as_str().into(),
+                    "spec.suspend is true".into(),
+                ),
+                not_stalled,
+            ]
         }
         Observed::AwaitingApproval { pending, .. } => {
             let message = format!(
@@ -298,29 +319,34 @@ fn conditions(status: &ManifestStatus, pass: &PassResult) -> Vec<Wanted> {
                 pending.id
             );
             vec![
-                ("Ready", "False", "AwaitingApproval".into(), message.clone()),
-                ("Reconciling", "False", "AwaitingApproval".into(), message),
+                (ConditionType::Ready.as_str(), "False", Reason::AwaitingApproval.as_str().into(), message.clone()),
+                (ConditionType::Reconciling.as_str(), "False", Reason::AwaitingApproval.as_str().into(), message),
                 not_stalled,
             ]
         }
         Observed::NotRun { reason, message } => vec![
-            ("Ready", "False", reason.to_string(), message.clone()),
-            ("Reconciling", "True", "RetryingAfterFailure".into(), message.clone()),
+            (ConditionType::Ready.as_str(), "False", reason.to_string(), message.clone()),
+            (
+                ConditionType::Reconciling.as_str(),
+                "True",
+                Reason::RetryingAfterFailure.as_str().into(),
+                message.clone(),
+            ),
             not_stalled,
         ],
         Observed::Unapplied(_) | Observed::Applied(_) if pass.succeeded() => {
             let (reason, message) = success(status, pass);
             vec![
-                ("Ready", "True", reason, message),
-                ("Reconciling", "False", "Succeeded".into(), String::new()),
+                (ConditionType::Ready.as_str(), "True", reason, message),
+                (ConditionType::Reconciling.as_str(), "False", Reason::Succeeded.as_str().into(), String::new()),
                 not_stalled,
             ]
         }
         Observed::Unapplied(_) | Observed::Applied(_) => {
             let (reason, message) = failure(status, pass);
             vec![
-                ("Ready", "False", reason.to_string(), message.clone()),
-                ("Reconciling", "True", "RetryingAfterFailure".into(), message),
+                (ConditionType::Ready.as_str(), "False", reason.to_string(), message.clone()),
+                (ConditionType::Reconciling.as_str(), "True", Reason::RetryingAfterFailure.as_str().into(), message),
                 not_stalled,
             ]
         }
@@ -344,9 +370,10 @@ fn success(status: &ManifestStatus, pass: &PassResult) -> (String, String) {
     // A pass that found everything as it was keeps the reason the last change gave (but a
     // resource that stopped thrashing is news).
     let quiet = applied == 0 && pass.drifts.is_empty();
-    if let Some(ready) = status.conditions.iter().find(|c| c.type_ == "Ready" && c.status == "True")
+    if let Some(ready) =
+        status.conditions.iter().find(|c| c.type_ == ConditionType::Ready.as_str() && c.status == "True")
         && quiet
-        && ready.reason != "Thrashing"
+        && ready.reason != Reason::Thrashing.as_str()
     {
         return (ready.reason.clone(), ready.message.clone());
     }
@@ -355,12 +382,12 @@ fn success(status: &ManifestStatus, pass: &PassResult) -> (String, String) {
             "{} was corrected for drift on {} consecutive passes: something else changes it",
             thrashing.name, thrashing.drift_streak
         );
-        return ("Thrashing".into(), message);
+        return (Reason::Thrashing.as_str().into(), message);
     }
     if !pass.drifts.is_empty() {
         let names: Vec<&str> = pass.drifts.iter().map(|d| d.resource.as_str()).collect();
         return (
-            "DriftCorrected".into(),
+            Reason::DriftCorrected.as_str().into(),
             format!("drift corrected in {}; all {total} resources VALID", names.join(", ")),
         );
     }
@@ -369,9 +396,9 @@ fn success(status: &ManifestStatus, pass: &PassResult) -> (String, String) {
         _ => 0,
     };
     if applied > 0 {
-        ("Applied".into(), format!("applied {applied}; all {total} resources VALID"))
+        (Reason::Applied.as_str().into(), format!("applied {applied}; all {total} resources VALID"))
     } else {
-        ("UpToDate".into(), format!("all {total} resources VALID"))
+        (Reason::UpToDate.as_str().into(), format!("all {total} resources VALID"))
     }
 }
 
@@ -386,9 +413,9 @@ fn failure(status: &ManifestStatus, pass: &PassResult) -> (&'static str, String)
                 .find_map(|e| if let Standing::Failed(error) = &e.standing { Some(error.reason()) } else { None })
         })
         .unwrap_or(match &pass.observed {
-            Observed::Applied(_) => "NotApplied",
-            Observed::Unapplied(_) => "PlanFailed",
-            _ => "Failed",
+            Observed::Applied(_) => Reason::NotApplied.as_str(),
+            Observed::Unapplied(_) => Reason::PlanFailed.as_str(),
+            _ => Reason::Failed.as_str(),
         });
     // Each root's failure in its own words (the server's refusal, the type's error line), not
     // only the phase: `kubectl wait`, Argo CD and Flux show this message and nothing else.

@@ -303,3 +303,34 @@ fn the_pod_helper_knows_no_kubernetes_client() {
     }
     assert!(read >= 4, "the walk reads pod_helper's files ({read})");
 }
+
+/// Issue 51: the controller spells condition types, event actions and its own reasons once,
+/// in `controller/reasons.rs`: no other file of it writes one as a string literal.
+#[test]
+fn the_controller_spells_its_reasons_in_one_place() {
+    let reasons =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/controller/reasons.rs")).unwrap();
+    let words: Vec<String> = regex::Regex::new(r"(?m)^        ([A-Z][A-Za-z]+),$")
+        .unwrap()
+        .captures_iter(&reasons)
+        .map(|c| c[1].to_string())
+        .collect();
+    assert!(words.len() > 40 && words.contains(&"AwaitingApproval".to_string()), "the words are read: {words:?}");
+    let mut spelt = Vec::new();
+    for (module, path) in src_modules() {
+        if !module.starts_with("controller") || module == "controller::reasons" || module.ends_with("tests") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let code = text.split("#[cfg(test)]\nmod tests").next().unwrap();
+        for (number, line) in code.lines().enumerate() {
+            let line = line.split("//").next().unwrap();
+            for word in &words {
+                if line.contains(&format!("\"{word}\"")) {
+                    spelt.push(format!("{module}:{}: {word}", number + 1));
+                }
+            }
+        }
+    }
+    assert!(spelt.is_empty(), "use controller::reasons instead: {spelt:#?}");
+}

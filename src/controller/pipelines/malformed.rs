@@ -2,6 +2,7 @@
 //! that does not ([`crate::controller::malformed`]): Ready False and Stalled with the reason on
 //! its status, a Warning event, and nothing driven until the object changes.
 
+use crate::controller::reasons::{ConditionType, EventAction, Reason};
 use std::sync::Arc;
 
 use kube::core::DeserializeGuard;
@@ -17,7 +18,7 @@ use crate::controller::report;
 use crate::crd::pipeline::{Pipeline, PipelineStatus};
 
 /// The reason a malformed Pipeline's conditions and event give.
-pub const MALFORMED: &str = "MalformedObject";
+pub const MALFORMED: &str = Reason::MalformedObject.as_str();
 
 /// Reconciles what the watch read: a Pipeline, or what failed to deserialize as one.
 pub async fn reconcile_guarded(object: Arc<DeserializeGuard<Pipeline>>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -29,7 +30,7 @@ pub async fn reconcile_guarded(object: Arc<DeserializeGuard<Pipeline>>, ctx: Arc
                 (meta.namespace.as_deref().unwrap_or_default(), meta.name.as_deref().unwrap_or_default());
             if ctx.ownership.owns(namespace, name) {
                 malformed(&ctx, invalid).await?;
-                counted(&ctx, MALFORMED);
+                counted(&ctx, Some(Reason::MalformedObject));
             }
             Ok(Action::await_change())
         }
@@ -46,7 +47,7 @@ async fn malformed(ctx: &Context, invalid: &InvalidObject) -> Result<(), Error> 
     tracing::warn!(%namespace, %name, error = %invalid.error, "malformed Pipeline");
     let generation = invalid.metadata.generation;
     let old = PipelineStatus::default();
-    let ready = ("Ready", "False", MALFORMED.to_string(), message.clone());
+    let ready = (ConditionType::Ready.as_str(), "False", MALFORMED.to_string(), message.clone());
     let new = PipelineStatus {
         observed_generation: generation,
         conditions: conditions(&old, generation, (ctx.clock)(), ready, true),
@@ -62,7 +63,7 @@ async fn malformed(ctx: &Context, invalid: &InvalidObject) -> Result<(), Error> 
         uid: invalid.metadata.uid.clone(),
         ..Default::default()
     };
-    report::publish_to(ctx, &reference, EventType::Warning, MALFORMED, "Validate", &message).await;
+    report::publish_to(ctx, &reference, EventType::Warning, MALFORMED, EventAction::Validate.as_str(), &message).await;
     Ok(())
 }
 

@@ -10,6 +10,7 @@ pub mod log;
 pub mod malformed;
 pub mod steps;
 
+use crate::controller::reasons::{ConditionType, EventAction, Reason};
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -103,12 +104,17 @@ pub async fn reconcile(object: Arc<Pipeline>, ctx: Arc<Context>) -> Result<Actio
             // A Manifest not there (yet) is waited for: creating it is the fix, not a new
             // spec. Anything else wrong only a change of the spec can fix (Stalled).
             let missing = !resolver.missing.lock().expect("missing lock").is_empty();
-            let reason = if missing { "ManifestMissing" } else { "InvalidPipeline" };
+            let reason = if missing { Reason::ManifestMissing } else { Reason::InvalidPipeline };
             let message = e.to_string();
             let mut new = old.clone();
             new.observed_generation = generation;
-            new.conditions =
-                conditions(&old, generation, now, ("Ready", "False", reason.into(), message.clone()), !missing);
+            new.conditions = conditions(
+                &old,
+                generation,
+                now,
+                (ConditionType::Ready.as_str(), "False", reason.as_str().into(), message.clone()),
+                !missing,
+            );
             super::report::write_status_to(
                 &ctx.ownership,
                 &api,
@@ -119,11 +125,13 @@ pub async fn reconcile(object: Arc<Pipeline>, ctx: Arc<Context>) -> Result<Actio
             )
             .await?;
             // Said once, not on every look of a wait for a Manifest.
-            let said = old.conditions.iter().any(|c| c.type_ == "Ready" && c.reason == reason && c.message == message);
+            let said = old.conditions.iter().any(|c| {
+                c.type_ == ConditionType::Ready.as_str() && c.reason == reason.as_str() && c.message == message
+            });
             if !(missing && said) {
-                publish(&ctx, &object, EventType::Warning, reason, &message).await;
+                publish(&ctx, &object, EventType::Warning, reason.as_str(), &message).await;
             }
-            counted(&ctx, reason);
+            counted(&ctx, Some(reason));
             return Ok(if missing { Action::requeue(MISSING_RECHECK) } else { Action::await_change() });
         }
     };
@@ -163,7 +171,7 @@ pub async fn reconcile(object: Arc<Pipeline>, ctx: Arc<Context>) -> Result<Actio
     };
     for (failed_revision, step, why) in &driven.failed {
         let note = format!("revision {failed_revision}, step {step}: {why}");
-        publish(&ctx, &object, EventType::Warning, "StepFailed", &note).await;
+        publish(&ctx, &object, EventType::Warning, Reason::StepFailed.as_str(), &note).await;
     }
     match log.compact(&pipeline).await {
         Ok(true) => tracing::info!(pipeline = %format!("{namespace}/{name}"), "compacted the pipeline's log"),
@@ -176,12 +184,19 @@ pub async fn reconcile(object: Arc<Pipeline>, ctx: Arc<Context>) -> Result<Actio
     }
     let new = next_status(&pipeline, &driven, &old, generation, &revision, now, log.where_kept());
     if through(&driven.progress, &revision) && !through_in(&old, &revision) {
-        publish(&ctx, &object, EventType::Normal, "RevisionThrough", &format!("revision {revision} is through")).await;
+        publish(
+            &ctx,
+            &object,
+            EventType::Normal,
+            Reason::RevisionThrough.as_str(),
+            &format!("revision {revision} is through"),
+        )
+        .await;
         ctx.metrics.pipeline_revisions_through.inc();
     }
     super::report::write_status_to(&ctx.ownership, &api, &namespace, &name, &new, super::report::STATUS_WRITE_PATIENCE)
         .await?;
-    counted(&ctx, new.conditions.first().map_or("", |ready| ready.reason.as_str()));
+    counted(&ctx, new.conditions.first().and_then(|ready| Reason::parse(&ready.reason)));
     let live = driven.progress.revisions.iter().any(|r| r.is_live());
     Ok(if live { Action::requeue(pipelines.poll.max(Duration::from_secs(1)) * 5) } else { Action::await_change() })
 }
@@ -213,7 +228,8 @@ async fn drive(
 ) -> Result<Driven, Error> {
     let newest = driver.log.latest(&target_of(""), &[Event::RevisionRegistered]).map_err(PipelineError::from)?;
     if newest.is_none_or(|e| e.revision != revision) && driver.register(revision, vars)? {
-        publish(ctx, object, EventType::Normal, "RevisionRegistered", &format!("revision {revision}")).await;
+        publish(ctx, object, EventType::Normal, Reason::RevisionRegistered.as_str(), &format!("revision {revision}"))
+            .await;
     }
     let progress = read(driver.pipeline, driver.log.as_ref())?;
     for words in annotated(object, REGISTER_ANNOTATION, 3) {
@@ -225,9 +241,11 @@ async fn drive(
         match driver.register_artifact(registered, stage, artifact) {
             Ok(()) => {
                 let note = format!("artifact {artifact} of revision {registered} for stage {stage}");
-                publish(ctx, object, EventType::Normal, "ArtifactRegistered", &note).await
+                publish(ctx, object, EventType::Normal, Reason::ArtifactRegistered.as_str(), &note).await
             }
-            Err(PipelineError::Refused(why)) => publish(ctx, object, EventType::Warning, "RegisterRefused", &why).await,
+            Err(PipelineError::Refused(why)) => {
+                publish(ctx, object, EventType::Warning, Reason::RegisterRefused.as_str(), &why).await
+            }
             Err(e) => return Err(e.into()),
         }
     }
@@ -239,9 +257,18 @@ async fn drive(
         }
         match driver.approve(&approved, &gate) {
             Ok(()) => {
-                publish(ctx, object, EventType::Normal, "Approved", &format!("revision {approved} at {gate}")).await
+                publish(
+                    ctx,
+                    object,
+                    EventType::Normal,
+                    Reason::Approved.as_str(),
+                    &format!("revision {approved} at {gate}"),
+                )
+                .await
             }
-            Err(PipelineError::Refused(why)) => publish(ctx, object, EventType::Warning, "ApprovalRefused", &why).await,
+            Err(PipelineError::Refused(why)) => {
+                publish(ctx, object, EventType::Warning, Reason::ApprovalRefused.as_str(), &why).await
+            }
             Err(e) => return Err(e.into()),
         }
     }
@@ -306,19 +333,28 @@ fn next_status(
     let latest_through = all.nodes.first().and_then(|n| n.latest_through.clone());
     let run = driven.progress.revision(revision);
     let ready: Wanted = match run.map(|r| (r.ended.clone(), r)) {
-        Some((Some(RevisionEnded::Through), _)) => {
-            ("Ready", "True", "Through".into(), format!("revision {revision} is through every stage"))
-        }
-        Some((Some(RevisionEnded::Failed { step, message }), _)) => {
-            ("Ready", "False", "StepFailed".into(), format!("revision {revision} failed at {step}: {message}"))
-        }
-        Some((Some(RevisionEnded::Superseded { by }), _)) => {
-            ("Ready", "False", "Superseded".into(), format!("revision {revision} was superseded by {by}"))
-        }
-        Some((None, _)) if driven.interrupted => (
-            "Ready",
+        Some((Some(RevisionEnded::Through), _)) => (
+            ConditionType::Ready.as_str(),
+            "True",
+            Reason::Through.as_str().into(),
+            format!("revision {revision} is through every stage"),
+        ),
+        Some((Some(RevisionEnded::Failed { step, message }), _)) => (
+            ConditionType::Ready.as_str(),
             "False",
-            "Interrupted".into(),
+            Reason::StepFailed.as_str().into(),
+            format!("revision {revision} failed at {step}: {message}"),
+        ),
+        Some((Some(RevisionEnded::Superseded { by }), _)) => (
+            ConditionType::Ready.as_str(),
+            "False",
+            Reason::Superseded.as_str().into(),
+            format!("revision {revision} was superseded by {by}"),
+        ),
+        Some((None, _)) if driven.interrupted => (
+            ConditionType::Ready.as_str(),
+            "False",
+            Reason::Interrupted.as_str().into(),
             "the controller stopped driving it; it goes on when one leads".into(),
         ),
         Some((None, r)) => {
@@ -327,9 +363,14 @@ fn next_status(
                 Some((step, waits)) => format!("{} waits for {waits}", pipeline.steps[step].id),
                 None => format!("revision {revision} is in progress"),
             };
-            ("Ready", "False", "Progressing".into(), message)
+            (ConditionType::Ready.as_str(), "False", Reason::Progressing.as_str().into(), message)
         }
-        None => ("Ready", "Unknown", "NotRegistered".into(), format!("revision {revision} is not registered")),
+        None => (
+            ConditionType::Ready.as_str(),
+            "Unknown",
+            Reason::NotRegistered.as_str().into(),
+            format!("revision {revision} is not registered"),
+        ),
     };
     let newest_revisions = all.revisions.len().saturating_sub(REVISIONS_SHOWN);
     PipelineStatus {
@@ -362,31 +403,41 @@ fn conditions(
 ) -> Vec<crate::crd::Condition> {
     let now = format_time(now);
     let stall: Wanted = match stalled {
-        true => ("Stalled", "True", ready.2.clone(), ready.3.clone()),
-        false => ("Stalled", "False", "Progressing".into(), String::new()),
+        true => (ConditionType::Stalled.as_str(), "True", ready.2.clone(), ready.3.clone()),
+        false => (ConditionType::Stalled.as_str(), "False", Reason::Progressing.as_str().into(), String::new()),
     };
     [ready, stall].into_iter().map(|wanted| transition(&old.conditions, wanted, generation, &now)).collect()
 }
 
-/// Counts a reconcile by the Ready reason it left (or `error`).
-pub(super) fn counted(ctx: &Context, reason: &str) {
-    let result = match reason {
-        "Through" => "through",
-        "Progressing" => "progressing",
-        "StepFailed" => "failed",
-        "Superseded" => "superseded",
-        "Interrupted" => "interrupted",
-        "NotRegistered" => "not_registered",
-        "InvalidPipeline" | malformed::MALFORMED => "invalid",
-        "ManifestMissing" => "manifest_missing",
-        "error" => "error",
-        _ => "other",
-    };
+/// Counts a reconcile by the Ready reason it left (`None`: a reason not the controller's own).
+pub(super) fn counted(ctx: &Context, ready: Option<Reason>) {
+    count(
+        ctx,
+        match ready {
+            Some(Reason::Through) => "through",
+            Some(Reason::Progressing) => "progressing",
+            Some(Reason::StepFailed) => "failed",
+            Some(Reason::Superseded) => "superseded",
+            Some(Reason::Interrupted) => "interrupted",
+            Some(Reason::NotRegistered) => "not_registered",
+            Some(Reason::InvalidPipeline | Reason::MalformedObject) => "invalid",
+            Some(Reason::ManifestMissing) => "manifest_missing",
+            _ => "other",
+        },
+    )
+}
+
+/// Counts a reconcile that failed (retried by the error policy).
+pub(super) fn counted_error(ctx: &Context) {
+    count(ctx, "error")
+}
+
+fn count(ctx: &Context, result: &'static str) {
     ctx.metrics.pipeline_reconciles.get_or_create(&super::metrics::ResultLabels { result }).inc();
 }
 
 async fn publish(ctx: &Context, object: &Pipeline, type_: EventType, reason: &str, note: &str) {
-    super::report::publish_to(ctx, &object.object_ref(&()), type_, reason, "Drive", note).await;
+    super::report::publish_to(ctx, &object.object_ref(&()), type_, reason, EventAction::Drive.as_str(), note).await;
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@
 //! from the revision or the target does not linger), and a var it sets replaces the old value
 //! whole rather than merging into it.
 
+use crate::controller::reasons::{ConditionType, Reason};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -99,7 +100,9 @@ pub enum StepOutcome {
 /// The Manifest's answer for `generation`: its `Ready` condition, once it was observed at that
 /// generation (or later). A Manifest awaiting approval of its plan is still pending.
 pub fn outcome(manifest: &Manifest, generation: i64) -> StepOutcome {
-    let Some(ready) = manifest.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready")) else {
+    let Some(ready) =
+        manifest.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == ConditionType::Ready.as_str()))
+    else {
         return StepOutcome::Pending;
     };
     if ready.observed_generation.is_none_or(|g| g < generation) {
@@ -107,7 +110,7 @@ pub fn outcome(manifest: &Manifest, generation: i64) -> StepOutcome {
     }
     match (ready.status.as_str(), ready.reason.as_str()) {
         ("True", _) => StepOutcome::Ready,
-        ("False", "AwaitingApproval") => StepOutcome::Pending,
+        ("False", reason) if Reason::parse(reason) == Some(Reason::AwaitingApproval) => StepOutcome::Pending,
         ("False", reason) => StepOutcome::Failed(format!("{reason}: {}", ready.message)),
         _ => StepOutcome::Pending,
     }

@@ -1,0 +1,123 @@
+//! Every word the controller writes as a condition's type or reason, an event's reason or its
+//! action, in one place: users match on them (`kubectl wait`, alerts, Argo CD's health check),
+//! so none is spelt twice, and the metrics' labels are derived from them, never from a string
+//! compared again. Reasons forwarded from the engine's errors (`error.reason()`) are theirs.
+
+/// Defines an enum whose values are shown as their names.
+macro_rules! words {
+    ($(#[$meta:meta])* $name:ident { $($(#[$doc:meta])* $word:ident),* $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum $name {
+            $($(#[$doc])* $word),*
+        }
+
+        impl $name {
+            /// Every value, in order.
+            pub const ALL: &[$name] = &[$($name::$word),*];
+
+            /// As written on the object.
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$word => stringify!($word)),*
+                }
+            }
+
+            /// The value written as `text`, if it is one.
+            pub fn parse(text: &str) -> Option<Self> {
+                Self::ALL.iter().copied().find(|w| w.as_str() == text)
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl From<$name> for &'static str {
+            fn from(word: $name) -> Self {
+                word.as_str()
+            }
+        }
+    };
+}
+
+words! {
+    /// The conditions of a Manifest's and a Pipeline's status.
+    ConditionType {
+        Ready,
+        Reconciling,
+        Stalled,
+    }
+}
+
+words! {
+    /// What an event says the controller was doing.
+    EventAction {
+        Fetch,
+        Validate,
+        Reconcile,
+        Delete,
+        Drive,
+    }
+}
+
+words! {
+    /// The controller's own reasons, of conditions and events.
+    Reason {
+        // A Manifest's conditions.
+        Progressing,
+        RetryingAfterFailure,
+        Succeeded,
+        Suspended,
+        AwaitingApproval,
+        Thrashing,
+        DriftCorrected,
+        DriftDetected,
+        Applied,
+        UpToDate,
+        NotApplied,
+        PlanFailed,
+        Failed,
+        // A Manifest's events.
+        Interrupted,
+        OutputsWritten,
+        OutputsNotWritten,
+        OutputsFailed,
+        ApprovalIgnored,
+        PodsStopped,
+        RunnersUnavailable,
+        DeleteFailed,
+        ResourcesDeleted,
+        MalformedObject,
+        // A Pipeline's conditions and events.
+        Through,
+        StepFailed,
+        Superseded,
+        NotRegistered,
+        ManifestMissing,
+        InvalidPipeline,
+        RevisionThrough,
+        RevisionRegistered,
+        ArtifactRegistered,
+        RegisterRefused,
+        Approved,
+        ApprovalRefused,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_word_is_written_as_its_name_and_read_back() {
+        assert_eq!(Reason::AwaitingApproval.as_str(), "AwaitingApproval");
+        assert_eq!(ConditionType::Ready.to_string(), "Ready");
+        for reason in Reason::ALL {
+            assert_eq!(Reason::parse(reason.as_str()), Some(*reason));
+        }
+        assert_eq!(Reason::parse("KubernetesApi"), None, "a forwarded reason is not the controller's own");
+    }
+}
