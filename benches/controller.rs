@@ -35,7 +35,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use deployster::builtins::InProcess;
-use deployster::controller::reconcile::{Next, reconcile};
+use deployster::controller::manifest::{Next, reconcile};
 use deployster::controller::{Context, Settings};
 use deployster::crd::{Manifest, ManifestSpec};
 use deployster::engine::executor::process::ProcessExecutor;
@@ -150,7 +150,7 @@ fn serve_api(dir: &str, port_file: &str) {
         for i in 0..objects() {
             let mut obj = Manifest::new(&format!("m{i}"), spec(std::path::Path::new(dir), i));
             obj.metadata.namespace = Some("default".into());
-            obj.metadata.finalizers = Some(vec![deployster::controller::reconcile::FINALIZER.into()]);
+            obj.metadata.finalizers = Some(vec![deployster::controller::manifest::FINALIZER.into()]);
             builder = builder.with_object(obj);
         }
         let client = builder.build().await.expect("fake client");

@@ -3,7 +3,7 @@
 //! [`run`] is the only place that builds the kube `Controller`: it checks that the CRD is
 //! installed, watches Manifests and Pipelines through a `DeserializeGuard` (a malformed object becomes an
 //! error on that object, never a stalled watch), and shuts down gracefully. Each object is
-//! reconciled by [`reconcile::reconcile`], a pipeline whose middle is pure and whose status is a
+//! reconciled by [`manifest::reconcile`], named steps whose middle is pure and whose status is a
 //! pure function ([`status::next_status`]) of what ran.
 
 pub mod approval;
@@ -14,13 +14,13 @@ pub mod error;
 pub mod inputs;
 mod journal;
 mod malformed;
+pub mod manifest;
 pub mod metrics;
 pub mod outputs;
 pub mod pipelines;
 pub mod rbac;
 pub mod readiness;
 pub mod reasons;
-pub mod reconcile;
 pub mod replicas;
 pub mod report;
 pub mod server;
@@ -46,7 +46,6 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
-use tracing::Instrument;
 
 use crate::crd::Manifest;
 use crate::engine::executor::budget::SharedBudget;
@@ -56,9 +55,9 @@ use crate::stop::{Cancel, Stop};
 pub use config::{Executors, ImageRunner, LeaderElection, OwnPod, RunConfig, Settings};
 pub use context::{Context, ManifestCache};
 pub use error::{Error, StartError};
-use metrics::{ApiMeteringLayer, MeteredExecutor, Metrics, Timer};
+pub use manifest::Next;
+use metrics::{ApiMeteringLayer, MeteredExecutor, Metrics};
 use readiness::Readiness;
-pub use reconcile::Next;
 use replicas::ownership::{self, Ownership};
 
 /// What one watch covers: a namespace, or all of them.
@@ -187,7 +186,7 @@ pub async fn run(mut config: RunConfig, executors: Executors) -> Result<(), Star
             .watches_stream(config_maps, move |c| readers(&readers_of_config_map, Source::ConfigMap, &c.metadata))
             .reconcile_on(ownership::gained_objects(ctx.ownership.clone(), gained_store))
             .graceful_shutdown_on(stopping.clone().cancelled_owned())
-            .run(reconcile_guarded, error_policy, ctx.clone())
+            .run(manifest::reconcile_guarded, manifest::error_policy, ctx.clone())
             .for_each(|result| async move {
                 match result {
                     Ok((object, _)) => tracing::debug!(object = %object.name, "reconciled"),
@@ -402,53 +401,4 @@ async fn log_stop(stop: Stop) {
     tracing::info!(signal = stop.signal().unwrap_or_default(), "shutting down: running passes may finish");
     stop.now.cancelled().await;
     tracing::warn!("cancelling the actions still running");
-}
-
-async fn reconcile_guarded(object: Arc<DeserializeGuard<Manifest>>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let meta = match &object.0 {
-        Ok(manifest) => &manifest.metadata,
-        Err(invalid) => &invalid.metadata,
-    };
-    let (namespace, name) = (meta.namespace.as_deref().unwrap_or_default(), meta.name.as_deref().unwrap_or_default());
-    if !ctx.ownership.owns(namespace, name) {
-        // Another replica's (it leads, or holds the shard); gaining it reconciles it again.
-        return Ok(Action::await_change());
-    }
-    // Not `name`: JSON logs give each span a `name` key of its own ("reconcile").
-    let span = tracing::info_span!("reconcile", namespace, manifest = name, run_id = tracing::field::Empty,);
-    async {
-        ctx.metrics.work_queue_depth.inc();
-        let permit = ctx.workers.acquire().await;
-        ctx.metrics.work_queue_depth.dec();
-        let _permit = permit.expect("the worker semaphore is never closed");
-        let _timer = Timer::start(&ctx.metrics);
-        match &object.0 {
-            Ok(cached) => {
-                // The cache's copy is pruned (`prune_for_cache`): the pass reads the object as
-                // it is now. Gone since: nothing to do.
-                let api: Api<Manifest> = Api::namespaced(ctx.client.clone(), &cached.namespace().unwrap_or_default());
-                let Some(manifest) = api.get_opt(&cached.name_any()).await? else {
-                    return Ok(Action::await_change());
-                };
-                Ok(match reconcile::reconcile(&manifest, &ctx).await? {
-                    Next::Requeue(after) => Action::requeue(after),
-                    Next::AwaitChange => Action::await_change(),
-                })
-            }
-            Err(invalid) => {
-                malformed::malformed(&ctx, invalid).await;
-                ctx.metrics.reconciled("invalid");
-                Ok(Action::await_change())
-            }
-        }
-    }
-    .instrument(span)
-    .await
-}
-
-fn error_policy(object: Arc<DeserializeGuard<Manifest>>, error: &Error, ctx: Arc<Context>) -> Action {
-    let name = object.0.as_ref().map(|m| m.name_any()).unwrap_or_default();
-    ctx.metrics.reconciled("error");
-    tracing::warn!(object = %name, reason = error.reason(), error = %error, "reconcile failed; retrying");
-    Action::requeue(Duration::from_secs(30))
 }

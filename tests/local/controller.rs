@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use deployster::controller::reconcile::{FINALIZER, Next, reconcile};
+use deployster::controller::manifest::{FINALIZER, Next, reconcile};
 use deployster::controller::{Context, Settings};
 use deployster::crd::{Manifest, ManifestSpec, ManifestStatus};
 use deployster::engine::executor::process::ProcessExecutor;

@@ -1,0 +1,43 @@
+//! Fetch (I/O): the object ready for a pass — the finalizer set, its inputs read (Secrets,
+//! ConfigMaps, files) and the manifest validated with them.
+
+use kube::ResourceExt;
+use kube::api::{Patch, PatchParams};
+use serde_json::json;
+
+use super::super::context::Context;
+use super::super::error::Error;
+use super::super::inputs::{self, ManifestInputError};
+use super::api;
+use crate::crd::Manifest;
+use crate::engine::validate::ValidatedManifest;
+
+/// The finalizer that lets the controller clean up before an object goes.
+pub const FINALIZER: &str = "deployster.io/cleanup";
+
+/// Adds or removes the finalizer (merge patch guarded by the resourceVersion); returns the
+/// object as patched.
+pub async fn set_finalizer(obj: &Manifest, ctx: &Context, present: bool) -> Result<Manifest, Error> {
+    let mut finalizers: Vec<String> = obj.finalizers().iter().filter(|f| *f != FINALIZER).cloned().collect();
+    if present {
+        finalizers.push(FINALIZER.to_string());
+    }
+    let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": obj.resource_version()}});
+    Ok(api(ctx, obj).patch(&obj.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?)
+}
+
+/// `obj` with the finalizer set: as the patch left it, when it had none.
+pub async fn with_finalizer(obj: &Manifest, ctx: &Context) -> Result<Option<Manifest>, Error> {
+    if obj.finalizers().iter().any(|f| f == FINALIZER) {
+        return Ok(None);
+    }
+    Ok(Some(set_finalizer(obj, ctx, true).await?))
+}
+
+/// The manifest of `obj` with its inputs read (Secrets, ConfigMaps, files), its revision named
+/// as the status names it.
+pub async fn inputs(ctx: &Context, obj: &Manifest) -> Result<ValidatedManifest, ManifestInputError> {
+    let (manifest, inputs) = inputs::prepare(&ctx.client, obj, &ctx.settings).await?;
+    // The deployment log names the pass's revision as the status does.
+    Ok(ValidatedManifest { revision: inputs::revision(obj, &inputs), ..manifest })
+}
