@@ -126,13 +126,53 @@ impl PassExecutors {
         }
     }
 
-    /// What runs the passes' Pods, when they run as Pods: it sweeps what earlier passes left.
+    /// What runs the passes' Pods, when they run as Pods.
     #[cfg(feature = "kube")]
-    pub fn pods(&self) -> Option<&Arc<PodRuntime>> {
+    fn pods(&self) -> Option<&Arc<PodRuntime>> {
         match self {
             PassExecutors::Assembled { images: Images::Pods { runtime, .. }, .. } => Some(runtime),
             _ => None,
         }
+    }
+}
+
+/// A scope's lifecycle, behind the executors: what a front end asks of them around its passes,
+/// whatever runs the types (nothing to do where no Pods run).
+#[cfg(feature = "kube")]
+impl PassExecutors {
+    /// Before a pass of the Manifest `selector` names, in `namespace`: stops the Pods earlier
+    /// passes of it left running (a controller that crashed or lost its lease), so that an
+    /// action never runs twice at once. How many it stopped.
+    pub async fn begin_pass(
+        &self,
+        namespace: &str,
+        selector: &str,
+    ) -> Result<usize, crate::engine::executor::ExecError> {
+        match self.pods() {
+            Some(pods) => pods.sweep(namespace, selector).await,
+            None => Ok(0),
+        }
+    }
+
+    /// After a pass: why image types of `namespace` (as `account`) run as a Pod per invocation
+    /// rather than in warm runners — said once per namespace and account.
+    pub fn untold_refusal(&self, namespace: &str, account: Option<&str>) -> Option<String> {
+        self.pods()?.untold_runner_refusal(namespace, account)
+    }
+
+    /// A Manifest gone: deletes the warm runners of its passes. How many.
+    pub async fn forget(&self, namespace: &str, selector: &str) -> Result<usize, crate::engine::executor::ExecError> {
+        match self.pods() {
+            Some(pods) => pods.delete_runners(namespace, selector).await,
+            None => Ok(0),
+        }
+    }
+
+    /// The front end stopping: deletes the warm runners its passes used, but those of the
+    /// Manifests `elsewhere` says another replica reconciles now (it uses them). How many,
+    /// where any could run.
+    pub async fn shut_down(&self, elsewhere: &(dyn Fn(&str, &str) -> bool + Send + Sync)) -> Option<usize> {
+        Some(self.pods()?.reap_runners_but(elsewhere).await)
     }
 }
 

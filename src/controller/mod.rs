@@ -198,10 +198,10 @@ pub async fn run(mut config: RunConfig, executors: Executors) -> Result<(), Star
     futures::future::join(futures::future::join_all(controllers), futures::future::join_all(pipelines)).await;
     // A controller that stops (an upgrade, `helm uninstall`) leaves no runner behind; the next
     // leader starts its own as they are needed.
-    if let Some(pods) = ctx.executors.pods() {
-        // Under sharding, not those of Manifests handed over to another replica: it uses them.
-        let ownership = ctx.ownership.clone();
-        let reaped = pods.reap_runners_but(&move |namespace, manifest| ownership.elsewhere(namespace, manifest)).await;
+    // Under sharding, not those of Manifests handed over to another replica: it uses them.
+    let ownership = ctx.ownership.clone();
+    let reaped = ctx.executors.shut_down(&move |namespace, manifest| ownership.elsewhere(namespace, manifest)).await;
+    if let Some(reaped) = reaped {
         tracing::info!(reaped, "deleted the warm runners this replica used");
     }
     departure.leave().await;

@@ -334,3 +334,26 @@ fn the_controller_spells_its_reasons_in_one_place() {
     }
     assert!(spelt.is_empty(), "use controller::reasons instead: {spelt:#?}");
 }
+
+/// Issue 51: a scope's lifecycle (begin a pass, forget a Manifest, shut down) is asked of the
+/// executor stack (`PassExecutors`): the controller never reaches past it into the Pod runtime.
+#[test]
+fn the_controller_does_not_reach_into_the_pod_runtime() {
+    let mut reaching = Vec::new();
+    let mut read = 0;
+    for (module, path) in src_modules() {
+        if !module.starts_with("controller") {
+            continue;
+        }
+        read += 1;
+        let text = std::fs::read_to_string(&path).unwrap();
+        let code = text.split("#[cfg(test)]\nmod tests").next().unwrap();
+        for call in [".sweep(", ".delete_runners(", ".reap_runners_but(", ".untold_runner_refusal(", ".pods()"] {
+            if code.contains(call) {
+                reaching.push(format!("{module}: {call}"));
+            }
+        }
+    }
+    assert!(read > 20, "the walk reads the controller ({read} files)");
+    assert!(reaching.is_empty(), "ask PassExecutors instead: {reaching:#?}");
+}

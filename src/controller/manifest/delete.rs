@@ -57,11 +57,9 @@ pub async fn cleanup(obj: &Manifest, ctx: &Context, term: &CancellationToken) ->
         .await;
     }
     // Its runners (those of its delete actions have no owner to go with).
-    if let Some(pods) = ctx.executors.pods() {
-        let selector = format!("{MANIFEST_LABEL}={}", obj.uid().unwrap_or_default());
-        if let Err(e) = pods.delete_runners(&obj.namespace().unwrap_or_default(), &selector).await {
-            tracing::warn!(error = %e, "could not delete the Manifest's runners; they end when idle");
-        }
+    let selector = format!("{MANIFEST_LABEL}={}", obj.uid().unwrap_or_default());
+    if let Err(e) = ctx.executors.forget(&obj.namespace().unwrap_or_default(), &selector).await {
+        tracing::warn!(error = %e, "could not delete the Manifest's runners; they end when idle");
     }
     let _ = std::fs::remove_dir_all(inputs::object_dir(&ctx.settings.plug_root, obj));
     ctx.checks.forget(obj);

@@ -110,21 +110,20 @@ pub async fn run_pass(
     // Image types' Pods run in the Manifest's namespace, as its ServiceAccount, owned by it —
     // once nothing an earlier pass of it started still runs: an action never runs twice at once.
     let scope = pod_scope(obj);
-    if let Some(pods) = ctx.executors.pods() {
-        let selector = format!("{MANIFEST_LABEL}={}", obj.uid().unwrap_or_default());
-        let swept = pods
-            .sweep(&scope.namespace, &selector)
-            .await
-            .map_err(|source| PassError::Recovery { run: "an earlier pass of this Manifest".into(), source })?;
-        if swept > 0 {
-            let note = format!(
-                "stopped {swept} Pod(s) an earlier pass left running (a controller that crashed or lost its \
-                 lease); an action among them is recorded as interrupted"
-            );
-            tracing::warn!("{note}");
-            publish(ctx, obj, EventType::Warning, Reason::PodsStopped.as_str(), EventAction::Reconcile.as_str(), &note)
-                .await;
-        }
+    let selector = format!("{MANIFEST_LABEL}={}", obj.uid().unwrap_or_default());
+    let swept = ctx
+        .executors
+        .begin_pass(&scope.namespace, &selector)
+        .await
+        .map_err(|source| PassError::Recovery { run: "an earlier pass of this Manifest".into(), source })?;
+    if swept > 0 {
+        let note = format!(
+            "stopped {swept} Pod(s) an earlier pass left running (a controller that crashed or lost its \
+             lease); an action among them is recorded as interrupted"
+        );
+        tracing::warn!("{note}");
+        publish(ctx, obj, EventType::Warning, Reason::PodsStopped.as_str(), EventAction::Reconcile.as_str(), &note)
+            .await;
     }
     let executor = ctx.executors.for_pass(&scope);
     let options = RunOptions {
@@ -150,9 +149,7 @@ pub async fn run_pass(
         recheck: false,
     };
     let passed = pass.run().await;
-    if let Some(pods) = ctx.executors.pods()
-        && let Some(why) = pods.untold_runner_refusal(&scope.namespace, scope.service_account.as_deref())
-    {
+    if let Some(why) = ctx.executors.untold_refusal(&scope.namespace, scope.service_account.as_deref()) {
         let note = format!("image types run as a Pod per invocation here: {why}");
         publish(
             ctx,
