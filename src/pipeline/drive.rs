@@ -70,12 +70,19 @@ pub fn read(pipeline: &Pipeline, log: &dyn History) -> Result<Progress, Pipeline
 }
 
 impl Driver<'_> {
-    fn entry(&self, progress: &Progress, revision: &str, target: String, event: Event, detail: Value) -> Entry {
+    pub(super) fn entry(
+        &self,
+        progress: &Progress,
+        revision: &str,
+        target: String,
+        event: Event,
+        detail: Value,
+    ) -> Entry {
         let id = progress.revision(revision).map(|r| r.id.clone()).unwrap_or_default();
         Entry { id, target, revision: revision.to_string(), event, at: (self.now)(), detail }
     }
 
-    fn append(&self, progress: &mut Progress, entries: Vec<Entry>) -> Result<(), PipelineError> {
+    pub(super) fn append(&self, progress: &mut Progress, entries: Vec<Entry>) -> Result<(), PipelineError> {
         if entries.is_empty() {
             return Ok(());
         }
@@ -191,62 +198,26 @@ impl Driver<'_> {
         self.append(&mut progress, vec![entry])
     }
 
-    /// Drives every live revision until each is through, failed, or waiting.
+    /// Drives every live revision until each is through, failed, or waiting: advances, runs the
+    /// steps it started (here, each batch at once), and advances again once they all ended.
     pub async fn drive(&self) -> Result<Driven, PipelineError> {
-        let mut progress = read(self.pipeline, self.log.as_ref())?;
-        self.introduce(&mut progress)?;
-        self.close_interrupted(&mut progress)?;
+        let here = super::here::Here::new(self.runner.clone());
         let mut failed = Vec::new();
         loop {
-            if self.cancel.is_cancelled() {
-                return Ok(Driven { progress, waiting: Vec::new(), failed, interrupted: true });
+            let advanced = self.advance(&here).await?;
+            failed.extend(advanced.failed);
+            if advanced.running == 0 {
+                let interrupted = self.cancel.is_cancelled();
+                let waiting = if interrupted { Vec::new() } else { advanced.waiting };
+                return Ok(Driven { progress: advanced.progress, waiting, failed, interrupted });
             }
-            let starts = self.skip_all(&mut progress)?;
-            if starts.is_empty() {
-                self.finish(&mut progress)?;
-                let waiting = progress
-                    .schedule(self.pipeline, (self.now)())
-                    .into_iter()
-                    .filter(|s| matches!(s.decision, StepDecision::Wait(_) | StepDecision::Approval { .. }))
-                    .collect();
-                return Ok(Driven { progress, waiting, failed, interrupted: false });
-            }
-            for start in &starts {
-                self.mark_starts(&mut progress, &start.revision, start.step)?;
-            }
-            let jobs = starts.iter().map(|s| self.work(&progress, s));
-            let results = futures::future::join_all(jobs).await;
-            for (start, result) in starts.iter().zip(results) {
-                let step = &self.pipeline.steps[start.step];
-                if let (Err(why), true) = (&result, self.cancel.is_cancelled()) {
-                    (self.say)(&format!("{} {}: interrupted: {why}", start.revision, step.id));
-                    let detail = json!({"message": why});
-                    let entry =
-                        self.entry(&progress, &start.revision, target_of(&step.id), Event::StepInterrupted, detail);
-                    self.append(&mut progress, vec![entry])?;
-                    continue;
-                }
-                let (event, detail) = match &result {
-                    Ok(()) => (Event::StepSucceeded, json!({})),
-                    Err(why) => (Event::StepFailed, json!({"message": why})),
-                };
-                match &result {
-                    Ok(()) => (self.say)(&format!("{} {}: succeeded", start.revision, step.id)),
-                    Err(why) => {
-                        (self.say)(&format!("{} {}: failed: {why}", start.revision, step.id));
-                        failed.push((start.revision.clone(), step.id.clone(), why.clone()));
-                    }
-                }
-                let entry = self.entry(&progress, &start.revision, target_of(&step.id), event, detail);
-                self.append(&mut progress, vec![entry])?;
-                self.mark_ends(&mut progress, &start.revision, start.step, result.err())?;
-            }
+            here.run_started().await;
         }
     }
 
     /// Records the steps to skip until none is left; then the steps to start, the older runs
     /// each supersedes recorded as superseded.
-    fn skip_all(&self, progress: &mut Progress) -> Result<Vec<Scheduled>, PipelineError> {
+    pub(super) fn skip_all(&self, progress: &mut Progress) -> Result<Vec<Scheduled>, PipelineError> {
         loop {
             let scheduled = progress.schedule(self.pipeline, (self.now)());
             let mut acted = false;
@@ -282,17 +253,18 @@ impl Driver<'_> {
         }
     }
 
-    /// The work of one step: apply its manifest, or (a timed gate, whose time has come) nothing.
-    async fn work(&self, progress: &Progress, start: &Scheduled) -> Result<(), String> {
-        let step = &self.pipeline.steps[start.step];
-        let Work::Apply(manifest) = &step.work else { return Ok(()) };
+    /// The job of one step of `revision`: apply its manifest; `None` for a timed gate (a bake),
+    /// whose time has come when it is due.
+    pub(super) fn job(&self, progress: &Progress, revision: &str, s: usize) -> Option<Job> {
+        let step = &self.pipeline.steps[s];
+        let Work::Apply(manifest) = &step.work else { return None };
         // The revision's vars, then where the step is (`pipeline.target`), then the target's own.
-        let mut vars = progress.revision(&start.revision).map(|r| r.vars.clone()).unwrap_or_default();
+        let mut vars = progress.revision(revision).map(|r| r.vars.clone()).unwrap_or_default();
         let stage = &self.pipeline.stages[step.stage];
         vars.insert(
             "pipeline".into(),
             json!({
-                "revision": start.revision,
+                "revision": revision,
                 "stage": stage.name,
                 "group": stage.groups[step.group].id.rsplit('/').next(),
                 "target": self.pipeline.targets[step.target].name,
@@ -300,21 +272,19 @@ impl Driver<'_> {
             }),
         );
         vars.extend(self.pipeline.targets[step.target].vars.clone());
-        let job = Job {
+        Some(Job {
             step: step.id.clone(),
-            revision: start.revision.clone(),
+            revision: revision.to_string(),
             manifest: manifest.clone(),
             vars,
             state_dir: self.state_dir.join("steps").join(&step.id),
-        };
-        (self.say)(&format!("{} {}: applying {}", start.revision, step.id, manifest.display()));
-        self.runner.run(job).await
+        })
     }
 
     /// Steps the pipeline holds for the first time (or again): recorded, with the runs already
     /// under way (they skip them); and steps it no longer holds, recorded as withdrawn, so that
     /// one added back is introduced anew.
-    fn introduce(&self, progress: &mut Progress) -> Result<(), PipelineError> {
+    pub(super) fn introduce(&self, progress: &mut Progress) -> Result<(), PipelineError> {
         // The first drive of a pipeline introduces every step: nothing was under way before it.
         let under_way: Vec<String> = match progress.held_before {
             false => Vec::new(),
@@ -338,30 +308,7 @@ impl Driver<'_> {
         self.append(progress, entries)
     }
 
-    /// Steps a drive started and never ended (it crashed): recorded as interrupted.
-    fn close_interrupted(&self, progress: &mut Progress) -> Result<(), PipelineError> {
-        let mut entries = Vec::new();
-        for revision in progress.revisions.iter().filter(|r| r.is_live()) {
-            for s in revision.running.ones() {
-                let step = &self.pipeline.steps[s];
-                (self.say)(&format!(
-                    "{} {}: its drive ended before it did; running it again",
-                    revision.revision, step.id
-                ));
-                entries.push(Entry {
-                    id: revision.id.clone(),
-                    target: target_of(&step.id),
-                    revision: revision.revision.clone(),
-                    event: Event::StepInterrupted,
-                    at: (self.now)(),
-                    detail: json!({}),
-                });
-            }
-        }
-        self.append(progress, entries)
-    }
-
-    fn supersede(&self, progress: &mut Progress, by: &str, older: &[String]) -> Result<(), PipelineError> {
+    pub(super) fn supersede(&self, progress: &mut Progress, by: &str, older: &[String]) -> Result<(), PipelineError> {
         for revision in older {
             if progress.revision(revision).is_some_and(|r| r.is_live()) {
                 (self.say)(&format!("{revision}: superseded by {by}"));
@@ -390,7 +337,19 @@ impl Driver<'_> {
     }
 
     /// `*-started` markers for the nodes a step starts first, then `step-started`.
-    fn mark_starts(&self, progress: &mut Progress, revision: &str, s: usize) -> Result<(), PipelineError> {
+    pub(super) fn mark_starts(&self, progress: &mut Progress, revision: &str, s: usize) -> Result<(), PipelineError> {
+        self.mark_starts_with(progress, revision, s, json!({}))
+    }
+
+    /// As [`Driver::mark_starts`], the `step-started` entry with `detail` (what its runner needs to
+    /// find it again).
+    pub(super) fn mark_starts_with(
+        &self,
+        progress: &mut Progress,
+        revision: &str,
+        s: usize,
+        detail: Value,
+    ) -> Result<(), PipelineError> {
         let mut entries = Vec::new();
         let markers = progress.revision(revision).map(|r| r.markers.clone()).unwrap_or_default();
         for (target, [started, ..]) in self.nodes(s) {
@@ -398,19 +357,13 @@ impl Driver<'_> {
                 entries.push(self.entry(progress, revision, target, started, json!({})));
             }
         }
-        entries.push(self.entry(
-            progress,
-            revision,
-            target_of(&self.pipeline.steps[s].id),
-            Event::StepStarted,
-            json!({}),
-        ));
+        entries.push(self.entry(progress, revision, target_of(&self.pipeline.steps[s].id), Event::StepStarted, detail));
         self.append(progress, entries)
     }
 
     /// After a step ended: `*-failed` markers for every node it is in, or `*-finished-
     /// successfully` for each node now wholly through, narrowest first.
-    fn mark_ends(
+    pub(super) fn mark_ends(
         &self,
         progress: &mut Progress,
         revision: &str,
@@ -443,7 +396,7 @@ impl Driver<'_> {
 
     /// Revisions through every step whose `pipeline-finished-successfully` is not written
     /// (an empty stage, a drive that ended between the two).
-    fn finish(&self, progress: &mut Progress) -> Result<(), PipelineError> {
+    pub(super) fn finish(&self, progress: &mut Progress) -> Result<(), PipelineError> {
         let through: Vec<String> = progress
             .revisions
             .iter()

@@ -13,9 +13,11 @@
 //! - [`compact`]: the part of a log that still says something, so that a log kept whole
 //!   (the controller's, in ConfigMaps) is bounded by what is live, not by history.
 
+pub mod advance;
 pub mod compact;
 pub mod document;
 pub mod drive;
+pub mod here;
 pub mod progress;
 pub mod query;
 pub mod spec;

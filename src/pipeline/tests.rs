@@ -816,3 +816,66 @@ fn a_compacted_log_answers_and_drives_as_the_whole_log() {
     );
     assert_eq!(target, prod(&f.log.entries()));
 }
+
+/// Steps started elsewhere (as a Pipeline's reconcile starts them): under way until told, each
+/// told with what its `step-started` entry recorded.
+#[derive(Default)]
+struct Elsewhere {
+    started: Mutex<Vec<(String, serde_json::Value)>>,
+    states: Mutex<std::collections::HashMap<String, super::advance::StepState>>,
+    seen: Mutex<Vec<serde_json::Value>>,
+}
+
+#[async_trait]
+impl super::advance::Steps for Elsewhere {
+    async fn start(&self, job: &Job) -> Result<serde_json::Value, String> {
+        let detail = serde_json::json!({"generation": self.started.lock().unwrap().len() + 1});
+        self.started.lock().unwrap().push((job.step.clone(), detail.clone()));
+        Ok(detail)
+    }
+
+    async fn state(&self, job: &Job, started: &serde_json::Value, _: i64) -> super::advance::StepState {
+        self.seen.lock().unwrap().push(started.clone());
+        self.states.lock().unwrap().get(&job.step).cloned().unwrap_or(super::advance::StepState::Running)
+    }
+}
+
+/// Issue 51: one advance starts what is due and returns at once; the next records what ended
+/// and starts what follows, each as it happens (a reconcile never waits for a step).
+#[test]
+fn an_advance_starts_what_is_due_and_returns_and_the_next_records_what_ended() {
+    use super::advance::StepState;
+    let f = Fixture::new(SIMPLE);
+    f.start("v1");
+    let steps = Elsewhere::default();
+    let advance = || f.with_driver(|d| futures::executor::block_on(d.advance(&steps)).unwrap());
+    let first = advance();
+    assert_eq!(first.running, 1);
+    assert_eq!(steps.started.lock().unwrap().len(), 1, "the build step only");
+    assert_eq!(f.events_of("pipeline/build/all/builder/deploy").last().unwrap().1, Event::StepStarted);
+    assert!(f.runner.take().is_empty(), "nothing ran here");
+
+    // Still under way: recorded as such, nothing more started, the entry's detail given back.
+    let again = advance();
+    assert_eq!((again.running, steps.started.lock().unwrap().len()), (1, 1));
+    assert_eq!(steps.seen.lock().unwrap().last().unwrap(), &serde_json::json!({"generation": 1}));
+
+    steps.states.lock().unwrap().insert("build/all/builder/deploy".into(), StepState::Succeeded);
+    let next = advance();
+    assert_eq!(f.events_of("pipeline/build/all/builder/deploy").last().unwrap().1, Event::StepSucceeded);
+    assert_eq!(f.events_of("pipeline/build").last().unwrap().1, Event::StageFinishedSuccessfully);
+    assert_eq!(next.running, 1);
+    assert_eq!(steps.started.lock().unwrap().last().unwrap().0, "beta/all/antworker002/deploy");
+
+    // A step whose runner knows nothing of it is interrupted and started again.
+    steps.states.lock().unwrap().insert("beta/all/antworker002/deploy".into(), StepState::Lost);
+    let lost = advance();
+    let events: Vec<Event> = f.events_of("pipeline/beta/all/antworker002/deploy").into_iter().map(|(_, e)| e).collect();
+    assert_eq!(events, [Event::StepIntroduced, Event::StepStarted, Event::StepInterrupted, Event::StepStarted]);
+    assert_eq!(lost.running, 1);
+
+    steps.states.lock().unwrap().insert("beta/all/antworker002/deploy".into(), StepState::Failed("not Ready".into()));
+    let failed = advance();
+    assert_eq!(failed.failed, [("v1".into(), "beta/all/antworker002/deploy".into(), "not Ready".into())]);
+    assert_eq!(failed.running, 0);
+}
