@@ -168,7 +168,7 @@ impl Opened {
         Driver {
             pipeline: &self.pipeline,
             log: self.log.clone(),
-            runner: Arc::new(Passes { executor, cancel: stop.now.clone() }),
+            runner: Some(Arc::new(Passes { executor, cancel: stop.now.clone() })),
             now: &crate::history::now_ms,
             state_dir: self.dir.clone(),
             say: &say,

@@ -60,6 +60,9 @@ pub struct ManifestCache {
     pub store: Store<DeserializeGuard<Manifest>>,
     /// True once the watch's first listing is in the store.
     pub synced: tokio::sync::watch::Receiver<bool>,
+    /// The namespace of each Manifest that changed (its status too), once the store has it:
+    /// what wakes the Pipelines whose steps wait for it.
+    pub changes: tokio::sync::broadcast::Sender<String>,
 }
 
 impl Context {

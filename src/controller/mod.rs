@@ -242,8 +242,11 @@ async fn pipelines_of(
             // Its own status writes start nothing; a spec edit or an approval does.
             .predicate_filter(predicates::generation.combine(predicates::annotations), Default::default());
         let gained = ownership::gained_objects(ctx.ownership.clone(), reader.clone());
+        let cache = ctx.manifests.iter().find(|cache| cache.scope == *scope);
+        let woken = cache.map(|cache| pipelines::woken_by(&cache.changes, reader.clone()));
         let controller = Controller::for_stream(stream, reader)
             .reconcile_on(gained)
+            .reconcile_on(futures::stream::iter(woken).flatten())
             .graceful_shutdown_on(stopping.clone().cancelled_owned())
             .run(pipelines::malformed::reconcile_guarded, pipeline_error_policy, ctx.clone())
             .for_each(|result| async move {
@@ -278,6 +281,8 @@ fn watch(
 ) -> (ManifestCache, ManifestStream) {
     let api: Api<DeserializeGuard<Manifest>> = scoped(client, scope);
     let (synced_tx, synced) = tokio::sync::watch::channel(false);
+    let (changes_tx, _) = tokio::sync::broadcast::channel(1024);
+    let changes = changes_tx.clone();
     let cache_scope = scope.clone();
     let scope = scope_name(scope);
     // The watch cache holds every Manifest for the controller's life: keep it lean.
@@ -295,11 +300,16 @@ fn watch(
             }
         })
         .reflect(writer)
-        // After `reflect`: the listing is in the store by now.
-        .inspect(move |event| {
-            if matches!(event, Ok(watcher::Event::InitDone)) {
+        // After `reflect`: the listing, or the change, is in the store by now.
+        .inspect(move |event| match event {
+            Ok(watcher::Event::InitDone) => {
                 synced_tx.send_replace(true);
             }
+            Ok(watcher::Event::Apply(manifest)) => {
+                // None listening (no Pipelines here) is fine.
+                let _ = changes_tx.send(manifest.meta().namespace.clone().unwrap_or_default());
+            }
+            _ => {}
         });
     let stream = stream::applied_once_stored(stream)
         // What the controller writes itself (the status, progress) starts no pass: a failing
@@ -312,7 +322,7 @@ fn watch(
                 .combine(being_deleted),
             Default::default(),
         );
-    (ManifestCache { scope: cache_scope, store: reader, synced }, Box::pin(stream))
+    (ManifestCache { scope: cache_scope, store: reader, synced, changes }, Box::pin(stream))
 }
 
 /// A predicate that changes when the object's deletion is asked for.

@@ -50,7 +50,9 @@ pub struct Driven {
 pub struct Driver<'a> {
     pub pipeline: &'a Pipeline,
     pub log: Arc<dyn History>,
-    pub runner: Arc<dyn StepRunner>,
+    /// What runs steps here, for [`Driver::drive`]; none where steps run elsewhere (a Pipeline's
+    /// reconcile [`advance`](Driver::advance)s with steps of its own).
+    pub runner: Option<Arc<dyn StepRunner>>,
     /// Milliseconds since the epoch (injected: tests move time on).
     pub now: &'a (dyn Fn() -> i64 + Sync),
     /// Where each step's own state directory goes (`steps/<stage>/<group>/<target>/<step>`).
@@ -201,7 +203,10 @@ impl Driver<'_> {
     /// Drives every live revision until each is through, failed, or waiting: advances, runs the
     /// steps it started (here, each batch at once), and advances again once they all ended.
     pub async fn drive(&self) -> Result<Driven, PipelineError> {
-        let here = super::here::Here::new(self.runner.clone());
+        let Some(runner) = &self.runner else {
+            return Err(PipelineError::Refused("nothing here runs this pipeline's steps".into()));
+        };
+        let here = super::here::Here::new(runner.clone());
         let mut failed = Vec::new();
         loop {
             let advanced = self.advance(&here).await?;

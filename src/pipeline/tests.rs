@@ -89,7 +89,7 @@ impl Fixture {
         let driver = Driver {
             pipeline: &self.pipeline,
             log: self.log.clone(),
-            runner: self.runner.clone(),
+            runner: Some(self.runner.clone()),
             now: &now,
             state_dir: self.dir.path().join(".deployster"),
             say: &|_| {},

@@ -559,3 +559,58 @@ fn sharded_replicas_take_a_pipeline_s_revision_through() {
     assert!(writers.iter().all(|w| !w.is_empty()), "every Manifest's status names its replica: {writers:?}");
     eprintln!("the Pipeline on {replica}; its Manifests on {writers:?}");
 }
+
+/// Issue 51: a Pipeline reconcile takes one step forward and returns, so its status shows a
+/// step as it starts — while its Manifest waits for a person's approval of its plan — and as
+/// it ends once the Manifest is Ready, woken by the Manifest's change (no polling of it).
+#[ignore = "needs a Kubernetes API server: DEPLOYSTER_E2E_KUBECONFIG=<kubeconfig ../shared/apiserver/up.sh prints> cargo test --test apiserver e2e_pipeline:: -- --include-ignored"]
+#[test]
+fn a_pipeline_s_status_shows_each_step_as_it_starts_and_ends() {
+    let cluster = Cluster::new("pipeline-steps");
+    let work = tempfile::tempdir().unwrap();
+    let out = work.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let args = ["--namespace", cluster.namespace.as_str()];
+    let controller = ControllerProcess::start(&cluster, work.path(), "controller", &args);
+    let manual = app("app-one", &out).replace("  retryInterval: 5s\n", "  retryInterval: 5s\n  approval: Manual\n");
+    assert!(manual.contains("approval: Manual"), "{manual}");
+    let pipeline_yaml = r#"
+apiVersion: deployster.io/v1alpha1
+kind: Pipeline
+metadata: {name: one}
+spec:
+  revision: "{{ version }}"
+  vars: {version: "1.0"}
+  stages:
+    - {name: only, targets: [{name: one, manifest: app-one}], steps: [deploy]}
+"#;
+    cluster.apply_yaml(&format!("{manual}\n---\n{pipeline_yaml}"));
+
+    // Started: the Manifest has the revision's vars and waits for approval; the Pipeline's
+    // status already says the step runs.
+    let step = "only/all/one/deploy";
+    wait_for("the step to show as running", Duration::from_secs(90), || {
+        let status = pipeline(&cluster, "one")["status"].clone();
+        status["frontier"].as_array().is_some_and(|f| f.iter().any(|s| s["step"] == step && s["status"] == "running"))
+    });
+    let manifest = cluster.get(&["manifest", "app-one"]).unwrap();
+    assert_eq!(manifest["spec"]["vars"]["version"], "1.0", "{manifest:#}");
+    wait_for("the Manifest to await approval", Duration::from_secs(60), || {
+        cluster.get(&["manifest", "app-one"]).unwrap()["status"]["pendingPlan"]["id"].is_string()
+    });
+    assert_ne!(ready(&cluster, "one").1, "Through");
+    assert_ne!(read(&out.join("app-one.txt")), "1.0", "nothing applied before the approval");
+    let entries = log_entries(&cluster, "one");
+    assert_eq!(count(&entries, "1.0", &format!("pipeline/{step}"), "step-started"), 1, "{entries:#?}");
+    assert_eq!(count(&entries, "1.0", &format!("pipeline/{step}"), "step-succeeded"), 0);
+
+    // Approved: the Manifest applies and is Ready; the step ends, and the revision is through.
+    let plan =
+        cluster.get(&["manifest", "app-one"]).unwrap()["status"]["pendingPlan"]["id"].as_str().unwrap().to_string();
+    cluster.must(&cluster.ns(&["annotate", "manifest", "app-one", &format!("deployster.io/approve={plan}")]));
+    wait_for("revision 1.0 to be through", Duration::from_secs(90), || ready(&cluster, "one").1 == "Through");
+    assert_eq!(read(&out.join("app-one.txt")), "1.0");
+    let entries = log_entries(&cluster, "one");
+    assert_eq!(count(&entries, "1.0", &format!("pipeline/{step}"), "step-succeeded"), 1, "{entries:#?}");
+    assert_api_calls_are_listed(&controller);
+}

@@ -16,9 +16,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt;
 use kube::api::ListParams;
+use kube::core::DeserializeGuard;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::{Map, Value, json};
 
@@ -141,26 +144,26 @@ pub async fn reconcile(object: Arc<Pipeline>, ctx: Arc<Context>) -> Result<Actio
         Ok(log) => log,
         Err(e) => return Err(Error::Pipeline(PipelineError::History(e))),
     };
-    let runner = Arc::new(steps::ManifestSteps {
+    let steps = steps::ManifestSteps {
         client: ctx.client.clone(),
         namespace: namespace.clone(),
         timeout: ctx.settings.pipeline_step_timeout,
-        poll: pipelines.poll,
-        cancel: term.clone(),
         metrics: ctx.metrics.clone(),
-    });
+        cache: ctx.manifests.iter().find(|cache| cache.scope.as_deref().is_none_or(|s| s == namespace)).cloned(),
+        now,
+    };
     let clock = || (ctx.clock)();
     let say = |line: &str| tracing::info!(pipeline = %format!("{namespace}/{name}"), "{line}");
     let driver = Driver {
         pipeline: &pipeline,
         log: log.clone() as Arc<dyn History>,
-        runner,
+        runner: None,
         now: &clock,
         state_dir: PathBuf::new(),
         say: &say,
         cancel: term,
     };
-    let driven = drive(&ctx, &object, &driver, &revision, &vars).await;
+    let driven = drive(&ctx, &object, &driver, &steps, &revision, &vars).await;
     let driven = match driven {
         Ok(driven) => driven,
         Err(e) => {
@@ -201,6 +204,39 @@ pub async fn reconcile(object: Arc<Pipeline>, ctx: Arc<Context>) -> Result<Actio
     Ok(if live { Action::requeue(pipelines.poll.max(Duration::from_secs(1)) * 5) } else { Action::await_change() })
 }
 
+/// The Pipelines to reconcile as the Manifests of a namespace change (a step's Manifest answered,
+/// or may have): those of the namespace not through, as the Pipeline watch holds them.
+pub fn woken_by(
+    changes: &tokio::sync::broadcast::Sender<String>,
+    pipelines: Store<DeserializeGuard<Pipeline>>,
+) -> impl futures::Stream<Item = ObjectRef<DeserializeGuard<Pipeline>>> + Send + use<> {
+    use tokio::sync::broadcast::error::RecvError;
+    let namespaces = futures::stream::unfold(changes.subscribe(), |mut changes| async move {
+        loop {
+            match changes.recv().await {
+                Ok(namespace) => return Some((namespace, changes)),
+                // Some changes missed: the next wakes them as well (and each Pipeline looks
+                // again on its own while a revision is live).
+                Err(RecvError::Lagged(_)) => continue,
+                Err(RecvError::Closed) => return None,
+            }
+        }
+    });
+    namespaces.flat_map(move |namespace| {
+        let woken: Vec<ObjectRef<DeserializeGuard<Pipeline>>> = pipelines
+            .state()
+            .iter()
+            .filter(|guard| guard.meta().namespace.as_deref() == Some(namespace.as_str()))
+            .filter(|guard| {
+                let ready = guard.0.as_ref().ok().and_then(|p| p.status.as_ref()).and_then(|s| s.conditions.first());
+                ready.is_none_or(|ready| ready.status != "True")
+            })
+            .map(|guard| ObjectRef::from_obj(&**guard))
+            .collect();
+        futures::stream::iter(woken)
+    })
+}
+
 /// The names of the Manifests in `namespace`: from the controller's watch cache of it once
 /// that has synced (a reconcile asks the API nothing for them), else from the API. Never waits
 /// for the cache (see `ManifestCache`).
@@ -223,6 +259,7 @@ async fn drive(
     ctx: &Context,
     object: &Pipeline,
     driver: &Driver<'_>,
+    steps: &steps::ManifestSteps,
     revision: &str,
     vars: &Map<String, Value>,
 ) -> Result<Driven, Error> {
@@ -272,7 +309,10 @@ async fn drive(
             Err(e) => return Err(e.into()),
         }
     }
-    Ok(driver.drive().await?)
+    // One step forward: what ended is recorded, what is due started; a change of a step's
+    // Manifest wakes the Pipeline again.
+    let advanced = driver.advance(steps).await?;
+    Ok(Driven { progress: advanced.progress, waiting: advanced.waiting, failed: advanced.failed, interrupted: false })
 }
 
 /// The items of annotation `key` — lines, or commas — of `words` words each (others are

@@ -17,11 +17,14 @@ use async_trait::async_trait;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::{Map, Value, json};
-use tokio_util::sync::CancellationToken;
 
+use crate::controller::context::ManifestCache;
 use crate::controller::metrics::{Metrics, ResultLabels};
 use crate::crd::Manifest;
-use crate::pipeline::drive::{Job, StepRunner};
+use crate::pipeline::advance::{StepState, Steps};
+use crate::pipeline::drive::Job;
+use kube::core::DeserializeGuard;
+use kube::runtime::reflector::ObjectRef;
 
 /// The field manager of the vars a step sets.
 pub const FIELD_MANAGER: &str = "deployster-pipeline";
@@ -82,14 +85,14 @@ pub struct ManifestSteps {
     pub namespace: String,
     /// How long a step waits for its Manifest to be Ready.
     pub timeout: Duration,
-    /// How often it looks.
-    pub poll: Duration,
-    /// Stops waiting: the step is recorded as interrupted, and run again by the next drive.
-    pub cancel: CancellationToken,
     pub metrics: Arc<Metrics>,
+    /// The controller's watch cache of the namespace's Manifests: where a step's Manifest is
+    /// read once it synced (the API is asked before).
+    pub cache: Option<ManifestCache>,
+    /// The reconcile's time, in ms since the epoch.
+    pub now: i64,
 }
 
-/// What a Manifest's status says of the generation a step made.
 #[derive(Debug, PartialEq)]
 pub enum StepOutcome {
     Ready,
@@ -117,24 +120,10 @@ pub fn outcome(manifest: &Manifest, generation: i64) -> StepOutcome {
 }
 
 #[async_trait]
-impl StepRunner for ManifestSteps {
-    async fn run(&self, job: Job) -> Result<(), String> {
-        let started = std::time::Instant::now();
-        let result = self.set_and_wait(job).await;
-        let counted = match &result {
-            Ok(()) => "succeeded",
-            Err(_) if self.cancel.is_cancelled() => "interrupted",
-            Err(_) => "failed",
-        };
-        self.metrics.pipeline_steps.get_or_create(&ResultLabels { result: counted }).inc();
-        self.metrics.pipeline_step_duration.observe(started.elapsed().as_secs_f64());
-        result
-    }
-}
-
-impl ManifestSteps {
-    /// Sets the step's vars on its Manifest and waits for the Manifest's answer.
-    async fn set_and_wait(&self, job: Job) -> Result<(), String> {
+impl Steps for ManifestSteps {
+    /// Sets the step's vars on its Manifest: the step is under way once the Manifest has them,
+    /// at the generation recorded in its `step-started` entry.
+    async fn start(&self, job: &Job) -> Result<Value, String> {
         let name = job.manifest.to_string_lossy().into_owned();
         let shown = format!("Manifest {}/{name}", self.namespace);
         let api: Api<Manifest> = Api::namespaced(self.client.clone(), &self.namespace);
@@ -148,26 +137,49 @@ impl ManifestSteps {
                 result => break result.map_err(cannot)?,
             }
         };
-        let generation = patched.metadata.generation.unwrap_or_default();
-        let deadline = tokio::time::Instant::now() + self.timeout;
-        let mut manifest = patched;
-        loop {
-            match outcome(&manifest, generation) {
-                StepOutcome::Ready => return Ok(()),
-                StepOutcome::Failed(why) => return Err(format!("{shown} (generation {generation}): {why}")),
-                StepOutcome::Pending => {}
+        Ok(json!({"manifest": name, "generation": patched.metadata.generation.unwrap_or_default()}))
+    }
+
+    /// The Manifest's answer at the generation the step set: read from the watch cache (a
+    /// change of it wakes the Pipeline), never waited for.
+    async fn state(&self, job: &Job, started: &Value, since: i64) -> StepState {
+        // Started by a controller that recorded no generation: set the vars again.
+        let Some(generation) = started.get("generation").and_then(Value::as_i64) else { return StepState::Lost };
+        let name = job.manifest.to_string_lossy().into_owned();
+        let shown = format!("Manifest {}/{name}", self.namespace);
+        let state = match self.read(&name).await {
+            // Not answered now: looked at again at the next reconcile.
+            Err(e) => {
+                tracing::warn!("{shown}: cannot read it: {e}");
+                return StepState::Running;
             }
-            tokio::select! {
-                _ = self.cancel.cancelled() => return Err(format!("{shown}: stopped waiting for it (the controller is stopping)")),
-                _ = tokio::time::sleep_until(deadline) => {
-                    return Err(format!(
+            Ok(None) => StepState::Failed(format!("{shown} is gone")),
+            Ok(Some(manifest)) => match outcome(&manifest, generation) {
+                StepOutcome::Ready => StepState::Succeeded,
+                StepOutcome::Failed(why) => StepState::Failed(format!("{shown} (generation {generation}): {why}")),
+                StepOutcome::Pending if self.now - since >= self.timeout.as_millis() as i64 => {
+                    StepState::Failed(format!(
                         "{shown} was not Ready at generation {generation} within {}",
                         humantime::format_duration(self.timeout)
-                    ));
+                    ))
                 }
-                _ = tokio::time::sleep(self.poll) => {}
-            }
-            manifest = api.get(&name).await.map_err(|e| format!("{shown}: cannot read it: {e}"))?;
+                StepOutcome::Pending => return StepState::Running,
+            },
+        };
+        let counted = if state == StepState::Succeeded { "succeeded" } else { "failed" };
+        self.metrics.pipeline_steps.get_or_create(&ResultLabels { result: counted }).inc();
+        self.metrics.pipeline_step_duration.observe((self.now - since).max(0) as f64 / 1000.0);
+        state
+    }
+}
+
+impl ManifestSteps {
+    /// The Manifest `name` of the namespace, as the watch cache holds it once synced.
+    async fn read(&self, name: &str) -> Result<Option<Manifest>, kube::Error> {
+        if let Some(cache) = self.cache.as_ref().filter(|c| *c.synced.borrow()) {
+            let key = ObjectRef::<DeserializeGuard<Manifest>>::new(name).within(&self.namespace);
+            return Ok(cache.store.get(&key).and_then(|guard| guard.0.as_ref().ok().cloned()));
         }
+        Api::<Manifest>::namespaced(self.client.clone(), &self.namespace).get_opt(name).await
     }
 }
