@@ -57,14 +57,15 @@ fn median(mut times: Vec<Duration>) -> Duration {
 }
 
 /// Times `appends` appends of one step's two entries, from entry number `from`.
-fn steps(log: &ConfigMapLog, from: usize, appends: usize) -> Vec<Duration> {
-    (0..appends)
-        .map(|k| {
-            let started = Instant::now();
-            log.append(&[entry(from + 2 * k), entry(from + 2 * k + 1)]).expect("append");
-            started.elapsed()
-        })
-        .collect()
+async fn steps(log: &ConfigMapLog, from: usize, appends: usize) -> Vec<Duration> {
+    let mut times = Vec::new();
+    for k in 0..appends {
+        let started = Instant::now();
+        log.append(&[entry(from + 2 * k), entry(from + 2 * k + 1)]).expect("append");
+        log.flush().await.expect("flush");
+        times.push(started.elapsed());
+    }
+    times
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -114,14 +115,15 @@ async fn main() {
         std::env::var("DEPLOYSTER_BENCH_CHUNK_BYTES").ok().and_then(|n| n.parse().ok()).unwrap_or(CHUNK_BYTES);
     let log = ConfigMapLog::open(client.clone(), &object).await.expect("open").with_chunk_bytes(chunk_bytes);
     println!("A Pipeline's log in ConfigMaps ({} KiB each), on the API server of {path}", chunk_bytes / 1024);
-    // The driver appends from the controller's multi-threaded runtime, blocking its worker.
-    let empty = steps(&log, 0, 20);
+    // A reconcile's appends are written by one flush (here: each step's two entries).
+    let empty = steps(&log, 0, 20).await;
     let started = Instant::now();
     let batch = 1000;
     let mut at = 40;
     while at < entries {
         let chunk: Vec<Entry> = (at..(at + batch).min(entries)).map(entry).collect();
         log.append(&chunk).expect("append");
+        log.flush().await.expect("flush");
         at += chunk.len();
     }
     let seeding = started.elapsed();
@@ -140,9 +142,10 @@ async fn main() {
     let room = chunk_bytes.saturating_sub(newest_bytes().await) / entry_bytes;
     let filler: Vec<Entry> = (at..at + room.saturating_sub(60)).map(entry).collect();
     log.append(&filler).expect("append");
+    log.flush().await.expect("flush");
     at += filler.len();
     let newest = newest_bytes().await;
-    let full = steps(&log, at, 20);
+    let full = steps(&log, at, 20).await;
     println!(
         "  one step's append (2 entries), newest ConfigMap nearly empty: median {:.1?}, worst {:.1?}",
         median(empty.clone()),
@@ -274,6 +277,7 @@ async fn compaction(client: &kube::Client, pipelines: &Api<Pipeline>) {
     let object = pipelines.create(&PostParams::default(), &object).await.expect("create the Pipeline");
     let written = ConfigMapLog::open(client.clone(), &object).await.expect("open").with_chunk_bytes(BASE_BYTES);
     written.append(&log).expect("append");
+    written.flush().await.expect("flush");
     let started = Instant::now();
     let read = ConfigMapLog::open(client.clone(), &object).await.expect("read the log");
     let reading = started.elapsed();

@@ -332,7 +332,7 @@ async fn the_log_fills_config_maps_in_order_and_refuses_a_stale_writer() {
     };
     let written: Vec<Entry> = (0..60).map(entry).collect();
     for chunk in written.chunks(3) {
-        log.append(chunk).unwrap();
+        append(&log, chunk).await.unwrap();
     }
     let (selector, config_maps, entries) = log.where_kept();
     assert!(config_maps >= 4, "{config_maps} ConfigMaps of at most 2 KiB each");
@@ -346,7 +346,7 @@ async fn the_log_fills_config_maps_in_order_and_refuses_a_stale_writer() {
     back.reverse();
     assert_eq!(back, written, "read back whole and in order");
 
-    let refused = stale.append(&[entry(99)]).unwrap_err().to_string();
+    let refused = append(&stale, &[entry(99)]).await.unwrap_err().to_string();
     assert!(refused.contains("another writer changed the log"), "{refused}");
     let read = ConfigMapLog::open(client.clone(), &object).await.unwrap();
     assert_eq!(read.recent("", usize::MAX).unwrap().len(), 60, "nothing of the stale append was kept");
@@ -361,7 +361,7 @@ async fn the_log_fills_config_maps_in_order_and_refuses_a_stale_writer() {
     let (_, before, _) = log.where_kept();
     let mut large = entry(60);
     large.detail = serde_json::json!({"text": "x".repeat(2048)});
-    log.append(std::slice::from_ref(&large)).unwrap();
+    append(&log, std::slice::from_ref(&large)).await.unwrap();
     assert_eq!(log.where_kept().1, before + 1, "a new ConfigMap");
     let fresh = logs.get(client, &object).await.unwrap();
     assert!(!std::sync::Arc::ptr_eq(&same, &fresh));
@@ -400,7 +400,7 @@ async fn a_long_log_is_compacted_into_one_config_map_and_read_back_as_such() {
     };
     let log = ConfigMapLog::open(client.clone(), &object).await.unwrap().with_chunk_bytes(4096);
     for n in 0..100 {
-        log.append(&run(n)).unwrap();
+        append(&log, &run(n)).await.unwrap();
         if n == 0 {
             assert!(!log.compact(&pipeline).await.unwrap(), "one ConfigMap: nothing to compact");
         }
@@ -419,7 +419,7 @@ async fn a_long_log_is_compacted_into_one_config_map_and_read_back_as_such() {
     assert_eq!(items[0]["metadata"]["annotations"][BASE_ANNOTATION], "1", "a base of one ConfigMap");
 
     // A writer whose view is from before the compaction cannot append where no one reads.
-    let refused = stale.append(&run(500)).unwrap_err().to_string();
+    let refused = append(&stale, &run(500)).await.unwrap_err().to_string();
     assert!(refused.contains("another writer changed the log"), "{refused}");
     let read = ConfigMapLog::open(client.clone(), &object).await.unwrap();
     let mut back = read.recent("", usize::MAX).unwrap();
@@ -427,7 +427,7 @@ async fn a_long_log_is_compacted_into_one_config_map_and_read_back_as_such() {
     let answering: Vec<Entry> = run(99).into_iter().filter(|e| e.event != Event::StepStarted).collect();
     assert_eq!(back, answering);
     // Appends go on after the base, which stays the base.
-    log.append(&run(100)).unwrap();
+    append(&log, &run(100)).await.unwrap();
     let read = ConfigMapLog::open(client.clone(), &object).await.unwrap();
     assert_eq!(read.where_kept().2, 11);
     let listed = cluster.get(&["configmaps", "-l", &selector]).unwrap();
@@ -475,12 +475,12 @@ async fn a_live_run_too_large_for_one_config_map_is_compacted_into_several() {
     let log = ConfigMapLog::open(client.clone(), &object).await.unwrap().with_chunk_bytes(2048).with_base_bytes(4096);
     let deploy = "pipeline/staging/all/stg/deploy";
     // A run that ended, then a live one whose 60 attempts at its step (about 17 KiB) all stay.
-    log.append(&[entry("old", "pipeline", Event::RevisionRegistered, 0)]).unwrap();
-    log.append(&[entry("old", deploy, Event::StepStarted, 0)]).unwrap();
-    log.append(&[entry("old", "pipeline", Event::PipelineFinishedSuccessfully, 1)]).unwrap();
-    log.append(&[entry("live", "pipeline", Event::RevisionRegistered, 2)]).unwrap();
+    append(&log, &[entry("old", "pipeline", Event::RevisionRegistered, 0)]).await.unwrap();
+    append(&log, &[entry("old", deploy, Event::StepStarted, 0)]).await.unwrap();
+    append(&log, &[entry("old", "pipeline", Event::PipelineFinishedSuccessfully, 1)]).await.unwrap();
+    append(&log, &[entry("live", "pipeline", Event::RevisionRegistered, 2)]).await.unwrap();
     for i in 0..60 {
-        log.append(&[entry("live", deploy, Event::StepStarted, 3 + i)]).unwrap();
+        append(&log, &[entry("live", deploy, Event::StepStarted, 3 + i)]).await.unwrap();
     }
     let before = log.recent("", usize::MAX).unwrap();
     assert!(log.compact(&pipeline).await.unwrap());
@@ -514,7 +514,7 @@ async fn a_live_run_too_large_for_one_config_map_is_compacted_into_several() {
     let read = ConfigMapLog::open(client.clone(), &object).await.unwrap().with_chunk_bytes(2048);
     assert_eq!(read.recent("", usize::MAX).unwrap(), compacted, "the unfinished base's part is skipped");
     let after = entry("live", deploy, Event::StepSucceeded, 100);
-    read.append(std::slice::from_ref(&after)).unwrap();
+    append(&read, std::slice::from_ref(&after)).await.unwrap();
     let again = ConfigMapLog::open(client.clone(), &object).await.unwrap();
     assert_eq!(again.recent("", 1).unwrap(), [after], "appended past it");
     assert_eq!(again.where_kept().2, compacted.len() as u64 + 1);
@@ -613,4 +613,13 @@ spec:
     let entries = log_entries(&cluster, "one");
     assert_eq!(count(&entries, "1.0", &format!("pipeline/{step}"), "step-succeeded"), 1, "{entries:#?}");
     assert_api_calls_are_listed(&controller);
+}
+
+/// Appends to a Pipeline's log and writes it, as a reconcile does.
+async fn append(
+    log: &deployster::controller::pipelines::log::ConfigMapLog,
+    entries: &[deployster::history::Entry],
+) -> Result<(), deployster::history::HistoryError> {
+    deployster::history::History::append(log, entries)?;
+    log.flush().await
 }

@@ -357,3 +357,15 @@ fn the_controller_does_not_reach_into_the_pod_runtime() {
     assert!(read > 20, "the walk reads the controller ({read} files)");
     assert!(reaching.is_empty(), "ask PassExecutors instead: {reaching:#?}");
 }
+
+/// Issue 51: no code of `src/` blocks a runtime worker on I/O (`block_in_place`): a Pipeline's
+/// log is written by an async flush, a prompt waits on a thread for blocking work.
+#[test]
+fn nothing_in_src_blocks_a_runtime_worker() {
+    let blocking: Vec<String> = src_modules()
+        .into_iter()
+        .filter(|(_, path)| std::fs::read_to_string(path).unwrap().contains("block_in_place"))
+        .map(|(module, _)| module)
+        .collect();
+    assert!(blocking.is_empty(), "block_in_place in {blocking:?}");
+}

@@ -151,6 +151,8 @@ pub struct ConfigMapLog {
     uid: String,
     owner: k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference,
     entries: MemoryLog,
+    /// Lines appended and not yet written to a ConfigMap ([`ConfigMapLog::flush`]).
+    unwritten: Mutex<String>,
     kept: Mutex<Kept>,
     chunk_bytes: usize,
     base_bytes: usize,
@@ -208,6 +210,7 @@ impl ConfigMapLog {
             uid,
             owner,
             entries: MemoryLog::from_entries(entries, None),
+            unwritten: Mutex::default(),
             kept: Mutex::new(kept),
             chunk_bytes: CHUNK_BYTES,
             base_bytes: BASE_BYTES,
@@ -235,6 +238,15 @@ impl ConfigMapLog {
 
     fn kept(&self) -> Kept {
         self.kept.lock().expect("log lock").clone()
+    }
+
+    /// Writes what was appended since the last flush to the newest ConfigMap (or a new one).
+    pub async fn flush(&self) -> Result<(), HistoryError> {
+        let lines = std::mem::take(&mut *self.unwritten.lock().expect("log lock"));
+        if lines.is_empty() {
+            return Ok(());
+        }
+        self.write(lines).await
     }
 
     fn shown(&self, name: &str) -> String {
@@ -398,22 +410,14 @@ impl ConfigMapLog {
 }
 
 impl History for ConfigMapLog {
-    /// Appends durably: the ConfigMap is written before this returns. The driver calls it from
-    /// a multi-threaded runtime (the controller's), whose worker it blocks meanwhile, as a
-    /// SQLite write would.
+    /// Appends in memory, at once (what reads the log sees it); the entries are written to a
+    /// ConfigMap, in order, by the next [`ConfigMapLog::flush`]. A reconcile flushes before it
+    /// writes the status; one that fails to flush forgets the log, so that the next reads what
+    /// the ConfigMaps hold and redoes what was lost (a step recorded as ended is never run again;
+    /// one whose start was lost is started again, which is idempotent).
     fn append(&self, entries: &[Entry]) -> Result<(), HistoryError> {
-        let lines = lines(entries);
-        let handle = tokio::runtime::Handle::try_current()
-            .ok()
-            .filter(|h| matches!(h.runtime_flavor(), tokio::runtime::RuntimeFlavor::MultiThread));
-        let Some(handle) = handle else {
-            return Err(HistoryError::Store {
-                path: format!("the log of Pipeline {}", self.pipeline),
-                message: "appends need a multi-threaded Tokio runtime".into(),
-            });
-        };
-        tokio::task::block_in_place(|| handle.block_on(self.write(lines)))?;
         self.entries.append(entries)?;
+        self.unwritten.lock().expect("log lock").push_str(&lines(entries));
         self.kept.lock().expect("log lock").count += entries.len() as u64;
         Ok(())
     }

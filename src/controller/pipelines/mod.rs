@@ -176,6 +176,11 @@ pub async fn reconcile(object: Arc<Pipeline>, ctx: Arc<Context>) -> Result<Actio
         let note = format!("revision {failed_revision}, step {step}: {why}");
         publish(&ctx, &object, EventType::Warning, Reason::StepFailed.as_str(), &note).await;
     }
+    // What the advance recorded, written before the status says it.
+    if let Err(e) = log.flush().await {
+        pipelines.logs.forget(&object);
+        return Err(Error::Pipeline(PipelineError::History(e)));
+    }
     match log.compact(&pipeline).await {
         Ok(true) => tracing::info!(pipeline = %format!("{namespace}/{name}"), "compacted the pipeline's log"),
         Ok(false) => {}
