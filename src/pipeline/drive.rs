@@ -200,26 +200,6 @@ impl Driver<'_> {
         self.append(&mut progress, vec![entry])
     }
 
-    /// Drives every live revision until each is through, failed, or waiting: advances, runs the
-    /// steps it started (here, each batch at once), and advances again once they all ended.
-    pub async fn drive(&self) -> Result<Driven, PipelineError> {
-        let Some(runner) = &self.runner else {
-            return Err(PipelineError::Refused("nothing here runs this pipeline's steps".into()));
-        };
-        let here = super::here::Here::new(runner.clone());
-        let mut failed = Vec::new();
-        loop {
-            let advanced = self.advance(&here).await?;
-            failed.extend(advanced.failed);
-            if advanced.running == 0 {
-                let interrupted = self.cancel.is_cancelled();
-                let waiting = if interrupted { Vec::new() } else { advanced.waiting };
-                return Ok(Driven { progress: advanced.progress, waiting, failed, interrupted });
-            }
-            here.run_started().await;
-        }
-    }
-
     /// Records the steps to skip until none is left; then the steps to start, the older runs
     /// each supersedes recorded as superseded.
     pub(super) fn skip_all(&self, progress: &mut Progress) -> Result<Vec<Scheduled>, PipelineError> {

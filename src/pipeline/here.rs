@@ -7,8 +7,9 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
+use super::PipelineError;
 use super::advance::{StepState, Steps};
-use super::drive::{Job, StepRunner};
+use super::drive::{Driven, Driver, Job, StepRunner};
 
 /// Steps this process runs.
 pub struct Here {
@@ -54,6 +55,28 @@ impl Steps for Here {
             StepState::Running
         } else {
             StepState::Lost
+        }
+    }
+}
+
+impl Driver<'_> {
+    /// Drives every live revision until each is through, failed, or waiting: advances, runs the
+    /// steps it started (here, each batch at once), and advances again once they all ended.
+    pub async fn drive(&self) -> Result<Driven, PipelineError> {
+        let Some(runner) = &self.runner else {
+            return Err(PipelineError::Refused("nothing here runs this pipeline's steps".into()));
+        };
+        let here = Here::new(runner.clone());
+        let mut failed = Vec::new();
+        loop {
+            let advanced = self.advance(&here).await?;
+            failed.extend(advanced.failed);
+            if advanced.running == 0 {
+                let interrupted = self.cancel.is_cancelled();
+                let waiting = if interrupted { Vec::new() } else { advanced.waiting };
+                return Ok(Driven { progress: advanced.progress, waiting, failed, interrupted });
+            }
+            here.run_started().await;
         }
     }
 }
