@@ -3,7 +3,6 @@
 
 use super::reasons::{EventAction, Reason};
 use kube::Api;
-use kube::Resource;
 use kube::runtime::events::EventType;
 
 use super::context::Context;
@@ -36,14 +35,7 @@ pub(super) async fn malformed(ctx: &Context, invalid: &kube::core::error_boundar
     {
         tracing::warn!(error = %e, "could not record a malformed Manifest's status");
     }
-    let reference = k8s_openapi::api::core::v1::ObjectReference {
-        api_version: Some(Manifest::api_version(&()).into()),
-        kind: Some(Manifest::kind(&()).into()),
-        name: Some(name),
-        namespace: Some(namespace),
-        uid: invalid.metadata.uid.clone(),
-        ..Default::default()
-    };
+    let reference = report::reference_to::<Manifest>(&invalid.metadata);
     report::publish_to(
         ctx,
         &reference,

@@ -86,6 +86,21 @@ fn unanswered_for_now(error: &kube::Error) -> bool {
 }
 
 /// Publishes an event on the object `reference` names (its note cut to 1 KiB).
+/// A reference to the object of kind `K` that `metadata` describes (one read, or one that did
+/// not deserialize), for its events.
+pub(super) fn reference_to<K: kube::Resource<DynamicType = ()>>(
+    metadata: &kube::api::ObjectMeta,
+) -> k8s_openapi::api::core::v1::ObjectReference {
+    k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some(K::api_version(&()).into()),
+        kind: Some(K::kind(&()).into()),
+        name: metadata.name.clone(),
+        namespace: metadata.namespace.clone(),
+        uid: metadata.uid.clone(),
+        ..Default::default()
+    }
+}
+
 pub(super) async fn publish_to(
     ctx: &Context,
     reference: &ObjectReference,

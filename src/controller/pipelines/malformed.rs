@@ -2,18 +2,18 @@
 //! that does not ([`crate::controller::malformed`]): Ready False and Stalled with the reason on
 //! its status, a Warning event, and nothing driven until the object changes.
 
-use crate::controller::reasons::{ConditionType, EventAction, Reason};
 use std::sync::Arc;
 
+use kube::Api;
 use kube::core::DeserializeGuard;
 use kube::core::error_boundary::InvalidObject;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
-use kube::{Api, Resource};
 
 use super::{conditions, counted, reconcile};
 use crate::controller::context::Context;
 use crate::controller::error::Error;
+use crate::controller::reasons::{ConditionType, EventAction, Reason};
 use crate::controller::report;
 use crate::crd::pipeline::{Pipeline, PipelineStatus};
 
@@ -55,14 +55,7 @@ async fn malformed(ctx: &Context, invalid: &InvalidObject) -> Result<(), Error> 
     };
     let api: Api<Pipeline> = Api::namespaced(ctx.client.clone(), &namespace);
     report::write_status_to(&ctx.ownership, &api, &namespace, &name, &new, report::STATUS_WRITE_PATIENCE).await?;
-    let reference = k8s_openapi::api::core::v1::ObjectReference {
-        api_version: Some(Pipeline::api_version(&()).into()),
-        kind: Some(Pipeline::kind(&()).into()),
-        name: Some(name),
-        namespace: Some(namespace),
-        uid: invalid.metadata.uid.clone(),
-        ..Default::default()
-    };
+    let reference = report::reference_to::<Pipeline>(&invalid.metadata);
     report::publish_to(ctx, &reference, EventType::Warning, MALFORMED, EventAction::Validate.as_str(), &message).await;
     Ok(())
 }

@@ -10,7 +10,6 @@ pub mod log;
 pub mod malformed;
 pub mod steps;
 
-use crate::controller::reasons::{ConditionType, EventAction, Reason};
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -28,6 +27,7 @@ use serde_json::{Map, Value, json};
 use super::context::Context;
 use super::error::Error;
 use super::status::{Wanted, transition};
+use crate::controller::reasons::{ConditionType, EventAction, Reason};
 use crate::crd::Manifest;
 use crate::crd::pipeline::{APPROVE_ANNOTATION, LogStatus, Pipeline, PipelineStatus, REGISTER_ANNOTATION};
 use crate::history::{Event, History, format_time};

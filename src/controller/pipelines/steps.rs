@@ -9,7 +9,6 @@
 //! from the revision or the target does not linger), and a var it sets replaces the old value
 //! whole rather than merging into it.
 
-use crate::controller::reasons::{ConditionType, Reason};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,6 +19,7 @@ use serde_json::{Map, Value, json};
 
 use crate::controller::context::ManifestCache;
 use crate::controller::metrics::{Metrics, ResultLabels};
+use crate::controller::reasons::{ConditionType, Reason};
 use crate::crd::Manifest;
 use crate::pipeline::advance::{StepState, Steps};
 use crate::pipeline::drive::Job;
