@@ -12,7 +12,6 @@ pub mod config;
 pub mod context;
 pub mod error;
 pub mod inputs;
-mod journal;
 mod malformed;
 pub mod manifest;
 pub mod metrics;

@@ -369,3 +369,23 @@ fn nothing_in_src_blocks_a_runtime_worker() {
         .collect();
     assert!(blocking.is_empty(), "block_in_place in {blocking:?}");
 }
+
+/// Issue 51: one writer of a Manifest's status in a reconcile — `manifest::report::StatusWriter`,
+/// through which the journal writes the pass's progress and the report its outcome.
+#[test]
+fn a_manifest_s_status_has_one_writer() {
+    let writers: Vec<String> = src_modules()
+        .into_iter()
+        .filter(|(module, _)| module.starts_with("controller::manifest"))
+        .filter(|(_, path)| {
+            let text = std::fs::read_to_string(path).unwrap();
+            text.split("#[cfg(test)]\nmod tests").next().unwrap().contains("write_status_to(")
+        })
+        .map(|(module, _)| module)
+        .collect();
+    assert_eq!(writers, ["controller::manifest::report"], "status writes outside the StatusWriter");
+    let report =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/controller/manifest/report.rs"))
+            .unwrap();
+    assert_eq!(report.matches("write_status_to(").count(), 1, "one call, in StatusWriter::write_with");
+}

@@ -11,6 +11,7 @@
 
 pub mod delete;
 pub mod fetch;
+mod journal;
 pub mod observe;
 pub mod report;
 pub mod run;
@@ -150,9 +151,7 @@ async fn pass(
         next_checks: next.by_resource,
         outputs_failed,
     };
-    // The status as the journal last wrote it, if it did, is what the object now holds.
-    let written = ran.journal.last_written().await;
-    let new = finish(obj, ctx, written.as_ref().unwrap_or(old), result).await?;
+    let new = finish(obj, ctx, &ran.writer, old, result).await?;
     report::pass_events(ctx, obj, old, &new, events).await;
     Ok((new, next.next_pass))
 }

@@ -2,16 +2,59 @@
 //! written when it changed, then the events.
 
 use kube::runtime::events::EventType;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::api::Api;
 use kube::{Resource, ResourceExt};
 
 use super::super::context::Context;
 use super::super::error::Error;
 use super::super::reasons::{ConditionType, EventAction, Reason};
+use super::super::replicas::ownership::Ownership;
 use super::super::report::{STATUS_WRITE_PATIENCE, publish_to, write_status_to};
 use super::super::status::{self, Observed, PassResult, changed, history_entries, next_status};
 use super::api;
 use super::observe::PassEvent;
 use crate::crd::{Manifest, ManifestStatus};
+
+/// The one writer of a Manifest's status in a reconcile: the pass's progress (through the
+/// journal) while it runs, its outcome after it. Writes go one at a time, and it knows the
+/// status it last wrote: what the object holds now.
+pub struct StatusWriter {
+    api: Api<Manifest>,
+    ownership: Arc<Ownership>,
+    namespace: String,
+    name: String,
+    last: tokio::sync::Mutex<Option<ManifestStatus>>,
+}
+
+impl StatusWriter {
+    pub fn new(ctx: &Context, obj: &Manifest) -> Self {
+        Self {
+            api: api(ctx, obj),
+            ownership: ctx.ownership.clone(),
+            namespace: obj.namespace().unwrap_or_default(),
+            name: obj.name_any(),
+            last: Default::default(),
+        }
+    }
+
+    /// Writes the status `build` makes once the write before it is done, retrying conflicts
+    /// for up to `patience`.
+    pub async fn write_with(&self, build: impl FnOnce() -> ManifestStatus, patience: Duration) -> Result<(), Error> {
+        let mut last = self.last.lock().await;
+        let status = build();
+        write_status_to(&self.ownership, &self.api, &self.namespace, &self.name, &status, patience).await?;
+        *last = Some(status);
+        Ok(())
+    }
+
+    /// The status it last wrote, if it wrote one.
+    pub async fn last(&self) -> Option<ManifestStatus> {
+        self.last.lock().await.clone()
+    }
+}
 
 /// Publishes a pass's events, in order, then Thrashing when the status just said so.
 pub async fn pass_events(
@@ -35,21 +78,25 @@ pub async fn pass_events(
     }
 }
 
-/// Builds the next status from what was observed and writes it if anything changed.
+/// Builds the next status from what was observed and, through `writer`, writes it if anything
+/// changed from what the object holds: what `writer` last wrote (the pass's progress), else `old`.
 pub async fn finish(
     obj: &Manifest,
     ctx: &Context,
+    writer: &StatusWriter,
     old: &ManifestStatus,
     result: PassResult,
 ) -> Result<ManifestStatus, Error> {
     ctx.metrics.observe_pass(&result);
     log_pass(&result);
+    let written = writer.last().await;
+    let old = written.as_ref().unwrap_or(old);
     let mut new = next_status(old, &result);
     // The replica that reconciles it now: a shard that moved is written even by a pass that
     // found everything as it was, so that `status.shard` never names a replica gone.
     new.shard = ctx.ownership.shard_status(&obj.namespace().unwrap_or_default(), &obj.name_any());
     if changed(old, &new) {
-        write_status(ctx, obj, &new).await?;
+        writer.write_with(|| new.clone(), STATUS_WRITE_PATIENCE).await?;
     }
     Ok(new)
 }
@@ -73,7 +120,7 @@ pub async fn finish_unrun(
         next_checks: Default::default(),
         outputs_failed: None,
     };
-    finish(obj, ctx, old, result).await
+    finish(obj, ctx, &StatusWriter::new(ctx, obj), old, result).await
 }
 
 /// One line per pass: at info when it changed, failed or was refused, at debug when it found
@@ -93,12 +140,6 @@ fn log_pass(pass: &PassResult) {
     } else {
         tracing::info!(result = pass.result(), applied, ?drifted, message, revision = %pass.revision, "pass finished");
     }
-}
-
-/// Server-side apply of the whole status under one field manager, retried on conflicts.
-pub async fn write_status(ctx: &Context, obj: &Manifest, status: &ManifestStatus) -> Result<(), Error> {
-    let namespace = obj.namespace().unwrap_or_default();
-    write_status_to(&ctx.ownership, &api(ctx, obj), &namespace, &obj.name_any(), status, STATUS_WRITE_PATIENCE).await
 }
 
 /// Publishes an event on `obj`; a failure to publish is logged, never fatal.

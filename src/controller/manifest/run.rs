@@ -12,10 +12,10 @@ use super::super::approval::ManualApproval;
 use super::super::context::Context;
 use super::super::error::Error;
 use super::super::inputs;
-use super::super::journal::StatusJournal;
 use super::super::reasons::{EventAction, Reason};
 use super::super::status::history_entries;
-use super::api;
+use super::journal::StatusJournal;
+use super::report::StatusWriter;
 use super::report::publish;
 use crate::crd::{Manifest, ManifestStatus};
 use crate::engine::context::{RunOptions, new_run_id};
@@ -30,8 +30,8 @@ pub struct RanPass {
     pub passed: Passed,
     /// Its deployment log (the object's history, and what the pass added).
     pub log: Arc<MemoryLog>,
-    /// What wrote the pass's progress; its last write is what the object holds now.
-    pub(in crate::controller) journal: Arc<StatusJournal>,
+    /// What wrote the pass's progress, and writes its outcome: the reconcile's one writer.
+    pub writer: Arc<StatusWriter>,
     /// The approval the spec asks for, if it does.
     pub manual: Option<ManualApproval>,
     /// The resources not due for a check, assumed VALID.
@@ -49,7 +49,8 @@ pub async fn engine_pass(
     term: &CancellationToken,
 ) -> Result<RanPass, Error> {
     let log = memory_log(ctx, old);
-    let journal = Arc::new(StatusJournal::new(api(ctx, obj), ctx, obj, old, &log));
+    let writer = Arc::new(StatusWriter::new(ctx, obj));
+    let journal = Arc::new(StatusJournal::new(writer.clone(), obj, old, &log));
     let manifest = Arc::new(manifest);
     let manual = ManualApproval::of(obj, &manifest, (ctx.clock)());
     let approver: &dyn Approver = manual.as_ref().map_or(&ApproveAll, |m| m as &dyn Approver);
@@ -71,7 +72,7 @@ pub async fn engine_pass(
         publish(ctx, obj, EventType::Warning, Reason::Interrupted.as_str(), EventAction::Reconcile.as_str(), &note)
             .await;
     }
-    Ok(RanPass { passed, log, journal, manual, assumed })
+    Ok(RanPass { passed, log, writer, manual, assumed })
 }
 
 /// The controller's clock as a time.

@@ -5,13 +5,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use kube::{Api, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
-use super::context::Context;
-use super::error::Error;
-use super::report::write_status_to;
-use super::status::{self, bound};
+use super::super::error::Error;
+use super::super::status::{self, bound};
+use super::report::StatusWriter;
 use crate::crd::{ActionProgress, Manifest, ManifestStatus, ResourceStatus};
 use crate::engine::events::{IntentError, Observer, RunEvent};
 use crate::history::MemoryLog;
@@ -20,12 +18,10 @@ use crate::history::MemoryLog;
 /// stands — the action's intent last — so that after a crash the next pass knows what may have
 /// been half done (observes after the recorder, which appends the intent to `log`). Meanwhile:
 /// the running actions and their reported progress, written at most once per
-/// [`PROGRESS_WRITE_EVERY`] by [`StatusJournal::keep_writing`].
-pub(super) struct StatusJournal {
-    api: Api<Manifest>,
-    ownership: Arc<super::replicas::ownership::Ownership>,
-    namespace: String,
-    name: String,
+/// [`PROGRESS_WRITE_EVERY`] by [`StatusJournal::keep_writing`]. It writes through the
+/// reconcile's one [`StatusWriter`], which writes the pass's outcome after it.
+pub(in crate::controller) struct StatusJournal {
+    writer: Arc<StatusWriter>,
     old: ManifestStatus,
     log: Arc<MemoryLog>,
     /// Each resource's type, for resources the old status does not list yet.
@@ -33,35 +29,22 @@ pub(super) struct StatusJournal {
     running: std::sync::Mutex<std::collections::BTreeMap<String, ActionProgress>>,
     /// Progress changed since the last write.
     dirty: std::sync::atomic::AtomicBool,
-    /// One write at a time, each built from the log and progress as they are when it starts;
-    /// the last status written.
-    writing: tokio::sync::Mutex<Option<ManifestStatus>>,
 }
 
 /// How often, at most, progress alone causes a status write.
 pub const PROGRESS_WRITE_EVERY: Duration = Duration::from_secs(5);
 
 impl StatusJournal {
-    pub(super) fn new(
-        api: Api<Manifest>,
-        ctx: &Context,
-        obj: &Manifest,
-        old: &ManifestStatus,
-        log: &Arc<MemoryLog>,
-    ) -> Self {
+    pub(super) fn new(writer: Arc<StatusWriter>, obj: &Manifest, old: &ManifestStatus, log: &Arc<MemoryLog>) -> Self {
         let types =
             obj.spec.resources.iter().map(|(name, r)| (name.clone(), r.type_ref.clone().unwrap_or_default())).collect();
         Self {
-            api,
-            ownership: ctx.ownership.clone(),
-            namespace: obj.namespace().unwrap_or_default(),
-            name: obj.name_any(),
+            writer,
             old: old.clone(),
             log: log.clone(),
             types,
             running: Default::default(),
             dirty: Default::default(),
-            writing: Default::default(),
         }
     }
 
@@ -92,19 +75,18 @@ impl StatusJournal {
         status
     }
 
+    /// Writes the status as the log and progress are when the write starts (one at a time).
     pub(super) async fn write(&self) -> Result<(), Error> {
-        let mut written = self.writing.lock().await;
-        self.dirty.store(false, std::sync::atomic::Ordering::SeqCst);
-        let status = self.now();
         // Progress is a display: a write the server does not answer is not waited for.
-        write_status_to(&self.ownership, &self.api, &self.namespace, &self.name, &status, Duration::ZERO).await?;
-        *written = Some(status);
-        Ok(())
-    }
-
-    /// The last status written, if any was.
-    pub(super) async fn last_written(&self) -> Option<ManifestStatus> {
-        self.writing.lock().await.clone()
+        self.writer
+            .write_with(
+                || {
+                    self.dirty.store(false, std::sync::atomic::Ordering::SeqCst);
+                    self.now()
+                },
+                Duration::ZERO,
+            )
+            .await
     }
 
     /// Until `stop`: every [`PROGRESS_WRITE_EVERY`], the status when progress changed. A write
