@@ -16,6 +16,9 @@ use super::progress::{Progress, Scheduled, StepDecision, target_of};
 use super::spec::Work;
 use crate::history::Event;
 
+/// How many of a step's newest entries are looked at for its run's start.
+const STARTS_LOOKED_AT: usize = 64;
+
 /// Where a started step stands.
 #[derive(Debug, Clone, PartialEq)]
 pub enum StepState {
@@ -121,7 +124,14 @@ impl Driver<'_> {
         for (revision, s) in under_way {
             let step_id = self.pipeline.steps[s].id.clone();
             let target = target_of(&step_id);
-            let started = self.log.latest(&target, &[Event::StepStarted])?;
+            // This run's start: the newest `step-started` of the step for this revision.
+            let started = self
+                .log
+                .recent(&target, STARTS_LOOKED_AT)?
+                .into_iter()
+                .find(|e| e.target == target && e.revision == revision && e.event == Event::StepStarted);
+            // None found: `Steps::state` is given nothing, and a runner that needs what the
+            // start recorded answers Lost (the step is started again).
             let (detail, since) = started.map_or((json!({}), (self.now)()), |e| (e.detail, e.at));
             let state = match self.job(progress, &revision, s) {
                 Some(job) => steps.state(&job, &detail, since).await,
