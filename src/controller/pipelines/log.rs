@@ -26,7 +26,8 @@ use crate::history::{Entry, Event, History, HistoryError, MemoryLog};
 /// What drives Pipelines besides the Manifest controller's context.
 pub struct Pipelines {
     pub logs: Logs,
-    /// How often a running step looks at its Manifest, and a waiting pipeline at its gates.
+    /// A live revision's Pipeline is looked at again every five of these (besides the wakes
+    /// its Manifests' changes give): a bake's time, a step's timeout.
     pub poll: Duration,
 }
 

@@ -259,7 +259,7 @@ async fn manifest_names(ctx: &Context, namespace: &str) -> Result<HashSet<String
 }
 
 /// Registers the spec's revision when it is not the newest registered, records the
-/// annotation's approvals, and drives.
+/// annotation's approvals, and advances once.
 async fn drive(
     ctx: &Context,
     object: &Pipeline,
