@@ -39,7 +39,8 @@ use deployster::controller::manifest::{Next, reconcile};
 use deployster::controller::{Context, Settings};
 use deployster::crd::{Manifest, ManifestSpec};
 use deployster::engine::executor::process::ProcessExecutor;
-use deployster::engine::executor::{Dispatch, ExecError, Executor, Invocation, Outcome};
+use deployster::engine::executor::{ExecError, Executor, Invocation, Outcome};
+use deployster::executors::route::Router;
 use futures::StreamExt;
 use kube::api::ListParams;
 use kube::{Api, ResourceExt};
@@ -231,8 +232,12 @@ impl Executor for CountingStates {
 impl Executors {
     fn new() -> (Self, Arc<dyn Executor>) {
         let programs = Arc::new(ProcessExecutor::new(env!("CARGO_BIN_EXE_deployster").into()));
-        let in_process = Arc::new(InProcess::new(programs.clone()));
-        let executor = Arc::new(Dispatch { local_programs: false, ..Dispatch::new(in_process.clone(), None) });
+        let in_process = Arc::new(InProcess::new());
+        let executor = Arc::new(Router {
+            in_process: Some(in_process.clone()),
+            local_programs: false,
+            ..Router::programs(programs.clone())
+        });
         (Self { in_process, programs }, executor)
     }
 
@@ -290,8 +295,8 @@ impl Simulation<'_> {
     /// `states`; and that executor, which counts the programs it started.
     fn as_programs(&self, states: &Arc<std::sync::atomic::AtomicU64>) -> (Context, Arc<ProcessExecutor>) {
         let programs = Arc::new(ProcessExecutor::new(env!("CARGO_BIN_EXE_deployster").into()));
-        let dispatch = Arc::new(Dispatch { local_programs: false, ..Dispatch::new(programs.clone(), None) });
-        let executor = Arc::new(CountingStates { inner: dispatch, states: states.clone() });
+        let router = Arc::new(Router { local_programs: false, ..Router::programs(programs.clone()) });
+        let executor = Arc::new(CountingStates { inner: router, states: states.clone() });
         (context(self.client, executor, self.dir, self.clock), programs)
     }
 
@@ -428,7 +433,7 @@ fn main() {
         // on some of the objects: what the executors' CPU per object is when they are processes.
         let sample = &names[..if quick() { SAMPLE / 5 } else { SAMPLE }.min(objects)];
         let programs: Arc<dyn Executor> = Arc::new(ProcessExecutor::new(env!("CARGO_BIN_EXE_deployster").into()));
-        let as_programs = context(&client, Arc::new(Dispatch { local_programs: false, ..Dispatch::new(programs, None) }), dir.path(), &clock);
+        let as_programs = context(&client, Arc::new(Router { local_programs: false, ..Router::programs(programs) }), dir.path(), &clock);
         clock.fetch_add(Duration::from_secs(3600).as_millis() as i64, Ordering::SeqCst);
         let children_before = cpu(UsageWho::RUSAGE_CHILDREN);
         pass(&api, &as_programs, sample).await;

@@ -15,7 +15,6 @@ use deployster::controller::metrics::{ApiMeteringLayer, Metrics};
 use deployster::controller::readiness::Readiness;
 use deployster::engine::context::RunOptions;
 use deployster::engine::events::ApproveAll;
-use deployster::engine::executor::fake::FakeExecutor;
 use deployster::engine::load_validated;
 use deployster::engine::run::Engine;
 
@@ -55,8 +54,7 @@ fn main() {
         .unwrap();
         deployster::client::install_crypto();
         let client = kube::client::ClientBuilder::try_from(config).unwrap().with_layer(&layer).build();
-        let others = Arc::new(FakeExecutor::new(|_| unreachable!("only builtin/kubernetes")));
-        let executor = Arc::new(KubeObjects::with_client(others, client));
+        let executor = Arc::new(KubeObjects::with_client(client));
         let manifest = Arc::new(load_validated(std::slice::from_ref(&path), &[]).expect("valid manifest"));
         let options = || RunOptions { parallelism: 16, ..RunOptions::default() };
 

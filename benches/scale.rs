@@ -23,6 +23,7 @@ use deployster::engine::executor::process::ProcessExecutor;
 use deployster::engine::executor::{ExecError, Executor, Invocation, Outcome};
 use deployster::engine::load_validated;
 use deployster::engine::run::Engine;
+use deployster::executors::route::Router;
 
 const RESOURCES: usize = 5_000;
 const BEFORE_APPLY: Duration = Duration::from_millis(49_600);
@@ -112,8 +113,11 @@ impl Workspace {
     /// The programs' own run times of an apply and a no-op of this manifest, in-library.
     async fn own_times(&self, builtins: &str) -> (Duration, Duration) {
         let programs: Arc<dyn Executor> = Arc::new(ProcessExecutor::new(env!("CARGO_BIN_EXE_deployster").into()));
-        let inner: Arc<dyn Executor> =
-            if builtins == "process" { programs } else { Arc::new(InProcess::new(programs)) };
+        let inner: Arc<dyn Executor> = if builtins == "process" {
+            programs
+        } else {
+            Arc::new(Router { in_process: Some(Arc::new(InProcess::new())), ..Router::programs(programs) })
+        };
         let timed = Arc::new(Timed { inner, own: Mutex::default() });
         let manifest = Arc::new(load_validated(&[self.path().join("manifest.yaml")], &[]).expect("valid manifest"));
         let mut own = Vec::new();

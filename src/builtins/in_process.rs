@@ -15,10 +15,11 @@ use crate::engine::executor::{
 };
 use crate::engine::typeref::TypeRef;
 
-/// Runs built-in types in this process where it can ([`super::runs_in_process`]) and hands
-/// everything else — local programs, `builtin/package`'s scripts — to `programs`.
+/// Answers the built-in types it is handed in this process: those [`super::runs_in_process`]
+/// says may be (the router, `crate::executors::route`, hands it those alone; local programs and
+/// `builtin/package`'s scripts run as programs).
+#[derive(Default)]
 pub struct InProcess {
-    programs: Arc<dyn Executor>,
     answered: AtomicU64,
     /// CPU time spent answering, in nanoseconds.
     cpu_nanos: Arc<AtomicU64>,
@@ -29,14 +30,8 @@ pub struct InProcess {
 }
 
 impl InProcess {
-    pub fn new(programs: Arc<dyn Executor>) -> Self {
-        Self {
-            programs,
-            answered: AtomicU64::new(0),
-            cpu_nanos: Arc::default(),
-            inits: Mutex::default(),
-            inits_reused: AtomicU64::new(0),
-        }
+    pub fn new() -> Self {
+        Self::default()
     }
 
     /// How many init calls were answered with a kept answer.
@@ -125,24 +120,16 @@ impl InProcess {
 
 #[async_trait]
 impl Executor for InProcess {
-    async fn preflight(&self, programs: &[TypeRef]) -> Result<(), ExecError> {
-        self.programs.preflight(programs).await
-    }
-
-    fn starts_program(&self, invocation: &Invocation) -> bool {
-        answered_here(invocation).is_none() && self.programs.starts_program(invocation)
+    /// Answered here: no program starts.
+    fn starts_program(&self, _: &Invocation) -> bool {
+        false
     }
 
     async fn invoke(&self, invocation: Invocation) -> Result<Outcome, ExecError> {
-        match answered_here(&invocation).map(str::to_string) {
-            Some(name) => self.answer(name, invocation).await,
-            None => self.programs.invoke(invocation).await,
+        match &invocation.program {
+            TypeRef::Builtin(name) => self.answer(name.clone(), invocation).await,
+            other => Err(ExecError::Unavailable(format!("{other} is no built-in: it cannot be answered in process"))),
         }
-    }
-
-    /// Calls answered here end with deployster; only programs can outlive a run.
-    async fn stop_run(&self, run_id: &str) -> Result<usize, ExecError> {
-        self.programs.stop_run(run_id).await
     }
 }
 
@@ -151,14 +138,4 @@ fn thread_cpu_nanos() -> u64 {
     use nix::time::{ClockId, clock_gettime};
     clock_gettime(ClockId::CLOCK_THREAD_CPUTIME_ID)
         .map_or(0, |t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
-}
-
-/// The built-in type the call is to, when it is answered in this process.
-fn answered_here(invocation: &Invocation) -> Option<&str> {
-    match &invocation.program {
-        TypeRef::Builtin(name) if invocation.entrypoint.is_none() && super::runs_in_process(name, &invocation.args) => {
-            Some(name)
-        }
-        _ => None,
-    }
 }

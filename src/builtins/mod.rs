@@ -25,6 +25,9 @@ use serde_json::{Value, json};
 pub use error::BuiltinError;
 pub use in_process::InProcess;
 
+/// `builtin/kubernetes`'s name: answered by `kubernetes::KubeObjects`, which holds the clients.
+pub const KUBERNETES: &str = "kubernetes";
+
 /// Runs built-in type `name` with `args` (none for init, `state`, or an action name) as a
 /// program: the request on stdin, the reply on stdout and stderr. Returns the exit code.
 pub fn main(name: &str, args: &[String]) -> i32 {
@@ -152,7 +155,7 @@ fn dispatch(name: &str, args: &[String], input: &str, said: &mut Vec<String>) ->
         ("package", Some("state")) => package::state(&Request::new(&request)?).map(Some),
         // Answered by `kubernetes::KubeObjects`, which holds the clients: a `__type` program
         // (DEPLOYSTER_BUILTINS=process) or a build without the kube feature has none.
-        ("kubernetes", _) => Err(BuiltinError::NoClient),
+        (KUBERNETES, _) => Err(BuiltinError::NoClient),
         (other, _) => Err(BuiltinError::UnknownType(other.into())),
     }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::confirm::{ConfirmMode, Prompting};
 use super::progress::ProgressView;
 use super::render;
-use super::{ApplyArgs, CliError, ExitKind, ManifestArgs, OutputFormat, PlanArgs, executor, load};
+use super::{ApplyArgs, CliError, ExitKind, ManifestArgs, OutputFormat, PlanArgs, Session, load};
 use crate::engine::context::RunOptions;
 use crate::engine::executor::Executor;
 use crate::engine::manifest::parent_dir;
@@ -247,18 +247,27 @@ fn show(format: OutputFormat, progress: &ProgressView, passed: &Passed) -> Resul
     })
 }
 
-pub(super) async fn plan(args: PlanArgs) -> Result<ExitKind, CliError> {
+pub(super) async fn plan(args: PlanArgs, session: &Session) -> Result<ExitKind, CliError> {
     let manifest = &args.manifest;
     let progress = ProgressView::new(manifest.output);
     let state = State::open(manifest, false, &progress)?;
     let stop = stop_on_signals(progress.clone(), Cancel::AtOnce)?;
     let saved = Saved { out: args.out.clone(), expected: None };
-    Ok(pass(manifest, None, saved, &progress, &state, executor(&manifest.images).await?, &stop, Default::default())
-        .await?
-        .0)
+    Ok(pass(
+        manifest,
+        None,
+        saved,
+        &progress,
+        &state,
+        session.executor(&manifest.images, None).await?,
+        &stop,
+        Default::default(),
+    )
+    .await?
+    .0)
 }
 
-pub(super) async fn apply(mut args: ApplyArgs) -> Result<ExitKind, CliError> {
+pub(super) async fn apply(mut args: ApplyArgs, session: &Session) -> Result<ExitKind, CliError> {
     let mut confirm = if args.yes { ConfirmMode::No } else { args.confirm };
     let expected = match &args.plan {
         Some(path) => {
@@ -295,6 +304,6 @@ pub(super) async fn apply(mut args: ApplyArgs) -> Result<ExitKind, CliError> {
     let state = State::open(manifest, true, &progress)?;
     let stop = stop_on_signals(progress.clone(), Cancel::AtOnce)?;
     let saved = Saved { out: None, expected };
-    let executor = executor(&manifest.images).await?;
+    let executor = session.executor(&manifest.images, None).await?;
     Ok(pass(manifest, Some(confirm), saved, &progress, &state, executor, &stop, Default::default()).await?.0)
 }

@@ -7,7 +7,8 @@ use serde_json::Value;
 use super::render::print_json;
 use super::{CheckTypeArgs, CliError, ExitKind, OutputFormat, executor_with};
 use crate::engine::conformance::{self, CheckOptions, Level};
-use crate::executors::Images;
+#[cfg(not(feature = "docker"))]
+use crate::executors::ImagePlan;
 
 /// Reads a config file (YAML or JSON): (its path as given, the value).
 fn read_config(path: &PathBuf) -> Result<(String, Value), CliError> {
@@ -32,9 +33,9 @@ pub(super) async fn check_type(args: CheckTypeArgs) -> Result<ExitKind, CliError
         scratch: scratch.clone(),
     };
     #[cfg(feature = "docker")]
-    let images = Images::Here(super::executors::docker_executor(&args.docker));
+    let images = super::executors::docker(&args.docker);
     #[cfg(not(feature = "docker"))]
-    let images = Images::None;
+    let images = ImagePlan::None;
     let executor = executor_with(images)?;
     let report = conformance::check(executor.as_ref(), &args.type_ref, &options).await;
     let _ = std::fs::remove_dir_all(&scratch);

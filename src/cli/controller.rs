@@ -1,28 +1,35 @@
 //! `deployster controller`: the controller's run configuration from the command line.
 
-#[cfg(feature = "docker")]
-use super::executors::docker_executor;
-use super::executors::local_executor;
 use super::{CliError, ControllerArgs, ExecutorArg, ExitKind};
+use crate::executors::{Acting, ExecutorPlan, ImagePlan};
 
 #[cfg(feature = "kube")]
 pub(super) async fn controller(args: ControllerArgs) -> Result<ExitKind, CliError> {
-    use crate::controller::{Executors, ImageRunner, LeaderElection, OwnPod, RunConfig, Settings};
+    use crate::controller::{LeaderElection, OwnPod, RunConfig, Settings};
     let images = match args.executor {
         #[cfg(feature = "docker")]
-        ExecutorArg::Docker => ImageRunner::Here(docker_executor(&args.docker)),
+        ExecutorArg::Docker => super::executors::docker(&args.docker),
         #[cfg(not(feature = "docker"))]
-        ExecutorArg::Docker => ImageRunner::None,
+        ExecutorArg::Docker => ImagePlan::None,
         ExecutorArg::Pod => {
             let mut settings = args.making.settings();
             // Runners unless told otherwise (`--runner-idle 0`).
             if args.making.runner_idle.is_none() {
                 settings.runner_idle = Some(crate::pod::runner::DEFAULT_IDLE);
             }
-            ImageRunner::Pods(Box::new(settings))
+            // In a cluster the file built-ins act in Pods too, on their `files` plug; the
+            // controller has just swept the namespace when a pass starts.
+            ImagePlan::Pods { settings: Box::new(settings), builtins_too: true, check_access: false }
         }
     };
-    let executors = Executors { local: local_executor()?, images, reads_per_second: args.budget.per_second() };
+    // Each pass acts as its Manifest's ServiceAccount, never as the controller.
+    let plan = ExecutorPlan {
+        builtins: super::executors::builtins()?,
+        local_programs: args.allow_local_programs,
+        kubernetes: Acting::ServiceAccounts,
+        images,
+        reads_per_second: Some(args.budget.per_second()),
+    };
     let defaults = Settings::default();
     let settings = Settings {
         allow_local_programs: args.allow_local_programs,
@@ -48,6 +55,6 @@ pub(super) async fn controller(args: ControllerArgs) -> Result<ExitKind, CliErro
         leader_election,
         settings,
     };
-    crate::controller::run(config, executors).await?;
+    crate::controller::run(config, plan).await?;
     Ok(ExitKind::Ok)
 }

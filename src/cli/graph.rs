@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::apply::{State, stop_on_signals};
 use super::progress::ProgressView;
-use super::{CliError, ExitKind, GraphArgs, GraphFormat, OutputFormat, executor, load};
+use super::{CliError, ExitKind, GraphArgs, GraphFormat, OutputFormat, Session, load};
 use crate::engine::context::RunOptions;
 use crate::engine::events::ApproveAll;
 use crate::engine::validate::ValidatedManifest;
@@ -210,7 +210,7 @@ fn logged(args: &GraphArgs, manifest: &ValidatedManifest) -> Result<Vec<String>,
 }
 
 /// Each resource's status in a plan made now (recorded in the log as any plan is).
-async fn live(args: &GraphArgs, manifest: ValidatedManifest) -> Result<Vec<String>, CliError> {
+async fn live(args: &GraphArgs, manifest: ValidatedManifest, session: &Session) -> Result<Vec<String>, CliError> {
     let progress = ProgressView::new(OutputFormat::Json);
     let state = State::open(&args.manifest, false, &progress)?;
     let stop = stop_on_signals(progress, Cancel::AtOnce)?;
@@ -218,7 +218,7 @@ async fn live(args: &GraphArgs, manifest: ValidatedManifest) -> Result<Vec<Strin
     let options = RunOptions { timeouts: args.manifest.timeouts.timeouts(), ..RunOptions::default() };
     let passed = Pass {
         manifest: Arc::new(manifest),
-        executor: executor(&args.manifest.images).await?,
+        executor: session.executor(&args.manifest.images, None).await?,
         log: state.log.clone(),
         mode: Mode::Plan,
         options,
@@ -241,7 +241,7 @@ async fn live(args: &GraphArgs, manifest: ValidatedManifest) -> Result<Vec<Strin
     }
 }
 
-pub(super) async fn graph(args: GraphArgs) -> Result<ExitKind, CliError> {
+pub(super) async fn graph(args: GraphArgs, session: &Session) -> Result<ExitKind, CliError> {
     #[cfg(feature = "kube")]
     let graph = match &args.object {
         Some(name) => {
@@ -259,7 +259,7 @@ pub(super) async fn graph(args: GraphArgs) -> Result<ExitKind, CliError> {
             // The same validation, and the same errors, as `plan`.
             let manifest = load(&args.manifest)?;
             let statuses = match args.live {
-                true => live(&args, manifest.clone()).await?,
+                true => live(&args, manifest.clone(), session).await?,
                 false => logged(&args, &manifest)?,
             };
             Graph::of(&manifest, statuses)

@@ -40,7 +40,7 @@ use crate::history::HistoryError;
 pub use args::*;
 pub use confirm::ConfirmMode;
 pub use executors::BUILTINS_ENV;
-use executors::{executor, executor_with, pass_executors};
+use executors::{Session, executor_with};
 
 /// Deployster: plan and apply a manifest of resources.
 #[derive(Debug, Parser)]
@@ -186,20 +186,21 @@ impl CliError {
 
 /// Runs a parsed command.
 pub async fn run(cli: Cli) -> Result<ExitKind, CliError> {
-    let result = run_command(cli).await;
-    executors::reap_runners().await;
+    let session = Session::default();
+    let result = run_command(cli, &session).await;
+    session.end().await;
     result
 }
 
-async fn run_command(cli: Cli) -> Result<ExitKind, CliError> {
+async fn run_command(cli: Cli, session: &Session) -> Result<ExitKind, CliError> {
     match cli.command {
-        Command::Plan(args) => apply::plan(args).await,
-        Command::Apply(args) => apply::apply(args).await,
-        Command::Reconcile(args) => reconcile::reconcile(args).await,
+        Command::Plan(args) => apply::plan(args, session).await,
+        Command::Apply(args) => apply::apply(args, session).await,
+        Command::Reconcile(args) => reconcile::reconcile(args, session).await,
         Command::History(args) => history::history(args),
         Command::Outputs(args) => history::outputs(args),
-        Command::Graph(args) => graph::graph(args).await,
-        Command::Pipeline(args) => pipeline::pipeline(args).await,
+        Command::Graph(args) => graph::graph(args, session).await,
+        Command::Pipeline(args) => pipeline::pipeline(args, session).await,
         Command::CheckType(args) => check_type::check_type(args).await,
         #[cfg(feature = "kube")]
         Command::Crd { kind } => {

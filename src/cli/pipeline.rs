@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use clap::{Args, Subcommand};
 use serde_json::{Map, Value};
 
-use super::{CliError, ExitKind, OutputFormat};
+use super::{CliError, ExitKind, OutputFormat, Session};
 use crate::engine::context::RunOptions;
 use crate::engine::events::ApproveAll;
 use crate::engine::executor::Executor;
@@ -122,10 +122,10 @@ fn vars_of(pipeline: &Pipeline, sources: &[VarSource]) -> Result<Map<String, Val
         .map_err(|e| CliError::Refused(format!("{}: {}", e.origin, e.message)))
 }
 
-pub(super) async fn pipeline(args: PipelineArgs) -> Result<ExitKind, CliError> {
+pub(super) async fn pipeline(args: PipelineArgs, session: &Session) -> Result<ExitKind, CliError> {
     match args.command {
         PipelineCommand::Start(args) => start(&args),
-        PipelineCommand::Run(args) => run(&args).await,
+        PipelineCommand::Run(args) => run(&args, session).await,
         PipelineCommand::Approve { file, revision, gate } => approve(&file, &revision, &gate),
         PipelineCommand::Register { file, revision, stage, artifact } => register(&file, &revision, &stage, &artifact),
         PipelineCommand::Status(file) => show_status(&file),
@@ -189,7 +189,7 @@ fn say(line: &str) {
 
 /// The executor of a command that runs no step: it reaches no Docker engine and no cluster.
 fn offline() -> Result<Arc<dyn Executor>, CliError> {
-    super::executor_with(crate::executors::Images::None)
+    super::executor_with(crate::executors::ImagePlan::None)
 }
 
 fn start(args: &VarsArgs) -> Result<ExitKind, CliError> {
@@ -206,11 +206,11 @@ fn start(args: &VarsArgs) -> Result<ExitKind, CliError> {
     Ok(ExitKind::Ok)
 }
 
-async fn run(args: &RunArgs) -> Result<ExitKind, CliError> {
+async fn run(args: &RunArgs, session: &Session) -> Result<ExitKind, CliError> {
     let (file, opened) = (&args.vars.file, Opened::writing(&args.vars.file)?);
     let stop = stop_on_signals()?;
     // Docker and the cluster are reached when a step needs one.
-    let driver = opened.driver(super::executor(&args.images).await?, &stop);
+    let driver = opened.driver(session.executor(&args.images, None).await?, &stop);
     if !args.vars.vars.is_empty() {
         let vars = vars_of(&opened.pipeline, &args.vars.vars)?;
         let revision = opened.pipeline.revision_of(&vars)?;

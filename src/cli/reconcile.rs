@@ -9,8 +9,7 @@ use std::time::{Duration, SystemTime};
 use super::apply::{Saved, State, pass, stop_on_signals};
 use super::confirm::ConfirmMode;
 use super::progress::ProgressView;
-use super::{CliError, ExitKind, ManifestArgs, ReconcileArgs, pass_executors};
-use crate::engine::executor::budget::SharedBudget;
+use super::{CliError, ExitKind, ManifestArgs, ReconcileArgs, Session};
 use crate::engine::manifest::parent_dir;
 use crate::engine::plan::Report;
 use crate::engine::schedule::Schedule;
@@ -109,7 +108,7 @@ fn summary(n: u64, exit: ExitKind, pass: &Passed, assumed: usize, next: Duration
     format!("Pass {n} (run {}): {found}{checked}; {outcome}. Next pass in {next}.", pass.run_id)
 }
 
-pub(super) async fn reconcile(args: ReconcileArgs) -> Result<ExitKind, CliError> {
+pub(super) async fn reconcile(args: ReconcileArgs, session: &Session) -> Result<ExitKind, CliError> {
     let max_interval = args.max_interval.unwrap_or(args.interval.saturating_mul(4));
     if max_interval < args.interval {
         let show = |d: Duration| humantime::format_duration(d).to_string();
@@ -121,8 +120,7 @@ pub(super) async fn reconcile(args: ReconcileArgs) -> Result<ExitKind, CliError>
     }
     let progress = ProgressView::new(args.manifest.output);
     let state = State::open(&args.manifest, true, &progress)?;
-    let (executors, scope) = pass_executors(&args.manifest.images).await?;
-    let executor = executors.within(SharedBudget::new(args.budget.per_second())).for_pass(&scope);
+    let executor = session.executor(&args.manifest.images, Some(args.budget.per_second())).await?;
     let stop = stop_on_signals(progress.clone(), Cancel::OnSecondSignal)?;
     let mut schedule = Schedule::new(args.interval, max_interval);
     let mut last = ExitKind::Ok;

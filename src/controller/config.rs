@@ -1,13 +1,10 @@
-//! How the controller was asked to run: its settings, leader election or shards, and what
-//! runs resource types. Plain data, filled by `deployster controller`'s flags.
+//! How the controller was asked to run: its settings, leader election or shards. Plain data,
+//! filled by `deployster controller`'s flags, as is what runs resource types
+//! ([`crate::executors::ExecutorPlan`]).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
-
-use crate::engine::executor::Executor;
-use crate::pod::executor::PodSettings;
 
 /// How the controller runs passes.
 #[derive(Debug, Clone)]
@@ -89,25 +86,6 @@ pub struct RunConfig {
     pub metrics_addr: SocketAddr,
     pub leader_election: Option<LeaderElection>,
     pub settings: Settings,
-}
-
-/// What runs resource types: built-ins and local programs beside the controller, images as
-/// [`ImageRunner`] says, init and state reads within a budget.
-pub struct Executors {
-    pub local: Arc<dyn Executor>,
-    pub images: ImageRunner,
-    /// Init and state reads that start a program, a container or a Pod, per second.
-    pub reads_per_second: u32,
-}
-
-/// Where resource types that are images run.
-pub enum ImageRunner {
-    /// Nowhere: this build or configuration has none.
-    None,
-    /// On an executor of this process (the node's Docker engine); plugs are files.
-    Here(Arc<dyn Executor>),
-    /// As Pods of each Manifest's namespace, as its ServiceAccount; plugs are their volumes.
-    Pods(Box<PodSettings>),
 }
 
 /// What a Manifest's plugs become.

@@ -31,6 +31,8 @@ pub enum StartError {
     Signals(std::io::Error),
     #[error(transparent)]
     Client(#[from] crate::client::ClientError),
+    #[error("cannot assemble the executors of resource types: {0}")]
+    Executors(#[from] crate::executors::PlanError),
 }
 
 impl StartError {
@@ -45,6 +47,7 @@ impl StartError {
             StartError::MetricsAddr { .. } => "MetricsAddrUnavailable",
             StartError::Signals(_) => "Signals",
             StartError::Client(e) => e.reason(),
+            StartError::Executors(_) => "Executors",
         }
     }
 
@@ -59,42 +62,48 @@ impl StartError {
     }
 }
 
-/// Why one reconcile (of a Manifest or a Pipeline) could not finish: retried by the error
-/// policy. Failures of the manifest itself (invalid, a resource failing) are not errors: they
-/// are recorded in the status.
+/// Why a status was not written.
 #[derive(Debug, thiserror::Error)]
-pub enum Error {
+pub enum StatusWriteError {
+    #[error(transparent)]
+    Fence(super::replicas::fence::FenceError),
+    #[error("the status write kept conflicting after {0} attempts")]
+    Conflict(usize),
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+}
+
+impl StatusWriteError {
+    pub fn reason(&self) -> &'static str {
+        match self {
+            StatusWriteError::Fence(e) => e.reason(),
+            StatusWriteError::Conflict(_) => "StatusConflict",
+            StatusWriteError::Kube(_) => "KubernetesApi",
+        }
+    }
+}
+
+/// Why a Pipeline's reconcile could not finish: retried by its error policy. A step that fails
+/// is no error: the Pipeline's status and log record it.
+#[derive(Debug, thiserror::Error)]
+pub enum PipelineReconcileError {
     #[error("Kubernetes API: {0}")]
     Kube(#[from] kube::Error),
     #[error(transparent)]
-    Input(#[from] super::inputs::ManifestInputError),
-    #[error("the status write kept conflicting after {0} attempts")]
-    StatusConflict(usize),
-    #[error(transparent)]
-    Pass(#[from] crate::pass::PassError),
-    /// A write refused by the lease fence: this replica no longer leads.
-    #[error("not written: {0}")]
-    NotLeader(String),
-    /// A write refused by a shard's lease fence: the object's shard is no longer this replica's.
-    #[error("not written: {0}")]
-    NotOwner(String),
+    Status(#[from] StatusWriteError),
     #[error(transparent)]
     Pipeline(#[from] crate::pipeline::PipelineError),
     #[error(transparent)]
     Client(#[from] crate::client::ClientError),
 }
 
-impl Error {
+impl PipelineReconcileError {
     pub fn reason(&self) -> &'static str {
         match self {
-            Error::Kube(_) => "KubernetesApi",
-            Error::Input(e) => e.reason(),
-            Error::StatusConflict(_) => "StatusConflict",
-            Error::NotLeader(_) => "NotLeader",
-            Error::NotOwner(_) => "ShardMoved",
-            Error::Pass(e) => e.reason(),
-            Error::Pipeline(e) => e.reason(),
-            Error::Client(e) => e.reason(),
+            PipelineReconcileError::Kube(_) => "KubernetesApi",
+            PipelineReconcileError::Status(e) => e.reason(),
+            PipelineReconcileError::Pipeline(e) => e.reason(),
+            PipelineReconcileError::Client(e) => e.reason(),
         }
     }
 }

@@ -47,13 +47,11 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use crate::crd::Manifest;
-use crate::engine::executor::budget::SharedBudget;
-use crate::executors::PassExecutors;
-use crate::pod::executor::PodRuntime;
+use crate::executors::{Connection, ExecutorPlan};
 use crate::stop::{Cancel, Stop};
-pub use config::{Executors, ImageRunner, LeaderElection, OwnPod, RunConfig, Settings};
+pub use config::{LeaderElection, OwnPod, RunConfig, Settings};
 pub use context::{Context, ManifestCache};
-pub use error::{Error, StartError};
+pub use error::{PipelineReconcileError, StartError};
 pub use manifest::Next;
 use metrics::{ApiMeteringLayer, MeteredExecutor, Metrics};
 use readiness::Readiness;
@@ -112,7 +110,7 @@ pub fn prune_for_cache(manifest: &mut Manifest) {
 }
 
 /// Runs the controller until SIGTERM or SIGINT.
-pub async fn run(mut config: RunConfig, executors: Executors) -> Result<(), StartError> {
+pub async fn run(mut config: RunConfig, plan: ExecutorPlan) -> Result<(), StartError> {
     // First what can fail at once: the admin port, the API server, access, the lease.
     let listener = tokio::net::TcpListener::bind(config.metrics_addr)
         .await
@@ -136,24 +134,15 @@ pub async fn run(mut config: RunConfig, executors: Executors) -> Result<(), Star
     let (ownership, departure) =
         ownership::share_work(&client, &config, default_namespace, &metrics, &shutdown).await?;
 
-    let images = match executors.images {
-        ImageRunner::None => crate::executors::Images::None,
-        ImageRunner::Here(executor) => crate::executors::Images::Here(executor),
-        ImageRunner::Pods(settings) => {
-            config.settings.plugs = inputs::Plugs::Volumes;
-            // In a cluster the file built-ins act in Pods too, on their `files` plug.
-            let runtime = PodRuntime::counting_runners(client.clone(), *settings, metrics.runners.clone());
-            crate::executors::Images::Pods { runtime, builtins_too: true, check_access: false }
-        }
-    };
+    if plan.runs_pods() {
+        // A Manifest's plugs are then its Pods' volumes.
+        config.settings.plugs = inputs::Plugs::Volumes;
+    }
+    let connection = Connection { config: acting_config, client: client.clone(), runners: metrics.runners.clone() };
     let metered = metrics.clone();
-    let executors = PassExecutors::Assembled {
-        local: Arc::new(crate::builtins::kubernetes::KubeObjects::impersonating(executors.local, acting_config)),
-        images,
-        local_programs: config.settings.allow_local_programs,
-        budget: Some(SharedBudget::new(executors.reads_per_second)),
-        layer: Some(Arc::new(move |inner| Arc::new(MeteredExecutor { inner, metrics: metered.clone() }))),
-    };
+    let executors = plan
+        .assemble(Some(connection))?
+        .under(Arc::new(move |inner| Arc::new(MeteredExecutor { inner, metrics: metered.clone() })));
     let mut ctx = Context::new(client.clone(), executors, config.settings.clone());
     ctx.shutdown = shutdown.clone();
     ctx.ownership = ownership;
@@ -261,7 +250,7 @@ async fn pipelines_of(
 
 fn pipeline_error_policy(
     object: Arc<DeserializeGuard<crate::crd::pipeline::Pipeline>>,
-    error: &Error,
+    error: &PipelineReconcileError,
     ctx: Arc<Context>,
 ) -> Action {
     pipelines::counted_error(&ctx);

@@ -10,11 +10,13 @@ use kube::runtime::events::{Event as KubeEvent, EventType};
 use serde_json::json;
 
 use super::context::Context;
-use super::error::Error;
+use super::error::StatusWriteError;
+use super::replicas::fence::FenceError;
 use super::status::cut;
 
 /// The field manager of every status write.
 pub use super::context::FIELD_MANAGER;
+
 /// The one way a status is written: fenced by the leader lease (a replica that lost it writes
 /// nothing more), then applied server-side; an API server that does not answer is tried again
 /// for up to `patience`.
@@ -25,7 +27,7 @@ pub(super) async fn write_status_to<K>(
     name: &str,
     status: &impl serde::Serialize,
     patience: Duration,
-) -> Result<(), Error>
+) -> Result<(), StatusWriteError>
 where
     K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
@@ -45,23 +47,25 @@ where
                     };
                 }
                 let patch = json!({"apiVersion": K::api_version(&()), "kind": K::kind(&()), "status": status});
-                api.patch_status(name, &params, &Patch::Apply(&patch)).await.map_err(Error::Kube)
+                api.patch_status(name, &params, &Patch::Apply(&patch)).await.map_err(StatusWriteError::Kube)
             }
-            Err(e) => Err(e),
+            // A Lease that cannot be read now is waited for as the API server is.
+            Err(FenceError::Lease(e)) => Err(StatusWriteError::Kube(e)),
+            Err(fenced) => Err(StatusWriteError::Fence(fenced)),
         };
         match written {
             Ok(_) => return Ok(()),
-            Err(Error::Kube(kube::Error::Api(status))) if status.code == 409 => {
+            Err(StatusWriteError::Kube(kube::Error::Api(status))) if status.code == 409 => {
                 conflicts += 1;
                 if conflicts == ATTEMPTS {
-                    return Err(Error::StatusConflict(ATTEMPTS));
+                    return Err(StatusWriteError::Conflict(ATTEMPTS));
                 }
                 tracing::debug!(attempt = conflicts, "status write conflicted; retrying");
                 tokio::time::sleep(Duration::from_millis(50 * conflicts as u64)).await;
             }
             // A pass's record is its only memory: an API server that is away (restarting, or a
             // connection cut) is waited for, for a while, rather than losing what the pass did.
-            Err(Error::Kube(e)) if unanswered_for_now(&e) && started.elapsed() < patience => {
+            Err(StatusWriteError::Kube(e)) if unanswered_for_now(&e) && started.elapsed() < patience => {
                 unanswered += 1;
                 let wait = Duration::from_millis(250 * 2u64.pow(unanswered.min(5))).min(Duration::from_secs(5));
                 tracing::warn!(error = %e, retry_in = ?wait, "the status could not be written; retrying");

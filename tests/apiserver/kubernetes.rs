@@ -5,13 +5,11 @@
 #![cfg(feature = "kube")]
 
 use crate::support;
-use std::sync::Arc;
 use std::time::Duration;
 
 use crate::support::Workspace;
 use crate::support::cluster::{Cluster, crd};
 use deployster::builtins::kubernetes::KubeObjects;
-use deployster::engine::executor::fake::{FakeCall, FakeExecutor, FakeReply};
 use deployster::engine::executor::{Executor, Invocation, InvocationLabels};
 use deployster::engine::typeref::TypeRef;
 use serde_json::{Value, json};
@@ -30,8 +28,7 @@ fn resource_version(cluster: &Cluster, object: &[&str]) -> String {
 async fn objects_on(cluster: &Cluster) -> KubeObjects {
     let kubeconfig = deployster::client::Kubeconfig { file: Some(cluster.kubeconfig.clone().into()), context: None };
     let client = deployster::client::connect(kubeconfig.load().await.unwrap()).unwrap();
-    let others = Arc::new(FakeExecutor::new(|_: &FakeCall| -> FakeReply { unreachable!("no other type") }));
-    KubeObjects::with_client(others, client)
+    KubeObjects::with_client(client)
 }
 
 /// One call of `verb` to resource `resource` of manifest `manifest`, with `config`.

@@ -13,6 +13,7 @@ use deployster::builtins::InProcess;
 use deployster::engine::executor::process::ProcessExecutor;
 use deployster::engine::executor::{Executor, Invocation};
 use deployster::engine::typeref::TypeRef;
+use deployster::executors::route::Router;
 use serde_json::{Value, json};
 
 /// One call: built-in type, arguments, config (or raw request text), and how it is invoked.
@@ -175,12 +176,13 @@ async fn built_ins_answer_alike_in_process_and_as_programs() {
     let deployster = PathBuf::from(env!("CARGO_BIN_EXE_deployster"));
     let as_programs = ProcessExecutor::new(deployster.clone());
     let fallback = Arc::new(ProcessExecutor::new(deployster));
-    let in_process = InProcess::new(fallback.clone());
+    let in_process = Arc::new(InProcess::new());
+    let router = Router { in_process: Some(in_process.clone()), ..Router::programs(fallback.clone()) };
     let (ws_programs, ws_in_process) = (workspace(), workspace());
     let calls = calls();
     for (n, c) in calls.iter().enumerate() {
         let expected = as_answered_in_process(run(&as_programs, ws_programs.path(), c).await, c.kind);
-        let got = run(&in_process, ws_in_process.path(), c).await;
+        let got = run(&router, ws_in_process.path(), c).await;
         assert_eq!(got, expected, "call {n}: builtin/{} {:?}", c.kind, c.args);
         assert_eq!(tree(ws_in_process.path()), tree(ws_programs.path()), "files after call {n}");
     }
@@ -196,12 +198,13 @@ async fn built_ins_answer_alike_in_process_and_as_programs() {
 async fn package_state_and_actions_run_as_programs() {
     // They run the package's own scripts: those need a process group, a time limit and signals.
     let fallback = Arc::new(ProcessExecutor::new(PathBuf::from(env!("CARGO_BIN_EXE_deployster"))));
-    let in_process = InProcess::new(fallback.clone());
+    let in_process = Arc::new(InProcess::new());
+    let router = Router { in_process: Some(in_process.clone()), ..Router::programs(fallback.clone()) };
     let ws = workspace();
     let config = json!({"name": "app", "version": "1.0.0", "root": ws.path(), "source": ws.path()});
     for args in [&["state"][..], &["install"]] {
         let c = Call { args, ..call("package", &[], config.clone()) };
-        let seen = run(&in_process, ws.path(), &c).await;
+        let seen = run(&router, ws.path(), &c).await;
         assert!(matches!(seen, Seen::Ran { .. }), "{seen:?}");
     }
     assert_eq!(fallback.programs_started(), 2);
@@ -211,7 +214,7 @@ async fn package_state_and_actions_run_as_programs() {
         args: args.iter().map(|a| a.to_string()).collect(),
         ..Invocation::new(TypeRef::Builtin(kind.into()), Duration::from_secs(1))
     };
-    assert!(!in_process.starts_program(&invocation("file", &["state"])));
-    assert!(!in_process.starts_program(&invocation("package", &[])));
-    assert!(in_process.starts_program(&invocation("package", &["state"])));
+    assert!(!router.starts_program(&invocation("file", &["state"])));
+    assert!(!router.starts_program(&invocation("package", &[])));
+    assert!(router.starts_program(&invocation("package", &["state"])));
 }

@@ -13,7 +13,8 @@ use deployster::controller::manifest::{FINALIZER, Next, reconcile};
 use deployster::controller::{Context, Settings};
 use deployster::crd::{Manifest, ManifestSpec, ManifestStatus};
 use deployster::engine::executor::process::ProcessExecutor;
-use deployster::engine::executor::{Dispatch, ExecError, Executor, Invocation, Outcome};
+use deployster::engine::executor::{ExecError, Executor, Invocation, Outcome};
+use deployster::executors::route::Router;
 use k8s_openapi::api::events::v1::Event as KubeEvent;
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
@@ -24,14 +25,14 @@ const T0: i64 = 1_700_000_000_000;
 
 /// Records every invocation's (resource, phase), then runs it for real.
 struct Counting {
-    inner: Dispatch,
+    inner: Router,
     calls: Mutex<Vec<(String, String)>>,
 }
 
 impl Counting {
     fn new(allow_local: bool) -> Arc<Self> {
         let local = Arc::new(ProcessExecutor::new(support::deployster()));
-        let inner = Dispatch { local_programs: allow_local, ..Dispatch::new(local, None) };
+        let inner = Router { local_programs: allow_local, ..Router::programs(local) };
         Arc::new(Self { inner, calls: Mutex::default() })
     }
 

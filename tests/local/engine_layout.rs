@@ -304,6 +304,67 @@ fn the_pod_helper_knows_no_kubernetes_client() {
     assert!(read >= 4, "the walk reads pod_helper's files ({read})");
 }
 
+/// Issue 51: which executor answers a type is decided once, in `executors::route`; the
+/// executors it routes to (`builtin/kubernetes`, the built-ins answered in process) answer what
+/// they are handed and wrap no other executor; and the front ends fill an `ExecutorPlan`
+/// rather than making executors of their own.
+#[test]
+fn which_executor_answers_a_type_is_decided_in_one_place() {
+    let mut deciding = Vec::new();
+    let mut read = 0;
+    for (module, path) in src_modules() {
+        read += 1;
+        let text = std::fs::read_to_string(&path).unwrap();
+        let code = text.split("#[cfg(test)]\nmod tests").next().unwrap();
+        let routing = ["runs_in_process(", "fn answered_here", "Dispatch"];
+        for decision in routing.iter().filter(|d| code.contains(*d)) {
+            if module != "executors::route" && !(module == "builtins" && *decision == "runs_in_process(") {
+                deciding.push(format!("{module}: {decision}"));
+            }
+        }
+        let entry = module == "builtins::in_process" || module == "builtins::kubernetes";
+        if entry && code.contains("Arc<dyn Executor>") {
+            deciding.push(format!("{module} wraps another executor"));
+        }
+        let front_end = module.starts_with("cli") || module.starts_with("controller");
+        for making in
+            ["ProcessExecutor::new(", "InProcess::new(", "KubeObjects::", "DockerExecutor::new(", "PodRuntime::"]
+        {
+            if front_end && code.contains(making) {
+                deciding.push(format!("{module} makes an executor ({making}): fill an ExecutorPlan"));
+            }
+        }
+    }
+    assert!(read > 100, "the walk reads src ({read} files)");
+    assert!(deciding.is_empty(), "route in executors::route alone: {deciding:#?}");
+}
+
+/// Issue 51: a Manifest's reconcile is named steps, each that can fail with an error type of
+/// its own (none shares the Pipelines' `PipelineReconcileError`), the pure ones (validate,
+/// observe) apart from those that call the API.
+#[test]
+fn the_manifest_reconcile_s_steps_have_their_own_errors() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/controller/manifest");
+    let code = |step: &str| {
+        let text = std::fs::read_to_string(root.join(format!("{step}.rs"))).unwrap();
+        text.split("#[cfg(test)]\nmod tests").next().unwrap().to_string()
+    };
+    for (step, error) in
+        [("fetch", "FetchError"), ("run", "RunError"), ("report", "ReportError"), ("delete", "DeleteError")]
+    {
+        assert!(code(step).contains(&format!("pub enum {error} ")), "manifest::{step} defines {error}");
+    }
+    for step in ["mod", "fetch", "validate", "run", "observe", "report", "delete", "journal"] {
+        assert!(!code(step).contains("PipelineReconcileError"), "manifest::{step} uses the Pipelines' error");
+    }
+    for pure in ["validate", "observe"] {
+        let code = code(pure);
+        for io in [".await", "Context", "kube::Api", "Client"] {
+            assert!(!code.contains(io), "manifest::{pure} is pure, but has {io}");
+        }
+    }
+}
+
 /// Issue 51: the controller spells condition types, event actions and its own reasons once,
 /// in `controller/reasons.rs`: no other file of it writes one as a string literal.
 #[test]

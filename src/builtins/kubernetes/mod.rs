@@ -55,24 +55,22 @@ use tokio::sync::OnceCell;
 
 use crate::client::{Kubeconfig, acting_as};
 use crate::engine::executor::{ExecError, Executor, Exit, Invocation, Outcome, Stream};
-use crate::engine::typeref::TypeRef;
 use bundle::Bundle;
 pub use error::ObjectError;
 
 /// The built-in type's name (`builtin/kubernetes`).
-pub const NAME: &str = "kubernetes";
+pub const NAME: &str = super::KUBERNETES;
 /// The field manager of every apply.
 pub const FIELD_MANAGER: &str = "deployster";
 /// The annotation naming the manifest and resource an object belongs to.
 pub const OWNER_ANNOTATION: &str = "deployster.io/resource";
 
-/// Answers `builtin/kubernetes`; everything else goes to `others`. A call acts with the default
-/// client: the current kubeconfig's, made when the first such call comes (a manifest without
+/// Answers `builtin/kubernetes` (the one type it is handed: `crate::executors::route`). A call
+/// acts with the default client: the current kubeconfig's, made when the first such call comes (a manifest without
 /// the type needs no cluster). The controller's passes act through a [`PassObjects`] instead,
 /// as their Manifest's ServiceAccount ([`KubeObjects::for_pass`]); what discovery and dry runs
 /// found is shared between them.
 pub struct KubeObjects {
-    others: Arc<dyn Executor>,
     client: OnceCell<Result<kube::Client, ObjectError>>,
     /// The controller's configuration, from which clients acting as a ServiceAccount are made,
     /// and those made so far by `namespace/account`.
@@ -107,10 +105,9 @@ struct Identity {
 }
 
 impl KubeObjects {
-    pub fn new(others: Arc<dyn Executor>, cluster: Kubeconfig) -> Self {
+    pub fn new(cluster: Kubeconfig) -> Self {
         Self {
             cluster,
-            others,
             client: OnceCell::new(),
             impersonation: None,
             kinds: Kinds::default(),
@@ -121,20 +118,20 @@ impl KubeObjects {
     }
 
     /// A type whose default client is given.
-    pub fn with_client(others: Arc<dyn Executor>, client: kube::Client) -> Self {
-        Self { client: OnceCell::new_with(Some(Ok(client))), ..Self::new(others, Kubeconfig::default()) }
+    pub fn with_client(client: kube::Client) -> Self {
+        Self { client: OnceCell::new_with(Some(Ok(client))), ..Self::new(Kubeconfig::default()) }
     }
 
     /// The controller's: no default client — a call but through a pass's [`PassObjects`] is
     /// refused — and clients made from `config`.
-    pub fn impersonating(others: Arc<dyn Executor>, config: kube::Config) -> Self {
+    pub fn impersonating(config: kube::Config) -> Self {
         let none = Err(ObjectError::Client(
             "the controller acts only as a Manifest's ServiceAccount, and this pass entered none".into(),
         ));
         Self {
             client: OnceCell::new_with(Some(none)),
             impersonation: Some((config, Mutex::default())),
-            ..Self::new(others, Kubeconfig::default())
+            ..Self::new(Kubeconfig::default())
         }
     }
 
@@ -181,12 +178,8 @@ impl KubeObjects {
             .clone()
     }
 
-    /// `builtin/kubernetes` answered here, acting as `identity` (else the default client's);
-    /// every other type passed to `others`.
+    /// `builtin/kubernetes` answered here, acting as `identity` (else the default client's).
     async fn invoke_as(&self, invocation: Invocation, identity: Option<&Identity>) -> Result<Outcome, ExecError> {
-        if !answered_here(&invocation) {
-            return self.others.invoke(invocation).await;
-        }
         if invocation.cancel.is_cancelled() {
             return Err(ExecError::Cancelled);
         }
@@ -241,27 +234,19 @@ impl KubeObjects {
     }
 }
 
+/// Calls answered here, which end with deployster: no program starts, none outlives a run.
 #[async_trait]
 impl Executor for KubeObjects {
-    async fn preflight(&self, programs: &[TypeRef]) -> Result<(), ExecError> {
-        self.others.preflight(programs).await
-    }
-
-    fn starts_program(&self, invocation: &Invocation) -> bool {
-        !answered_here(invocation) && self.others.starts_program(invocation)
+    fn starts_program(&self, _: &Invocation) -> bool {
+        false
     }
 
     async fn invoke(&self, invocation: Invocation) -> Result<Outcome, ExecError> {
         self.invoke_as(invocation, None).await
     }
-
-    async fn stop_run(&self, run_id: &str) -> Result<usize, ExecError> {
-        self.others.stop_run(run_id).await
-    }
 }
 
-/// `builtin/kubernetes` for one pass, acting as its identity; everything else goes to the
-/// [`KubeObjects`]' `others`.
+/// `builtin/kubernetes` for one pass, acting as its identity.
 pub struct PassObjects {
     objects: Arc<KubeObjects>,
     /// `None`: the default client's.
@@ -270,20 +255,12 @@ pub struct PassObjects {
 
 #[async_trait]
 impl Executor for PassObjects {
-    async fn preflight(&self, programs: &[TypeRef]) -> Result<(), ExecError> {
-        self.objects.preflight(programs).await
-    }
-
-    fn starts_program(&self, invocation: &Invocation) -> bool {
-        self.objects.starts_program(invocation)
+    fn starts_program(&self, _: &Invocation) -> bool {
+        false
     }
 
     async fn invoke(&self, invocation: Invocation) -> Result<Outcome, ExecError> {
         self.objects.invoke_as(invocation, self.identity.as_ref()).await
-    }
-
-    async fn stop_run(&self, run_id: &str) -> Result<usize, ExecError> {
-        self.objects.stop_run(run_id).await
     }
 }
 
@@ -301,10 +278,6 @@ impl Said {
         }
         self.lines.push(line);
     }
-}
-
-fn answered_here(invocation: &Invocation) -> bool {
-    matches!(&invocation.program, TypeRef::Builtin(name) if name == NAME) && invocation.entrypoint.is_none()
 }
 
 fn init() -> Value {

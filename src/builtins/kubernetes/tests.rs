@@ -1,3 +1,4 @@
+use crate::engine::typeref::TypeRef;
 use std::time::Duration;
 
 use super::*;
@@ -14,10 +15,7 @@ fn the_controller_acts_as_the_manifest_s_service_account() {
 #[tokio::test]
 async fn a_pass_acts_as_what_it_entered_and_the_controller_never_as_itself() {
     crate::client::install_crypto();
-    let others: Arc<dyn Executor> =
-        Arc::new(crate::engine::executor::fake::FakeExecutor::new(|_| unreachable!("no other type")));
-    let objects =
-        Arc::new(KubeObjects::impersonating(others, kube::Config::new("http://127.0.0.1:1".parse().unwrap())));
+    let objects = Arc::new(KubeObjects::impersonating(kube::Config::new("http://127.0.0.1:1".parse().unwrap())));
     let Err(refused) = objects.identity(None).await else { panic!("acted as the controller") };
     assert!(refused.to_string().contains("acts only as a Manifest's ServiceAccount"), "{refused}");
     assert_eq!(refused.reason(), "NoClient");
@@ -153,11 +151,9 @@ pub(crate) fn call(verb: &str, config: Value) -> Invocation {
 /// The type, acting on the server at `address` as the CLI does (no impersonation).
 fn objects_at(address: &str) -> KubeObjects {
     crate::client::install_crypto();
-    let others: Arc<dyn Executor> =
-        Arc::new(crate::engine::executor::fake::FakeExecutor::new(|_| unreachable!("no other type")));
     let mut config = kube::Config::new(format!("http://{address}").parse().unwrap());
     config.default_namespace = "team".into();
-    KubeObjects::with_client(others, kube::Client::try_from(config).unwrap())
+    KubeObjects::with_client(kube::Client::try_from(config).unwrap())
 }
 
 /// A ConfigMap of this resource's as the server holds it.
@@ -294,10 +290,8 @@ async fn a_dry_run_the_server_refuses_is_said() {
 async fn a_service_account_without_rights_fails_with_the_api_s_403() {
     crate::client::install_crypto();
     let address = forbidding_api_server().await;
-    let others: Arc<dyn Executor> =
-        Arc::new(crate::engine::executor::fake::FakeExecutor::new(|_| unreachable!("no other type")));
     let config = kube::Config::new(format!("http://{address}").parse().unwrap());
-    let objects = Arc::new(KubeObjects::impersonating(others, config));
+    let objects = Arc::new(KubeObjects::impersonating(config));
     let pass = objects.for_pass("team", Some("deployer"));
     let invocation =
         call("state", json!({"object": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}}));

@@ -9,12 +9,11 @@ use kube::runtime::events::EventType;
 use tokio_util::sync::CancellationToken;
 
 use super::super::context::Context;
-use super::super::error::Error;
 use super::super::inputs::{self, ManifestInputError};
 use super::super::reasons::{EventAction, Reason};
 use super::super::status::Observed;
 use super::fetch::{FINALIZER, set_finalizer};
-use super::report::{finish_unrun, publish};
+use super::report::{ReportError, finish_unrun, publish};
 use super::run::{MANIFEST_LABEL, PassRequest, memory_log, run_pass};
 use super::{Next, backoff};
 use crate::crd::{DeletionPolicy, Manifest};
@@ -24,7 +23,7 @@ use crate::engine::schedule::AssumeValid;
 use crate::pass::{Ended, Mode, PassError};
 
 /// Deletes `obj` as its deletion policy says.
-pub async fn cleanup(obj: &Manifest, ctx: &Context, term: &CancellationToken) -> Result<Next, Error> {
+pub async fn cleanup(obj: &Manifest, ctx: &Context, term: &CancellationToken) -> Result<Next, DeleteError> {
     if !obj.finalizers().iter().any(|f| f == FINALIZER) {
         return Ok(Next::AwaitChange);
     }
@@ -63,14 +62,32 @@ pub async fn cleanup(obj: &Manifest, ctx: &Context, term: &CancellationToken) ->
     }
     let _ = std::fs::remove_dir_all(inputs::object_dir(&ctx.settings.plug_root, obj));
     ctx.checks.forget(obj);
-    set_finalizer(obj, ctx, false).await?;
+    set_finalizer(obj, ctx, false).await.map_err(DeleteError::Finalizer)?;
     ctx.metrics.reconciled("deleted");
     Ok(Next::AwaitChange)
 }
 
-/// Why a deletion could not be completed.
+/// Why a deletion's outcome could not be recorded, or the object let go.
 #[derive(Debug, thiserror::Error)]
-enum DeleteError {
+pub enum DeleteError {
+    #[error(transparent)]
+    Report(#[from] ReportError),
+    #[error("removing the finalizer: {0}")]
+    Finalizer(kube::Error),
+}
+
+impl DeleteError {
+    pub fn reason(&self) -> &'static str {
+        match self {
+            DeleteError::Report(e) => e.reason(),
+            DeleteError::Finalizer(_) => "KubernetesApi",
+        }
+    }
+}
+
+/// Why the resources could not all be deleted: told in an event and the status, and retried.
+#[derive(Debug, thiserror::Error)]
+enum NotDeleted {
     #[error(transparent)]
     Input(#[from] ManifestInputError),
     #[error(transparent)]
@@ -81,7 +98,7 @@ enum DeleteError {
     Problems(Vec<String>),
 }
 
-async fn delete_resources(obj: &Manifest, ctx: &Context, term: &CancellationToken) -> Result<(), DeleteError> {
+async fn delete_resources(obj: &Manifest, ctx: &Context, term: &CancellationToken) -> Result<(), NotDeleted> {
     let settings = &ctx.settings;
     let (manifest, _) = inputs::prepare(&ctx.client, obj, settings).await?;
     let log = memory_log(ctx, &obj.status.clone().unwrap_or_default());
@@ -97,9 +114,9 @@ async fn delete_resources(obj: &Manifest, ctx: &Context, term: &CancellationToke
     let passed = run_pass(ctx, obj, request, term).await?;
     match passed.ended {
         Ended::Deleted { report, .. } if report.succeeded() => Ok(()),
-        Ended::Deleted { report, .. } => Err(DeleteError::Problems(report.problems())),
+        Ended::Deleted { report, .. } => Err(NotDeleted::Problems(report.problems())),
         Ended::NotPrepared(e) => Err(e.into()),
         // A delete pass ends deleted or not prepared; anything else left everything in place.
-        _ => Err(DeleteError::Problems(vec!["the delete pass ended without deleting anything".into()])),
+        _ => Err(NotDeleted::Problems(vec!["the delete pass ended without deleting anything".into()])),
     }
 }

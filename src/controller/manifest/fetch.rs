@@ -1,12 +1,11 @@
-//! Fetch (I/O): the object ready for a pass — the finalizer set, its inputs read (Secrets,
-//! ConfigMaps, files) and the manifest validated with them.
+//! Fetch (I/O): the object ready for a pass — read as it is now, the finalizer set, its inputs
+//! read (Secrets, ConfigMaps, files) and the manifest validated with them.
 
 use kube::ResourceExt;
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
 
 use super::super::context::Context;
-use super::super::error::Error;
 use super::super::inputs::{self, ManifestInputError};
 use super::api;
 use crate::crd::Manifest;
@@ -15,23 +14,49 @@ use crate::engine::validate::ValidatedManifest;
 /// The finalizer that lets the controller clean up before an object goes.
 pub const FINALIZER: &str = "deployster.io/cleanup";
 
+/// Why the object could not be made ready for a pass.
+#[derive(Debug, thiserror::Error)]
+pub enum FetchError {
+    #[error("reading the Manifest: {0}")]
+    Read(kube::Error),
+    #[error("setting the finalizer: {0}")]
+    Finalizer(kube::Error),
+    #[error(transparent)]
+    Inputs(#[from] ManifestInputError),
+}
+
+impl FetchError {
+    pub fn reason(&self) -> &'static str {
+        match self {
+            FetchError::Read(_) | FetchError::Finalizer(_) => "KubernetesApi",
+            FetchError::Inputs(e) => e.reason(),
+        }
+    }
+}
+
+/// `cached` as the server holds it now (the watch cache's copy is pruned: `prune_for_cache`);
+/// `None` when it is gone.
+pub async fn current(ctx: &Context, cached: &Manifest) -> Result<Option<Manifest>, FetchError> {
+    api(ctx, cached).get_opt(&cached.name_any()).await.map_err(FetchError::Read)
+}
+
 /// Adds or removes the finalizer (merge patch guarded by the resourceVersion); returns the
 /// object as patched.
-pub async fn set_finalizer(obj: &Manifest, ctx: &Context, present: bool) -> Result<Manifest, Error> {
+pub async fn set_finalizer(obj: &Manifest, ctx: &Context, present: bool) -> Result<Manifest, kube::Error> {
     let mut finalizers: Vec<String> = obj.finalizers().iter().filter(|f| *f != FINALIZER).cloned().collect();
     if present {
         finalizers.push(FINALIZER.to_string());
     }
     let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": obj.resource_version()}});
-    Ok(api(ctx, obj).patch(&obj.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?)
+    api(ctx, obj).patch(&obj.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await
 }
 
 /// `obj` with the finalizer set: as the patch left it, when it had none.
-pub async fn with_finalizer(obj: &Manifest, ctx: &Context) -> Result<Option<Manifest>, Error> {
+pub async fn with_finalizer(obj: &Manifest, ctx: &Context) -> Result<Option<Manifest>, FetchError> {
     if obj.finalizers().iter().any(|f| f == FINALIZER) {
         return Ok(None);
     }
-    Ok(Some(set_finalizer(obj, ctx, true).await?))
+    set_finalizer(obj, ctx, true).await.map(Some).map_err(FetchError::Finalizer)
 }
 
 /// The manifest of `obj` with its inputs read (Secrets, ConfigMaps, files), its revision named

@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
-use super::super::error::Error;
+use super::super::error::StatusWriteError;
 use super::super::status::{self, bound};
 use super::report::StatusWriter;
 use crate::crd::{ActionProgress, Manifest, ManifestStatus, ResourceStatus};
@@ -76,7 +76,7 @@ impl StatusJournal {
     }
 
     /// Writes the status as the log and progress are when the write starts (one at a time).
-    pub(super) async fn write(&self) -> Result<(), Error> {
+    pub(super) async fn write(&self) -> Result<(), StatusWriteError> {
         // Progress is a display: a write the server does not answer is not waited for.
         self.writer
             .write_with(

@@ -7,7 +7,8 @@
 //! 5. [`report`] (I/O): the outputs written, then the status, then the events.
 //!
 //! Deletion takes its own path ([`delete`]). What the controller does next comes back as
-//! [`Next`].
+//! [`Next`]; each step that can fail has its own error type, and [`ManifestError`] is one of
+//! them.
 
 pub mod delete;
 pub mod fetch;
@@ -29,7 +30,6 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::context::Context;
-use super::error::Error;
 use super::inputs::ManifestInputError;
 use super::metrics::Timer;
 use super::outputs::{OutputsTarget, Written};
@@ -38,9 +38,12 @@ use super::status::{self, Observed, PassResult};
 use crate::crd::{Manifest, ManifestStatus};
 use crate::engine::validate::ValidatedManifest;
 use crate::pass::Passed;
+use delete::DeleteError;
 pub use fetch::FINALIZER;
+use fetch::FetchError;
 use observe::PassEvent;
-use report::{finish, finish_unrun, publish};
+use report::{ReportError, finish, finish_unrun, publish};
+use run::RunError;
 
 /// What the controller should do next with the object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,12 +53,38 @@ pub enum Next {
     AwaitChange,
 }
 
+/// Why a Manifest's reconcile could not finish: the error of the step that failed. Retried by
+/// [`error_policy`]. Failures of the manifest itself (invalid, a resource failing) are not
+/// errors: they are recorded in the status.
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    #[error(transparent)]
+    Fetch(#[from] FetchError),
+    #[error(transparent)]
+    Run(#[from] RunError),
+    #[error(transparent)]
+    Report(#[from] ReportError),
+    #[error(transparent)]
+    Delete(#[from] DeleteError),
+}
+
+impl ManifestError {
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ManifestError::Fetch(e) => e.reason(),
+            ManifestError::Run(e) => e.reason(),
+            ManifestError::Report(e) => e.reason(),
+            ManifestError::Delete(e) => e.reason(),
+        }
+    }
+}
+
 pub(super) fn api(ctx: &Context, obj: &Manifest) -> Api<Manifest> {
     Api::namespaced(ctx.client.clone(), &obj.namespace().unwrap_or_default())
 }
 
 /// Reconciles one Manifest.
-pub async fn reconcile(obj: &Manifest, ctx: &Context) -> Result<Next, Error> {
+pub async fn reconcile(obj: &Manifest, ctx: &Context) -> Result<Next, ManifestError> {
     // Passes run under this replica's term for the object (its leadership, or its shard):
     // losing it cancels them; a shard is not handed over while the ticket lives.
     let Some(ticket) = ctx.ownership.begin(&obj.namespace().unwrap_or_default(), &obj.name_any()) else {
@@ -63,7 +92,7 @@ pub async fn reconcile(obj: &Manifest, ctx: &Context) -> Result<Next, Error> {
     };
     let term = ticket.term.clone();
     if obj.meta().deletion_timestamp.is_some() {
-        return delete::cleanup(obj, ctx, &term).await;
+        return Ok(delete::cleanup(obj, ctx, &term).await?);
     }
     // Go on with the object as the patch left it, not as it was.
     let updated = fetch::with_finalizer(obj, ctx).await?;
@@ -75,12 +104,12 @@ pub async fn reconcile(obj: &Manifest, ctx: &Context) -> Result<Next, Error> {
     }
     let checked = match validate::check(obj) {
         Ok(checked) => checked,
-        Err(e) => return invalid(obj, ctx, &old, e).await,
+        Err(e) => return Ok(invalid(obj, ctx, &old, e).await?),
     };
     let (interval, retry) = (checked.intervals.check, checked.intervals.retry);
     let manifest = match fetch::inputs(ctx, obj).await {
         Ok(manifest) => manifest,
-        Err(e) if e.is_invalid() => return invalid(obj, ctx, &old, e).await,
+        Err(e) if e.is_invalid() => return Ok(invalid(obj, ctx, &old, e).await?),
         Err(e) if e.is_unavailable() => {
             let (reason, message) = (e.reason(), e.to_string());
             publish(ctx, obj, EventType::Warning, reason, EventAction::Fetch.as_str(), &message).await;
@@ -88,7 +117,7 @@ pub async fn reconcile(obj: &Manifest, ctx: &Context) -> Result<Next, Error> {
             let new = finish_unrun(obj, ctx, &old, observed).await?;
             return Ok(Next::Requeue(backoff(retry, new.consecutive_failures, interval)));
         }
-        Err(e) => return Err(e.into()),
+        Err(e) => return Err(FetchError::Inputs(e).into()),
     };
     let (new, next_pass) = pass(obj, ctx, &old, manifest, checked, &term).await?;
     Ok(match new.conditions.iter().find(|c| c.type_ == ConditionType::Stalled.as_str()) {
@@ -110,7 +139,7 @@ async fn invalid(
     ctx: &Context,
     old: &ManifestStatus,
     error: ManifestInputError,
-) -> Result<Next, Error> {
+) -> Result<Next, ReportError> {
     let (reason, message) = (error.reason(), error.to_string());
     let observed = Observed::Invalid { reason, message: message.clone() };
     let new = finish_unrun(obj, ctx, old, observed).await?;
@@ -129,7 +158,7 @@ async fn pass(
     manifest: ValidatedManifest,
     checked: validate::Checked,
     term: &CancellationToken,
-) -> Result<(ManifestStatus, Duration), Error> {
+) -> Result<(ManifestStatus, Duration), ManifestError> {
     let ran = run::engine_pass(obj, ctx, old, manifest, checked.intervals, term).await?;
     let Passed { manifest, ended, drifts, interrupted, outputs, .. } = ran.passed;
     let revision = manifest.revision.clone();
@@ -192,7 +221,10 @@ async fn write_outputs(
 
 /// Reconciles what the watch read: a Manifest (read anew: the cache's copy is pruned), or
 /// what failed to deserialize as one.
-pub async fn reconcile_guarded(object: Arc<DeserializeGuard<Manifest>>, ctx: Arc<Context>) -> Result<Action, Error> {
+pub async fn reconcile_guarded(
+    object: Arc<DeserializeGuard<Manifest>>,
+    ctx: Arc<Context>,
+) -> Result<Action, ManifestError> {
     let meta = match &object.0 {
         Ok(manifest) => &manifest.metadata,
         Err(invalid) => &invalid.metadata,
@@ -212,10 +244,8 @@ pub async fn reconcile_guarded(object: Arc<DeserializeGuard<Manifest>>, ctx: Arc
         let _timer = Timer::start(&ctx.metrics);
         match &object.0 {
             Ok(cached) => {
-                // The cache's copy is pruned (`prune_for_cache`): the pass reads the object as
-                // it is now. Gone since: nothing to do.
-                let api: Api<Manifest> = Api::namespaced(ctx.client.clone(), &cached.namespace().unwrap_or_default());
-                let Some(manifest) = api.get_opt(&cached.name_any()).await? else {
+                // The pass reads the object as it is now. Gone since: nothing to do.
+                let Some(manifest) = fetch::current(&ctx, cached).await? else {
                     return Ok(Action::await_change());
                 };
                 Ok(match reconcile(&manifest, &ctx).await? {
@@ -235,7 +265,7 @@ pub async fn reconcile_guarded(object: Arc<DeserializeGuard<Manifest>>, ctx: Arc
 }
 
 /// A reconcile that failed is retried in 30 s.
-pub fn error_policy(object: Arc<DeserializeGuard<Manifest>>, error: &Error, ctx: Arc<Context>) -> Action {
+pub fn error_policy(object: Arc<DeserializeGuard<Manifest>>, error: &ManifestError, ctx: Arc<Context>) -> Action {
     let name = object.0.as_ref().map(|m| m.name_any()).unwrap_or_default();
     ctx.metrics.reconciled("error");
     tracing::warn!(object = %name, reason = error.reason(), error = %error, "reconcile failed; retrying");

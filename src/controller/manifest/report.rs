@@ -9,7 +9,7 @@ use kube::api::Api;
 use kube::{Resource, ResourceExt};
 
 use super::super::context::Context;
-use super::super::error::Error;
+use super::super::error::StatusWriteError;
 use super::super::reasons::{ConditionType, EventAction, Reason};
 use super::super::replicas::ownership::Ownership;
 use super::super::report::{STATUS_WRITE_PATIENCE, publish_to, write_status_to};
@@ -17,6 +17,22 @@ use super::super::status::{self, Observed, PassResult, changed, history_entries,
 use super::api;
 use super::observe::PassEvent;
 use crate::crd::{Manifest, ManifestStatus};
+
+/// Why the outcome of a pass could not be reported (events and outputs that fail are told,
+/// not errors).
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error(transparent)]
+    Status(#[from] StatusWriteError),
+}
+
+impl ReportError {
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ReportError::Status(e) => e.reason(),
+        }
+    }
+}
 
 /// The one writer of a Manifest's status in a reconcile: the pass's progress (through the
 /// journal) while it runs, its outcome after it. Writes go one at a time, and it knows the
@@ -42,7 +58,11 @@ impl StatusWriter {
 
     /// Writes the status `build` makes once the write before it is done, retrying conflicts
     /// for up to `patience`.
-    pub async fn write_with(&self, build: impl FnOnce() -> ManifestStatus, patience: Duration) -> Result<(), Error> {
+    pub async fn write_with(
+        &self,
+        build: impl FnOnce() -> ManifestStatus,
+        patience: Duration,
+    ) -> Result<(), StatusWriteError> {
         let mut last = self.last.lock().await;
         let status = build();
         write_status_to(&self.ownership, &self.api, &self.namespace, &self.name, &status, patience).await?;
@@ -86,7 +106,7 @@ pub async fn finish(
     writer: &StatusWriter,
     old: &ManifestStatus,
     result: PassResult,
-) -> Result<ManifestStatus, Error> {
+) -> Result<ManifestStatus, ReportError> {
     ctx.metrics.observe_pass(&result);
     log_pass(&result);
     let written = writer.last().await;
@@ -108,7 +128,7 @@ pub async fn finish_unrun(
     ctx: &Context,
     old: &ManifestStatus,
     observed: Observed,
-) -> Result<ManifestStatus, Error> {
+) -> Result<ManifestStatus, ReportError> {
     let result = PassResult {
         generation: obj.meta().generation,
         revision: old.revision.clone().unwrap_or_default(),

@@ -10,7 +10,6 @@ use tokio_util::sync::CancellationToken;
 
 use super::super::approval::ManualApproval;
 use super::super::context::Context;
-use super::super::error::Error;
 use super::super::inputs;
 use super::super::reasons::{EventAction, Reason};
 use super::super::status::history_entries;
@@ -24,6 +23,22 @@ use crate::engine::schedule::AssumeValid;
 use crate::engine::validate::ValidatedManifest;
 use crate::history::MemoryLog;
 use crate::pass::{Mode, Pass, PassError, Passed};
+
+/// Why the pass could not run to its end (a pass that ran and failed is no error: the status
+/// says what failed).
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Pass(#[from] PassError),
+}
+
+impl RunError {
+    pub fn reason(&self) -> &'static str {
+        match self {
+            RunError::Pass(e) => e.reason(),
+        }
+    }
+}
 
 /// A pass that ran, and what it ran with.
 pub struct RanPass {
@@ -47,7 +62,7 @@ pub async fn engine_pass(
     manifest: ValidatedManifest,
     intervals: inputs::Intervals,
     term: &CancellationToken,
-) -> Result<RanPass, Error> {
+) -> Result<RanPass, RunError> {
     let log = memory_log(ctx, old);
     let writer = Arc::new(StatusWriter::new(ctx, obj));
     let journal = Arc::new(StatusJournal::new(writer.clone(), obj, old, &log));

@@ -12,7 +12,7 @@ use kube::runtime::events::EventType;
 
 use super::{conditions, counted, reconcile};
 use crate::controller::context::Context;
-use crate::controller::error::Error;
+use crate::controller::error::PipelineReconcileError;
 use crate::controller::reasons::{ConditionType, EventAction, Reason};
 use crate::controller::report;
 use crate::crd::pipeline::{Pipeline, PipelineStatus};
@@ -21,7 +21,10 @@ use crate::crd::pipeline::{Pipeline, PipelineStatus};
 pub const MALFORMED: &str = Reason::MalformedObject.as_str();
 
 /// Reconciles what the watch read: a Pipeline, or what failed to deserialize as one.
-pub async fn reconcile_guarded(object: Arc<DeserializeGuard<Pipeline>>, ctx: Arc<Context>) -> Result<Action, Error> {
+pub async fn reconcile_guarded(
+    object: Arc<DeserializeGuard<Pipeline>>,
+    ctx: Arc<Context>,
+) -> Result<Action, PipelineReconcileError> {
     match &object.0 {
         Ok(pipeline) => reconcile(Arc::new(pipeline.clone()), ctx).await,
         Err(invalid) => {
@@ -39,7 +42,7 @@ pub async fn reconcile_guarded(object: Arc<DeserializeGuard<Pipeline>>, ctx: Arc
 
 /// Says on the object that it does not deserialize: its status (built as for a first
 /// reconcile: what it had is unreadable too) and a Warning event.
-async fn malformed(ctx: &Context, invalid: &InvalidObject) -> Result<(), Error> {
+async fn malformed(ctx: &Context, invalid: &InvalidObject) -> Result<(), PipelineReconcileError> {
     let (Some(name), Some(namespace)) = (invalid.metadata.name.clone(), invalid.metadata.namespace.clone()) else {
         return Ok(());
     };

@@ -25,7 +25,7 @@ use kube::{Api, Resource, ResourceExt};
 use serde_json::{Map, Value, json};
 
 use super::context::Context;
-use super::error::Error;
+use super::error::PipelineReconcileError;
 use super::status::{Wanted, transition};
 use crate::controller::reasons::{ConditionType, EventAction, Reason};
 use crate::crd::Manifest;
@@ -74,7 +74,7 @@ impl Manifests for ManifestObjects {
 
 /// Reconciles one Pipeline: compile, register the spec's revision, record approvals, drive,
 /// write the status.
-pub async fn reconcile(object: Arc<Pipeline>, ctx: Arc<Context>) -> Result<Action, Error> {
+pub async fn reconcile(object: Arc<Pipeline>, ctx: Arc<Context>) -> Result<Action, PipelineReconcileError> {
     // At debug level, so that a reconcile that never ends (a request without an answer) shows.
     tracing::debug!(pipeline = %object.name_any(), "reconcile started");
     let Some(ticket) = ctx.ownership.begin(&object.namespace().unwrap_or_default(), &object.name_any()) else {
@@ -142,7 +142,7 @@ pub async fn reconcile(object: Arc<Pipeline>, ctx: Arc<Context>) -> Result<Actio
     let pipelines = &ctx.pipelines;
     let log = match pipelines.logs.get(ctx.client.clone(), &object).await {
         Ok(log) => log,
-        Err(e) => return Err(Error::Pipeline(PipelineError::History(e))),
+        Err(e) => return Err(PipelineReconcileError::Pipeline(PipelineError::History(e))),
     };
     let steps = steps::ManifestSteps {
         client: ctx.client.clone(),
@@ -179,7 +179,7 @@ pub async fn reconcile(object: Arc<Pipeline>, ctx: Arc<Context>) -> Result<Actio
     // What the advance recorded, written before the status says it.
     if let Err(e) = log.flush().await {
         pipelines.logs.forget(&object);
-        return Err(Error::Pipeline(PipelineError::History(e)));
+        return Err(PipelineReconcileError::Pipeline(PipelineError::History(e)));
     }
     match log.compact(&pipeline).await {
         Ok(true) => tracing::info!(pipeline = %format!("{namespace}/{name}"), "compacted the pipeline's log"),
@@ -245,7 +245,7 @@ pub fn woken_by(
 /// The names of the Manifests in `namespace`: from the controller's watch cache of it once
 /// that has synced (a reconcile asks the API nothing for them), else from the API. Never waits
 /// for the cache (see `ManifestCache`).
-async fn manifest_names(ctx: &Context, namespace: &str) -> Result<HashSet<String>, Error> {
+async fn manifest_names(ctx: &Context, namespace: &str) -> Result<HashSet<String>, PipelineReconcileError> {
     let cache = ctx.manifests.iter().find(|cache| cache.scope.as_deref().is_none_or(|s| s == namespace));
     if let Some(cache) = cache
         && *cache.synced.borrow()
@@ -267,7 +267,7 @@ async fn drive(
     steps: &steps::ManifestSteps,
     revision: &str,
     vars: &Map<String, Value>,
-) -> Result<Driven, Error> {
+) -> Result<Driven, PipelineReconcileError> {
     let newest = driver.log.latest(&target_of(""), &[Event::RevisionRegistered]).map_err(PipelineError::from)?;
     if newest.is_none_or(|e| e.revision != revision) && driver.register(revision, vars)? {
         publish(ctx, object, EventType::Normal, Reason::RevisionRegistered.as_str(), &format!("revision {revision}"))

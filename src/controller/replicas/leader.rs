@@ -23,7 +23,8 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::controller::error::{Error, StartError};
+use super::fence::FenceError;
+use crate::controller::error::StartError;
 use crate::controller::metrics::Metrics;
 
 /// Which Lease, held by whom, for how long.
@@ -93,9 +94,9 @@ impl Leadership {
     /// not at its next renewal. A replica that finds the Lease held by another steps down. (The
     /// read and the write are two requests: a steal between them, within milliseconds, is the
     /// one window left, as with any lease-fenced writer of Kubernetes objects.)
-    pub async fn confirm(&self) -> Result<(), Error> {
+    pub async fn confirm(&self) -> Result<(), FenceError> {
         if self.term().is_none() {
-            return Err(Error::NotLeader("another replica leads".into()));
+            return Err(FenceError::NotLeader("another replica leads".into()));
         }
         let Some(fence) = &self.fence else { return Ok(()) };
         let lease = fence.api.get_opt(&fence.name).await?;
@@ -106,7 +107,7 @@ impl Leadership {
         tracing::warn!(%holder, "the leader lease is held by another: this replica's writes stop here");
         self.step_down();
         let holder = if holder.is_empty() { "nobody".to_string() } else { holder };
-        Err(Error::NotLeader(format!("the leader lease is now held by {holder}")))
+        Err(FenceError::NotLeader(format!("the leader lease is now held by {holder}")))
     }
 
     /// Under election, this replica's identity in the Lease.
@@ -450,7 +451,7 @@ mod tests {
         assert_eq!(me.try_acquire_or_renew().await.unwrap(), Attempt::Held);
         let fence = Fence { api: me.api.clone(), name: "deployster".into(), identity: "me".into() };
         let leadership = Leadership { term: watch::Sender::new(None), fence: Some(fence) };
-        assert!(matches!(leadership.confirm().await, Err(Error::NotLeader(_))), "no term, no write");
+        assert!(matches!(leadership.confirm().await, Err(FenceError::NotLeader(_))), "no term, no write");
         leadership.lead(CancellationToken::new());
         let term = leadership.term().unwrap();
         leadership.confirm().await.expect("the Lease names this replica");
@@ -459,7 +460,7 @@ mod tests {
         lease.spec.as_mut().unwrap().holder_identity = Some("intruder".into());
         me.api.replace("deployster", &PostParams::default(), &lease).await.unwrap();
         match leadership.confirm().await {
-            Err(Error::NotLeader(why)) => assert_eq!(why, "the leader lease is now held by intruder"),
+            Err(FenceError::NotLeader(why)) => assert_eq!(why, "the leader lease is now held by intruder"),
             other => panic!("{other:?}"),
         }
         assert!(term.is_cancelled() && leadership.term().is_none(), "the fence ended the term");

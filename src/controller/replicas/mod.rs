@@ -3,6 +3,7 @@
 //! which answers for either whether this replica may reconcile an object now, and under which
 //! term (a pass runs under its ticket; losing the term cancels it).
 
+pub mod fence;
 pub mod leader;
 pub mod ownership;
 pub mod shards;

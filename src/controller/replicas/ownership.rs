@@ -6,9 +6,10 @@ use std::sync::Arc;
 use futures::{Stream, StreamExt};
 use tokio_util::sync::CancellationToken;
 
+use super::fence::FenceError;
 use super::leader::Leadership;
 use super::shards::{PassTicket, ShardStatus, Shards};
-use crate::controller::error::{Error, StartError};
+use crate::controller::error::StartError;
 
 /// How this replica shares the work.
 pub enum Ownership {
@@ -58,7 +59,7 @@ impl Ownership {
 
     /// Whether a write decided for `namespace/name` may still be made; what `status.shard` is
     /// then (nothing without sharding).
-    pub async fn confirm(&self, namespace: &str, name: &str) -> Result<Option<ShardStatus>, Error> {
+    pub async fn confirm(&self, namespace: &str, name: &str) -> Result<Option<ShardStatus>, FenceError> {
         match self {
             Self::Leader(leadership) => leadership.confirm().await.map(|()| self.shard_status(namespace, name)),
             Self::Shards(shards) => shards.confirm(namespace, name).await.map(Some),

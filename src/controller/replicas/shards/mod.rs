@@ -31,7 +31,7 @@ use kube::{Api, Client};
 use tokio::sync::{Notify, broadcast};
 use tokio_util::sync::CancellationToken;
 
-use crate::controller::error::Error;
+use super::fence::FenceError;
 use crate::controller::metrics::Metrics;
 pub use campaign::Membership;
 
@@ -196,11 +196,11 @@ impl Shards {
     /// Whether a write decided for `namespace/name` may still be made: its shard is held here
     /// and its Lease, read afresh, still names this replica. A Lease that names another stops
     /// the shard's passes at once.
-    pub async fn confirm(&self, namespace: &str, name: &str) -> Result<ShardStatus, Error> {
+    pub async fn confirm(&self, namespace: &str, name: &str) -> Result<ShardStatus, FenceError> {
         let shard = self.shard_of(namespace, name);
         let lease_name = self.settings.shard_lease(shard);
         if self.held().get(&shard).is_none_or(|h| h.term.is_cancelled()) {
-            return Err(Error::NotOwner(format!("shard {shard} ({lease_name}) is no longer this replica's")));
+            return Err(FenceError::NotOwner(format!("shard {shard} ({lease_name}) is no longer this replica's")));
         }
         let lease = self.api.get_opt(&lease_name).await?;
         let holder = lease.and_then(|l| l.spec?.holder_identity).unwrap_or_default();
@@ -209,7 +209,7 @@ impl Shards {
         }
         let holder = if holder.is_empty() { "nobody".to_string() } else { holder };
         self.drop_shard(shard, &format!("its Lease {lease_name} is now held by {holder}"));
-        Err(Error::NotOwner(format!("shard {shard}'s Lease {lease_name} is now held by {holder}")))
+        Err(FenceError::NotOwner(format!("shard {shard}'s Lease {lease_name} is now held by {holder}")))
     }
 
     pub fn status_of(&self, shard: u32) -> ShardStatus {
@@ -375,7 +375,7 @@ mod tests {
             }),
         };
         api.create(&PostParams::default(), &lease("me")).await.unwrap();
-        assert!(matches!(shards.confirm("default", "x").await, Err(Error::NotOwner(_))), "not held: no write");
+        assert!(matches!(shards.confirm("default", "x").await, Err(FenceError::NotOwner(_))), "not held: no write");
         shards.hold(0, CancellationToken::new());
         let term = shards.begin("default", "x").unwrap().term.clone();
         let status = shards.confirm("default", "x").await.expect("the Lease names this replica");
@@ -385,7 +385,7 @@ mod tests {
         edited.spec.as_mut().unwrap().holder_identity = Some("intruder".into());
         api.replace("deployster-shard-0", &PostParams::default(), &edited).await.unwrap();
         match shards.confirm("default", "x").await {
-            Err(Error::NotOwner(why)) => {
+            Err(FenceError::NotOwner(why)) => {
                 assert_eq!(why, "shard 0's Lease deployster-shard-0 is now held by intruder")
             }
             other => panic!("{other:?}"),

@@ -1,21 +1,30 @@
-//! A pass's executor stack, assembled in one place for every front end: built-ins and local
-//! programs beside deployster, `builtin/kubernetes` over them, images on the Docker engine or
-//! as Pods of the pass's scope (with, in a cluster, the file built-ins), within a budget of
-//! checks, under an outermost layer (the controller's metering).
+//! A pass's executor stack, assembled in one place for every front end from its
+//! [`ExecutorPlan`] (plain data: [`plan`]): one [`route::Router`] by kind of type over
+//! `builtin/kubernetes`, the built-ins answered in this process, programs and images (on the
+//! Docker engine, or as Pods of the pass's scope with, in a cluster, the file built-ins), within
+//! a budget of checks, under an outermost layer (the controller's metering).
 //!
 //! What passes share (clients, caches, the budget) is built once, as [`PassExecutors`]; what is
 //! a pass's own (its namespace, ServiceAccount, owner) is data its executor is built with
 //! ([`PassExecutors::for_pass`]). The CLI makes one pass executor, of its fixed scope; the
-//! controller one per pass, of its Manifest's.
+//! controller one per pass, of its Manifest's. A scope's lifecycle (begin a pass, forget a
+//! Manifest, shut down) is asked of [`PassExecutors`] too, whatever runs the types.
+
+pub mod plan;
+pub mod route;
 
 use std::sync::Arc;
 
 #[cfg(feature = "kube")]
 use crate::builtins::kubernetes::KubeObjects;
+use crate::engine::executor::Executor;
 use crate::engine::executor::budget::SharedBudget;
-use crate::engine::executor::{Dispatch, Executor};
 #[cfg(feature = "kube")]
 use crate::pod::executor::PodRuntime;
+#[cfg(feature = "kube")]
+pub use plan::Acting;
+pub use plan::{Builtins, Connection, ExecutorPlan, ImagePlan, PlanError};
+use route::Router;
 
 /// Where a pass acts in a cluster: its namespace, ServiceAccount, owner and Pod options.
 #[cfg(feature = "kube")]
@@ -26,31 +35,17 @@ pub use crate::pod::executor::PodScope as PassScope;
 #[derive(Debug, Clone, Default)]
 pub struct PassScope;
 
-/// Where the passes' image types run.
-pub enum Images {
+/// Where the passes' image types run, once assembled.
+enum Images {
     /// Nowhere: this build or configuration has none.
     None,
     /// On one executor for every pass (the Docker engine).
+    #[cfg_attr(not(feature = "docker"), allow(dead_code))]
     Here(Arc<dyn Executor>),
-    /// As Pods of each pass's scope, the file built-ins' state and actions too when
-    /// `builtins_too` (a controller in a cluster: its own files are no user's).
+    /// As Pods of each pass's scope ([`ImagePlan::Pods`]).
     #[cfg(feature = "kube")]
-    Pods {
-        runtime: Arc<PodRuntime>,
-        builtins_too: bool,
-        /// Whether a pass checks that its namespace can be reached before it starts (the CLI's;
-        /// the controller has just swept the namespace when a pass starts).
-        check_access: bool,
-    },
+    Pods { runtime: Arc<PodRuntime>, builtins_too: bool, check_access: bool },
 }
-
-/// Built-ins answered here and local programs; with the kube feature, `builtin/kubernetes`
-/// over them, acting as each pass's ServiceAccount where it impersonates.
-#[cfg(feature = "kube")]
-pub type Local = Arc<KubeObjects>;
-/// Built-ins answered here and local programs.
-#[cfg(not(feature = "kube"))]
-pub type Local = Arc<dyn Executor>;
 
 /// A wrapper around each pass's whole stack (the controller counts and times invocations).
 pub type Layer = Arc<dyn Fn(Arc<dyn Executor>) -> Arc<dyn Executor> + Send + Sync>;
@@ -59,16 +54,24 @@ pub type Layer = Arc<dyn Fn(Arc<dyn Executor>) -> Arc<dyn Executor> + Send + Syn
 pub enum PassExecutors {
     /// The same executor for every pass, whatever its scope (tests, benchmarks).
     Fixed(Arc<dyn Executor>),
-    /// Assembled per pass from what the passes share.
-    Assembled {
-        local: Local,
-        images: Images,
-        /// Whether local program paths may run (the controller refuses them by default).
-        local_programs: bool,
-        /// The budget of checks of a continuous loop: each pass's executor goes under it.
-        budget: Option<SharedBudget>,
-        layer: Option<Layer>,
-    },
+    /// Assembled per pass from what the passes share ([`ExecutorPlan::assemble`]).
+    Assembled(Box<Shared>),
+}
+
+/// What the passes' executors share: each entry of their router but the pass's own, the budget
+/// and the layer.
+pub struct Shared {
+    /// `builtin/kubernetes`, of which each pass takes one acting as its identity.
+    #[cfg(feature = "kube")]
+    kubernetes: Arc<KubeObjects>,
+    /// Built-ins answered in this process, unless they run as programs.
+    in_process: Option<Arc<dyn Executor>>,
+    programs: Arc<dyn Executor>,
+    images: Images,
+    local_programs: bool,
+    /// The budget of checks of a continuous loop: each pass's executor goes under it.
+    budget: Option<SharedBudget>,
+    layer: Option<Layer>,
 }
 
 impl From<Arc<dyn Executor>> for PassExecutors {
@@ -78,29 +81,21 @@ impl From<Arc<dyn Executor>> for PassExecutors {
 }
 
 impl PassExecutors {
-    /// Local programs and built-ins as `local` runs them, images on `images`, every program
-    /// allowed, no budget, no layer: the CLI's, before [`PassExecutors::within`].
-    pub fn new(local: Local, images: Images) -> PassExecutors {
-        PassExecutors::Assembled { local, images, local_programs: true, budget: None, layer: None }
-    }
-
-    /// The same, each pass's executor within `budget` (shared by them all).
-    pub fn within(mut self, shared: SharedBudget) -> PassExecutors {
-        if let PassExecutors::Assembled { budget, .. } = &mut self {
-            *budget = Some(shared);
+    /// The same, each pass's stack under `layer` (outermost).
+    pub fn under(mut self, layer: Layer) -> PassExecutors {
+        if let PassExecutors::Assembled(shared) = &mut self {
+            shared.layer = Some(layer);
         }
         self
     }
 
     /// The executor of a pass acting in `scope`.
     pub fn for_pass(&self, scope: &PassScope) -> Arc<dyn Executor> {
-        let (local, images, local_programs, budget, layer) = match self {
+        let shared = match self {
             PassExecutors::Fixed(executor) => return executor.clone(),
-            PassExecutors::Assembled { local, images, local_programs, budget, layer } => {
-                (local, images, local_programs, budget, layer)
-            }
+            PassExecutors::Assembled(shared) => shared,
         };
-        let (images, builtins_with_images): (Option<Arc<dyn Executor>>, bool) = match images {
+        let (images, builtins_with_images): (Option<Arc<dyn Executor>>, bool) = match &shared.images {
             Images::None => (None, false),
             Images::Here(executor) => (Some(executor.clone()), false),
             #[cfg(feature = "kube")]
@@ -110,17 +105,19 @@ impl PassExecutors {
                 (Some(Arc::new(pods)), *builtins_too)
             }
         };
-        let dispatch = Dispatch {
-            local: local_for_pass(local, scope),
+        let router = Router {
+            kubernetes: kubernetes_for_pass(shared, scope),
+            in_process: shared.in_process.clone(),
+            programs: shared.programs.clone(),
             images,
-            local_programs: *local_programs,
+            local_programs: shared.local_programs,
             builtins_with_images,
         };
-        let stack: Arc<dyn Executor> = match budget {
-            Some(budget) => Arc::new(budget.over(Arc::new(dispatch))),
-            None => Arc::new(dispatch),
+        let stack: Arc<dyn Executor> = match &shared.budget {
+            Some(budget) => Arc::new(budget.over(Arc::new(router))),
+            None => Arc::new(router),
         };
-        match layer {
+        match &shared.layer {
             Some(layer) => layer(stack),
             None => stack,
         }
@@ -130,8 +127,24 @@ impl PassExecutors {
     #[cfg(feature = "kube")]
     fn pods(&self) -> Option<&Arc<PodRuntime>> {
         match self {
-            PassExecutors::Assembled { images: Images::Pods { runtime, .. }, .. } => Some(runtime),
-            _ => None,
+            PassExecutors::Assembled(shared) => match &shared.images {
+                Images::Pods { runtime, .. } => Some(runtime),
+                _ => None,
+            },
+            PassExecutors::Fixed(_) => None,
+        }
+    }
+
+    /// The front end stopping: deletes the warm runners its passes used, but those of the
+    /// Manifests `elsewhere` says another replica reconciles now (it uses them). How many,
+    /// where any could run.
+    pub async fn shut_down(&self, elsewhere: &(dyn Fn(&str, &str) -> bool + Send + Sync)) -> Option<usize> {
+        #[cfg(feature = "kube")]
+        return Some(self.pods()?.reap_runners_but(elsewhere).await);
+        #[cfg(not(feature = "kube"))]
+        {
+            let _ = elsewhere;
+            None
         }
     }
 }
@@ -167,25 +180,19 @@ impl PassExecutors {
             None => Ok(0),
         }
     }
-
-    /// The front end stopping: deletes the warm runners its passes used, but those of the
-    /// Manifests `elsewhere` says another replica reconciles now (it uses them). How many,
-    /// where any could run.
-    pub async fn shut_down(&self, elsewhere: &(dyn Fn(&str, &str) -> bool + Send + Sync)) -> Option<usize> {
-        Some(self.pods()?.reap_runners_but(elsewhere).await)
-    }
 }
 
 /// `builtin/kubernetes` acting as the pass's ServiceAccount (where it impersonates; else as
 /// the kubeconfig's user), never as the controller.
 #[cfg(feature = "kube")]
-fn local_for_pass(local: &Local, scope: &PassScope) -> Arc<dyn Executor> {
-    Arc::new(local.for_pass(&scope.namespace, scope.service_account.as_deref()))
+fn kubernetes_for_pass(shared: &Shared, scope: &PassScope) -> Option<Arc<dyn Executor>> {
+    Some(Arc::new(shared.kubernetes.for_pass(&scope.namespace, scope.service_account.as_deref())))
 }
 
+/// `builtin/kubernetes`, in a build without the kube feature: none (its program says why).
 #[cfg(not(feature = "kube"))]
-fn local_for_pass(local: &Local, _: &PassScope) -> Arc<dyn Executor> {
-    local.clone()
+fn kubernetes_for_pass(_: &Shared, _: &PassScope) -> Option<Arc<dyn Executor>> {
+    None
 }
 
 #[cfg(all(test, feature = "kube"))]
@@ -196,12 +203,6 @@ mod tests {
 
     use super::*;
     use crate::builtins::kubernetes::tests::{call, forbidding_api_server};
-    use crate::engine::executor::fake::FakeExecutor;
-
-    fn others() -> Arc<dyn Executor> {
-        Arc::new(FakeExecutor::new(|_| unreachable!("no other type")))
-    }
-
     /// What a `builtin/kubernetes` state read through `executors` for a pass of `scope` was
     /// refused with: the server names the user it was made as.
     async fn refusal(executors: &PassExecutors, namespace: &str, account: Option<&str>) -> String {
@@ -222,16 +223,18 @@ mod tests {
         let config = kube::Config::new(format!("http://{address}").parse().unwrap());
         let layered = Arc::new(AtomicUsize::new(0));
         let counted = layered.clone();
-        let executors = PassExecutors::Assembled {
-            local: Arc::new(KubeObjects::impersonating(others(), config)),
-            images: Images::None,
+        let client = kube::Client::try_from(config.clone()).unwrap();
+        let connection = Connection { config, client, runners: Default::default() };
+        let plan = ExecutorPlan {
+            kubernetes: Acting::ServiceAccounts,
             local_programs: false,
-            budget: Some(SharedBudget::new(100)),
-            layer: Some(Arc::new(move |inner| {
-                counted.fetch_add(1, Ordering::SeqCst);
-                inner
-            })),
+            reads_per_second: Some(100),
+            ..ExecutorPlan::new(ImagePlan::None)
         };
+        let executors = plan.assemble(Some(connection)).unwrap().under(Arc::new(move |inner| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            inner
+        }));
         let said = refusal(&executors, "team", Some("deployer")).await;
         assert!(said.contains(r#"User "system:serviceaccount:team:deployer""#), "{said}");
         let said = refusal(&executors, "other", None).await;
@@ -244,9 +247,33 @@ mod tests {
     async fn the_cli_s_stack_acts_as_its_user() {
         crate::client::install_crypto();
         let address = forbidding_api_server().await;
-        let client = kube::Client::try_from(kube::Config::new(format!("http://{address}").parse().unwrap())).unwrap();
-        let executors = PassExecutors::new(Arc::new(KubeObjects::with_client(others(), client)), Images::None);
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("kubeconfig");
+        let kubeconfig = format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: c\nclusters: [{{name: c, cluster: {{server: 'http://{address}'}}}}]\n\
+             users: [{{name: u, user: {{}}}}]\ncontexts: [{{name: c, context: {{cluster: c, user: u}}}}]\n"
+        );
+        std::fs::write(&file, kubeconfig).unwrap();
+        let user = crate::client::Kubeconfig { file: Some(file), context: None };
+        let plan = ExecutorPlan { kubernetes: Acting::User(user), ..ExecutorPlan::new(ImagePlan::None) };
+        let executors = plan.assemble(None).unwrap();
         let said = refusal(&executors, "team", Some("deployer")).await;
         assert!(said.contains(r#"User "system:anonymous""#), "no impersonation: {said}");
+    }
+
+    /// Pods and impersonation are made with the front end's connection: a plan that needs one
+    /// and has none says what needed it.
+    #[test]
+    fn a_plan_that_needs_the_cluster_says_so_without_a_connection() {
+        let plan = ExecutorPlan { kubernetes: Acting::ServiceAccounts, ..ExecutorPlan::new(ImagePlan::None) };
+        let Err(error) = plan.assemble(None) else { panic!("assembled without a connection") };
+        assert_eq!(
+            error.to_string(),
+            "builtin/kubernetes acting as ServiceAccounts needs a connection to the cluster, and none was given"
+        );
+        let settings = Box::new(crate::pod::executor::PodSettings::new("helper"));
+        let pods = ImagePlan::Pods { settings, builtins_too: false, check_access: true };
+        let Err(error) = ExecutorPlan::new(pods).assemble(None) else { panic!("assembled without a connection") };
+        assert!(error.to_string().starts_with("running image types as Pods needs a connection"), "{error}");
     }
 }
