@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use deployster::builtins::kubernetes::KubeObjects;
 use deployster::controller::manifest::{FINALIZER, Next, reconcile};
 use deployster::controller::{Context, Settings};
 use deployster::crd::{Manifest, ManifestSpec, ManifestStatus};
@@ -236,6 +237,28 @@ async fn an_invalid_manifest_is_stalled_with_a_clear_message_and_runs_nothing() 
     assert!(message.contains("dependency cycle (each depends on the next): a -> b -> a"), "{message}");
     assert_eq!(condition(&obj, "Ready").0, "False");
     assert!(events(&client, "cyclic").await.iter().any(|(r, n)| r == "InvalidManifest" && n.contains("a -> b -> a")));
+}
+
+/// Issue 52: an `ignore` path of `builtin/kubernetes` that does not parse is the spec's fault:
+/// Stalled, naming the resource and where the path is (a config's values are not shown in
+/// schema errors: they may be secret), and nothing runs.
+#[tokio::test]
+async fn an_ignore_path_that_does_not_parse_stalls_the_manifest() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = "resources:\n  web:\n    type: builtin/kubernetes\n    config: {object: {apiVersion: v1, kind: ConfigMap, metadata: {name: web}, data: {a: b}}, ignore: [\"data..a\"]}\n";
+    let client = client_with(vec![object("ignoring", spec)], |b| b).await;
+    let nowhere = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
+    let programs = Arc::new(ProcessExecutor::new(support::deployster()));
+    let kubernetes = Arc::new(KubeObjects::impersonating(nowhere));
+    let executor = Arc::new(Router { kubernetes: Some(kubernetes), ..Router::programs(programs.clone()) });
+    let ctx = context(client.clone(), executor, &dir.path().join("plugs"), false);
+    let next = reconcile(&get(&client, "ignoring").await, &ctx).await.expect("reconcile");
+    assert_eq!(next, Next::AwaitChange, "no retry until the spec changes");
+    let obj = get(&client, "ignoring").await;
+    let (stalled, reason, message) = condition(&obj, "Stalled");
+    assert_eq!((stalled.as_str(), reason.as_str()), ("True", "InvalidManifest"), "{message}");
+    assert!(message.contains("resources.web.config.ignore[0]: value does not match"), "{message}");
+    assert_eq!(programs.programs_started(), 0, "nothing ran");
 }
 
 /// A workspace for fixture resource types: the fixture linked into the object's directory

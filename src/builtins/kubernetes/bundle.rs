@@ -6,6 +6,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::error::ObjectError;
+use super::ignore::Ignored;
 use super::object::{ObjectRules, ObjectStanding, ServerObject};
 use super::ownership::Force;
 use super::{Confirmed, Kinds, Said};
@@ -68,6 +69,7 @@ impl<'a> Bundle<'a> {
             prune: flag("prune", true),
             adopt: flag("adopt", false),
             wait,
+            ignore: Ignored::from_config(config)?,
         });
         let objects: Vec<(String, Value)> = match (config.get("object"), config.get("objects")) {
             (Some(object), None) => vec![("config.object".into(), object.clone())],
@@ -90,6 +92,7 @@ impl<'a> Bundle<'a> {
             }
             (None, None) => return Err(ObjectError::Config("config.object (or config.objects) is required".into())),
         };
+        options.ignore.check_set(objects.iter().map(|(_, object)| object))?;
         let list = config.get("objects").is_some();
         Ok(Bundle { client, namespace: namespace.to_string(), objects, options, kinds, confirmed, list })
     }

@@ -38,6 +38,7 @@
 mod bundle;
 mod diff;
 mod error;
+mod ignore;
 mod object;
 mod ownership;
 mod ready;
@@ -313,6 +314,11 @@ fn init() -> Value {
                 },
                 "prune": {"type": "boolean", "description": "delete the objects when the resource is deleted (default true)"},
                 "adopt": {"type": "boolean", "description": "take over objects Deployster did not create"},
+                "ignore": {
+                    "type": "array",
+                    "items": {"type": "string", "pattern": ignore::PATH_PATTERN},
+                    "description": "fields left to another writer (an HPA's spec.replicas), as the plan prints them: out of drift, and out of every apply after the object's creation"
+                },
                 "wait": {
                     "type": "object",
                     "description": "wait until the objects are ready (kstatus rules) after applying them; a dependent waits too",

@@ -10,6 +10,7 @@ use kube::discovery::Scope;
 use serde_json::Value;
 
 use super::error::{ObjectError, api_code};
+use super::ignore::Ignored;
 use super::ownership::{self, Force};
 use super::{Confirmed, FIELD_MANAGER, Kinds, OWNER_ANNOTATION, Said, diff, ready, schema};
 
@@ -22,6 +23,8 @@ pub(super) struct ObjectRules {
     pub(super) adopt: bool,
     /// How long to wait for readiness after applying (`wait.ready`).
     pub(super) wait: Option<Duration>,
+    /// Fields left to another writer: out of drift, and out of every apply after creation.
+    pub(super) ignore: Ignored,
 }
 
 /// One object of a resource, and its API.
@@ -172,7 +175,8 @@ impl ServerObject {
                 self.shown, options.owner
             )));
         }
-        let found = diff::changes(&self.wanted, &live, self.is_secret);
+        let mut found = diff::changes(&self.wanted, &live, self.is_secret);
+        found.retain(|change| !options.ignore.covers(&change.path));
         let mut fields = if found.is_empty() { Vec::new() } else { self.confirmed(found, &live).await? };
         if !self.ours(&live) {
             fields.push(format!("metadata.annotations.{OWNER_ANNOTATION}: (absent) → \"{}\"", options.owner));
@@ -199,7 +203,7 @@ impl ServerObject {
     /// changes.
     async fn confirmed(&self, found: Vec<diff::FieldChange>, live: &Value) -> Result<Vec<String>, ObjectError> {
         use sha2::Digest;
-        let object = self.applied();
+        let object = self.applied(Some(live));
         let metadata = |field: &str| live["metadata"][field].as_str().unwrap_or_default().to_string();
         let digest = hex::encode(sha2::Sha256::digest(format!("{:?}{object}", self.options.force).as_bytes()));
         let key = format!("{}\n{}\n{}\n{digest}", self.shown, metadata("uid"), metadata("resourceVersion"));
@@ -253,10 +257,14 @@ impl ServerObject {
         Ok(fields)
     }
 
-    /// The object as applied: the config's, annotated with its owner.
-    fn applied(&self) -> Value {
+    /// The object as applied over `live` (none: it is created): the config's, annotated with
+    /// its owner, its ignored fields as `live` holds them.
+    fn applied(&self, live: Option<&Value>) -> Value {
         let mut object = self.wanted.clone();
         object["metadata"]["annotations"][OWNER_ANNOTATION] = Value::String(self.options.owner.clone());
+        if let Some(live) = live.filter(|_| !self.options.ignore.is_empty()) {
+            self.options.ignore.keep_live(&mut object, live);
+        }
         object
     }
 
@@ -266,9 +274,10 @@ impl ServerObject {
     }
 
     pub(super) async fn apply(&self, said: &mut Said) -> Result<(), ObjectError> {
-        let (object, params) = (self.applied(), self.apply_params());
-        if let Some(live) = self.live().await?
-            && !self.ours(&live)
+        let live = self.live().await?;
+        let (object, params) = (self.applied(live.as_ref()), self.apply_params());
+        if let Some(live) = &live
+            && !self.ours(live)
             && !self.options.adopt
         {
             return Err(ObjectError::NotOurs(format!(
