@@ -432,9 +432,13 @@ fn reconcile_passes_at_once_when_the_manifest_or_its_variables_change() {
     let output = child.wait_with_output().unwrap();
     let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
     assert_eq!(output.status.code(), Some(0), "the last pass succeeded\n{stdout}{stderr}");
-    assert_eq!(stdout.matches("The manifest changed: passing now.").count(), 4, "{stdout}");
-    assert!(stderr.contains("error: pass 4:"), "{stderr}");
-    assert!(stdout.contains("Pass 5 ") && !stdout.contains("Pass 6 "), "{stdout}");
+    // The auto var file's removal and the broken manifest written right after it are one
+    // change, or two when the loop sees them apart (a busy machine): each starts a pass.
+    let changes = stdout.matches("The manifest changed: passing now.").count();
+    assert!(changes == 4 || changes == 5, "{stdout}");
+    assert!(stderr.contains(&format!("error: pass {changes}:")), "the broken manifest's pass failed: {stderr}");
+    let (last, after) = (format!("Pass {} ", changes + 1), format!("Pass {} ", changes + 2));
+    assert!(stdout.contains(&last) && !stdout.contains(&after), "one pass per change: {stdout}");
 }
 
 /// An edit inside a plug (a file, or a directory's tree) starts a pass at once too.
