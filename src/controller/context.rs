@@ -15,6 +15,7 @@ use super::config::{Settings, hostname};
 use super::metrics::Metrics;
 use super::pipelines::log::Pipelines;
 use super::replicas::ownership::Ownership;
+use super::watches::Watches;
 use crate::crd::Manifest;
 use crate::executors::PassExecutors;
 
@@ -46,6 +47,8 @@ pub struct Context {
     /// names of its targets' Manifests. None covering a namespace, or not synced yet: the API
     /// is asked.
     pub manifests: Vec<ManifestCache>,
+    /// Watches of the objects Manifests applied: a change starts a pass.
+    pub watches: Watches,
 }
 
 /// One watch cache of Manifests, and whether it has synced.
@@ -84,6 +87,7 @@ impl Context {
             checks: Default::default(),
             pipelines: Pipelines::default(),
             manifests: Vec::new(),
+            watches: Watches::disabled(),
         }
     }
 }

@@ -35,6 +35,11 @@ pub struct InvocationSeries {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct VerdictLabels {
+    pub verdict: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReadyLabels {
     pub ready: &'static str,
 }
@@ -68,6 +73,10 @@ pub struct Metrics {
     pub reconciles_running: Gauge,
     pub work_queue_depth: Gauge,
     pub drift_corrections: Counter,
+    /// From a change a watch saw to the pass that corrected it.
+    pub drift_corrected_seconds: Histogram,
+    pub watches_open: Gauge,
+    pub watch_events: Family<VerdictLabels, Counter>,
     pub manifests: Family<ReadyLabels, Gauge>,
     pub leader: Gauge,
     pub shards_owned: Family<ReplicaLabels, Gauge>,
@@ -101,6 +110,9 @@ impl Metrics {
             reconciles_running: Gauge::default(),
             work_queue_depth: Gauge::default(),
             drift_corrections: Counter::default(),
+            drift_corrected_seconds: seconds_histogram(),
+            watches_open: Gauge::default(),
+            watch_events: Family::default(),
             manifests: Family::default(),
             leader: Gauge::default(),
             shards_owned: Family::default(),
@@ -127,7 +139,29 @@ impl Metrics {
             "Manifests due for a reconcile and waiting for a free worker (--concurrency)",
             metrics.work_queue_depth.clone(),
         );
-        r.register("drift_corrections", "Resources found drifted and corrected", metrics.drift_corrections.clone());
+        r.register("drift_corrected", "Resources found drifted and corrected", metrics.drift_corrections.clone());
+        // Its earlier name, kept for dashboards that use it: the same counter.
+        r.register(
+            "drift_corrections",
+            "Resources found drifted and corrected (deprecated: deployster_drift_corrected_total)",
+            metrics.drift_corrections.clone(),
+        );
+        r.register(
+            "drift_corrected_seconds",
+            "From a change to a managed object seen by a watch to the pass that corrected it",
+            metrics.drift_corrected_seconds.clone(),
+        );
+        let watch = r.sub_registry_with_prefix("watch");
+        watch.register(
+            "open",
+            "Watches of managed objects open now: one per ServiceAccount, namespace and kind",
+            metrics.watches_open.clone(),
+        );
+        watch.register(
+            "events",
+            "Changes to managed objects seen by watches: changed (wakes a pass) or ours (Deployster's own write)",
+            metrics.watch_events.clone(),
+        );
         r.register("manifests", "Manifests in the watch cache, by their Ready condition", metrics.manifests.clone());
         r.register(
             "leader",

@@ -25,6 +25,7 @@ pub mod report;
 pub mod server;
 pub mod status;
 mod stream;
+pub mod watches;
 
 use reasons::ConditionType;
 use std::fmt::Debug;
@@ -125,6 +126,8 @@ pub async fn run(mut config: RunConfig, plan: ExecutorPlan) -> Result<(), StartE
     // builtin/kubernetes acts as each Manifest's ServiceAccount: its clients are made from
     // this configuration, with no metering (their rights are the ServiceAccount's).
     let acting_config = kube_config.clone();
+    // Watches of what Manifests apply read as each Manifest's ServiceAccount too.
+    let watches = watches::Watches::new(kube_config.clone(), &metrics);
     let client = connect_metered(kube_config, layer)?;
     check_access(&client, &config.namespaces).await.map_err(|e| e.unreachable_at(&url))?;
     // The first SIGINT/SIGTERM/SIGHUP stops starting passes; running ones may finish for the
@@ -148,6 +151,7 @@ pub async fn run(mut config: RunConfig, plan: ExecutorPlan) -> Result<(), StartE
     ctx.ownership = ownership;
     ctx.metrics = metrics.clone();
     ctx.workers = Semaphore::new(usize::from(config.concurrency.max(1)));
+    ctx.watches = watches;
     let watches: Vec<_> =
         scopes.iter().enumerate().map(|(i, scope)| watch(&client, scope, readiness.clone(), i)).collect();
     let stores: Vec<Store<DeserializeGuard<Manifest>>> = watches.iter().map(|(cache, _)| cache.store.clone()).collect();
@@ -173,6 +177,7 @@ pub async fn run(mut config: RunConfig, plan: ExecutorPlan) -> Result<(), StartE
             .watches_stream(secrets, move |s| readers(&readers_of_secret, Source::Secret, &s.metadata))
             .watches_stream(config_maps, move |c| readers(&readers_of_config_map, Source::ConfigMap, &c.metadata))
             .reconcile_on(ownership::gained_objects(ctx.ownership.clone(), gained_store))
+            .reconcile_on(woken(&ctx, scope))
             .graceful_shutdown_on(stopping.clone().cancelled_owned())
             .run(manifest::reconcile_guarded, manifest::error_policy, ctx.clone())
             .for_each(|result| async move {
@@ -351,6 +356,23 @@ where
         })
         .touched_objects()
         .predicate_filter(predicates::resource_version, Default::default())
+}
+
+/// The Manifests in `scope` whose objects a watch saw changed, each with the changed resource
+/// marked due for a check.
+fn woken(
+    ctx: &Arc<Context>,
+    scope: &Option<String>,
+) -> impl Stream<Item = ObjectRef<DeserializeGuard<Manifest>>> + Send + use<> {
+    let (ctx, scope) = (ctx.clone(), scope.clone());
+    ctx.watches.changes().filter_map(move |change| {
+        let in_scope = scope.as_ref().is_none_or(|ns| *ns == change.namespace);
+        if in_scope {
+            tracing::debug!(namespace = %change.namespace, manifest = %change.name, resource = %change.resource, "an object of it changed: its pass reads it now");
+            ctx.checks.mark_due(&change.uid, &change.resource, change.seen);
+        }
+        futures::future::ready(in_scope.then(|| ObjectRef::new(&change.name).within(&change.namespace)))
+    })
 }
 
 /// The Manifests in `store` that read the `source` object of `meta` (its plugs, `varsFrom`).

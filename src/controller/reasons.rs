@@ -60,6 +60,7 @@ words! {
         Reconcile,
         Delete,
         Drive,
+        Watch,
     }
 }
 
@@ -88,6 +89,7 @@ words! {
         ApprovalIgnored,
         PodsStopped,
         RunnersUnavailable,
+        WatchRefused,
         DeleteFailed,
         ResourcesDeleted,
         MalformedObject,

@@ -57,6 +57,8 @@ pub struct PassResult {
     /// Why the outputs failed (reason, message), when the resources are applied but the
     /// outputs could not be rendered or written: the object is not Ready until they are.
     pub outputs_failed: Option<(&'static str, String)>,
+    /// Why changes to its objects are not watched (read on the interval only), if they are not.
+    pub unwatched: Option<String>,
 }
 
 impl PassResult {
@@ -131,7 +133,8 @@ pub fn next_status(old: &ManifestStatus, pass: &PassResult) -> ManifestStatus {
         _ => old.consecutive_failures.saturating_add(1),
     };
     status.history = history_from(&pass.history);
-    let wanted = conditions(&status, pass);
+    let mut wanted = conditions(&status, pass);
+    note_unwatched(&mut wanted, pass.unwatched.as_deref());
     status.conditions = wanted.into_iter().map(|c| transition(&old.conditions, c, pass.generation, &now)).collect();
     bound(&mut status);
     status
@@ -264,6 +267,21 @@ pub fn history_entries(status: &ManifestStatus) -> Vec<Entry> {
             })
         })
         .collect()
+}
+
+/// What the Ready message says, at its end, of objects whose changes are not watched.
+pub const UNWATCHED_NOTE: &str = " (changes to its objects are read on the interval only: ";
+
+/// Ends the Ready message with why changes to its objects are not watched — or without it,
+/// once they are (a message kept from an earlier pass may carry it).
+fn note_unwatched(wanted: &mut [Wanted], unwatched: Option<&str>) {
+    let Some(ready) = wanted.iter_mut().find(|c| c.0 == ConditionType::Ready.as_str()) else { return };
+    if let Some(at) = ready.3.find(UNWATCHED_NOTE) {
+        ready.3.truncate(at);
+    }
+    if let Some(why) = unwatched {
+        ready.3 = format!("{}{UNWATCHED_NOTE}{why})", ready.3);
+    }
 }
 
 /// A condition as wanted now: type, status, reason, message.

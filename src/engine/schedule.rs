@@ -171,6 +171,12 @@ impl Schedule {
         self.resources = kept;
     }
 
+    /// Has resource `name` read on the next pass (something saw it change): it is no longer
+    /// taken for granted, and its interval starts again.
+    pub fn forget(&mut self, name: &str) {
+        self.resources.remove(name);
+    }
+
     /// When resource `name` is next read, if it is tracked (else: on the next pass).
     pub fn next_check(&self, name: &str) -> Option<SystemTime> {
         self.resources.get(name).map(|t| t.next)

@@ -12,3 +12,4 @@ mod e2e_shards;
 mod helm;
 mod image;
 mod kubernetes;
+mod watches;

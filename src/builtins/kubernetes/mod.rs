@@ -65,6 +65,8 @@ pub const NAME: &str = super::KUBERNETES;
 pub const FIELD_MANAGER: &str = "deployster";
 /// The annotation naming the manifest and resource an object belongs to.
 pub const OWNER_ANNOTATION: &str = "deployster.io/resource";
+/// The label on every object applied (value `"true"`): what a watch of them selects by.
+pub const MANAGED_LABEL: &str = "deployster.io/managed";
 
 /// Answers `builtin/kubernetes` (the one type it is handed: `crate::executors::route`). A call
 /// acts with the default client: the current kubeconfig's, made when the first such call comes (a manifest without

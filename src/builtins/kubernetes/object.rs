@@ -12,7 +12,7 @@ use serde_json::Value;
 use super::error::{ObjectError, api_code};
 use super::ignore::Ignored;
 use super::ownership::{self, Force};
-use super::{Confirmed, FIELD_MANAGER, Kinds, OWNER_ANNOTATION, Said, diff, ready, schema};
+use super::{Confirmed, FIELD_MANAGER, Kinds, MANAGED_LABEL, OWNER_ANNOTATION, Said, diff, ready, schema};
 
 /// What the config says besides the objects, and whose they are.
 pub(super) struct ObjectRules {
@@ -181,6 +181,11 @@ impl ServerObject {
         if !self.ours(&live) {
             fields.push(format!("metadata.annotations.{OWNER_ANNOTATION}: (absent) → \"{}\"", options.owner));
         }
+        if !labelled(&live) {
+            // Applied before objects were labelled (or the label was taken off): watches
+            // select by it.
+            fields.push(format!("metadata.labels.{MANAGED_LABEL}: (absent) → \"true\""));
+        }
         let state = diff::shown(&live, self.is_secret);
         if !fields.is_empty() {
             return Ok(ObjectStanding::Stale { state, fields });
@@ -262,6 +267,7 @@ impl ServerObject {
     fn applied(&self, live: Option<&Value>) -> Value {
         let mut object = self.wanted.clone();
         object["metadata"]["annotations"][OWNER_ANNOTATION] = Value::String(self.options.owner.clone());
+        object["metadata"]["labels"][MANAGED_LABEL] = Value::String("true".into());
         if let Some(live) = live.filter(|_| !self.options.ignore.is_empty()) {
             self.options.ignore.keep_live(&mut object, live);
         }
@@ -411,6 +417,12 @@ impl ServerObject {
         };
         ObjectError::Api { code, message }
     }
+}
+
+/// Whether `live` carries the label watches select Deployster's objects by.
+fn labelled(live: &Value) -> bool {
+    live.pointer(&format!("/metadata/labels/{}", MANAGED_LABEL.replace('/', "~1"))).and_then(Value::as_str)
+        == Some("true")
 }
 
 /// Whether a 403 is the authorizer's (RBAC: `User "…" cannot patch resource "…"`), not an

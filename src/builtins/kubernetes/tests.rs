@@ -160,7 +160,7 @@ fn objects_at(address: &str) -> KubeObjects {
 fn live_config_map(data: Value, version: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "ConfigMap", "data": data,
            "metadata": {"name": "x", "namespace": "team", "uid": "u-1", "resourceVersion": version,
-                        "annotations": {OWNER_ANNOTATION: "app/cm"}}})
+                        "annotations": {OWNER_ANNOTATION: "app/cm"}, "labels": {MANAGED_LABEL: "true"}}})
 }
 
 async fn state_of(objects: &KubeObjects, config: Value) -> Value {
@@ -205,6 +205,7 @@ async fn drift_is_what_a_dry_run_apply_would_change() {
     assert!(!patches[0].path.contains("force=true"), "{}", patches[0].path);
     assert!(patches[0].headers.contains("content-type: application/apply-patch+yaml"), "{}", patches[0].headers);
     assert_eq!(patches[0].body["metadata"]["annotations"][OWNER_ANNOTATION], "app/cm", "as applied");
+    assert_eq!(patches[0].body["metadata"]["labels"][MANAGED_LABEL], "true", "labelled, for watches");
 
     // Again, the object unchanged: remembered, no second dry run.
     assert_eq!(state_of(&objects, config("fast", "1")).await["status"], "VALID");

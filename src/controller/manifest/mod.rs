@@ -92,6 +92,8 @@ pub async fn reconcile(obj: &Manifest, ctx: &Context) -> Result<Next, ManifestEr
     };
     let term = ticket.term.clone();
     if obj.meta().deletion_timestamp.is_some() {
+        // Its delete actions' deletions wake nothing.
+        ctx.watches.forget(&obj.namespace().unwrap_or_default(), &obj.name_any());
         return Ok(delete::cleanup(obj, ctx, &term).await?);
     }
     // Go on with the object as the patch left it, not as it was.
@@ -164,9 +166,21 @@ async fn pass(
     let revision = manifest.revision.clone();
     let log = ran.log.clone();
     let seen = observe::observe(ended, drifts, interrupted, ran.manual.as_ref(), old, &revision, || log.entries());
+    let mut events = seen.done;
     let entries = if let Observed::Applied(report) = &seen.observed { Some(report.entries()) } else { None };
     let next = ctx.checks.record(obj, run::system_now(ctx), &revision, &ran.assumed, entries);
-    let mut events = seen.done;
+    next.corrected_after.iter().for_each(|after| ctx.metrics.drift_corrected_seconds.observe(after.as_secs_f64()));
+    // What it applied is watched from now on (a pass that did not apply keeps what was).
+    let unwatched = match entries {
+        Some(entries) => {
+            let watching = ctx.watches.register(obj, &super::watches::declared(entries)).await;
+            if let (true, Some(why)) = (watching.newly_refused, &watching.refused) {
+                events.push((EventType::Warning, Reason::WatchRefused.as_str(), watch_refusal(why)));
+            }
+            watching.refused
+        }
+        None => ctx.watches.refused(obj),
+    };
     let outputs_failed = write_outputs(ctx, obj, &manifest, outputs, checked.outputs.as_ref(), &mut events).await;
     events.extend(seen.asked);
     let result = PassResult {
@@ -179,10 +193,19 @@ async fn pass(
         approved_plan: seen.approved_plan,
         next_checks: next.by_resource,
         outputs_failed,
+        unwatched,
     };
     let new = finish(obj, ctx, &ran.writer, old, result).await?;
     report::pass_events(ctx, obj, old, &new, events).await;
     Ok((new, next.next_pass))
+}
+
+/// The event of a Manifest whose objects' changes are not watched.
+pub fn watch_refusal(why: &str) -> String {
+    format!(
+        "changes to its objects are read on its interval only, not as they happen: the server refuses \
+         to let its ServiceAccount watch them ({why}); grant it `list` and `watch` on their kinds"
+    )
 }
 
 /// Writes the pass's outputs where the spec says, telling what happened in `events`; returns
@@ -232,6 +255,7 @@ pub async fn reconcile_guarded(
     let (namespace, name) = (meta.namespace.as_deref().unwrap_or_default(), meta.name.as_deref().unwrap_or_default());
     if !ctx.ownership.owns(namespace, name) {
         // Another replica's (it leads, or holds the shard); gaining it reconciles it again.
+        ctx.watches.forget(namespace, name);
         return Ok(Action::await_change());
     }
     // Not `name`: JSON logs give each span a `name` key of its own ("reconcile").
@@ -246,6 +270,7 @@ pub async fn reconcile_guarded(
             Ok(cached) => {
                 // The pass reads the object as it is now. Gone since: nothing to do.
                 let Some(manifest) = fetch::current(&ctx, cached).await? else {
+                    ctx.watches.forget(namespace, name);
                     return Ok(Action::await_change());
                 };
                 Ok(match reconcile(&manifest, &ctx).await? {

@@ -139,6 +139,7 @@ pub async fn finish_unrun(
         approved_plan: None,
         next_checks: Default::default(),
         outputs_failed: None,
+        unwatched: ctx.watches.refused(obj),
     };
     finish(obj, ctx, &StatusWriter::new(ctx, obj), old, result).await
 }

@@ -41,6 +41,7 @@ fn pass(observed: Observed, now_ms: i64) -> PassResult {
         approved_plan: None,
         next_checks: Default::default(),
         outputs_failed: None,
+        unwatched: None,
     }
 }
 

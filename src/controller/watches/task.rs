@@ -1,0 +1,81 @@
+//! One watch: the metadata of the labelled objects of one kind in one namespace, as one
+//! ServiceAccount, until it is stopped. A restarted watch (the API server restarted, or the
+//! watch expired: 410 Gone) lists again, and only what changed meanwhile wakes a Manifest.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use futures::StreamExt;
+use kube::api::{Api, DynamicObject, ObjectMeta};
+use kube::core::PartialObjectMeta;
+use kube::runtime::{WatchStreamExt, watcher};
+use tokio_util::sync::CancellationToken;
+
+use super::super::metrics::VerdictLabels;
+use super::judge::{self, Seen, Verdict};
+use super::{WatchKey, WatchShared, selector};
+
+/// What is kept of each object between events.
+struct LastSeen {
+    seen: Seen,
+    owner: Option<(String, String, String)>,
+}
+
+pub(super) async fn watch(
+    api: Api<PartialObjectMeta<DynamicObject>>,
+    key: WatchKey,
+    shared: Arc<WatchShared>,
+    stop: CancellationToken,
+) {
+    let config = watcher::Config::default().labels(&selector());
+    let mut events = std::pin::pin!(watcher(api, config).default_backoff());
+    let mut known: HashMap<String, LastSeen> = HashMap::new();
+    // The names listed since the watch (re)started, until its listing is done.
+    let mut listed: Option<HashSet<String>> = None;
+    let changed = |meta: &ObjectMeta, verdict: Verdict| {
+        let word = match verdict {
+            Verdict::Unchanged => return,
+            Verdict::Ours => "ours",
+            Verdict::Changed => "changed",
+        };
+        shared.events.get_or_create(&VerdictLabels { verdict: word }).inc();
+        if verdict == Verdict::Changed {
+            shared.wake(&key, meta.name.as_deref().unwrap_or_default(), judge::owner(meta));
+        }
+    };
+    loop {
+        let event = tokio::select! {
+            () = stop.cancelled() => return,
+            event = events.next() => event,
+        };
+        match event {
+            None => return,
+            Some(Ok(watcher::Event::Init)) => listed = Some(HashSet::new()),
+            Some(Ok(watcher::Event::InitApply(object) | watcher::Event::Apply(object))) => {
+                let meta = &object.metadata;
+                let name = meta.name.clone().unwrap_or_default();
+                let listing = listed.as_mut().map(|listed| listed.insert(name.clone())).is_some();
+                changed(meta, judge::judge(known.get(&name).map(|k| &k.seen), meta, listing));
+                known.insert(name, LastSeen { seen: Seen::of(meta), owner: judge::owner(meta) });
+            }
+            Some(Ok(watcher::Event::InitDone)) => {
+                // What the listing no longer holds was deleted while the watch was down.
+                let Some(listed) = listed.take() else { continue };
+                let gone: Vec<String> = known.keys().filter(|name| !listed.contains(*name)).cloned().collect();
+                for name in gone {
+                    let owner = known.remove(&name).and_then(|k| k.owner);
+                    shared.events.get_or_create(&VerdictLabels { verdict: "changed" }).inc();
+                    shared.wake(&key, &name, owner);
+                }
+            }
+            Some(Ok(watcher::Event::Delete(object))) => {
+                let meta = &object.metadata;
+                known.remove(meta.name.as_deref().unwrap_or_default());
+                changed(meta, Verdict::Changed);
+            }
+            Some(Err(e)) => {
+                tracing::warn!(watch = ?key, error = %e, "a watch of managed objects failed; retrying with backoff");
+            }
+        }
+    }
+}

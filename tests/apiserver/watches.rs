@@ -1,0 +1,168 @@
+//! Changes to the objects a Manifest applied start its pass at once (watched as its
+//! ServiceAccount), on the real API server: corrected in seconds with an interval of an hour;
+//! Deployster's own writes, unrelated objects and another Manifest's failed claim start
+//! nothing; a watch the account may not make falls back to the interval, said once; a deleted
+//! Manifest's watches go.
+
+use std::time::{Duration, Instant};
+
+use crate::support::cluster::{Cluster, ControllerProcess, wait_for};
+
+const SUCCEEDED: &str = r#"deployster_reconciles_total{result="succeeded"}"#;
+
+fn manifest(name: &str, account: &str, interval: &str, config_map: &str) -> String {
+    format!(
+        r#"apiVersion: deployster.io/v1alpha1
+kind: Manifest
+metadata: {{name: {name}}}
+spec:
+  interval: {interval}
+  deletionPolicy: Delete
+  serviceAccountName: {account}
+  resources:
+    settings:
+      type: builtin/kubernetes
+      config:
+        object: {{apiVersion: v1, kind: ConfigMap, metadata: {{name: {config_map}}}, data: {{level: info}}}}
+    web:
+      type: builtin/kubernetes
+      config:
+        object:
+          apiVersion: apps/v1
+          kind: Deployment
+          metadata: {{name: web-{name}}}
+          spec:
+            replicas: 0
+            selector: {{matchLabels: {{app: web}}}}
+            template:
+              metadata: {{labels: {{app: web}}}}
+              spec: {{containers: [{{name: web, image: registry.invalid/web:1}}]}}
+"#
+    )
+}
+
+/// The number of succeeded reconciles once it has not moved for `quiet`.
+fn settled(controller: &ControllerProcess, quiet: Duration) -> f64 {
+    let mut last = (controller.metric(SUCCEEDED).unwrap_or(0.0), Instant::now());
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while last.1.elapsed() < quiet {
+        assert!(Instant::now() < deadline, "passes never stopped: {} so far", last.0);
+        std::thread::sleep(Duration::from_millis(250));
+        let now = controller.metric(SUCCEEDED).unwrap_or(0.0);
+        if now != last.0 {
+            last = (now, Instant::now());
+        }
+    }
+    last.0
+}
+
+/// Waits until `done`, and says how long it took.
+fn corrected(what: &str, done: impl FnMut() -> bool) -> Duration {
+    let started = Instant::now();
+    wait_for(what, Duration::from_secs(30), done);
+    let took = started.elapsed();
+    println!("{what}: {took:?}");
+    took
+}
+
+#[test]
+#[ignore = "needs a Kubernetes API server: DEPLOYSTER_E2E_KUBECONFIG=<kubeconfig ../shared/apiserver/up.sh prints> cargo test --test apiserver watches:: -- --include-ignored"]
+fn changes_to_managed_objects_are_corrected_at_once_and_nothing_else_starts_a_pass() {
+    let cluster = Cluster::new("watches");
+    let work = tempfile::tempdir().unwrap();
+    let controller =
+        ControllerProcess::start(&cluster, work.path(), "controller", &["--namespace", &cluster.namespace]);
+    cluster.service_account("watcher", "get,list,watch,create,patch,delete", "configmaps,deployments.apps");
+    // An hour's interval: only a watch explains a correction within seconds.
+    cluster.apply_yaml(&manifest("app", "watcher", "1h", "settings"));
+    wait_for("the Manifest to be Ready", Duration::from_secs(120), || cluster.condition("app", "Ready") == "True");
+    let settings = cluster.get(&["configmap", "settings"]).unwrap();
+    assert_eq!(settings["metadata"]["labels"]["deployster.io/managed"], "true", "labelled for watches");
+    wait_for("its watches to open", Duration::from_secs(30), || {
+        controller.metric("deployster_watch_open") == Some(2.0)
+    });
+    let passes = settled(&controller, Duration::from_secs(4));
+
+    // What is no change of its objects starts no pass: objects it does not manage, another
+    // Manifest's claim on its ConfigMap (refused, as before: nothing written), its own writes.
+    let unrelated: String = (0..200)
+        .map(|i| {
+            format!("---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: unrelated-{i}}}\ndata: {{n: \"{i}\"}}\n")
+        })
+        .collect();
+    cluster.apply_yaml(&unrelated);
+    cluster.must(&cluster.ns(&["label", "configmap", "unrelated-1", "deployster.io/managed=true"]));
+    cluster.apply_yaml(&manifest("thief", "watcher", "1h", "settings"));
+    wait_for("the second claim to be refused", Duration::from_secs(60), || {
+        cluster.condition("thief", "Ready") == "False"
+    });
+    std::thread::sleep(Duration::from_secs(5));
+    let thief = cluster.get(&["manifest", "thief"]).unwrap()["status"].to_string();
+    assert!(thief.contains("was not created by this resource"), "{thief}");
+    assert_eq!(controller.metric(SUCCEEDED), Some(passes), "no pass of `app` was started");
+
+    // Edited, scaled, deleted: each corrected at once.
+    let patch = r#"{"data":{"level":"debug"}}"#;
+    cluster.must(&cluster.ns(&["patch", "configmap", "settings", "--type", "merge", "-p", patch]));
+    let edit = corrected("an edited ConfigMap corrected", || {
+        cluster.get(&["configmap", "settings"]).is_some_and(|c| c["data"]["level"] == "info")
+    });
+    cluster.must(&cluster.ns(&["scale", "deployment", "web-app", "--replicas", "3"]));
+    let scale = corrected("a scaled Deployment corrected", || {
+        cluster.get(&["deployment", "web-app"]).is_some_and(|d| d["spec"]["replicas"] == 0)
+    });
+    cluster.must(&cluster.ns(&["delete", "configmap", "settings"]));
+    let delete = corrected("a deleted ConfigMap re-created", || cluster.get(&["configmap", "settings"]).is_some());
+    for took in [edit, scale, delete] {
+        assert!(took < Duration::from_secs(20), "with an interval of an hour, a watch corrected it: {took:?}");
+    }
+    // One event, as a series: the recorder counts repeats of a reason.
+    wait_for("the DriftCorrected event", Duration::from_secs(30), || {
+        cluster.event_reasons("app").iter().any(|r| r == "DriftCorrected")
+    });
+    let timed = controller.metric("deployster_drift_corrected_seconds_count").unwrap_or(0.0);
+    assert!(timed >= 3.0, "each correction timed from the change seen: {timed}\n{}", controller.log_text());
+    assert!(controller.metric("deployster_drift_corrected_total").unwrap_or(0.0) >= 3.0);
+
+    // The Manifests deleted: their watches go with them (the thief shares the Deployments').
+    cluster.must(&cluster.ns(&["delete", "manifest", "app", "thief", "--wait=false"]));
+    wait_for("the Manifests to go", Duration::from_secs(120), || cluster.get(&["manifest", "app"]).is_none());
+    wait_for("its watches to close", Duration::from_secs(30), || {
+        controller.metric("deployster_watch_open") == Some(0.0)
+    });
+    assert!(cluster.get(&["configmap", "settings"]).is_none(), "deletionPolicy: Delete deleted it");
+}
+
+#[test]
+#[ignore = "needs a Kubernetes API server: DEPLOYSTER_E2E_KUBECONFIG=<kubeconfig ../shared/apiserver/up.sh prints> cargo test --test apiserver watches:: -- --include-ignored"]
+fn a_watch_the_account_may_not_make_falls_back_to_the_interval_and_is_said_once() {
+    let cluster = Cluster::new("watch-refused");
+    let work = tempfile::tempdir().unwrap();
+    let controller =
+        ControllerProcess::start(&cluster, work.path(), "controller", &["--namespace", &cluster.namespace]);
+    // May apply, may not list or watch.
+    cluster.service_account("applier", "get,create,patch,delete", "configmaps,deployments.apps");
+    cluster.apply_yaml(&manifest("app", "applier", "2s", "settings"));
+    wait_for("the Manifest to be Ready", Duration::from_secs(120), || cluster.condition("app", "Ready") == "True");
+    let passes = controller.metric(SUCCEEDED).unwrap_or(0.0);
+    wait_for("three more passes on the interval", Duration::from_secs(60), || {
+        controller.metric(SUCCEEDED).unwrap_or(0.0) >= passes + 3.0
+    });
+    let manifest = cluster.get(&["manifest", "app"]).unwrap();
+    let ready = manifest["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Ready").unwrap();
+    let message = ready["message"].as_str().unwrap();
+    assert!(message.contains("changes to its objects are read on the interval only"), "{message}");
+    assert!(message.contains("ConfigMap in namespace") && message.contains("forbidden"), "{message}");
+    let refusals = cluster.event_reasons("app").iter().filter(|r| *r == "WatchRefused").count();
+    assert_eq!(refusals, 1, "said once, not on every pass: {:?}", cluster.event_reasons("app"));
+    assert_eq!(controller.metric("deployster_watch_open"), Some(0.0));
+    // The interval still corrects drift.
+    let patch = r#"{"data":{"level":"debug"}}"#;
+    cluster.must(&cluster.ns(&["patch", "configmap", "settings", "--type", "merge", "-p", patch]));
+    wait_for("the interval to correct it", Duration::from_secs(60), || {
+        cluster.get(&["configmap", "settings"]).is_some_and(|c| c["data"]["level"] == "info")
+    });
+    // No storm: the refused watch was asked for once, not on every pass.
+    let log = controller.log_text();
+    assert_eq!(log.matches("a watch of managed objects is refused").count(), 2, "once per kind: {log}");
+}
