@@ -19,6 +19,43 @@ pub struct Checks {
     /// Resources a watch saw changed, by object: read on the next pass to start, which
     /// tells how long their correction took.
     woken: Mutex<HashMap<String, HashMap<String, SeenChange>>>,
+    /// Corrections in a row after a watch saw a resource changed, by object: a field another
+    /// writer takes back again and again.
+    fights: Mutex<HashMap<String, HashMap<String, Streak>>>,
+}
+
+/// Corrections of one resource in a row: none apart by more than [`QUIET`] intervals.
+#[derive(Debug, Clone, Copy)]
+struct Streak {
+    corrections: usize,
+    last: Instant,
+}
+
+/// Intervals without a correction after which a resource's streak starts again.
+pub const QUIET: u32 = 2;
+
+/// Corrections in a row made at once; after them each waits longer.
+pub const FREE_CORRECTIONS: usize = 3;
+
+/// The wait before the first correction past [`FREE_CORRECTIONS`], doubled for each after it,
+/// up to the Manifest's interval.
+pub const FIRST_WAIT: Duration = Duration::from_secs(10);
+
+/// How long to wait before correcting a resource corrected `corrections` times in a row: at
+/// once at first, then growing, never longer than `interval`.
+pub fn correction_delay(corrections: usize, interval: Duration) -> Duration {
+    match corrections.checked_sub(FREE_CORRECTIONS) {
+        None => Duration::ZERO,
+        Some(past) => FIRST_WAIT.saturating_mul(1 << past.min(16)).min(interval),
+    }
+}
+
+/// A resource whose corrections look like a fight with another writer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Fight {
+    pub resource: String,
+    /// Corrections in a row.
+    pub corrections: usize,
 }
 
 /// A resource a watch saw changed: when first, since a pass last took it.
@@ -37,6 +74,8 @@ pub struct NextChecks {
     pub next_pass: Duration,
     /// How long after a watch saw a change each resource it corrected was applied.
     pub corrected_after: Vec<Duration>,
+    /// Resources corrected [`FREE_CORRECTIONS`] times in a row or more.
+    pub fights: Vec<Fight>,
 }
 
 fn key(obj: &Manifest) -> String {
@@ -78,12 +117,21 @@ impl Checks {
         let next_pass = schedule.after_pass(now, revision, assumed, entries);
         let mut corrected_after = Vec::new();
         let mut woken = self.woken.lock().expect("checks lock");
+        let mut fights = self.fights.lock().expect("checks lock");
+        let fought = fights.entry(key(obj)).or_default();
+        let quiet = schedule.interval().saturating_mul(QUIET);
         if let Some(changes) = woken.get_mut(&key(obj)) {
             for e in entries.unwrap_or_default() {
                 if let Some(seen) = changes.get(&e.name).and_then(|c| c.taken)
                     && matches!(&e.standing, Standing::Valid { applied: Some(_), .. })
                 {
                     corrected_after.push(seen.elapsed());
+                    let streak =
+                        fought.entry(e.name.clone()).or_insert(Streak { corrections: 0, last: Instant::now() });
+                    if streak.last.elapsed() > quiet {
+                        streak.corrections = 0;
+                    }
+                    *streak = Streak { corrections: streak.corrections + 1, last: Instant::now() };
                 }
             }
             // Those seen while the pass ran are read by the next.
@@ -95,30 +143,53 @@ impl Checks {
             }
         }
         drop(woken);
+        fought.retain(|_, streak| streak.last.elapsed() <= quiet);
+        let mut fights_now: Vec<Fight> = fought
+            .iter()
+            .filter(|(_, streak)| streak.corrections >= FREE_CORRECTIONS)
+            .map(|(resource, streak)| Fight { resource: resource.clone(), corrections: streak.corrections })
+            .collect();
+        fights_now.sort_by(|a, b| b.corrections.cmp(&a.corrections).then(a.resource.cmp(&b.resource)));
+        if fought.is_empty() {
+            fights.remove(&key(obj));
+        }
+        drop(fights);
         let by_resource = entries
             .unwrap_or_default()
             .iter()
             .filter_map(|e| Some((e.name.clone(), schedule.next_check(&e.name)?)))
             .collect();
-        NextChecks { by_resource, next_pass, corrected_after }
+        NextChecks { by_resource, next_pass, corrected_after, fights: fights_now }
     }
 
     /// Has resource `resource` of the object with uid `uid` read on its next pass: a watch saw
-    /// it changed at `seen`.
-    pub fn mark_due(&self, uid: &str, resource: &str, seen: Instant) {
-        if let Some(schedule) = self.by_object.lock().expect("checks lock").get_mut(uid) {
-            schedule.forget(resource);
-        }
+    /// it changed at `seen`. Returns how long that pass should wait: long, and longer, for a
+    /// resource another writer keeps changing back ([`correction_delay`]).
+    pub fn mark_due(&self, uid: &str, resource: &str, seen: Instant) -> Duration {
+        let interval = match self.by_object.lock().expect("checks lock").get_mut(uid) {
+            Some(schedule) => {
+                schedule.forget(resource);
+                schedule.interval()
+            }
+            None => Duration::from_secs(300),
+        };
+        let fights = self.fights.lock().expect("checks lock");
+        let streak = fights.get(uid).and_then(|f| f.get(resource));
+        let corrections =
+            streak.filter(|s| s.last.elapsed() <= interval.saturating_mul(QUIET)).map_or(0, |s| s.corrections);
+        drop(fights);
         let mut woken = self.woken.lock().expect("checks lock");
         let change = woken.entry(uid.to_string()).or_default().entry(resource.to_string()).or_default();
         // A second change before a pass read the first: the first is when it began.
         change.pending = change.pending.or(Some(seen));
+        correction_delay(corrections, interval)
     }
 
     /// Forgets a deleted object.
     pub fn forget(&self, obj: &Manifest) {
         self.by_object.lock().expect("checks lock").remove(&key(obj));
         self.woken.lock().expect("checks lock").remove(&key(obj));
+        self.fights.lock().expect("checks lock").remove(&key(obj));
     }
 }
 
@@ -143,6 +214,24 @@ mod tests {
 
     /// A watch saw `settings` changed: the next pass reads it (and only it: `web` keeps its
     /// schedule), and a change seen while a pass runs is read by the pass after it.
+    /// Another writer that changes a resource back at once, for ten minutes, at an interval of
+    /// five: corrected 3 times at once, then after 10 s, 20 s, … up to the interval.
+    #[test]
+    fn a_resource_changed_back_again_and_again_is_corrected_after_a_growing_wait() {
+        let interval = Duration::from_secs(300);
+        let waits: Vec<u64> = (0..10).map(|n| correction_delay(n, interval).as_secs()).collect();
+        assert_eq!(waits, [0, 0, 0, 10, 20, 40, 80, 160, 300, 300]);
+        let (mut at, mut corrections) = (Duration::ZERO, 0);
+        let mut times = Vec::new();
+        while at < Duration::from_secs(600) {
+            times.push(at.as_secs());
+            corrections += 1;
+            at += correction_delay(corrections, interval);
+        }
+        assert_eq!(times, [0, 0, 0, 10, 30, 70, 150, 310], "at most 10 in the first 10 minutes");
+        assert_eq!(correction_delay(40, interval), interval, "then one per interval");
+    }
+
     #[test]
     fn a_change_seen_has_its_resource_read_by_the_next_pass_and_timed_when_corrected() {
         let checks = Checks::default();

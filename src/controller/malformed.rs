@@ -28,6 +28,7 @@ pub(super) async fn malformed(ctx: &Context, invalid: &kube::core::error_boundar
         next_checks: Default::default(),
         outputs_failed: None,
         unwatched: None,
+        fights: Vec::new(),
     };
     let new = status::next_status(&crate::crd::ManifestStatus::default(), &result);
     let api: Api<Manifest> = Api::namespaced(ctx.client.clone(), &namespace);

@@ -359,20 +359,35 @@ where
 }
 
 /// The Manifests in `scope` whose objects a watch saw changed, each with the changed resource
-/// marked due for a check.
+/// marked due for a check: at once, or — a resource another writer keeps changing back — after
+/// a growing wait ([`checks::correction_delay`]).
 fn woken(
     ctx: &Arc<Context>,
     scope: &Option<String>,
 ) -> impl Stream<Item = ObjectRef<DeserializeGuard<Manifest>>> + Send + use<> {
     let (ctx, scope) = (ctx.clone(), scope.clone());
-    ctx.watches.changes().filter_map(move |change| {
+    let (later, waited) = tokio::sync::mpsc::unbounded_channel();
+    let now = ctx.watches.changes().filter_map(move |change| {
         let in_scope = scope.as_ref().is_none_or(|ns| *ns == change.namespace);
+        let mut at_once = None;
         if in_scope {
-            tracing::debug!(namespace = %change.namespace, manifest = %change.name, resource = %change.resource, "an object of it changed: its pass reads it now");
-            ctx.checks.mark_due(&change.uid, &change.resource, change.seen);
+            let wait = ctx.checks.mark_due(&change.uid, &change.resource, change.seen);
+            let manifest = ObjectRef::new(&change.name).within(&change.namespace);
+            tracing::debug!(namespace = %change.namespace, manifest = %change.name, resource = %change.resource, ?wait, "an object of it changed: its pass reads it");
+            if wait.is_zero() {
+                at_once = Some(manifest);
+            } else {
+                let later = later.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(wait).await;
+                    let _ = later.send(manifest);
+                });
+            }
         }
-        futures::future::ready(in_scope.then(|| ObjectRef::new(&change.name).within(&change.namespace)))
-    })
+        futures::future::ready(at_once)
+    });
+    let waited = futures::stream::unfold(waited, |mut waited| async move { Some((waited.recv().await?, waited)) });
+    futures::stream::select(now, waited)
 }
 
 /// The Manifests in `store` that read the `source` object of `meta` (its plugs, `varsFrom`).

@@ -59,6 +59,31 @@ pub struct PassResult {
     pub outputs_failed: Option<(&'static str, String)>,
     /// Why changes to its objects are not watched (read on the interval only), if they are not.
     pub unwatched: Option<String>,
+    /// Resources another writer keeps changing back: corrected again and again after a watch
+    /// saw them changed.
+    pub fights: Vec<FoughtResource>,
+}
+
+/// A resource corrected again and again (`checks::FREE_CORRECTIONS` times in a row or more).
+#[derive(Debug, Clone, PartialEq)]
+pub struct FoughtResource {
+    pub resource: String,
+    pub corrections: usize,
+    /// What its last correction did (fields, and from whom it took them), if the plan said.
+    pub detail: Option<String>,
+}
+
+impl FoughtResource {
+    /// What `Thrashing` says of it, with the remedy.
+    pub fn describe(&self) -> String {
+        let detail = self.detail.as_ref().map_or(String::new(), |d| format!(" (last: {d})"));
+        format!(
+            "{} was corrected {} times in a row: another writer keeps changing it back{detail}; corrections now wait \
+             longer each time, up to the interval. Stop declaring what it changes, or leave those fields to it \
+             (builtin/kubernetes: `ignore: [<field>]`)",
+            self.resource, self.corrections
+        )
+    }
 }
 
 impl PassResult {
@@ -221,6 +246,9 @@ fn merge_resources(
                     "Thrashing: corrected for drift on {} consecutive passes; something else changes it",
                     r.drift_streak
                 ));
+            }
+            if let Some(fight) = pass.fights.iter().find(|f| f.resource == r.name) {
+                r.message = Some(format!("Thrashing: {}", fight.describe()));
             }
             r
         })
@@ -394,6 +422,9 @@ fn success(status: &ManifestStatus, pass: &PassResult) -> (String, String) {
         && ready.reason != Reason::Thrashing.as_str()
     {
         return (ready.reason.clone(), ready.message.clone());
+    }
+    if let Some(fight) = pass.fights.first() {
+        return (Reason::Thrashing.as_str().into(), fight.describe());
     }
     if let Some(thrashing) = status.resources.iter().find(|r| r.drift_streak >= THRASHING_STREAK) {
         let message = format!(

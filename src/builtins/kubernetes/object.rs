@@ -227,7 +227,19 @@ impl ServerObject {
             )
         };
         let fields = match self.api.patch(&self.name, &self.apply_params().dry_run(), &Patch::Apply(&object)).await {
-            Ok(dry) => real(dry),
+            Ok(dry) => {
+                let mut fields = real(dry);
+                // `force: true` met no conflict: say from whom it takes the fields anyway.
+                let owners: Vec<String> = if self.options.force == Force::Always {
+                    found.iter().flat_map(|c| ownership::owners(live, &c.pointer)).collect()
+                } else {
+                    Vec::new()
+                };
+                if !fields.is_empty() && !owners.is_empty() {
+                    fields.push(format!("takes {} (force: true)", owners.join(", ")));
+                }
+                fields
+            }
             Err(kube::Error::Api(status)) if status.code == 409 => match self.options.force.taken(&status) {
                 Some(taken) => {
                     let forced = self.apply_params().force().dry_run();

@@ -65,6 +65,22 @@ pub fn by_hand(manager: &str) -> bool {
     manager == "kubectl" || manager.starts_with("kubectl-") || manager == "before-first-apply"
 }
 
+/// Who else owns the field at JSON `pointer` of `live` (`/spec/replicas`), by its managed
+/// fields: `.spec.replicas from hpa-controller` for each manager but Deployster's.
+pub fn owners(live: &serde_json::Value, pointer: &str) -> Vec<String> {
+    let segments: Vec<String> = pointer.split('/').skip(1).map(|s| s.replace("~1", "/").replace("~0", "~")).collect();
+    let keys: Vec<String> = segments.iter().map(|s| format!("f:{s}")).collect();
+    let shown = format!(".{}", segments.join("."));
+    let entries = live.pointer("/metadata/managedFields").and_then(serde_json::Value::as_array);
+    entries
+        .into_iter()
+        .flatten()
+        .filter(|entry| entry["manager"].as_str().is_some_and(|m| m != super::FIELD_MANAGER))
+        .filter(|entry| keys.iter().try_fold(&entry["fieldsV1"], |at, key| at.get(key)).is_some())
+        .filter_map(|entry| Some(format!("{shown} from {}", entry["manager"].as_str()?)))
+        .collect()
+}
+
 /// A field another manager owns, as a 409 of server-side apply names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Conflict {
@@ -127,6 +143,24 @@ mod tests {
             retry_after_seconds: 0,
         });
         status
+    }
+
+    #[test]
+    fn the_other_owners_of_a_field_are_read_from_the_managed_fields() {
+        let live = serde_json::json!({"metadata": {"managedFields": [
+            {"manager": "deployster", "operation": "Apply", "fieldsV1": {"f:spec": {"f:replicas": {}}}},
+            {"manager": "hpa-controller", "operation": "Update", "fieldsV1": {"f:spec": {"f:replicas": {}}}},
+            {"manager": "kubectl-label", "operation": "Update", "fieldsV1": {"f:metadata": {"f:labels": {"f:a": {}}}}},
+        ]}});
+        assert_eq!(owners(&live, "/spec/replicas"), [".spec.replicas from hpa-controller"]);
+        assert_eq!(owners(&live, "/metadata/labels/a"), [".metadata.labels.a from kubectl-label"]);
+        assert!(owners(&live, "/spec/paused").is_empty());
+        let slashed = serde_json::json!({"metadata": {"managedFields": [
+            {"manager": "op", "fieldsV1": {"f:metadata": {"f:annotations": {"f:example.com/a": {}}}}}]}});
+        assert_eq!(
+            owners(&slashed, "/metadata/annotations/example.com~1a"),
+            [".metadata.annotations.example.com/a from op"]
+        );
     }
 
     #[test]

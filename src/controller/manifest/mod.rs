@@ -194,6 +194,15 @@ async fn pass(
         next_checks: next.by_resource,
         outputs_failed,
         unwatched,
+        fights: next
+            .fights
+            .into_iter()
+            .map(|f| status::FoughtResource {
+                detail: seen.drift_details.get(&f.resource).cloned(),
+                resource: f.resource,
+                corrections: f.corrections,
+            })
+            .collect(),
     };
     let new = finish(obj, ctx, &ran.writer, old, result).await?;
     report::pass_events(ctx, obj, old, &new, events).await;

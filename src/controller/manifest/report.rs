@@ -140,6 +140,7 @@ pub async fn finish_unrun(
         next_checks: Default::default(),
         outputs_failed: None,
         unwatched: ctx.watches.refused(obj),
+        fights: Vec::new(),
     };
     finish(obj, ctx, &StatusWriter::new(ctx, obj), old, result).await
 }

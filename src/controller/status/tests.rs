@@ -42,6 +42,7 @@ fn pass(observed: Observed, now_ms: i64) -> PassResult {
         next_checks: Default::default(),
         outputs_failed: None,
         unwatched: None,
+        fights: Vec::new(),
     }
 }
 

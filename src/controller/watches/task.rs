@@ -15,6 +15,9 @@ use super::super::metrics::VerdictLabels;
 use super::judge::{self, Seen, Verdict};
 use super::{WatchKey, WatchShared, selector};
 
+/// Failures in a row after which a watch starts again from a listing.
+const RESTART_AFTER_FAILURES: u32 = 3;
+
 /// What is kept of each object between events.
 struct LastSeen {
     seen: Seen,
@@ -28,7 +31,6 @@ pub(super) async fn watch(
     stop: CancellationToken,
 ) {
     let config = watcher::Config::default().labels(&selector());
-    let mut events = std::pin::pin!(watcher(api, config).default_backoff());
     let mut known: HashMap<String, LastSeen> = HashMap::new();
     // The names listed since the watch (re)started, until its listing is done.
     let mut listed: Option<HashSet<String>> = None;
@@ -44,38 +46,48 @@ pub(super) async fn watch(
         }
     };
     loop {
-        let event = tokio::select! {
-            () = stop.cancelled() => return,
-            event = events.next() => event,
-        };
-        match event {
-            None => return,
-            Some(Ok(watcher::Event::Init)) => listed = Some(HashSet::new()),
-            Some(Ok(watcher::Event::InitApply(object) | watcher::Event::Apply(object))) => {
-                let meta = &object.metadata;
-                let name = meta.name.clone().unwrap_or_default();
-                let listing = listed.as_mut().map(|listed| listed.insert(name.clone())).is_some();
-                changed(meta, judge::judge(known.get(&name).map(|k| &k.seen), meta, listing));
-                known.insert(name, LastSeen { seen: Seen::of(meta), owner: judge::owner(meta) });
-            }
-            Some(Ok(watcher::Event::InitDone)) => {
-                // What the listing no longer holds was deleted while the watch was down.
-                let Some(listed) = listed.take() else { continue };
-                let gone: Vec<String> = known.keys().filter(|name| !listed.contains(*name)).cloned().collect();
-                for name in gone {
-                    let owner = known.remove(&name).and_then(|k| k.owner);
-                    shared.events.get_or_create(&VerdictLabels { verdict: "changed" }).inc();
-                    shared.wake(&key, &name, owner);
+        // A watch that keeps failing from where it was (a server restarted with its watch cache
+        // gone may answer a resumed watch with a bare Status that no retry gets past) starts
+        // again from a listing, which tells what changed meanwhile.
+        let mut events = Box::pin(watcher(api.clone(), config.clone()).default_backoff());
+        let mut failures = 0;
+        while failures < RESTART_AFTER_FAILURES {
+            let event = tokio::select! {
+                () = stop.cancelled() => return,
+                event = events.next() => event,
+            };
+            failures = if matches!(event, Some(Err(_))) { failures + 1 } else { 0 };
+            match event {
+                None => return,
+                Some(Ok(watcher::Event::Init)) => listed = Some(HashSet::new()),
+                Some(Ok(watcher::Event::InitApply(object) | watcher::Event::Apply(object))) => {
+                    let meta = &object.metadata;
+                    let name = meta.name.clone().unwrap_or_default();
+                    let listing = listed.as_mut().map(|listed| listed.insert(name.clone())).is_some();
+                    changed(meta, judge::judge(known.get(&name).map(|k| &k.seen), meta, listing));
+                    known.insert(name, LastSeen { seen: Seen::of(meta), owner: judge::owner(meta) });
+                }
+                Some(Ok(watcher::Event::InitDone)) => {
+                    // What the listing no longer holds was deleted while the watch was down.
+                    let Some(listed) = listed.take() else { continue };
+                    let gone: Vec<String> = known.keys().filter(|name| !listed.contains(*name)).cloned().collect();
+                    for name in gone {
+                        let owner = known.remove(&name).and_then(|k| k.owner);
+                        shared.events.get_or_create(&VerdictLabels { verdict: "changed" }).inc();
+                        shared.wake(&key, &name, owner);
+                    }
+                }
+                Some(Ok(watcher::Event::Delete(object))) => {
+                    let meta = &object.metadata;
+                    known.remove(meta.name.as_deref().unwrap_or_default());
+                    changed(meta, Verdict::Changed);
+                }
+                Some(Err(e)) => {
+                    tracing::warn!(watch = ?key, error = %e, "a watch of managed objects failed; retrying with backoff");
                 }
             }
-            Some(Ok(watcher::Event::Delete(object))) => {
-                let meta = &object.metadata;
-                known.remove(meta.name.as_deref().unwrap_or_default());
-                changed(meta, Verdict::Changed);
-            }
-            Some(Err(e)) => {
-                tracing::warn!(watch = ?key, error = %e, "a watch of managed objects failed; retrying with backoff");
-            }
         }
+        listed = None;
+        tracing::info!(watch = ?key, "a watch of managed objects failed {RESTART_AFTER_FAILURES} times in a row: listing again");
     }
 }
