@@ -27,6 +27,7 @@ mod pipeline;
 mod progress;
 mod reconcile;
 mod render;
+mod watched;
 
 use std::io::IsTerminal;
 

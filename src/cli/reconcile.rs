@@ -9,6 +9,7 @@ use std::time::{Duration, SystemTime};
 use super::apply::{Saved, State, pass, stop_on_signals};
 use super::confirm::ConfirmMode;
 use super::progress::ProgressView;
+use super::watched::Watched;
 use super::{CliError, ExitKind, ManifestArgs, ReconcileArgs, Session};
 use crate::engine::manifest::parent_dir;
 use crate::engine::plan::Report;
@@ -123,6 +124,14 @@ pub(super) async fn reconcile(args: ReconcileArgs, session: &Session) -> Result<
     let executor = session.executor(&args.manifest.images, Some(args.budget.per_second())).await?;
     let stop = stop_on_signals(progress.clone(), Cancel::OnSecondSignal)?;
     let mut schedule = Schedule::new(args.interval, max_interval);
+    #[cfg(feature = "kube")]
+    let kubeconfig = crate::client::Kubeconfig {
+        file: args.manifest.images.pods.kubeconfig.clone(),
+        context: args.manifest.images.pods.context.clone(),
+    };
+    #[cfg(not(feature = "kube"))]
+    let kubeconfig = ();
+    let mut watched = Watched::new(kubeconfig, args.interval);
     let mut last = ExitKind::Ok;
     // The plugs of the manifest as last loaded (their files are watched like the manifest's).
     let mut plugs: Vec<PathBuf> = Vec::new();
@@ -154,6 +163,9 @@ pub(super) async fn reconcile(args: ReconcileArgs, session: &Session) -> Result<
                 let wait = schedule.after_pass(SystemTime::now(), revision, &assumed, entries);
                 let taken = entries.into_iter().flatten().filter(|e| assumed.took(revision, e)).count();
                 progress.say(&summary(n, exit, &p, taken, wait));
+                if let Some(note) = watched.after_pass(&p).await {
+                    progress.note(&note);
+                }
                 last = exit;
                 wait
             }
@@ -175,6 +187,24 @@ pub(super) async fn reconcile(args: ReconcileArgs, session: &Session) -> Result<
                     // Nothing in a config says what a plug holds: every state is read afresh.
                     schedule = Schedule::new(args.interval, max_interval);
                     progress.say("A plug's files changed: passing now, reading every state afresh.");
+                }
+            },
+            change = watched.next() => {
+                schedule.forget(&change.resource);
+                if change.wait.is_zero() {
+                    progress.say(&format!("`{}` was changed on the server: passing now.", change.resource));
+                } else {
+                    progress.say(&format!(
+                        "`{}` was changed on the server again, after {} corrections in a row: something else keeps \
+                         changing it (stop declaring what it changes, or `ignore:` those fields); passing in {}.",
+                        change.resource,
+                        watched.corrections(&change.resource),
+                        humantime::format_duration(change.wait)
+                    ));
+                    tokio::select! {
+                        _ = tokio::time::sleep(change.wait) => {}
+                        _ = stop.requested.cancelled() => break,
+                    }
                 }
             },
             _ = stop.requested.cancelled() => break,

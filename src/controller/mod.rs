@@ -368,12 +368,13 @@ fn woken(
     let (ctx, scope) = (ctx.clone(), scope.clone());
     let (later, waited) = tokio::sync::mpsc::unbounded_channel();
     let now = ctx.watches.changes().filter_map(move |change| {
-        let in_scope = scope.as_ref().is_none_or(|ns| *ns == change.namespace);
+        let (namespace, name) = change.manifest().unwrap_or_default();
+        let in_scope = !name.is_empty() && scope.as_ref().is_none_or(|ns| ns == namespace);
         let mut at_once = None;
         if in_scope {
             let wait = ctx.checks.mark_due(&change.uid, &change.resource, change.seen);
-            let manifest = ObjectRef::new(&change.name).within(&change.namespace);
-            tracing::debug!(namespace = %change.namespace, manifest = %change.name, resource = %change.resource, ?wait, "an object of it changed: its pass reads it");
+            let manifest = ObjectRef::new(name).within(namespace);
+            tracing::debug!(namespace, manifest = name, resource = %change.resource, ?wait, "an object of it changed: its pass reads it");
             if wait.is_zero() {
                 at_once = Some(manifest);
             } else {

@@ -251,3 +251,49 @@ fn a_field_fought_over_is_corrected_after_growing_waits_and_said_thrashing() {
     assert!(message.contains("spec.replicas") && message.contains("ignore: [<field>]"), "{message}");
     assert!(cluster.event_reasons("app").iter().any(|r| r == "Thrashing"), "{:?}", cluster.event_reasons("app"));
 }
+
+/// `deployster reconcile` watches the Kubernetes objects it applied, as its kubeconfig's user:
+/// an edit is corrected at once with an interval of an hour.
+#[test]
+#[ignore = "needs a Kubernetes API server: DEPLOYSTER_E2E_KUBECONFIG=<kubeconfig ../shared/apiserver/up.sh prints> cargo test --test apiserver watches:: -- --include-ignored"]
+fn the_cli_reconcile_corrects_an_edit_at_once() {
+    use std::io::{BufRead, BufReader};
+    let cluster = Cluster::new("cli-watch");
+    let ws = crate::support::Workspace::new();
+    ws.manifest(&format!(
+        "resources:\n  settings:\n    type: builtin/kubernetes\n    config:\n      object: {{apiVersion: v1, kind: ConfigMap, \
+         metadata: {{name: settings, namespace: {}}}, data: {{level: info}}}}\n",
+        cluster.namespace
+    ));
+    let mut child = ws.spawn_with_env(
+        &["reconcile", "-f", "manifest.yaml", "--interval", "1h"],
+        &[("KUBECONFIG", &cluster.kubeconfig)],
+    );
+    let stdout = BufReader::new(child.stdout.take().unwrap());
+    let (lines_tx, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || stdout.lines().map_while(Result::ok).for_each(|l| drop(lines_tx.send(l))));
+    let mut said = Vec::new();
+    let mut wait_said = |what: &str, pattern: &str| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < deadline {
+            if let Ok(line) = lines.recv_timeout(Duration::from_millis(200)) {
+                said.push(line.clone());
+                if line.contains(pattern) {
+                    return;
+                }
+            }
+        }
+        panic!("{what}: no line with `{pattern}`: {said:#?}");
+    };
+    wait_said("the first pass", "Pass 1 ");
+    let patch = r#"{"data":{"level":"debug"}}"#;
+    cluster.must(&cluster.ns(&["patch", "configmap", "settings", "--type", "merge", "-p", patch]));
+    let took = corrected("an edit corrected by `deployster reconcile`", || {
+        cluster.get(&["configmap", "settings"]).is_some_and(|c| c["data"]["level"] == "info")
+    });
+    assert!(took < Duration::from_secs(20), "{took:?}");
+    wait_said("the pass the change started", "`settings` was changed on the server: passing now.");
+    wait_said("the correction", "drift detected in settings");
+    let _ = child.kill();
+    let _ = child.wait();
+}

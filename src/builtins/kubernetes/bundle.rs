@@ -57,12 +57,7 @@ impl<'a> Bundle<'a> {
             _ => None,
         };
         let flag = |field: &str, default: bool| config.get(field).and_then(Value::as_bool).unwrap_or(default);
-        // The manifest's file name, not its path: the same whether it is given as `m.yaml`,
-        // `./m.yaml` or an absolute path, and from a laptop or CI.
-        let manifest = match std::path::Path::new(&invocation.labels.manifest).file_name() {
-            Some(file) if !object_named => file.to_string_lossy().into_owned(),
-            _ => invocation.labels.manifest.clone(),
-        };
+        let manifest = super::owner_prefix(&invocation.labels.manifest, object_named);
         let options = Arc::new(ObjectRules {
             owner: format!("{manifest}/{}", invocation.labels.resource),
             force: Force::from_config(config.get("force").and_then(Value::as_bool)),

@@ -68,6 +68,16 @@ pub const OWNER_ANNOTATION: &str = "deployster.io/resource";
 /// The label on every object applied (value `"true"`): what a watch of them selects by.
 pub const MANAGED_LABEL: &str = "deployster.io/managed";
 
+/// What the owner annotation of a manifest's objects starts with: a Manifest's
+/// `namespace/name` (`object_named`), or the CLI manifest's file name — not its path: the same
+/// whether it is given as `m.yaml`, `./m.yaml` or an absolute path, and from a laptop or CI.
+pub fn owner_prefix(manifest: &str, object_named: bool) -> String {
+    match std::path::Path::new(manifest).file_name() {
+        Some(file) if !object_named => file.to_string_lossy().into_owned(),
+        _ => manifest.to_string(),
+    }
+}
+
 /// Answers `builtin/kubernetes` (the one type it is handed: `crate::executors::route`). A call
 /// acts with the default client: the current kubeconfig's, made when the first such call comes (a manifest without
 /// the type needs no cluster). The controller's passes act through a [`PassObjects`] instead,

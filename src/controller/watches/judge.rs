@@ -79,14 +79,13 @@ pub fn last_written_by_us(meta: &ObjectMeta) -> bool {
         && only.operation.as_deref() == Some("Apply"))
 }
 
-/// The Manifest (`namespace`, `name`) and resource an object's owner annotation names, as
-/// the controller writes it (`namespace/name/resource`).
-pub fn owner(meta: &ObjectMeta) -> Option<(String, String, String)> {
+/// Whose an object is and which resource of it, as its owner annotation says
+/// (`<owner>/<resource>`: a Manifest's `namespace/name/resource`, a CLI manifest's
+/// `file.yaml/resource`).
+pub fn owner(meta: &ObjectMeta) -> Option<(String, String)> {
     let value = meta.annotations.as_ref()?.get(crate::builtins::kubernetes::OWNER_ANNOTATION)?;
-    let mut parts = value.splitn(3, '/');
-    let (namespace, name, resource) = (parts.next()?, parts.next()?, parts.next()?);
-    (!namespace.is_empty() && !name.is_empty() && !resource.is_empty() && !resource.contains('/'))
-        .then(|| (namespace.to_string(), name.to_string(), resource.to_string()))
+    let (owner, resource) = value.rsplit_once('/')?;
+    (!owner.is_empty() && !resource.is_empty()).then(|| (owner.to_string(), resource.to_string()))
 }
 
 #[cfg(test)]
@@ -155,14 +154,15 @@ mod tests {
     }
 
     #[test]
-    fn the_owner_annotation_names_the_manifest_and_the_resource() {
+    fn the_owner_annotation_names_the_owner_and_the_resource() {
         let with = |value: &str| ObjectMeta {
             annotations: Some([(crate::builtins::kubernetes::OWNER_ANNOTATION.to_string(), value.to_string())].into()),
             ..Default::default()
         };
-        assert_eq!(owner(&with("team/app/web")), Some(("team".into(), "app".into(), "web".into())));
-        assert_eq!(owner(&with("app.yaml/web")), None, "a CLI manifest's file name: no Manifest");
-        assert_eq!(owner(&with("team/app/a/b")), None);
+        assert_eq!(owner(&with("team/app/web")), Some(("team/app".into(), "web".into())));
+        assert_eq!(owner(&with("app.yaml/web")), Some(("app.yaml".into(), "web".into())), "a CLI manifest's");
+        assert_eq!(owner(&with("web")), None);
+        assert_eq!(owner(&with("team/app/")), None);
         assert_eq!(owner(&ObjectMeta::default()), None);
     }
 }

@@ -43,8 +43,34 @@ pub const RETRY_REFUSED: Duration = Duration::from_secs(300);
 /// started anyway (it then retries with backoff on its own).
 const CHECK_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// A Manifest: namespace, name.
-type ManifestKey = (String, String);
+/// Whose objects: what their owner annotation starts with (`namespace/name` of a Manifest,
+/// the file name of a CLI manifest).
+type ManifestKey = String;
+
+/// Who watches, for whom: a Manifest as its ServiceAccount, or the CLI's manifest as its user.
+#[derive(Debug, Clone)]
+pub struct Subject {
+    /// What its objects' owner annotation starts with ([`ManifestKey`]).
+    pub owner: String,
+    pub uid: String,
+    /// Where its objects without a namespace go.
+    pub namespace: String,
+    /// The ServiceAccount (of `namespace`) it acts as; none: the watches' own client's user.
+    pub account: Option<String>,
+}
+
+impl Subject {
+    /// A Manifest, acting as its ServiceAccount (else its namespace's `default`).
+    pub fn manifest(obj: &Manifest) -> Self {
+        let namespace = obj.namespace().unwrap_or_default();
+        Subject {
+            owner: format!("{namespace}/{}", obj.name_any()),
+            uid: obj.uid().unwrap_or_default(),
+            account: Some(obj.spec.service_account_name.clone().unwrap_or_else(|| "default".into())),
+            namespace,
+        }
+    }
+}
 
 /// What one watch covers.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -69,8 +95,8 @@ impl WatchKey {
 /// A change to a managed object, for its Manifest's pass.
 #[derive(Debug, Clone)]
 pub struct Woken {
-    pub namespace: String,
-    pub name: String,
+    /// Its [`Subject::owner`].
+    pub owner: String,
     pub uid: String,
     pub resource: String,
     /// When the watch saw it.
@@ -123,10 +149,19 @@ struct WatchShared {
 /// The registry of watches (see the module's documentation).
 #[derive(Clone)]
 pub struct Watches {
-    /// The configuration clients acting as a ServiceAccount are made from; none: nothing is
-    /// watched (a context without a cluster).
+    /// The configuration clients acting as a ServiceAccount are made from.
     config: Option<kube::Config>,
+    /// The client of subjects that act as their user (the CLI's). Neither: nothing is watched
+    /// (a context without a cluster).
+    user: Option<kube::Client>,
     shared: Arc<WatchShared>,
+}
+
+impl Woken {
+    /// The Manifest (namespace, name) it is for, when its owner is one.
+    pub fn manifest(&self) -> Option<(&str, &str)> {
+        self.owner.split_once('/')
+    }
 }
 
 impl Default for Watches {
@@ -150,7 +185,12 @@ impl Watches {
     pub fn disabled() -> Self {
         let (woken, _) = broadcast::channel(4096);
         let shared = WatchShared { state: Mutex::default(), woken, open: Gauge::default(), events: Default::default() };
-        Self { config: None, shared: Arc::new(shared) }
+        Self { config: None, user: None, shared: Arc::new(shared) }
+    }
+
+    /// Watches acting as the user of `client` (the CLI's kubeconfig).
+    pub fn as_user(client: kube::Client) -> Self {
+        Self { user: Some(client), ..Self::disabled() }
     }
 
     /// The changes that wake Manifests, as they come.
@@ -171,13 +211,22 @@ impl Watches {
     /// Watches what `obj`'s pass declared (and no longer what it does not), as its
     /// ServiceAccount.
     pub async fn register(&self, obj: &Manifest, objects: &[Declared]) -> Watching {
-        let Some(config) = &self.config else { return Watching::default() };
-        let namespace = obj.namespace().unwrap_or_default();
-        let account = obj.spec.service_account_name.as_deref().unwrap_or("default");
-        let identity = format!("{namespace}/{account}");
-        let client = match self.client(config, &namespace, account, &identity) {
-            Ok(client) => client,
-            Err(why) => return self.refused_all(obj, why),
+        self.register_subject(&Subject::manifest(obj), objects).await
+    }
+
+    /// Watches what `subject` declared (and no longer what it does not), as it acts.
+    pub async fn register_subject(&self, subject: &Subject, objects: &[Declared]) -> Watching {
+        let namespace = subject.namespace.clone();
+        let (client, identity) = match (&subject.account, &self.config, &self.user) {
+            (Some(account), Some(config), _) => {
+                let identity = format!("{namespace}/{account}");
+                match self.client(config, &namespace, account, &identity) {
+                    Ok(client) => (client, identity),
+                    Err(why) => return self.refused_all(subject, why),
+                }
+            }
+            (_, _, Some(user)) => (user.clone(), "user".to_string()),
+            _ => return Watching::default(),
         };
         let mut wanted = BTreeSet::new();
         let mut served = HashMap::new();
@@ -210,17 +259,17 @@ impl Watches {
             let api = api(&client, &key, &resource);
             started.push((key.clone(), self.start(api, key).await));
         }
-        self.settle(obj, wanted, started)
+        self.settle(subject, wanted, started)
     }
 
-    /// Takes in the watches started for `obj` and what it declares now.
+    /// Takes in the watches started for `subject` and what it declares now.
     fn settle(
         &self,
-        obj: &Manifest,
+        subject: &Subject,
         objects: BTreeSet<(WatchKey, String, String)>,
         started: Vec<(WatchKey, Watch)>,
     ) -> Watching {
-        let manifest = (obj.namespace().unwrap_or_default(), obj.name_any());
+        let manifest = subject.owner.clone();
         let mut state = self.shared.state.lock().expect("watches lock");
         for (key, watch) in started {
             match state.watches.get_mut(&key) {
@@ -259,21 +308,19 @@ impl Watches {
         }
         let refused = (!refused.is_empty()).then(|| refused.join("; "));
         let newly_refused = refused.is_some() && !refused_told;
-        let uid = obj.uid().unwrap_or_default();
-        let registration = Registration { uid, objects, refused_told: refused.is_some() };
+        let registration = Registration { uid: subject.uid.clone(), objects, refused_told: refused.is_some() };
         state.manifests.insert(manifest, registration);
         self.count(&state);
         Watching { refused, newly_refused }
     }
 
     /// A Manifest none of whose objects can be watched (its ServiceAccount's client failed).
-    fn refused_all(&self, obj: &Manifest, why: String) -> Watching {
-        let manifest = (obj.namespace().unwrap_or_default(), obj.name_any());
+    fn refused_all(&self, subject: &Subject, why: String) -> Watching {
+        let manifest = subject.owner.clone();
         let mut state = self.shared.state.lock().expect("watches lock");
         let told = state.manifests.get(&manifest).is_some_and(|r| r.refused_told);
         self.forget_locked(&mut state, &manifest);
-        let registration =
-            Registration { uid: obj.uid().unwrap_or_default(), objects: BTreeSet::new(), refused_told: true };
+        let registration = Registration { uid: subject.uid.clone(), objects: BTreeSet::new(), refused_told: true };
         state.manifests.insert(manifest, registration);
         Watching { refused: Some(why), newly_refused: !told }
     }
@@ -281,7 +328,7 @@ impl Watches {
     /// Why `obj`'s objects are not watched, as its last registration found (a pass that did
     /// not apply keeps what the last one registered).
     pub fn refused(&self, obj: &Manifest) -> Option<String> {
-        let manifest = (obj.namespace().unwrap_or_default(), obj.name_any());
+        let manifest = Subject::manifest(obj).owner;
         let state = self.shared.state.lock().expect("watches lock");
         let registration = state.manifests.get(&manifest)?;
         let keys: BTreeSet<&WatchKey> = registration.objects.iter().map(|(key, ..)| key).collect();
@@ -295,7 +342,7 @@ impl Watches {
     /// Stops watching for Manifest `namespace/name` (deleted, or another replica's now).
     pub fn forget(&self, namespace: &str, name: &str) {
         let mut state = self.shared.state.lock().expect("watches lock");
-        self.forget_locked(&mut state, &(namespace.to_string(), name.to_string()));
+        self.forget_locked(&mut state, &format!("{namespace}/{name}"));
     }
 
     fn forget_locked(&self, state: &mut WatchBook, manifest: &ManifestKey) {
@@ -393,18 +440,18 @@ fn release(state: &mut WatchBook, manifest: &ManifestKey, keys: BTreeSet<WatchKe
 
 impl WatchShared {
     /// Wakes the Manifest an object's owner annotation names, if it declares the object.
-    fn wake(&self, key: &WatchKey, object: &str, owner: Option<(String, String, String)>) {
-        let Some((namespace, name, resource)) = owner else { return };
+    fn wake(&self, key: &WatchKey, object: &str, owner: Option<(String, String)>) {
+        let Some((owner, resource)) = owner else { return };
         let uid = {
             let state = self.state.lock().expect("watches lock");
-            let Some(registration) = state.manifests.get(&(namespace.clone(), name.clone())) else { return };
+            let Some(registration) = state.manifests.get(&owner) else { return };
             if !registration.objects.contains(&(key.clone(), object.to_string(), resource.clone())) {
                 return;
             }
             registration.uid.clone()
         };
         // None listening (no controller running) is fine.
-        let _ = self.woken.send(Woken { namespace, name, uid, resource, seen: Instant::now() });
+        let _ = self.woken.send(Woken { owner, uid, resource, seen: Instant::now() });
     }
 }
 

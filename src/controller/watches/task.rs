@@ -21,7 +21,7 @@ const RESTART_AFTER_FAILURES: u32 = 3;
 /// What is kept of each object between events.
 struct LastSeen {
     seen: Seen,
-    owner: Option<(String, String, String)>,
+    owner: Option<(String, String)>,
 }
 
 pub(super) async fn watch(

@@ -38,19 +38,26 @@ fn one_watch_is_shared_by_the_manifests_that_need_it_and_stops_with_the_last() {
     let (a, b) = (manifest("team", "a"), manifest("team", "b"));
     let first = running();
     let stop = first.stop.clone().unwrap();
-    watches.settle(&a, objects(&[("ConfigMap", "a-settings", "settings")]), vec![(key("ConfigMap"), first)]);
+    watches.settle(
+        &Subject::manifest(&a),
+        objects(&[("ConfigMap", "a-settings", "settings")]),
+        vec![(key("ConfigMap"), first)],
+    );
     // b's registration started one too, concurrently: the running one is kept, b's stopped.
     let second = running();
     let duplicate = second.stop.clone().unwrap();
-    let seen =
-        watches.settle(&b, objects(&[("ConfigMap", "b-settings", "settings")]), vec![(key("ConfigMap"), second)]);
+    let seen = watches.settle(
+        &Subject::manifest(&b),
+        objects(&[("ConfigMap", "b-settings", "settings")]),
+        vec![(key("ConfigMap"), second)],
+    );
     assert_eq!(seen, Watching::default());
     assert!(duplicate.is_cancelled() && !stop.is_cancelled());
     assert_eq!(watches.shared.open.get(), 1);
     watches.forget("team", "a");
     assert!(!stop.is_cancelled(), "b still needs it");
     // b no longer declares a ConfigMap: its last user is gone.
-    watches.settle(&b, BTreeSet::new(), Vec::new());
+    watches.settle(&Subject::manifest(&b), BTreeSet::new(), Vec::new());
     assert!(stop.is_cancelled());
     assert_eq!(watches.shared.open.get(), 0);
     assert!(watches.shared.state.lock().unwrap().watches.is_empty());
@@ -62,10 +69,10 @@ fn a_refused_watch_is_told_once_and_in_every_pass_s_message() {
     let a = manifest("team", "a");
     let declared = || objects(&[("ConfigMap", "settings", "settings"), ("Secret", "creds", "creds")]);
     let started = vec![(key("ConfigMap"), running()), (key("Secret"), refused("secrets is forbidden"))];
-    let first = watches.settle(&a, declared(), started);
+    let first = watches.settle(&Subject::manifest(&a), declared(), started);
     assert_eq!(first.refused.as_deref(), Some("Secret in namespace team: secrets is forbidden"));
     assert!(first.newly_refused);
-    let again = watches.settle(&a, declared(), Vec::new());
+    let again = watches.settle(&Subject::manifest(&a), declared(), Vec::new());
     assert_eq!(again.refused, first.refused);
     assert!(!again.newly_refused, "told once");
     assert_eq!(watches.refused(&a), first.refused);
@@ -76,15 +83,16 @@ fn a_refused_watch_is_told_once_and_in_every_pass_s_message() {
 fn a_change_wakes_only_the_manifest_that_declares_the_object() {
     let watches = Watches::disabled();
     let a = manifest("team", "a");
-    watches.settle(&a, objects(&[("ConfigMap", "settings", "web")]), vec![(key("ConfigMap"), running())]);
+    watches.settle(
+        &Subject::manifest(&a),
+        objects(&[("ConfigMap", "settings", "web")]),
+        vec![(key("ConfigMap"), running())],
+    );
     let mut changes = watches.shared.woken.subscribe();
-    let owner = |ns: &str, name: &str, resource: &str| Some((ns.to_string(), name.to_string(), resource.to_string()));
+    let owner = |ns: &str, name: &str, resource: &str| Some((format!("{ns}/{name}"), resource.to_string()));
     watches.shared.wake(&key("ConfigMap"), "settings", owner("team", "a", "web"));
     let woken = changes.try_recv().expect("woken");
-    assert_eq!(
-        (woken.namespace.as_str(), woken.name.as_str(), woken.uid.as_str(), woken.resource.as_str()),
-        ("team", "a", "uid-a", "web")
-    );
+    assert_eq!((woken.manifest(), woken.uid.as_str(), woken.resource.as_str()), (Some(("team", "a")), "uid-a", "web"));
     // Another Manifest's annotation, another resource, another object, another kind: nothing.
     watches.shared.wake(&key("ConfigMap"), "settings", owner("team", "b", "web"));
     watches.shared.wake(&key("ConfigMap"), "settings", owner("team", "a", "db"));
