@@ -471,3 +471,63 @@ fn a_leader_without_shards_waits_for_the_sharded_replicas_to_go() {
     });
     assert_never_two_at_once(&cluster, work.path(), 4);
 }
+
+/// A change to an object a Manifest applied wakes the replica that owns the Manifest (its
+/// shard's holder), and only it: the watch of the other, on the same kind, finds no Manifest of
+/// its own named by the object's annotation.
+#[ignore = "needs a Kubernetes API server: DEPLOYSTER_E2E_KUBECONFIG=<kubeconfig ../shared/apiserver/up.sh prints> cargo test --test apiserver e2e_shards:: -- --include-ignored"]
+#[test]
+fn a_change_to_a_managed_object_reaches_only_the_replica_that_owns_its_manifest() {
+    let _serial = one_at_a_time();
+    let cluster = Cluster::new("shard-watch");
+    let work = tempfile::tempdir().unwrap();
+    let replicas: Vec<ControllerProcess> =
+        ["a", "b"].iter().map(|name| sharded(&cluster, work.path(), name, "8")).collect();
+    wait_for("4 shards on each of 2 replicas", Duration::from_secs(60), || replicas.iter().all(|r| owned(r) == 4));
+    let identities: Vec<String> = replicas.iter().map(identity).collect();
+    cluster.service_account("watcher", "get,list,watch,create,patch", "configmaps");
+    let documents: Vec<String> = (0..8)
+        .map(|i| {
+            format!(
+                "apiVersion: deployster.io/v1alpha1\nkind: Manifest\nmetadata: {{name: w-{i}}}\nspec:\n  interval: 1h\n  \
+                 serviceAccountName: watcher\n  resources:\n    settings:\n      type: builtin/kubernetes\n      config: \
+                 {{object: {{apiVersion: v1, kind: ConfigMap, metadata: {{name: c-{i}}}, data: {{level: info}}}}}}\n"
+            )
+        })
+        .collect();
+    cluster.apply_yaml(&documents.join("---\n"));
+    wait_for("every Manifest Ready", Duration::from_secs(120), || {
+        (0..8).all(|i| cluster.condition(&format!("w-{i}"), "Ready") == "True")
+    });
+    let by_replica = cluster.reconcilers();
+    let named: BTreeSet<&String> = by_replica.values().map(|(replica, _)| replica).collect();
+    assert_eq!(named.len(), 2, "both replicas own some: {by_replica:#?}");
+    let passes = || -> Vec<f64> {
+        replicas.iter().map(|r| r.metric(r#"deployster_reconciles_total{result="succeeded"}"#).unwrap_or(0.0)).collect()
+    };
+    let settled = || {
+        let mut last = passes();
+        let mut quiet = Instant::now();
+        while quiet.elapsed() < Duration::from_secs(3) {
+            std::thread::sleep(Duration::from_millis(250));
+            let now = passes();
+            if now != last {
+                (last, quiet) = (now, Instant::now());
+            }
+        }
+        last
+    };
+    for i in 0..4 {
+        let name = format!("w-{i}");
+        let owner = identities.iter().position(|id| *id == by_replica[&name].0).expect("a replica of ours");
+        let before = settled();
+        let patch = r#"{"data":{"level":"debug"}}"#;
+        cluster.must(&cluster.ns(&["patch", "configmap", &format!("c-{i}"), "--type", "merge", "-p", patch]));
+        wait_for("the edit corrected", Duration::from_secs(20), || {
+            cluster.get(&["configmap", &format!("c-{i}")]).is_some_and(|c| c["data"]["level"] == "info")
+        });
+        let after = settled();
+        assert!(after[owner] > before[owner], "{name}'s owner passed it: {before:?} → {after:?}");
+        assert_eq!(after[1 - owner], before[1 - owner], "the other replica started nothing: {before:?} → {after:?}");
+    }
+}
