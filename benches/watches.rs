@@ -41,7 +41,7 @@ fn objects(i: usize) -> [String; 4] {
         format!("{{apiVersion: v1, kind: ServiceAccount, metadata: {{name: app-{i}}}}}"),
         format!("{{apiVersion: v1, kind: ConfigMap, metadata: {{name: settings-{i}}}, data: {{level: info}}}}"),
         format!(
-            "{{apiVersion: v1, kind: Service, metadata: {{name: web-{i}}}, spec: {{selector: {{app: web-{i}}}, ports: [{{port: 80}}]}}}}"
+            "{{apiVersion: v1, kind: Service, metadata: {{name: web-{i}}}, spec: {{selector: {{app: web-{i}}}, ports: [{{port: 80, protocol: TCP}}]}}}}"
         ),
         format!(
             "{{apiVersion: apps/v1, kind: Deployment, metadata: {{name: web-{i}}}, spec: {{replicas: 0, selector: {{matchLabels: {{app: web-{i}}}}}, \
