@@ -11,7 +11,7 @@
 //!    controller's peak RSS; against `kubectl apply --server-side` of the same objects.
 //! 2. **Edits**: 5 ConfigMaps patched and 5 Deployments scaled, one at a time, each until it is
 //!    as declared again (polled with `kubectl get`, about 0.1 s apart): median and worst.
-//! 3. **Idle**: over `DEPLOYSTER_BENCH_WINDOW_SECS` (default 120), the API server's requests
+//! 3. **Idle**: a minute after, over `DEPLOYSTER_BENCH_WINDOW_SECS` (default 120), the API server's requests
 //!    per minute (`apiserver_request_total`, every client: the controller, its ServiceAccounts'
 //!    impersonated requests, and the control plane's own) and the controller's RSS — with the
 //!    watches, then with `list`/`watch` taken from the ServiceAccount and the controller
@@ -202,7 +202,9 @@ fn main() {
 
     // 3. Idle, with the watches; then the interval alone.
     let idle = |controller: &ControllerProcess, what: &str| {
-        std::thread::sleep(Duration::from_secs(10));
+        // What creation set off settles first: the token controller's Secrets on new
+        // ServiceAccounts, the Deployments' revision annotations (each a change, read once).
+        std::thread::sleep(Duration::from_secs(60));
         let before = requests(&cluster);
         let passes = controller.metric(r#"deployster_reconciles_total{result="succeeded"}"#).unwrap_or(0.0);
         std::thread::sleep(window);
