@@ -180,7 +180,8 @@ async fn create_then_ready_then_a_no_op_then_drift_corrected() {
     assert_eq!(condition(&obj, "Ready").1, "DriftCorrected");
     let drift = events(&client, "site").await.into_iter().find(|(r, _)| r == "DriftCorrected");
     assert!(
-        drift.is_some_and(|(_, note)| note.contains("app_config (MISSING)")),
+        // With what its action does, as the plan said.
+        drift.is_some_and(|(_, note)| note.contains("app_config (MISSING: Write ") && note.ends_with("; corrected")),
         "{:?}",
         events(&client, "site").await
     );
