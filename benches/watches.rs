@@ -2,7 +2,8 @@
 //! `DEPLOYSTER_E2E_KUBECONFIG=<kubeconfig of ../shared/apiserver/up.sh> cargo bench --bench watches`
 //!
 //! `DEPLOYSTER_BENCH_MANIFESTS` (default 100) Manifests of 4 `builtin/kubernetes` objects each
-//! (a ServiceAccount, a ConfigMap, a Service, a Deployment at 0 replicas), in one namespace,
+//! (a ServiceAccount, a ConfigMap, a headless Service — the test server's range of Service IPs
+//! holds fewer than 2,000 — and a Deployment at 0 replicas), in one namespace,
 //! acting as one ServiceAccount, `interval: DEPLOYSTER_BENCH_INTERVAL` (default `1m`, so that
 //! the idle window below sees every Manifest's interval pass), the controller at the chart's
 //! default concurrency (4). It measures:
@@ -41,7 +42,7 @@ fn objects(i: usize) -> [String; 4] {
         format!("{{apiVersion: v1, kind: ServiceAccount, metadata: {{name: app-{i}}}}}"),
         format!("{{apiVersion: v1, kind: ConfigMap, metadata: {{name: settings-{i}}}, data: {{level: info}}}}"),
         format!(
-            "{{apiVersion: v1, kind: Service, metadata: {{name: web-{i}}}, spec: {{selector: {{app: web-{i}}}, ports: [{{port: 80, protocol: TCP}}]}}}}"
+            "{{apiVersion: v1, kind: Service, metadata: {{name: web-{i}}}, spec: {{clusterIP: None, selector: {{app: web-{i}}}, ports: [{{port: 80, protocol: TCP}}]}}}}"
         ),
         format!(
             "{{apiVersion: apps/v1, kind: Deployment, metadata: {{name: web-{i}}}, spec: {{replicas: 0, selector: {{matchLabels: {{app: web-{i}}}}}, \
