@@ -20,8 +20,9 @@ pub(super) struct ServerChange {
 #[cfg(feature = "kube")]
 pub(super) struct Watched {
     kubeconfig: crate::client::Kubeconfig,
-    /// Made with the first pass that declares a Kubernetes object.
-    watches: Option<(crate::controller::watches::Watches, futures::stream::BoxStream<'static, Woken>)>,
+    /// Made with the first pass that declares a Kubernetes object, with the kubeconfig's
+    /// namespace (where objects without one go).
+    watches: Option<(Watches, futures::stream::BoxStream<'static, Woken>, String)>,
     /// Why nothing is watched, once said.
     told: bool,
     /// Resources a change woke, not read yet.
@@ -49,20 +50,24 @@ impl Watched {
             return None;
         }
         if self.watches.is_none() {
-            let client = match self.kubeconfig.load().await.map(crate::client::connect) {
-                Ok(Ok(client)) => client,
-                Ok(Err(e)) => return self.tell(&e.to_string()),
+            let config = match self.kubeconfig.load().await {
+                Ok(config) => config,
+                Err(e) => return self.tell(&e.to_string()),
+            };
+            let namespace = config.default_namespace.clone();
+            let client = match crate::client::connect(config) {
+                Ok(client) => client,
                 Err(e) => return self.tell(&e.to_string()),
             };
             let watches = Watches::as_user(client);
             let changes = Box::pin(watches.changes());
-            self.watches = Some((watches, changes));
+            self.watches = Some((watches, changes, namespace));
         }
-        let (watches, _) = self.watches.as_ref().expect("made above");
+        let (watches, _, namespace) = self.watches.as_ref().expect("made above");
         let subject = Subject {
             owner: crate::builtins::kubernetes::owner_prefix(&passed.manifest.name, false),
             uid: String::new(),
-            namespace: self.namespace().await,
+            namespace: namespace.clone(),
             account: None,
         };
         let watching = watches.register_subject(&subject, &objects).await;
@@ -70,10 +75,6 @@ impl Watched {
             (true, Some(why)) => self.tell(&why),
             _ => None,
         }
-    }
-
-    async fn namespace(&self) -> String {
-        self.kubeconfig.load().await.map(|c| c.default_namespace).unwrap_or_else(|_| "default".into())
     }
 
     fn tell(&mut self, why: &str) -> Option<String> {
@@ -99,7 +100,7 @@ impl Watched {
     /// The next change to a watched object (never, while nothing is watched).
     pub(super) async fn next(&mut self) -> ServerChange {
         use futures::StreamExt;
-        let Some((_, changes)) = &mut self.watches else { return std::future::pending().await };
+        let Some((_, changes, _)) = &mut self.watches else { return std::future::pending().await };
         let Some(change) = changes.next().await else { return std::future::pending().await };
         let corrections = self.streaks.get(&change.resource).map_or(0, |(n, _)| *n);
         self.woken.insert(change.resource.clone());

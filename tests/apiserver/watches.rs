@@ -41,6 +41,20 @@ spec:
     )
 }
 
+/// A controller for `cluster`'s namespace, and Manifest `app` (an hour's interval: only a
+/// watch explains a correction within seconds) acting as a ServiceAccount that may watch its
+/// objects: Ready, with its two watches open.
+fn watched_app(cluster: &Cluster, work: &std::path::Path) -> ControllerProcess {
+    let controller = ControllerProcess::start(cluster, work, "controller", &["--namespace", &cluster.namespace]);
+    cluster.service_account("watcher", "get,list,watch,create,patch,delete", "configmaps,deployments.apps");
+    cluster.apply_yaml(&manifest("app", "watcher", "1h", "settings"));
+    wait_for("the Manifest to be Ready", Duration::from_secs(120), || cluster.condition("app", "Ready") == "True");
+    wait_for("its watches to open", Duration::from_secs(30), || {
+        controller.metric("deployster_watch_open") == Some(2.0)
+    });
+    controller
+}
+
 /// The number of succeeded reconciles once it has not moved for `quiet`.
 fn settled(controller: &ControllerProcess, quiet: Duration) -> f64 {
     let mut last = (controller.metric(SUCCEEDED).unwrap_or(0.0), Instant::now());
@@ -70,17 +84,9 @@ fn corrected(what: &str, done: impl FnMut() -> bool) -> Duration {
 fn changes_to_managed_objects_are_corrected_at_once_and_nothing_else_starts_a_pass() {
     let cluster = Cluster::new("watches");
     let work = tempfile::tempdir().unwrap();
-    let controller =
-        ControllerProcess::start(&cluster, work.path(), "controller", &["--namespace", &cluster.namespace]);
-    cluster.service_account("watcher", "get,list,watch,create,patch,delete", "configmaps,deployments.apps");
-    // An hour's interval: only a watch explains a correction within seconds.
-    cluster.apply_yaml(&manifest("app", "watcher", "1h", "settings"));
-    wait_for("the Manifest to be Ready", Duration::from_secs(120), || cluster.condition("app", "Ready") == "True");
+    let controller = watched_app(&cluster, work.path());
     let settings = cluster.get(&["configmap", "settings"]).unwrap();
     assert_eq!(settings["metadata"]["labels"]["deployster.io/managed"], "true", "labelled for watches");
-    wait_for("its watches to open", Duration::from_secs(30), || {
-        controller.metric("deployster_watch_open") == Some(2.0)
-    });
     let passes = settled(&controller, Duration::from_secs(4));
 
     // What is no change of its objects starts no pass: objects it does not manage, another
@@ -188,14 +194,7 @@ fn watches_outlive_an_api_server_restart_without_a_burst_of_passes() {
     let server = crate::support::cluster::ApiServer::start("watch-restart");
     let cluster = Cluster::on(server.kubeconfig.clone(), "watch-restart");
     let work = tempfile::tempdir().unwrap();
-    let controller =
-        ControllerProcess::start(&cluster, work.path(), "controller", &["--namespace", &cluster.namespace]);
-    cluster.service_account("watcher", "get,list,watch,create,patch,delete", "configmaps,deployments.apps");
-    cluster.apply_yaml(&manifest("app", "watcher", "1h", "settings"));
-    wait_for("the Manifest to be Ready", Duration::from_secs(120), || cluster.condition("app", "Ready") == "True");
-    wait_for("its watches to open", Duration::from_secs(30), || {
-        controller.metric("deployster_watch_open") == Some(2.0)
-    });
+    let controller = watched_app(&cluster, work.path());
     let passes = settled(&controller, Duration::from_secs(4));
 
     server.stop();
@@ -220,14 +219,7 @@ fn watches_outlive_an_api_server_restart_without_a_burst_of_passes() {
 fn a_field_fought_over_is_corrected_after_growing_waits_and_said_thrashing() {
     let cluster = Cluster::new("watch-fight");
     let work = tempfile::tempdir().unwrap();
-    let controller =
-        ControllerProcess::start(&cluster, work.path(), "controller", &["--namespace", &cluster.namespace]);
-    cluster.service_account("watcher", "get,list,watch,create,patch,delete", "configmaps,deployments.apps");
-    cluster.apply_yaml(&manifest("app", "watcher", "1h", "settings"));
-    wait_for("the Manifest to be Ready", Duration::from_secs(120), || cluster.condition("app", "Ready") == "True");
-    wait_for("its watches to open", Duration::from_secs(30), || {
-        controller.metric("deployster_watch_open") == Some(2.0)
-    });
+    let controller = watched_app(&cluster, work.path());
     let corrected = || controller.metric("deployster_drift_corrected_total").unwrap_or(0.0);
     let before = corrected();
     // The other writer: whenever the Deployment is back at 0 replicas, it scales it to 2.
