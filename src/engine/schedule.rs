@@ -24,6 +24,11 @@ pub const STEADY_AFTER: u32 = 3;
 /// no resource goes unread for longer than its interval.
 pub const EARLY: u32 = 10;
 
+/// A pass that reads any state also reads those due within the base interval divided by
+/// `GATHER`: one pass per interval rather than one per resource whose checks drifted apart (a
+/// change a watch saw, a failure, reads one resource out of turn).
+pub const GATHER: u32 = 2;
+
 /// What a resource was last read as, to be taken for granted until its next check. Kept small —
 /// a controller keeps one for every resource of every Manifest: a digest of the config it
 /// rendered to (if it renders to another, it is read anyway) and its state as JSON text.
@@ -103,13 +108,21 @@ pub struct Schedule {
     /// The manifest revision the resources were read at.
     revision: String,
     resources: HashMap<String, Tracked>,
+    /// Every resource of the last pass recorded, tracked or not.
+    names: Vec<String>,
 }
 
 impl Schedule {
     /// Checks every `interval` at first, at most every `max_interval` (never less than
     /// `interval`) once steady.
     pub fn new(interval: Duration, max_interval: Duration) -> Self {
-        Self { interval, max_interval: max_interval.max(interval), revision: String::new(), resources: HashMap::new() }
+        Self {
+            interval,
+            max_interval: max_interval.max(interval),
+            revision: String::new(),
+            resources: HashMap::new(),
+            names: Vec::new(),
+        }
     }
 
     pub fn interval(&self) -> Duration {
@@ -127,14 +140,19 @@ impl Schedule {
     }
 
     /// The resources that need no check at `now` (nor within a tenth of their interval: see
-    /// [`EARLY`]).
+    /// [`EARLY`]) — nor, when the pass reads any state, within half the base interval (see
+    /// [`GATHER`]).
     pub fn not_due(&self, now: SystemTime) -> AssumeValid {
+        let due = |t: &Tracked| t.next <= now + self.interval_after(t.streak) / EARLY;
+        let untracked = self.names.iter().any(|name| !self.resources.contains_key(name));
+        let reading = untracked || self.resources.values().any(due);
+        let gathered = |t: &Tracked| reading && t.next <= now + self.interval / GATHER;
         Arc::new(Assumptions {
             revision: self.revision.clone(),
             resources: self
                 .resources
                 .iter()
-                .filter(|(_, t)| t.next > now + self.interval_after(t.streak) / EARLY)
+                .filter(|(_, t)| !due(t) && !gathered(t))
                 .map(|(name, t)| (name.clone(), t.seen.clone()))
                 .collect(),
         })
@@ -150,6 +168,7 @@ impl Schedule {
             self.revision = revision.to_string();
             self.resources.clear();
         }
+        self.names = entries.iter().map(|e| e.name.clone()).collect();
         let mut kept = HashMap::with_capacity(entries.len());
         for entry in entries {
             let (Standing::Valid { state, applied }, Some(config)) = (&entry.standing, &entry.config) else { continue };
@@ -313,6 +332,38 @@ mod tests {
         pass(&mut s, now, |_| vec![entry("a", json!(1), json!("s"), true), entry("b", json!(2), json!("s"), false)]);
         assert_eq!(s.next_check("a").unwrap().duration_since(now).unwrap(), MIN);
         assert_eq!(s.next_check("b").unwrap().duration_since(now).unwrap(), MIN);
+    }
+
+    /// A resource read out of turn (a watch saw it change) is read again with the others at
+    /// their next check, not in a pass of its own: one pass per interval.
+    #[test]
+    fn a_resource_read_out_of_turn_joins_the_others_at_their_next_check() {
+        let mut s = Schedule::new(MIN, 4 * MIN);
+        let t0 = SystemTime::UNIX_EPOCH;
+        let both =
+            |_: &Assumptions| vec![entry("a", json!(1), json!("s"), false), entry("b", json!(1), json!("s"), false)];
+        pass(&mut s, t0, both);
+        let t1 = t0 + Duration::from_secs(10);
+        s.forget("b");
+        let assumed = s.not_due(t1);
+        assert!(assumed.get("r1", "a").is_some(), "a keeps its schedule: {assumed:?}");
+        assert!(assumed.get("r1", "b").is_none(), "b is read");
+        s.record(t1, "r1", &assumed, &both(&assumed));
+        assert_eq!((s.next_check("a"), s.next_check("b")), (Some(t0 + MIN), Some(t1 + MIN)));
+        // A pass that reads nothing gathers nothing: 20 s before a's check, both are assumed.
+        assert_eq!(s.not_due(t0 + MIN - Duration::from_secs(20)).len(), 2);
+        // At a's check, b (due 10 s after) is read with it; then they are in step again.
+        let at = s.next_due().unwrap();
+        let assumed = s.not_due(at);
+        assert!(assumed.is_empty(), "b is gathered with a: {assumed:?}");
+        s.record(at, "r1", &assumed, &both(&assumed));
+        assert_eq!(s.next_check("a"), Some(at + MIN));
+        assert_eq!(s.next_check("b"), s.next_check("a"));
+        // What is due more than half an interval later is not: b read out of turn 20 s on,
+        // when a is due in 40 s.
+        s.forget("b");
+        let assumed = s.not_due(at + Duration::from_secs(20));
+        assert!(assumed.get("r1", "a").is_some() && assumed.get("r1", "b").is_none(), "{assumed:?}");
     }
 
     #[test]
