@@ -305,14 +305,12 @@ fn watch(
             _ => {}
         });
     let stream = stream::applied_once_stored(stream)
-        // What the controller writes itself (the status, progress) starts no pass: a failing
-        // Manifest's pass would otherwise start the next at once, and so on. A spec edit
-        // (generation), an approval (annotation), the finalizer and a deletion do.
+        // What the controller writes itself (the status, progress, the finalizer) starts no
+        // pass: a failing Manifest's pass would otherwise start the next at once, and so on;
+        // a finalizer taken off is put back by the next pass. A spec edit (generation), an
+        // approval (annotation) and a deletion do.
         .predicate_filter(
-            predicates::generation
-                .combine(predicates::annotations)
-                .combine(predicates::finalizers)
-                .combine(being_deleted),
+            predicates::generation.combine(predicates::annotations).combine(being_deleted),
             Default::default(),
         );
     (ManifestCache { scope: cache_scope, store: reader, synced, changes }, Box::pin(stream))

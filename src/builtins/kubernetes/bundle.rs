@@ -7,9 +7,10 @@ use serde_json::{Value, json};
 
 use super::error::ObjectError;
 use super::ignore::Ignored;
+use super::memory::Memory;
 use super::object::{ObjectRules, ObjectStanding, ServerObject};
 use super::ownership::Force;
-use super::{Confirmed, Kinds, Said};
+use super::{Kinds, Said};
 use crate::engine::executor::Invocation;
 
 /// A resource's objects: `config.object`, or `config.objects` in the order they are applied
@@ -26,7 +27,7 @@ pub(super) struct Bundle<'a> {
     objects: Vec<(String, Value)>,
     options: Arc<ObjectRules>,
     kinds: &'a Kinds,
-    confirmed: &'a Confirmed,
+    memory: &'a Arc<Memory>,
     /// `config.objects`: the state is `{objects: [...]}`.
     list: bool,
 }
@@ -40,7 +41,7 @@ impl<'a> Bundle<'a> {
         object_named: bool,
         invocation: &Invocation,
         kinds: &'a Kinds,
-        confirmed: &'a Confirmed,
+        memory: &'a Arc<Memory>,
     ) -> Result<Self, ObjectError> {
         let request: Value = serde_json::from_slice(&invocation.stdin)
             .map_err(|e| ObjectError::Config(format!("the request is not JSON: {e}")))?;
@@ -89,13 +90,13 @@ impl<'a> Bundle<'a> {
         };
         options.ignore.check_set(objects.iter().map(|(_, object)| object))?;
         let list = config.get("objects").is_some();
-        Ok(Bundle { client, namespace: namespace.to_string(), objects, options, kinds, confirmed, list })
+        Ok(Bundle { client, namespace: namespace.to_string(), objects, options, kinds, memory, list })
     }
 
     /// Object `i`, looked up on the server.
     async fn call(&self, i: usize) -> Result<ServerObject, ObjectError> {
         let (at, object) = &self.objects[i];
-        ServerObject::new(self.client.clone(), &self.namespace, object, at, &self.options, self.kinds, self.confirmed)
+        ServerObject::new(self.client.clone(), &self.namespace, object, at, &self.options, self.kinds, self.memory)
             .await
     }
 

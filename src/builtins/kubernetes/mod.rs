@@ -18,7 +18,10 @@
 //!   `force: false` takes no field from anyone ([`ownership`]). The object is annotated
 //!   with the resource that owns it (the manifest's file name — a Manifest's `namespace/name`
 //!   — and the resource's name); one that exists without that annotation is not adopted
-//!   unless `adopt: true`.
+//!   unless `adopt: true`. An apply right after the state that found the object missing or
+//!   drifted does not read it again, nor the state right after the apply: each takes what
+//!   the call before it had from the server ([`memory`]) — a GET and a PATCH per object
+//!   created or corrected, not three GETs and a PATCH.
 //! - `delete` (the delete action): foreground deletion, waiting until the object is gone;
 //!   nothing when `prune: false`, and never an object Deployster did not create or adopt.
 //!
@@ -39,6 +42,7 @@ mod bundle;
 mod diff;
 mod error;
 mod ignore;
+mod memory;
 mod object;
 mod ownership;
 mod ready;
@@ -58,6 +62,7 @@ use crate::client::{Kubeconfig, acting_as};
 use crate::engine::executor::{ExecError, Executor, Exit, Invocation, Outcome, Stream};
 use bundle::Bundle;
 pub use error::ObjectError;
+use memory::Memory;
 
 /// The built-in type's name (`builtin/kubernetes`).
 pub const NAME: &str = super::KUBERNETES;
@@ -91,8 +96,8 @@ pub struct KubeObjects {
     /// What discovery said of each kind: looked up once, not on every call. A kind the server
     /// did not know is asked again (its CRD may come).
     kinds: Kinds,
-    /// What dry runs confirmed (`ServerObject::confirmed`).
-    confirmed: Confirmed,
+    /// What dry runs confirmed, and objects just read or applied ([`memory`]).
+    memory: Arc<Memory>,
     /// Where the default client connects.
     cluster: Kubeconfig,
 }
@@ -104,13 +109,6 @@ struct Kinds {
     schemas: schema::Schemas,
 }
 
-/// The fields a dry run found changed, by the object's identity and `resourceVersion` and the
-/// digest of what was applied: so a drift that persists costs no dry run per check.
-type Confirmed = Arc<Mutex<lru::LruCache<String, Vec<String>>>>;
-
-/// How many objects' dry-run findings are remembered.
-const CONFIRMED_KEPT: usize = 4096;
-
 /// Who one pass acts as, and where its objects without a namespace go.
 struct Identity {
     client: Result<kube::Client, ObjectError>,
@@ -119,15 +117,7 @@ struct Identity {
 
 impl KubeObjects {
     pub fn new(cluster: Kubeconfig) -> Self {
-        Self {
-            cluster,
-            client: OnceCell::new(),
-            impersonation: None,
-            kinds: Kinds::default(),
-            confirmed: Arc::new(Mutex::new(lru::LruCache::new(
-                std::num::NonZeroUsize::new(CONFIRMED_KEPT).expect("not zero"),
-            ))),
-        }
+        Self { cluster, client: OnceCell::new(), impersonation: None, kinds: Kinds::default(), memory: Arc::default() }
     }
 
     /// A type whose default client is given.
@@ -212,7 +202,7 @@ impl KubeObjects {
                 Ok((client, namespace, entered)) => {
                     let work = async {
                         let bundle =
-                            Bundle::new(client, &namespace, entered, &invocation, &self.kinds, &self.confirmed).await?;
+                            Bundle::new(client, &namespace, entered, &invocation, &self.kinds, &self.memory).await?;
                         bundle.run(verb, &mut said).await
                     };
                     tokio::select! {

@@ -11,8 +11,9 @@ use serde_json::Value;
 
 use super::error::{ObjectError, api_code};
 use super::ignore::Ignored;
+use super::memory::{Memory, Next};
 use super::ownership::{self, Force};
-use super::{Confirmed, FIELD_MANAGER, Kinds, MANAGED_LABEL, OWNER_ANNOTATION, Said, diff, ready, schema};
+use super::{FIELD_MANAGER, Kinds, MANAGED_LABEL, OWNER_ANNOTATION, Said, diff, ready, schema};
 
 /// What the config says besides the objects, and whose they are.
 pub(super) struct ObjectRules {
@@ -38,8 +39,8 @@ pub(super) struct ServerObject {
     is_secret: bool,
     /// A CustomResourceDefinition: applied once its kind is served.
     is_crd: bool,
-    /// Where dry-run findings are remembered.
-    confirmed: Confirmed,
+    /// Where dry-run findings, and what was just read or applied, are remembered.
+    memory: Arc<Memory>,
 }
 
 /// Where one object stands.
@@ -70,7 +71,7 @@ impl ServerObject {
         at: &str,
         options: &Arc<ObjectRules>,
         kinds: &Kinds,
-        confirmed: &Confirmed,
+        memory: &Arc<Memory>,
     ) -> Result<Self, ObjectError> {
         let text = |field: &str| object.get(field).and_then(Value::as_str).filter(|s| !s.is_empty());
         let api_version = text("apiVersion").ok_or_else(|| ObjectError::Config(format!("{at} has no apiVersion")))?;
@@ -150,13 +151,27 @@ impl ServerObject {
             options: options.clone(),
             is_secret,
             is_crd: kind == "CustomResourceDefinition" && group == "apiextensions.k8s.io",
-            confirmed: confirmed.clone(),
+            memory: memory.clone(),
         })
     }
 
     async fn live(&self) -> Result<Option<Value>, ObjectError> {
         let live = self.api.get_opt(&self.name).await.map_err(|e| self.api_error("reading", e))?;
         Ok(live.map(|object| serde_json::to_value(object).expect("an object serializes")))
+    }
+
+    /// The object as the call before this one (`by`'s) left it, if that was just now; else as
+    /// the server holds it ([`super::memory`]).
+    async fn live_for(&self, by: Next) -> Result<Option<Value>, ObjectError> {
+        match self.memory.take(&self.memory_key(), by) {
+            Some(kept) => Ok(kept),
+            None => self.live().await,
+        }
+    }
+
+    /// The object's key in memory: the resource that owns it, and the object.
+    fn memory_key(&self) -> String {
+        format!("{}\n{}", self.options.owner, self.shown)
     }
 
     /// Whether `live` is this resource's own (created or adopted by it).
@@ -166,32 +181,42 @@ impl ServerObject {
     }
 
     pub(super) async fn standing(&self) -> Result<ObjectStanding, ObjectError> {
-        let Some(live) = self.live().await? else { return Ok(ObjectStanding::Missing) };
+        let live = self.live_for(Next::State).await?;
+        let standing = self.standing_of(live.as_ref()).await?;
+        if matches!(standing, ObjectStanding::Missing | ObjectStanding::Stale { .. }) {
+            // An apply comes next: it need not read the object again.
+            self.memory.keep(&self.memory_key(), Next::Apply, live);
+        }
+        Ok(standing)
+    }
+
+    async fn standing_of(&self, live: Option<&Value>) -> Result<ObjectStanding, ObjectError> {
+        let Some(live) = live else { return Ok(ObjectStanding::Missing) };
         let options = &self.options;
-        if !self.ours(&live) && !options.adopt {
+        if !self.ours(live) && !options.adopt {
             return Err(ObjectError::NotOurs(format!(
                 "{} exists and was not created by this resource ({OWNER_ANNOTATION} is not `{}`): \
                  refusing to take it over; set `adopt: true` to manage it",
                 self.shown, options.owner
             )));
         }
-        let mut found = diff::changes(&self.wanted, &live, self.is_secret);
+        let mut found = diff::changes(&self.wanted, live, self.is_secret);
         found.retain(|change| !options.ignore.covers(&change.path));
-        let mut fields = if found.is_empty() { Vec::new() } else { self.confirmed(found, &live).await? };
-        if !self.ours(&live) {
+        let mut fields = if found.is_empty() { Vec::new() } else { self.confirmed(found, live).await? };
+        if !self.ours(live) {
             fields.push(format!("metadata.annotations.{OWNER_ANNOTATION}: (absent) → \"{}\"", options.owner));
         }
-        if !labelled(&live) {
+        if !labelled(live) {
             // Applied before objects were labelled (or the label was taken off): watches
             // select by it.
             fields.push(format!("metadata.labels.{MANAGED_LABEL}: (absent) → \"true\""));
         }
-        let state = diff::shown(&live, self.is_secret);
+        let state = diff::shown(live, self.is_secret);
         if !fields.is_empty() {
             return Ok(ObjectStanding::Stale { state, fields });
         }
         // As asked, and (with `wait`) ready: else a dependent waits for the `wait` action.
-        match options.wait.map(|_| ready::readiness(&live)) {
+        match options.wait.map(|_| ready::readiness(live)) {
             None | Some(ready::Rollout::Ready) => Ok(ObjectStanding::Valid { state }),
             Some(ready::Rollout::Waiting(why)) => Ok(ObjectStanding::NotReady { state, why }),
             Some(ready::Rollout::Failed(why)) => Err(ObjectError::NotReady(format!(
@@ -212,7 +237,7 @@ impl ServerObject {
         let metadata = |field: &str| live["metadata"][field].as_str().unwrap_or_default().to_string();
         let digest = hex::encode(sha2::Sha256::digest(format!("{:?}{object}", self.options.force).as_bytes()));
         let key = format!("{}\n{}\n{}\n{digest}", self.shown, metadata("uid"), metadata("resourceVersion"));
-        if let Some(fields) = self.confirmed.lock().expect("confirmed lock").get(&key).cloned() {
+        if let Some(fields) = self.memory.confirmed.lock().expect("confirmed lock").get(&key).cloned() {
             return Ok(fields);
         }
         let said = |changes: &[diff::FieldChange]| changes.iter().map(ToString::to_string).collect::<Vec<_>>();
@@ -270,7 +295,7 @@ impl ServerObject {
             }
             Err(e) => return Err(self.api_error("checking (a server-side dry run of applying)", e)),
         };
-        self.confirmed.lock().expect("confirmed lock").put(key, fields.clone());
+        self.memory.confirmed.lock().expect("confirmed lock").put(key, fields.clone());
         Ok(fields)
     }
 
@@ -292,7 +317,7 @@ impl ServerObject {
     }
 
     pub(super) async fn apply(&self, said: &mut Said) -> Result<(), ObjectError> {
-        let live = self.live().await?;
+        let live = self.live_for(Next::Apply).await?;
         let (object, params) = (self.applied(live.as_ref()), self.apply_params());
         if let Some(live) = &live
             && !self.ours(live)
@@ -303,25 +328,34 @@ impl ServerObject {
                 self.shown
             )));
         }
-        match self.api.patch(&self.name, &params, &Patch::Apply(&object)).await {
-            Ok(_) => said.push(format!("applied {}", self.shown)),
+        let applied = match self.api.patch(&self.name, &params, &Patch::Apply(&object)).await {
+            Ok(applied) => {
+                said.push(format!("applied {}", self.shown));
+                applied
+            }
             Err(kube::Error::Api(status)) if status.code == 409 => {
                 let Some(taken) = self.options.force.taken(&status) else {
                     return Err(self.api_error("applying", kube::Error::Api(status)));
                 };
-                self.api
+                let applied = self
+                    .api
                     .patch(&self.name, &params.force(), &Patch::Apply(&object))
                     .await
                     .map_err(|e| self.api_error("applying", e))?;
                 let taken = ownership::said(&taken);
                 said.push(format!("applied {}, taking back {taken} (changed by hand)", self.shown));
+                applied
             }
             Err(e) => return Err(self.api_error("applying", e)),
-        }
+        };
         if self.is_crd || self.options.wait.is_some() {
             // A CRD's kind is served once it is Established: a dependent's object of that kind
             // waits until then, as it waits for the action itself.
             self.wait_ready(said).await?;
+        } else {
+            // The state call that follows reads the server's answer, not the server again.
+            let applied = serde_json::to_value(applied).expect("an object serializes");
+            self.memory.keep(&self.memory_key(), Next::State, Some(applied));
         }
         Ok(())
     }

@@ -57,7 +57,8 @@ impl StatusWriter {
     }
 
     /// Writes the status `build` makes once the write before it is done, retrying conflicts
-    /// for up to `patience`.
+    /// for up to `patience` — unless it is the status last written: actions that start
+    /// together record their intents in one or two writes, not one each.
     pub async fn write_with(
         &self,
         build: impl FnOnce() -> ManifestStatus,
@@ -65,6 +66,9 @@ impl StatusWriter {
     ) -> Result<(), StatusWriteError> {
         let mut last = self.last.lock().await;
         let status = build();
+        if last.as_ref() == Some(&status) {
+            return Ok(());
+        }
         write_status_to(&self.ownership, &self.api, &self.namespace, &self.name, &status, patience).await?;
         *last = Some(status);
         Ok(())
