@@ -8,8 +8,11 @@
 //! the idle window below sees every Manifest's interval pass), the controller at the chart's
 //! default concurrency (4). It measures:
 //!
-//! 1. **Converging**: from one `kubectl apply` of the Manifests to all Ready, and the
-//!    controller's peak RSS; against `kubectl apply --server-side` of the same objects.
+//! 1. **Converging**: from one `kubectl apply` of the Manifests to all Ready (as the controller's
+//!    watch cache sees them),
+//!    the controller's peak RSS and CPU, and the API requests per object by verb and resource
+//!    (every client's, the control plane's too); against `kubectl apply --server-side` of the
+//!    same objects.
 //! 2. **Edits**: 5 ConfigMaps patched and 5 Deployments scaled, one at a time, each until it is
 //!    as declared again (polled with `kubectl get`, about 0.1 s apart): median and worst.
 //! 3. **Idle**: a minute after, over `DEPLOYSTER_BENCH_WINDOW_SECS` (default 120), the API server's requests
@@ -68,37 +71,56 @@ fn manifests(n: usize, interval: &str) -> String {
         .collect()
 }
 
-fn ready_count(cluster: &Cluster) -> usize {
-    let Some(list) = cluster.get(&["manifests"]) else { return 0 };
-    let items = list["items"].as_array().cloned().unwrap_or_default();
-    let ready = |m: &serde_json::Value| {
-        m["status"]["conditions"]
-            .as_array()
-            .is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
-    };
-    items.iter().filter(|m| ready(m)).count()
-}
-
 fn kib(pid: u32, field: &str) -> u64 {
     let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     text.lines().find_map(|l| l.strip_prefix(field)?.trim().trim_end_matches("kB").trim().parse().ok()).unwrap_or(0)
+}
+
+/// CPU seconds process `pid` has used (user and system).
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // After the command's name in parentheses: utime and stime are the 12th and 13th fields.
+    let fields: Vec<&str> = stat.rsplit_once(')').map_or(vec![], |(_, rest)| rest.split_whitespace().collect());
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / 100.0
 }
 
 fn mib(kib: u64) -> f64 {
     kib as f64 / 1024.0
 }
 
-/// `apiserver_request_total` summed by verb.
+/// `apiserver_request_total` summed by verb and resource ("PATCH configmaps").
 fn requests(cluster: &Cluster) -> BTreeMap<String, f64> {
     let (ok, text) = cluster.kubectl(&["get", "--raw", "/metrics"]);
     assert!(ok, "the API server's metrics: {text}");
-    let mut by_verb = BTreeMap::new();
+    let label = |labels: &str, name: &str| {
+        labels.split(&format!(",{name}=\"")).nth(1).and_then(|v| v.split('"').next()).unwrap_or("").to_string()
+    };
+    let mut counted = BTreeMap::new();
     for line in text.lines().filter(|l| l.starts_with("apiserver_request_total{")) {
         let Some((labels, value)) = line.rsplit_once(' ') else { continue };
-        let verb = labels.split("verb=\"").nth(1).and_then(|v| v.split('"').next()).unwrap_or("?");
-        *by_verb.entry(verb.to_string()).or_insert(0.0) += value.parse::<f64>().unwrap_or(0.0);
+        let labels = labels.replacen('{', ",", 1);
+        let key = format!(
+            "{} {}{}",
+            label(&labels, "verb"),
+            label(&labels, "resource"),
+            match label(&labels, "subresource") {
+                sub if sub.is_empty() => String::new(),
+                sub => format!("/{sub}"),
+            }
+        ) + if label(&labels, "dry_run").is_empty() { "" } else { " (dry run)" };
+        *counted.entry(key).or_insert(0.0) += value.parse::<f64>().unwrap_or(0.0);
     }
-    by_verb
+    counted
+}
+
+/// What was asked between `before` and `after`, each divided by `per`, largest first.
+fn asked(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>, per: f64) -> (f64, Vec<String>) {
+    let mut rows: Vec<(&String, f64)> =
+        after.iter().map(|(key, n)| (key, (n - before.get(key).copied().unwrap_or(0.0)) / per)).collect();
+    rows.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let total = rows.iter().map(|(_, n)| n).sum();
+    (total, rows.iter().filter(|(_, n)| *n >= 0.05).map(|(key, n)| format!("{key} {n:.1}")).collect())
 }
 
 fn controller(cluster: &Cluster, dir: &std::path::Path, name: &str) -> ControllerProcess {
@@ -131,7 +153,10 @@ fn main() {
     let window = Duration::from_secs(env_number("DEPLOYSTER_BENCH_WINDOW_SECS", 120));
     let interval = std::env::var("DEPLOYSTER_BENCH_INTERVAL").unwrap_or_else(|_| "1m".into());
     let cluster = Cluster::new("bench-watches");
-    let work = tempfile::tempdir().unwrap();
+    let mut work = tempfile::tempdir().unwrap();
+    // The controllers' logs, kept for a look afterwards when asked.
+    work.disable_cleanup(std::env::var_os("DEPLOYSTER_BENCH_KEEP").is_some());
+    eprintln!("the controllers' logs: {} (kept with DEPLOYSTER_BENCH_KEEP=1)", work.path().display());
     cluster.service_account(
         "deployer",
         "get,list,watch,create,patch,delete",
@@ -147,7 +172,6 @@ fn main() {
     let started = Instant::now();
     cluster.must(&["apply", "--server-side", "-n", &plain, "-f", file.to_str().unwrap()]);
     let kubectl_took = started.elapsed();
-    cluster.must(&["delete", "namespace", &plain, "--wait=false"]);
 
     let running = controller(&cluster, work.path(), "watching");
     wait_for("the controller to be ready", Duration::from_secs(60), || {
@@ -155,9 +179,15 @@ fn main() {
     });
     let file = work.path().join("manifests.yaml");
     std::fs::write(&file, manifests(n, &interval)).unwrap();
+    let before = requests(&cluster);
+    let cpu_before = cpu_seconds(running.child.id());
     let started = Instant::now();
     cluster.must(&cluster.ns(&["apply", "-f", file.to_str().unwrap()]));
-    wait_for("every Manifest to be Ready", Duration::from_secs(60 * 30), || ready_count(&cluster) == n);
+    // Read off the controller's watch cache: a kubectl listing every 200 ms would slow the API
+    // server it measures (on two cores), and `kubectl wait` is throttled to a few objects a second.
+    wait_for("every Manifest to be Ready", Duration::from_secs(60 * 30), || {
+        running.metric(r#"deployster_manifests{ready="True"}"#) == Some(n as f64)
+    });
     let converged = started.elapsed();
     println!(
         "converge: {n} Manifests x 4 objects Ready in {:.1} s; kubectl apply --server-side of the {} objects: {:.1} s ({:.1}x); \
@@ -168,6 +198,20 @@ fn main() {
         converged.as_secs_f64() / kubectl_took.as_secs_f64(),
         mib(kib(running.child.id(), "VmHWM:"))
     );
+    let (total, rows) = asked(&before, &requests(&cluster), 4.0 * n as f64);
+    let reconciles: f64 = ["succeeded", "failed"]
+        .iter()
+        .filter_map(|result| running.metric(&format!("deployster_reconciles_total{{result=\"{result}\"}}")))
+        .sum();
+    println!(
+        "converge: {:.1} reconciles per Manifest, controller CPU {:.1} ms per Manifest; {total:.1} API requests per \
+         object (every client): {}",
+        reconciles / n as f64,
+        (cpu_seconds(running.child.id()) - cpu_before) * 1000.0 / n as f64,
+        rows.join(", ")
+    );
+    // Deleted only now: the namespace controller's deletions would have slowed the converging.
+    cluster.must(&["delete", "namespace", &plain, "--wait=false"]);
     wait_for("the watches to open", Duration::from_secs(60), || running.metric("deployster_watch_open") == Some(4.0));
 
     // 2. Edits, one at a time.
@@ -212,11 +256,7 @@ fn main() {
         let after = requests(&cluster);
         let passes = controller.metric(r#"deployster_reconciles_total{result="succeeded"}"#).unwrap_or(0.0) - passes;
         let minutes = window.as_secs_f64() / 60.0;
-        let per_minute: BTreeMap<&String, f64> =
-            after.iter().map(|(verb, n)| (verb, (n - before.get(verb).copied().unwrap_or(0.0)) / minutes)).collect();
-        let total: f64 = per_minute.values().sum();
-        let verbs: Vec<String> =
-            per_minute.iter().filter(|(_, n)| **n >= 0.5).map(|(verb, n)| format!("{verb} {n:.0}")).collect();
+        let (total, verbs) = asked(&before, &after, minutes);
         println!(
             "idle, {what}: {total:.0} API requests/min ({}), {:.0} passes/min, controller RSS {:.0} MiB, watches open {}",
             verbs.join(", "),
