@@ -79,6 +79,34 @@ fn corrected(what: &str, done: impl FnMut() -> bool) -> Duration {
     took
 }
 
+/// Changes ConfigMaps `unrelated-0` … `unrelated-<count - 1>` `rounds` times each, 16 at a
+/// time: how many changes the server took.
+fn change_unrelated(cluster: &Cluster, count: usize, rounds: usize) -> usize {
+    use futures::StreamExt;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{Api, Patch, PatchParams};
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    deployster::client::install_crypto();
+    runtime.block_on(async {
+        let kubeconfig = kube::config::Kubeconfig::read_from(&cluster.kubeconfig).unwrap();
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await.unwrap();
+        let api: Api<ConfigMap> = Api::namespaced(kube::Client::try_from(config).unwrap(), &cluster.namespace);
+        let changes = (0..rounds).flat_map(|round| (0..count).map(move |i| (round, i)));
+        futures::stream::iter(changes)
+            .map(|(round, i)| {
+                let api = api.clone();
+                async move {
+                    let patch = serde_json::json!({"data": {"round": round.to_string()}});
+                    api.patch(&format!("unrelated-{i}"), &PatchParams::default(), &Patch::Merge(&patch)).await
+                }
+            })
+            .buffer_unordered(16)
+            .filter(|changed| std::future::ready(changed.is_ok()))
+            .count()
+            .await
+    })
+}
+
 #[test]
 #[ignore = "needs a Kubernetes API server: DEPLOYSTER_E2E_KUBECONFIG=<kubeconfig ../shared/apiserver/up.sh prints> cargo test --test apiserver watches:: -- --include-ignored"]
 fn changes_to_managed_objects_are_corrected_at_once_and_nothing_else_starts_a_pass() {
@@ -89,7 +117,8 @@ fn changes_to_managed_objects_are_corrected_at_once_and_nothing_else_starts_a_pa
     assert_eq!(settings["metadata"]["labels"]["deployster.io/managed"], "true", "labelled for watches");
     let passes = settled(&controller, Duration::from_secs(4));
 
-    // What is no change of its objects starts no pass: objects it does not manage, another
+    // What is no change of its objects starts no pass: objects it does not manage (10,000
+    // changes to 200 of them in its namespace), another
     // Manifest's claim on its ConfigMap (refused, as before: nothing written), its own writes.
     let unrelated: String = (0..200)
         .map(|i| {
@@ -97,6 +126,8 @@ fn changes_to_managed_objects_are_corrected_at_once_and_nothing_else_starts_a_pa
         })
         .collect();
     cluster.apply_yaml(&unrelated);
+    let changes = change_unrelated(&cluster, 200, 50);
+    assert_eq!(changes, 10_000, "every change made");
     cluster.must(&cluster.ns(&["label", "configmap", "unrelated-1", "deployster.io/managed=true"]));
     cluster.apply_yaml(&manifest("thief", "watcher", "1h", "settings"));
     wait_for("the second claim to be refused", Duration::from_secs(60), || {

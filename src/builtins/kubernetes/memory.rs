@@ -6,8 +6,8 @@
 //! a PATCH where `kubectl apply --server-side` makes the PATCH alone. Instead `apply` takes
 //! what the `state` call before it read, and the `state` after takes what the apply returned —
 //! the server's own answer. Each is taken once, by that next call only, and only within
-//! [`FRESH_FOR`]: any other read goes to the server, so a change made meanwhile (what a watch
-//! saw) is never answered from here.
+//! [`FRESH_FOR`]; any other call goes to the server and drops what was kept (a delete, a
+//! wait), so a change made meanwhile (what a watch saw) is never answered from here.
 
 use std::num::NonZeroUsize;
 use std::sync::Mutex;
@@ -63,6 +63,11 @@ impl Memory {
         fresh.put(key.to_string(), Fresh { at: Instant::now(), for_, object });
     }
 
+    /// Drops what was kept of `key`: a call read the server afresh, or changed the object.
+    pub(super) fn forget(&self, key: &str) {
+        self.fresh.lock().expect("memory lock").pop(key);
+    }
+
     /// What `key` was kept as for call `by`, if within [`FRESH_FOR`]; taken, so that it answers
     /// one call. `None`: ask the server.
     pub(super) fn take(&self, key: &str, by: Next) -> Option<Option<Value>> {
@@ -87,6 +92,9 @@ mod tests {
         memory.keep("k", Next::State, None);
         assert_eq!(memory.take("k", Next::State), Some(None), "missing, as kept");
         assert_eq!(memory.take("k", Next::State), None, "once");
+        memory.keep("k", Next::State, Some(json!(1)));
+        memory.forget("k");
+        assert_eq!(memory.take("k", Next::State), None, "a call between (a delete) read the server");
     }
 
     #[test]

@@ -155,7 +155,10 @@ impl ServerObject {
         })
     }
 
+    /// The object as the server holds it; what was kept of it is dropped (a delete, a wait
+    /// read afresh: what the call after them reads is the server's too).
     async fn live(&self) -> Result<Option<Value>, ObjectError> {
+        self.memory.forget(&self.memory_key());
         let live = self.api.get_opt(&self.name).await.map_err(|e| self.api_error("reading", e))?;
         Ok(live.map(|object| serde_json::to_value(object).expect("an object serializes")))
     }
