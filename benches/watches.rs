@@ -14,8 +14,11 @@
 //!    (every client's, the control plane's too); against `kubectl apply --server-side` of the
 //!    same objects.
 //! 2. **Edits**: 5 ConfigMaps patched and 5 Deployments scaled, one at a time, each until it is
-//!    as declared again (polled with `kubectl get`, about 0.1 s apart): median and worst.
-//! 3. **Idle**: a minute after, over `DEPLOYSTER_BENCH_WINDOW_SECS` (default 120), the API server's requests
+//!    as declared again (polled with `kubectl get`, 0.2 s apart): median and worst.
+//! 3. **A fight**, when `DEPLOYSTER_BENCH_FIGHT_SECS` is set (600: the issue's ten minutes):
+//!    another writer scales a Deployment back whenever it is corrected; when each correction
+//!    came, and when the Manifest said `Thrashing`.
+//! 4. **Idle**: a minute after, over `DEPLOYSTER_BENCH_WINDOW_SECS` (default 120), the API server's requests
 //!    per minute (`apiserver_request_total`, every client: the controller, its ServiceAccounts'
 //!    impersonated requests, and the control plane's own) and the controller's RSS — with the
 //!    watches, then with `list`/`watch` taken from the ServiceAccount and the controller
@@ -125,6 +128,53 @@ fn asked(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>, per: f64
 
 fn controller(cluster: &Cluster, dir: &std::path::Path, name: &str) -> ControllerProcess {
     ControllerProcess::start(cluster, dir, name, &["--namespace", &cluster.namespace, "--concurrency", "4"])
+}
+
+/// A Deployment of a Manifest at the default interval (5m) that another writer scales to 2
+/// whenever it is back at 0 (an HPA's way), for `window`: when each correction came, and when
+/// the Manifest said `Thrashing`.
+fn fought(cluster: &Cluster, window: Duration) {
+    let object = "{apiVersion: apps/v1, kind: Deployment, metadata: {name: fought}, spec: {replicas: 0, selector: \
+                  {matchLabels: {app: fought}}, template: {metadata: {labels: {app: fought}}, spec: {containers: \
+                  [{name: web, image: registry.invalid/web:1}]}}}}";
+    cluster.apply_yaml(&format!(
+        "apiVersion: deployster.io/v1alpha1\nkind: Manifest\nmetadata: {{name: fight}}\nspec:\n  \
+         serviceAccountName: deployer\n  resources:\n    web:\n      type: builtin/kubernetes\n      config: {{object: {object}}}\n"
+    ));
+    wait_for("the fought Manifest to be Ready", Duration::from_secs(120), || {
+        cluster.condition("fight", "Ready") == "True"
+    });
+    let started = Instant::now();
+    let (mut corrections, mut thrashing, mut checked) = (Vec::new(), None, Instant::now());
+    while started.elapsed() < window {
+        if cluster.get(&["deployment", "fought"]).is_some_and(|d| d["spec"]["replicas"] == 0) {
+            if started.elapsed() > Duration::from_secs(1) {
+                corrections.push(started.elapsed().as_secs_f64());
+            }
+            cluster.must(&cluster.ns(&["scale", "deployment", "fought", "--replicas", "2"]));
+        }
+        if thrashing.is_none() && checked.elapsed() > Duration::from_secs(2) {
+            checked = Instant::now();
+            let manifest = cluster.get(&["manifest", "fight"]).unwrap_or_default();
+            let conditions = manifest["status"]["conditions"].as_array().cloned().unwrap_or_default();
+            if conditions.iter().any(|c| c["type"] == "Ready" && c["reason"] == "Thrashing") {
+                thrashing = Some(started.elapsed().as_secs_f64());
+            }
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let at: Vec<String> = corrections.iter().map(|t| format!("{t:.0}")).collect();
+    let gaps: Vec<String> = corrections.windows(2).skip(9).map(|w| format!("{:.0}", w[1] - w[0])).collect();
+    println!(
+        "fight: {:.0} s against a writer scaling a Deployment back at once (interval 5m): {} corrections, at {} s; \
+         Thrashing said after {}; gaps after the tenth: [{}] s",
+        window.as_secs_f64(),
+        corrections.len(),
+        at.join(" "),
+        thrashing.map_or("never".to_string(), |t| format!("{t:.0} s")),
+        gaps.join(" ")
+    );
+    cluster.must(&cluster.ns(&["delete", "manifest", "fight"]));
 }
 
 fn grant(cluster: &Cluster, verbs: &str) {
@@ -245,7 +295,15 @@ fn main() {
         said.join(" ")
     );
 
-    // 3. Idle, with the watches; then the interval alone.
+    // 3. A field fought over by another writer, when asked.
+    let fight = env_number("DEPLOYSTER_BENCH_FIGHT_SECS", 0);
+    if fight > 0 {
+        fought(&cluster, Duration::from_secs(fight));
+    } else {
+        println!("fight: not run (DEPLOYSTER_BENCH_FIGHT_SECS=600 runs a 10-minute one)");
+    }
+
+    // 4. Idle, with the watches; then the interval alone.
     let idle = |controller: &ControllerProcess, what: &str| {
         // What creation set off settles first: the token controller's Secrets on new
         // ServiceAccounts, the Deployments' revision annotations (each a change, read once).
