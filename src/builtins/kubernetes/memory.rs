@@ -24,7 +24,7 @@ const KEPT: usize = 4096;
 
 /// Which call a fresh object is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Next {
+pub(super) enum KeptFor {
     /// Read by `state`: for the `apply` that follows it.
     Apply,
     /// Returned by `apply`: for the `state` that follows it.
@@ -33,7 +33,7 @@ pub(super) enum Next {
 
 struct Fresh {
     at: Instant,
-    for_: Next,
+    for_: KeptFor,
     /// `None`: it does not exist.
     object: Option<Value>,
 }
@@ -55,7 +55,7 @@ impl Default for Memory {
 impl Memory {
     /// Keeps `object` as `key` stands now (`None`: missing), for the call `for_`; drops what
     /// is no longer fresh, so that no more is held than a few seconds' calls.
-    pub(super) fn keep(&self, key: &str, for_: Next, object: Option<Value>) {
+    pub(super) fn keep(&self, key: &str, for_: KeptFor, object: Option<Value>) {
         let mut fresh = self.fresh.lock().expect("memory lock");
         while fresh.peek_lru().is_some_and(|(_, oldest)| oldest.at.elapsed() > FRESH_FOR) {
             fresh.pop_lru();
@@ -70,7 +70,7 @@ impl Memory {
 
     /// What `key` was kept as for call `by`, if within [`FRESH_FOR`]; taken, so that it answers
     /// one call. `None`: ask the server.
-    pub(super) fn take(&self, key: &str, by: Next) -> Option<Option<Value>> {
+    pub(super) fn take(&self, key: &str, by: KeptFor) -> Option<Option<Value>> {
         let fresh = self.fresh.lock().expect("memory lock").pop(key)?;
         (fresh.for_ == by && fresh.at.elapsed() <= FRESH_FOR).then_some(fresh.object)
     }
@@ -84,29 +84,29 @@ mod tests {
     #[test]
     fn a_fresh_object_answers_the_next_call_it_is_for_once() {
         let memory = Memory::default();
-        memory.keep("k", Next::Apply, Some(json!({"a": 1})));
-        assert_eq!(memory.take("k", Next::State), None, "kept for an apply, not a state");
-        assert_eq!(memory.take("k", Next::Apply), None, "a call it was not for dropped it");
-        memory.keep("k", Next::Apply, Some(json!({"a": 1})));
-        assert_eq!(memory.take("k", Next::Apply), Some(Some(json!({"a": 1}))));
-        memory.keep("k", Next::State, None);
-        assert_eq!(memory.take("k", Next::State), Some(None), "missing, as kept");
-        assert_eq!(memory.take("k", Next::State), None, "once");
-        memory.keep("k", Next::State, Some(json!(1)));
+        memory.keep("k", KeptFor::Apply, Some(json!({"a": 1})));
+        assert_eq!(memory.take("k", KeptFor::State), None, "kept for an apply, not a state");
+        assert_eq!(memory.take("k", KeptFor::Apply), None, "a call it was not for dropped it");
+        memory.keep("k", KeptFor::Apply, Some(json!({"a": 1})));
+        assert_eq!(memory.take("k", KeptFor::Apply), Some(Some(json!({"a": 1}))));
+        memory.keep("k", KeptFor::State, None);
+        assert_eq!(memory.take("k", KeptFor::State), Some(None), "missing, as kept");
+        assert_eq!(memory.take("k", KeptFor::State), None, "once");
+        memory.keep("k", KeptFor::State, Some(json!(1)));
         memory.forget("k");
-        assert_eq!(memory.take("k", Next::State), None, "a call between (a delete) read the server");
+        assert_eq!(memory.take("k", KeptFor::State), None, "a call between (a delete) read the server");
     }
 
     #[test]
     fn what_is_older_than_fresh_for_is_asked_again_and_not_held() {
         let memory = Memory::default();
         let age = |key: &str| memory.fresh.lock().unwrap().get_mut(key).unwrap().at -= FRESH_FOR * 2;
-        memory.keep("k", Next::State, Some(json!(1)));
+        memory.keep("k", KeptFor::State, Some(json!(1)));
         age("k");
-        assert_eq!(memory.take("k", Next::State), None);
-        memory.keep("old", Next::State, Some(json!(1)));
+        assert_eq!(memory.take("k", KeptFor::State), None);
+        memory.keep("old", KeptFor::State, Some(json!(1)));
         age("old");
-        memory.keep("new", Next::State, Some(json!(2)));
+        memory.keep("new", KeptFor::State, Some(json!(2)));
         assert_eq!(memory.fresh.lock().unwrap().len(), 1, "what went stale was dropped");
     }
 }

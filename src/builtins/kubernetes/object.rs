@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use super::error::{ObjectError, api_code};
 use super::ignore::Ignored;
-use super::memory::{Memory, Next};
+use super::memory::{KeptFor, Memory};
 use super::ownership::{self, Force};
 use super::{FIELD_MANAGER, Kinds, MANAGED_LABEL, OWNER_ANNOTATION, Said, diff, ready, schema};
 
@@ -165,7 +165,7 @@ impl ServerObject {
 
     /// The object as the call before this one (`by`'s) left it, if that was just now; else as
     /// the server holds it ([`super::memory`]).
-    async fn live_for(&self, by: Next) -> Result<Option<Value>, ObjectError> {
+    async fn live_for(&self, by: KeptFor) -> Result<Option<Value>, ObjectError> {
         match self.memory.take(&self.memory_key(), by) {
             Some(kept) => Ok(kept),
             None => self.live().await,
@@ -184,11 +184,11 @@ impl ServerObject {
     }
 
     pub(super) async fn standing(&self) -> Result<ObjectStanding, ObjectError> {
-        let live = self.live_for(Next::State).await?;
+        let live = self.live_for(KeptFor::State).await?;
         let standing = self.standing_of(live.as_ref()).await?;
         if matches!(standing, ObjectStanding::Missing | ObjectStanding::Stale { .. }) {
             // An apply comes next: it need not read the object again.
-            self.memory.keep(&self.memory_key(), Next::Apply, live);
+            self.memory.keep(&self.memory_key(), KeptFor::Apply, live);
         }
         Ok(standing)
     }
@@ -320,7 +320,7 @@ impl ServerObject {
     }
 
     pub(super) async fn apply(&self, said: &mut Said) -> Result<(), ObjectError> {
-        let live = self.live_for(Next::Apply).await?;
+        let live = self.live_for(KeptFor::Apply).await?;
         let (object, params) = (self.applied(live.as_ref()), self.apply_params());
         if let Some(live) = &live
             && !self.ours(live)
@@ -358,7 +358,7 @@ impl ServerObject {
         } else {
             // The state call that follows reads the server's answer, not the server again.
             let applied = serde_json::to_value(applied).expect("an object serializes");
-            self.memory.keep(&self.memory_key(), Next::State, Some(applied));
+            self.memory.keep(&self.memory_key(), KeptFor::State, Some(applied));
         }
         Ok(())
     }
