@@ -47,6 +47,7 @@ mod object;
 mod ownership;
 mod ready;
 mod schema;
+pub mod written;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -13,6 +13,7 @@ use super::error::{ObjectError, api_code};
 use super::ignore::Ignored;
 use super::memory::{KeptFor, Memory};
 use super::ownership::{self, Force};
+use super::written::{self, written};
 use super::{FIELD_MANAGER, Kinds, MANAGED_LABEL, OWNER_ANNOTATION, Said, diff, ready, schema};
 
 /// What the config says besides the objects, and whose they are.
@@ -41,6 +42,8 @@ pub(super) struct ServerObject {
     is_crd: bool,
     /// Where dry-run findings, and what was just read or applied, are remembered.
     memory: Arc<Memory>,
+    /// How [`written`] names it.
+    written_as: String,
 }
 
 /// Where one object stands.
@@ -119,12 +122,13 @@ impl ServerObject {
             })?,
             None => object.clone(),
         };
-        let (api, shown) = match capabilities.scope {
+        let (api, shown, written_as) = match capabilities.scope {
             Scope::Namespaced => {
                 let namespace =
                     object.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or(namespace).to_string();
                 wanted["metadata"]["namespace"] = Value::String(namespace.clone());
-                (Api::namespaced_with(client, &namespace, &resource), format!("{kind} {namespace}/{name}"))
+                let written_as = written::object_key(api_version, kind, Some(&namespace), &name);
+                (Api::namespaced_with(client, &namespace, &resource), format!("{kind} {namespace}/{name}"), written_as)
             }
             Scope::Cluster => {
                 if let Some(namespace) = object.pointer("/metadata/namespace").and_then(Value::as_str) {
@@ -132,7 +136,8 @@ impl ServerObject {
                         "{kind} is not namespaced, yet {at} names namespace `{namespace}`"
                     )));
                 }
-                (Api::all_with(client, &resource), format!("{kind} {name}"))
+                let written_as = written::object_key(api_version, kind, None, &name);
+                (Api::all_with(client, &resource), format!("{kind} {name}"), written_as)
             }
         };
         // Kubernetes' own groups: none, or one under k8s.io.
@@ -152,6 +157,7 @@ impl ServerObject {
             is_secret,
             is_crd: kind == "CustomResourceDefinition" && group == "apiextensions.k8s.io",
             memory: memory.clone(),
+            written_as,
         })
     }
 
@@ -331,6 +337,8 @@ impl ServerObject {
                 self.shown
             )));
         }
+        // A watch that sees this write before its answer comes waits for the answer.
+        let writing = written().begin(&self.written_as);
         let applied = match self.api.patch(&self.name, &params, &Patch::Apply(&object)).await {
             Ok(applied) => {
                 said.push(format!("applied {}", self.shown));
@@ -351,6 +359,10 @@ impl ServerObject {
             }
             Err(e) => return Err(self.api_error("applying", e)),
         };
+        if let Some(version) = &applied.metadata.resource_version {
+            writing.wrote(version);
+        }
+        drop(writing);
         if self.is_crd || self.options.wait.is_some() {
             // A CRD's kind is served once it is Established: a dependent's object of that kind
             // waits until then, as it waits for the action itself.

@@ -1,12 +1,10 @@
-//! Pure: what a watch event of a managed object says — nothing new, Deployster's own write, or
-//! a change someone else made that a pass should look at.
+//! Pure: whether a watch event of a managed object is a change that matters, and whose object
+//! it is.
 
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
 
 use kube::api::ObjectMeta;
-
-use crate::builtins::kubernetes::FIELD_MANAGER;
 
 /// What is remembered of an object between its events: enough to tell a change, little memory.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,28 +53,15 @@ pub enum Verdict {
     Changed,
 }
 
-/// Judges an object's event: `before` is what was seen of it last (none: first seen), `meta`
-/// its metadata now. A change whose newest field-manager entry is Deployster's apply, alone at
-/// that second, is its own write. A change seen first in a re-listing (after the watch was
-/// down) counts as any other; an object first seen in a listing is no change.
-pub fn judge(before: Option<&Seen>, meta: &ObjectMeta, listing: bool) -> Verdict {
-    let now = Seen::of(meta);
+/// Whether an object's event is a change: `before` is what was seen of it last (none: first
+/// seen), `meta` its metadata now. A change seen first in a re-listing (after the watch was
+/// down) counts as any other; an object first seen in a listing is no change. Whose change it
+/// is, its `resourceVersion` tells ([`crate::builtins::kubernetes::written`]).
+pub fn changed(before: Option<&Seen>, meta: &ObjectMeta, listing: bool) -> bool {
     match before {
-        None if listing => Verdict::Unchanged,
-        Some(before) if !before.changed_to(&now) => Verdict::Unchanged,
-        _ if last_written_by_us(meta) => Verdict::Ours,
-        _ => Verdict::Changed,
+        None => !listing,
+        Some(before) => before.changed_to(&Seen::of(meta)),
     }
-}
-
-/// Whether the newest entry of the managed fields is Deployster's apply and no other entry
-/// is as new (their times are to the second: a tie may hide another writer).
-pub fn last_written_by_us(meta: &ObjectMeta) -> bool {
-    let entries = meta.managed_fields.as_deref().unwrap_or_default();
-    let Some(newest) = entries.iter().filter_map(|e| e.time.as_ref()).map(|t| t.0).max() else { return false };
-    let at_newest: Vec<_> = entries.iter().filter(|e| e.time.as_ref().map(|t| t.0) == Some(newest)).collect();
-    matches!(at_newest.as_slice(), [only] if only.manager.as_deref() == Some(FIELD_MANAGER)
-        && only.operation.as_deref() == Some("Apply"))
 }
 
 /// Whose an object is and which resource of it, as its owner annotation says
@@ -91,66 +76,40 @@ pub fn owner(meta: &ObjectMeta) -> Option<(String, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, Time};
-    use k8s_openapi::jiff::Timestamp;
 
-    fn entry(manager: &str, operation: &str, second: i64) -> ManagedFieldsEntry {
-        ManagedFieldsEntry {
-            manager: Some(manager.into()),
-            operation: Some(operation.into()),
-            time: Some(Time(Timestamp::from_second(1_700_000_000 + second).unwrap())),
-            ..Default::default()
-        }
-    }
-
-    fn meta(generation: Option<i64>, version: &str, annotation: &str, managers: Vec<ManagedFieldsEntry>) -> ObjectMeta {
+    fn meta(generation: Option<i64>, version: &str, annotation: &str) -> ObjectMeta {
         ObjectMeta {
             generation,
             resource_version: Some(version.into()),
             annotations: Some([("a".to_string(), annotation.to_string())].into()),
-            managed_fields: Some(managers),
             ..Default::default()
         }
     }
 
     #[test]
-    fn a_change_by_someone_else_wakes_and_deployster_s_own_apply_does_not() {
-        let before = Seen::of(&meta(Some(1), "10", "x", vec![entry("deployster", "Apply", 0)]));
-        let scaled =
-            meta(Some(2), "11", "x", vec![entry("deployster", "Apply", 0), entry("kubectl-scale", "Update", 5)]);
-        assert_eq!(judge(Some(&before), &scaled, false), Verdict::Changed);
-        let corrected =
-            meta(Some(3), "12", "x", vec![entry("deployster", "Apply", 6), entry("kubectl-scale", "Update", 5)]);
-        assert_eq!(judge(Some(&Seen::of(&scaled)), &corrected, false), Verdict::Ours);
-        // Written in the same second as another manager: not known to be ours alone.
-        let tied = meta(Some(3), "12", "x", vec![entry("deployster", "Apply", 5), entry("kubectl-scale", "Update", 5)]);
-        assert_eq!(judge(Some(&Seen::of(&scaled)), &tied, false), Verdict::Changed);
-        // An update by Deployster's manager name but not an apply is not its.
-        let updated = meta(Some(4), "13", "x", vec![entry("deployster", "Update", 9)]);
-        assert_eq!(judge(Some(&before), &updated, false), Verdict::Changed);
+    fn a_new_generation_or_new_marks_are_a_change() {
+        let before = Seen::of(&meta(Some(1), "10", "x"));
+        assert!(changed(Some(&before), &meta(Some(2), "11", "x"), false), "scaled");
+        assert!(changed(Some(&before), &meta(Some(1), "12", "relabelled"), false));
     }
 
     #[test]
     fn status_writes_of_kinds_with_a_generation_are_no_change_and_any_write_of_others_is() {
-        let managers = || vec![entry("deployster", "Apply", 0), entry("kube-controller-manager", "Update", 7)];
-        let before = Seen::of(&meta(Some(1), "10", "x", managers()));
-        assert_eq!(judge(Some(&before), &meta(Some(1), "11", "x", managers()), false), Verdict::Unchanged);
-        assert_eq!(judge(Some(&before), &meta(Some(1), "12", "relabelled", managers()), false), Verdict::Changed);
-        let config_map = Seen::of(&meta(None, "10", "x", managers()));
-        assert_eq!(judge(Some(&config_map), &meta(None, "10", "x", managers()), false), Verdict::Unchanged);
-        assert_eq!(judge(Some(&config_map), &meta(None, "11", "x", managers()), false), Verdict::Changed);
+        let before = Seen::of(&meta(Some(1), "10", "x"));
+        assert!(!changed(Some(&before), &meta(Some(1), "11", "x"), false));
+        let config_map = Seen::of(&meta(None, "10", "x"));
+        assert!(!changed(Some(&config_map), &meta(None, "10", "x"), false));
+        assert!(changed(Some(&config_map), &meta(None, "11", "x"), false));
     }
 
     #[test]
     fn a_listing_tells_only_what_changed_while_the_watch_was_down() {
-        let managers = || vec![entry("kubectl-edit", "Update", 3)];
-        assert_eq!(judge(None, &meta(None, "10", "x", managers()), true), Verdict::Unchanged, "first seen");
-        let before = Seen::of(&meta(None, "10", "x", managers()));
-        assert_eq!(judge(Some(&before), &meta(None, "10", "x", managers()), true), Verdict::Unchanged);
-        assert_eq!(judge(Some(&before), &meta(None, "14", "y", managers()), true), Verdict::Changed);
+        assert!(!changed(None, &meta(None, "10", "x"), true), "first seen");
+        let before = Seen::of(&meta(None, "10", "x"));
+        assert!(!changed(Some(&before), &meta(None, "10", "x"), true));
+        assert!(changed(Some(&before), &meta(None, "14", "y"), true));
         // Appearing while watching (not listed): created by someone, or by Deployster.
-        assert_eq!(judge(None, &meta(None, "15", "x", managers()), false), Verdict::Changed);
-        assert_eq!(judge(None, &meta(None, "15", "x", vec![entry("deployster", "Apply", 9)]), false), Verdict::Ours);
+        assert!(changed(None, &meta(None, "15", "x"), false));
     }
 
     #[test]

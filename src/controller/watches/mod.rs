@@ -10,7 +10,9 @@
 //!   the first and stopped with the last.
 //! - **Which pass.** An event names its Manifest and resource by the object's owner annotation
 //!   ([`judge::owner`]); one that no registered Manifest declares (another's, or left over)
-//!   wakes nothing. Deployster's own writes wake nothing ([`judge::judge`]).
+//!   wakes nothing. Deployster's own writes wake nothing: an event is its own write when its
+//!   `resourceVersion` is one an apply of this process returned
+//!   ([`crate::builtins::kubernetes::written`]).
 //!
 //! [`Watches::register`] is called after each pass that applied, with what it declared;
 //! [`Watches::forget`] when a Manifest goes (or goes to another replica).

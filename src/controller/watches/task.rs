@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use super::super::metrics::VerdictLabels;
 use super::judge::{self, Seen, Verdict};
 use super::{WatchKey, WatchShared, selector};
+use crate::builtins::kubernetes::written::{object_key, written};
 
 /// Failures in a row after which a watch starts again from a listing.
 const RESTART_AFTER_FAILURES: u32 = 3;
@@ -34,7 +35,7 @@ pub(super) async fn watch(
     let mut known: HashMap<String, LastSeen> = HashMap::new();
     // The names listed since the watch (re)started, until its listing is done.
     let mut listed: Option<HashSet<String>> = None;
-    let changed = |meta: &ObjectMeta, verdict: Verdict| {
+    let tell = |meta: &ObjectMeta, verdict: Verdict| {
         let word = match verdict {
             Verdict::Unchanged => return,
             Verdict::Ours => "ours",
@@ -64,7 +65,14 @@ pub(super) async fn watch(
                     let meta = &object.metadata;
                     let name = meta.name.clone().unwrap_or_default();
                     let listing = listed.as_mut().map(|listed| listed.insert(name.clone())).is_some();
-                    changed(meta, judge::judge(known.get(&name).map(|k| &k.seen), meta, listing));
+                    let verdict = if !judge::changed(known.get(&name).map(|k| &k.seen), meta, listing) {
+                        Verdict::Unchanged
+                    } else if by_us(&key, meta).await {
+                        Verdict::Ours
+                    } else {
+                        Verdict::Changed
+                    };
+                    tell(meta, verdict);
                     known.insert(name, LastSeen { seen: Seen::of(meta), owner: judge::owner(meta) });
                 }
                 Some(Ok(watcher::Event::InitDone)) => {
@@ -80,7 +88,7 @@ pub(super) async fn watch(
                 Some(Ok(watcher::Event::Delete(object))) => {
                     let meta = &object.metadata;
                     known.remove(meta.name.as_deref().unwrap_or_default());
-                    changed(meta, Verdict::Changed);
+                    tell(meta, Verdict::Changed);
                 }
                 Some(Err(e)) => {
                     tracing::warn!(watch = ?key, error = %e, "a watch of managed objects failed; retrying with backoff");
@@ -90,4 +98,13 @@ pub(super) async fn watch(
         listed = None;
         tracing::info!(watch = ?key, "a watch of managed objects failed {RESTART_AFTER_FAILURES} times in a row: listing again");
     }
+}
+
+/// Whether `meta` is as an apply of this process left it: its `resourceVersion` is one an
+/// apply returned ([`written`]).
+async fn by_us(key: &WatchKey, meta: &ObjectMeta) -> bool {
+    let Some(version) = meta.resource_version.as_deref() else { return false };
+    let object =
+        object_key(&key.api_version, &key.kind, meta.namespace.as_deref(), meta.name.as_deref().unwrap_or_default());
+    written().by_us(&object, version).await
 }
