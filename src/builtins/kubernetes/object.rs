@@ -359,9 +359,7 @@ impl ServerObject {
             }
             Err(e) => return Err(self.api_error("applying", e)),
         };
-        if let Some(version) = &applied.metadata.resource_version {
-            writing.wrote(version);
-        }
+        writing.wrote(&applied.metadata);
         drop(writing);
         if self.is_crd || self.options.wait.is_some() {
             // A CRD's kind is served once it is Established: a dependent's object of that kind

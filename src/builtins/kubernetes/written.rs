@@ -11,11 +11,13 @@
 //! and every watch reads here. Bounded: the newest [`VERSIONS`] writes of the [`OBJECTS`]
 //! objects written last.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::hash::{Hash, Hasher};
 use std::num::NonZeroUsize;
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use lru::LruCache;
 use tokio::sync::Notify;
 
@@ -28,6 +30,44 @@ const OBJECTS: usize = 8192;
 /// How many of one object's newest writes are remembered (a watch that lags sees several).
 const VERSIONS: usize = 4;
 
+/// What is remembered of an object as a write left it or a watch saw it: enough to tell a
+/// change, little memory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Seen {
+    /// Bumped by the server on a change of the spec (not of the status) for kinds that keep
+    /// one; `None` for kinds that do not (ConfigMaps, Secrets, ServiceAccounts).
+    generation: Option<i64>,
+    /// A digest of the labels and annotations.
+    marks: u64,
+    resource_version: String,
+}
+
+impl Seen {
+    /// What `meta` says.
+    pub fn of(meta: &ObjectMeta) -> Self {
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        let empty = BTreeMap::new();
+        meta.labels.as_ref().unwrap_or(&empty).hash(&mut hasher);
+        0u8.hash(&mut hasher);
+        meta.annotations.as_ref().unwrap_or(&empty).hash(&mut hasher);
+        Seen {
+            generation: meta.generation.filter(|g| *g > 0),
+            marks: hasher.finish(),
+            resource_version: meta.resource_version.clone().unwrap_or_default(),
+        }
+    }
+
+    /// Whether `now` differs from this in what a user declares: the spec (its generation) and
+    /// the labels and annotations for kinds with a generation — their status writes (a
+    /// Deployment's controller, every few seconds) are no change — and any write for others.
+    pub fn changed_to(&self, now: &Seen) -> bool {
+        match (self.generation, now.generation) {
+            (Some(before), Some(after)) => before != after || self.marks != now.marks,
+            _ => self.resource_version != now.resource_version,
+        }
+    }
+}
+
 /// The writes of this process ([`written`]).
 pub struct Written {
     state: Mutex<State>,
@@ -37,7 +77,7 @@ pub struct Written {
 
 #[derive(Debug)]
 struct State {
-    versions: LruCache<String, VecDeque<String>>,
+    versions: LruCache<String, VecDeque<Seen>>,
     /// Writes on their way, by object.
     underway: HashMap<String, usize>,
 }
@@ -86,7 +126,11 @@ impl Written {
             ended.as_mut().enable();
             {
                 let mut state = self.state.lock().expect("written lock");
-                if state.versions.get(object).is_some_and(|versions| versions.iter().any(|v| v == version)) {
+                if state
+                    .versions
+                    .get(object)
+                    .is_some_and(|versions| versions.iter().any(|v| v.resource_version == version))
+                {
                     return true;
                 }
                 if !state.underway.contains_key(object) {
@@ -98,17 +142,24 @@ impl Written {
             }
         }
     }
+
+    /// How the newest answered write of `object` left it: what a watch that first sees the
+    /// object compares it with, so that a change between the write and the watch's listing
+    /// is a change.
+    pub fn last(&self, object: &str) -> Option<Seen> {
+        self.state.lock().expect("written lock").versions.get(object)?.back().cloned()
+    }
 }
 
 impl Writing<'_> {
-    /// The server's answer: the object is now at `version`.
-    pub fn wrote(&self, version: &str) {
+    /// The server's answer: the object is now as `meta` says.
+    pub fn wrote(&self, meta: &ObjectMeta) {
         let mut state = self.written.state.lock().expect("written lock");
         let versions = state.versions.get_or_insert_mut(self.object.clone(), VecDeque::new);
         if versions.len() == VERSIONS {
             versions.pop_front();
         }
-        versions.push_back(version.to_string());
+        versions.push_back(Seen::of(meta));
     }
 }
 
@@ -130,21 +181,27 @@ impl Drop for Writing<'_> {
 mod tests {
     use super::*;
 
+    fn at(version: &str) -> ObjectMeta {
+        ObjectMeta { resource_version: Some(version.into()), ..Default::default() }
+    }
+
     #[tokio::test]
     async fn a_version_is_ours_only_if_an_apply_of_this_process_answered_it() {
         let written = Written::default();
         let object = object_key("apps/v1", "Deployment", Some("team"), "web");
         assert!(!written.by_us(&object, "10").await, "nothing written");
-        written.begin(&object).wrote("10");
+        written.begin(&object).wrote(&at("10"));
         assert!(written.by_us(&object, "10").await);
         assert!(!written.by_us(&object, "11").await, "a write after ours (a scale) is another's");
         let other = object_key("apps/v1", "Deployment", Some("other"), "web");
         assert!(!written.by_us(&other, "10").await, "another object's");
         for version in 12..20 {
-            written.begin(&object).wrote(&version.to_string());
+            written.begin(&object).wrote(&at(&version.to_string()));
         }
         assert!(written.by_us(&object, "19").await);
         assert!(!written.by_us(&object, "10").await, "only the newest are kept");
+        assert_eq!(written.last(&object), Some(Seen::of(&at("19"))), "what a first listing compares with");
+        assert_eq!(written.last(&other), None);
     }
 
     #[tokio::test(start_paused = true)]
@@ -155,14 +212,14 @@ mod tests {
         let judged = tokio::spawn(written.by_us(object, "7"));
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert!(!judged.is_finished(), "waits while the apply is on its way");
-        writing.wrote("7");
+        writing.wrote(&at("7"));
         drop(writing);
         assert!(judged.await.unwrap(), "the answer came: ours");
 
         let writing = written.begin(object);
         let judged = tokio::spawn(written.by_us(object, "9"));
         tokio::time::sleep(Duration::from_millis(100)).await;
-        writing.wrote("8");
+        writing.wrote(&at("8"));
         drop(writing);
         assert!(!judged.await.unwrap(), "the apply answered another version: the event is another writer's");
 

@@ -1,46 +1,9 @@
 //! Pure: whether a watch event of a managed object is a change that matters, and whose object
 //! it is.
 
-use std::collections::BTreeMap;
-use std::hash::{Hash, Hasher};
-
 use kube::api::ObjectMeta;
 
-/// What is remembered of an object between its events: enough to tell a change, little memory.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Seen {
-    /// Bumped by the server on a change of the spec (not of the status) for kinds that keep
-    /// one; `None` for kinds that do not (ConfigMaps, Secrets, ServiceAccounts).
-    generation: Option<i64>,
-    /// A digest of the labels and annotations.
-    marks: u64,
-    resource_version: String,
-}
-
-impl Seen {
-    pub fn of(meta: &ObjectMeta) -> Self {
-        let mut hasher = std::collections::hash_map::DefaultHasher::new();
-        let empty = BTreeMap::new();
-        meta.labels.as_ref().unwrap_or(&empty).hash(&mut hasher);
-        0u8.hash(&mut hasher);
-        meta.annotations.as_ref().unwrap_or(&empty).hash(&mut hasher);
-        Seen {
-            generation: meta.generation.filter(|g| *g > 0),
-            marks: hasher.finish(),
-            resource_version: meta.resource_version.clone().unwrap_or_default(),
-        }
-    }
-
-    /// Whether `now` differs from this in what a user declares: the spec (its generation) and
-    /// the labels and annotations for kinds with a generation — their status writes (a
-    /// Deployment's controller, every few seconds) are no change — and any write for others.
-    fn changed_to(&self, now: &Seen) -> bool {
-        match (self.generation, now.generation) {
-            (Some(before), Some(after)) => before != after || self.marks != now.marks,
-            _ => self.resource_version != now.resource_version,
-        }
-    }
-}
+pub use crate::builtins::kubernetes::written::Seen;
 
 /// What one event of an object says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

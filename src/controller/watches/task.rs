@@ -65,7 +65,11 @@ pub(super) async fn watch(
                     let meta = &object.metadata;
                     let name = meta.name.clone().unwrap_or_default();
                     let listing = listed.as_mut().map(|listed| listed.insert(name.clone())).is_some();
-                    let verdict = if !judge::changed(known.get(&name).map(|k| &k.seen), meta, listing) {
+                    // First seen: as this process's last write of it left it, if it wrote it
+                    // (a change between that write and this listing is a change).
+                    let before =
+                        known.get(&name).map(|k| k.seen.clone()).or_else(|| written().last(&object_of(&key, meta)));
+                    let verdict = if !judge::changed(before.as_ref(), meta, listing) {
                         Verdict::Unchanged
                     } else if by_us(&key, meta).await {
                         Verdict::Ours
@@ -104,7 +108,10 @@ pub(super) async fn watch(
 /// apply returned ([`written`]).
 async fn by_us(key: &WatchKey, meta: &ObjectMeta) -> bool {
     let Some(version) = meta.resource_version.as_deref() else { return false };
-    let object =
-        object_key(&key.api_version, &key.kind, meta.namespace.as_deref(), meta.name.as_deref().unwrap_or_default());
-    written().by_us(&object, version).await
+    written().by_us(&object_of(key, meta), version).await
+}
+
+/// How [`written`] names the object of `meta`.
+fn object_of(key: &WatchKey, meta: &ObjectMeta) -> String {
+    object_key(&key.api_version, &key.kind, meta.namespace.as_deref(), meta.name.as_deref().unwrap_or_default())
 }
