@@ -330,11 +330,11 @@ fn the_cli_reconcile_corrects_an_edit_at_once() {
 #[test]
 #[ignore = "needs a Kubernetes API server: DEPLOYSTER_E2E_KUBECONFIG=<kubeconfig ../shared/apiserver/up.sh prints> cargo test --test apiserver watches:: -- --include-ignored"]
 fn a_change_between_the_apply_and_the_watch_s_first_listing_wakes() {
-    use deployster::builtins::kubernetes::{MANAGED_LABEL, OWNER_ANNOTATION, written};
+    use deployster::builtins::kubernetes::{FIELD_MANAGER, MANAGED_LABEL, OWNER_ANNOTATION, written};
     use deployster::controller::watches::{Declared, Subject, Watches};
     use futures::StreamExt;
     use k8s_openapi::api::core::v1::ConfigMap;
-    use kube::api::{Api, Patch, PatchParams, PostParams};
+    use kube::api::{Api, Patch, PatchParams};
     let cluster = Cluster::new("watch-window");
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     deployster::client::install_crypto();
@@ -346,15 +346,18 @@ fn a_change_between_the_apply_and_the_watch_s_first_listing_wakes() {
         let mut declared = Vec::new();
         for name in ["edited", "kept"] {
             let object: ConfigMap = serde_json::from_value(serde_json::json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
                 "metadata": {"name": name, "labels": {MANAGED_LABEL: "true"},
                              "annotations": {OWNER_ANNOTATION: format!("window.yaml/{name}")}},
                 "data": {"level": "info"},
             }))
             .unwrap();
-            // Written as an apply of this process is: its answer recorded.
+            // Written as an apply of this process is: by server-side apply as `deployster`,
+            // its answer recorded.
             let key = written::object_key("v1", "ConfigMap", Some(&cluster.namespace), name);
             let writing = written::written().begin(&key);
-            writing.wrote(&api.create(&PostParams::default(), &object).await.unwrap().metadata);
+            let params = PatchParams::apply(FIELD_MANAGER);
+            writing.wrote(&api.patch(name, &params, &Patch::Apply(&object)).await.unwrap().metadata);
             drop(writing);
             declared.push(Declared {
                 api_version: "v1".into(),

@@ -11,7 +11,7 @@
 //! and every watch reads here. Bounded: the newest [`VERSIONS`] writes of the [`OBJECTS`]
 //! objects written last.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
 use std::num::NonZeroUsize;
 use std::sync::{Mutex, OnceLock};
@@ -20,6 +20,8 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use lru::LruCache;
 use tokio::sync::Notify;
+
+use super::FIELD_MANAGER;
 
 /// How long an event waits for the answer to an apply of its object that is on its way.
 pub const PATIENCE: Duration = Duration::from_secs(10);
@@ -37,34 +39,45 @@ pub struct Seen {
     /// Bumped by the server on a change of the spec (not of the status) for kinds that keep
     /// one; `None` for kinds that do not (ConfigMaps, Secrets, ServiceAccounts).
     generation: Option<i64>,
-    /// A digest of the labels and annotations.
-    marks: u64,
+    /// A digest of the fields Deployster's apply owns (its managed-fields entry): another
+    /// writer that changes one of them takes it, so the entry changes; `None`: no such entry.
+    owned: Option<u64>,
     resource_version: String,
 }
 
 impl Seen {
     /// What `meta` says.
     pub fn of(meta: &ObjectMeta) -> Self {
-        let mut hasher = std::collections::hash_map::DefaultHasher::new();
-        let empty = BTreeMap::new();
-        meta.labels.as_ref().unwrap_or(&empty).hash(&mut hasher);
-        0u8.hash(&mut hasher);
-        meta.annotations.as_ref().unwrap_or(&empty).hash(&mut hasher);
+        let owned = meta.managed_fields.as_deref().unwrap_or_default().iter().find_map(|entry| {
+            (entry.manager.as_deref() == Some(FIELD_MANAGER)
+                && entry.operation.as_deref() == Some("Apply")
+                && entry.subresource.as_deref().unwrap_or_default().is_empty())
+            .then(|| {
+                let mut hasher = std::collections::hash_map::DefaultHasher::new();
+                entry.fields_v1.as_ref().map(|fields| fields.0.to_string()).hash(&mut hasher);
+                hasher.finish()
+            })
+        });
         Seen {
             generation: meta.generation.filter(|g| *g > 0),
-            marks: hasher.finish(),
+            owned,
             resource_version: meta.resource_version.clone().unwrap_or_default(),
         }
     }
 
-    /// Whether `now` differs from this in what a user declares: the spec (its generation) and
-    /// the labels and annotations for kinds with a generation — their status writes (a
-    /// Deployment's controller, every few seconds) are no change — and any write for others.
+    /// Whether `now` differs from this in what Deployster declares: its spec (a new
+    /// generation, for kinds with one: a scale through `/scale` on Kubernetes 1.20 records no
+    /// manager) or a field its apply owns (taken by the writer that changed it, or removed).
+    /// Writes of what it does not declare — a Deployment's status and revision annotation, the
+    /// token a ServiceAccount is given on 1.20 — are no change. An object without Deployster's
+    /// entry on either side: any write is.
     pub fn changed_to(&self, now: &Seen) -> bool {
-        match (self.generation, now.generation) {
-            (Some(before), Some(after)) => before != after || self.marks != now.marks,
-            _ => self.resource_version != now.resource_version,
-        }
+        let generation = matches!((self.generation, now.generation), (Some(before), Some(after)) if before != after);
+        generation
+            || match (self.owned, now.owned) {
+                (None, None) => self.resource_version != now.resource_version,
+                (before, after) => before != after,
+            }
     }
 }
 

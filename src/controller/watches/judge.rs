@@ -39,40 +39,69 @@ pub fn owner(meta: &ObjectMeta) -> Option<(String, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry};
+    use serde_json::json;
 
-    fn meta(generation: Option<i64>, version: &str, annotation: &str) -> ObjectMeta {
-        ObjectMeta {
-            generation,
-            resource_version: Some(version.into()),
-            annotations: Some([("a".to_string(), annotation.to_string())].into()),
+    fn entry(manager: &str, operation: &str, fields: serde_json::Value) -> ManagedFieldsEntry {
+        ManagedFieldsEntry {
+            manager: Some(manager.into()),
+            operation: Some(operation.into()),
+            fields_v1: Some(FieldsV1(fields)),
             ..Default::default()
         }
     }
 
-    #[test]
-    fn a_new_generation_or_new_marks_are_a_change() {
-        let before = Seen::of(&meta(Some(1), "10", "x"));
-        assert!(changed(Some(&before), &meta(Some(2), "11", "x"), false), "scaled");
-        assert!(changed(Some(&before), &meta(Some(1), "12", "relabelled"), false));
+    fn meta(generation: Option<i64>, version: &str, managers: Vec<ManagedFieldsEntry>) -> ObjectMeta {
+        ObjectMeta {
+            generation,
+            resource_version: Some(version.into()),
+            managed_fields: Some(managers),
+            ..Default::default()
+        }
+    }
+
+    fn applied() -> ManagedFieldsEntry {
+        entry("deployster", "Apply", json!({"f:data": {"f:level": {}}, "f:metadata": {"f:labels": {"f:app": {}}}}))
     }
 
     #[test]
-    fn status_writes_of_kinds_with_a_generation_are_no_change_and_any_write_of_others_is() {
-        let before = Seen::of(&meta(Some(1), "10", "x"));
-        assert!(!changed(Some(&before), &meta(Some(1), "11", "x"), false));
-        let config_map = Seen::of(&meta(None, "10", "x"));
-        assert!(!changed(Some(&config_map), &meta(None, "10", "x"), false));
-        assert!(changed(Some(&config_map), &meta(None, "11", "x"), false));
+    fn a_field_deployster_owns_taken_or_a_new_generation_is_a_change() {
+        let before = Seen::of(&meta(None, "10", vec![applied()]));
+        // `kubectl patch` of data.level: the field moves to kubectl-patch's entry.
+        let taken = vec![
+            entry("deployster", "Apply", json!({"f:metadata": {"f:labels": {"f:app": {}}}})),
+            entry("kubectl-patch", "Update", json!({"f:data": {"f:level": {}}})),
+        ];
+        assert!(changed(Some(&before), &meta(None, "11", taken), false));
+        assert!(changed(Some(&before), &meta(None, "11", vec![]), false), "its entry gone (managed fields reset)");
+        let deployment = Seen::of(&meta(Some(1), "10", vec![applied()]));
+        assert!(changed(Some(&deployment), &meta(Some(2), "11", vec![applied()]), false), "scaled on 1.20");
+    }
+
+    #[test]
+    fn writes_of_what_deployster_does_not_declare_are_no_change() {
+        let before = Seen::of(&meta(Some(1), "10", vec![applied()]));
+        // A Deployment's status, and its revision annotation, written by its controller.
+        let revision = entry("kube-controller-manager", "Update", json!({"f:metadata": {"f:annotations": {}}}));
+        assert!(!changed(Some(&before), &meta(Some(1), "11", vec![applied(), revision]), false));
+        // The token the controller gives a ServiceAccount on 1.20.
+        let account = Seen::of(&meta(None, "10", vec![applied()]));
+        let token = entry("kube-controller-manager", "Update", json!({"f:secrets": {}}));
+        assert!(!changed(Some(&account), &meta(None, "12", vec![applied(), token]), false));
+        // Without Deployster's entry on either side, any write is a change.
+        let bare = Seen::of(&meta(None, "10", vec![]));
+        assert!(!changed(Some(&bare), &meta(None, "10", vec![]), false));
+        assert!(changed(Some(&bare), &meta(None, "11", vec![]), false));
     }
 
     #[test]
     fn a_listing_tells_only_what_changed_while_the_watch_was_down() {
-        assert!(!changed(None, &meta(None, "10", "x"), true), "first seen");
-        let before = Seen::of(&meta(None, "10", "x"));
-        assert!(!changed(Some(&before), &meta(None, "10", "x"), true));
-        assert!(changed(Some(&before), &meta(None, "14", "y"), true));
+        assert!(!changed(None, &meta(None, "10", vec![applied()]), true), "first seen");
+        let before = Seen::of(&meta(None, "10", vec![applied()]));
+        assert!(!changed(Some(&before), &meta(None, "10", vec![applied()]), true));
+        assert!(changed(Some(&before), &meta(None, "14", vec![]), true));
         // Appearing while watching (not listed): created by someone, or by Deployster.
-        assert!(changed(None, &meta(None, "15", "x"), false));
+        assert!(changed(None, &meta(None, "15", vec![applied()]), false));
     }
 
     #[test]
