@@ -266,6 +266,14 @@ fn main() {
         (cpu_seconds(running.child.id()) - cpu_before) * 1000.0 / n as f64,
         rows.join(", ")
     );
+    let mut own: Vec<((String, String, String), f64)> = cluster::api_requests(&running).into_iter().collect();
+    own.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let own: Vec<String> = own
+        .iter()
+        .filter(|(_, count)| *count / n as f64 >= 0.05)
+        .map(|((verb, _, resource), count)| format!("{verb} {resource} {:.1}", count / n as f64))
+        .collect();
+    println!("converge: the controller's own API requests per Manifest (since it started): {}", own.join(", "));
     // Deleted only now: the namespace controller's deletions would have slowed the converging.
     cluster.must(&["delete", "namespace", &plain, "--wait=false"]);
     wait_for("the watches to open", Duration::from_secs(60), || running.metric("deployster_watch_open") == Some(4.0));

@@ -82,14 +82,14 @@ impl Seen {
 }
 
 /// The writes of this process ([`written`]).
-pub struct Written {
-    state: Mutex<State>,
+pub struct OwnWrites {
+    state: Mutex<WriteBook>,
     /// Told whenever a write ends.
     ended: Notify,
 }
 
 #[derive(Debug)]
-struct State {
+struct WriteBook {
     versions: LruCache<String, VecDeque<Seen>>,
     /// Writes on their way, by object.
     underway: HashMap<String, usize>,
@@ -97,14 +97,14 @@ struct State {
 
 /// One write on its way: [`Writing::wrote`] records its answer; dropping it ends it.
 pub struct Writing<'a> {
-    written: &'a Written,
+    written: &'a OwnWrites,
     object: String,
 }
 
 /// This process's writes.
-pub fn written() -> &'static Written {
-    static WRITTEN: OnceLock<Written> = OnceLock::new();
-    WRITTEN.get_or_init(Written::default)
+pub fn written() -> &'static OwnWrites {
+    static WRITTEN: OnceLock<OwnWrites> = OnceLock::new();
+    WRITTEN.get_or_init(OwnWrites::default)
 }
 
 /// How an object is named here: the same for the apply that writes it and the watch that
@@ -113,15 +113,15 @@ pub fn object_key(api_version: &str, kind: &str, namespace: Option<&str>, name: 
     format!("{api_version} {kind} {}/{name}", namespace.unwrap_or_default())
 }
 
-impl Default for Written {
+impl Default for OwnWrites {
     fn default() -> Self {
         let objects = NonZeroUsize::new(OBJECTS).expect("not zero");
-        let state = State { versions: LruCache::new(objects), underway: HashMap::new() };
+        let state = WriteBook { versions: LruCache::new(objects), underway: HashMap::new() };
         Self { state: Mutex::new(state), ended: Notify::new() }
     }
 }
 
-impl Written {
+impl OwnWrites {
     /// A write of `object` starts: an event of it waits for its answer.
     pub fn begin(&self, object: &str) -> Writing<'_> {
         *self.state.lock().expect("written lock").underway.entry(object.to_string()).or_default() += 1;
@@ -200,7 +200,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_version_is_ours_only_if_an_apply_of_this_process_answered_it() {
-        let written = Written::default();
+        let written = OwnWrites::default();
         let object = object_key("apps/v1", "Deployment", Some("team"), "web");
         assert!(!written.by_us(&object, "10").await, "nothing written");
         written.begin(&object).wrote(&at("10"));
@@ -219,7 +219,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn an_event_that_comes_before_the_apply_s_answer_waits_for_it() {
-        let written: &'static Written = Box::leak(Box::default());
+        let written: &'static OwnWrites = Box::leak(Box::default());
         let object: &'static str = object_key("v1", "ConfigMap", Some("team"), "settings").leak();
         let writing = written.begin(object);
         let judged = tokio::spawn(written.by_us(object, "7"));

@@ -31,6 +31,11 @@ pub(in crate::controller) struct StatusJournal {
     dirty: std::sync::atomic::AtomicBool,
 }
 
+/// How long an action's intent waits for those of the actions starting with it, so that one
+/// status write records them all (without it: one write, then one with the rest — an API
+/// server's round trip more before most of them start).
+const GATHER_INTENTS: Duration = Duration::from_millis(10);
+
 /// How often, at most, progress alone causes a status write.
 pub const PROGRESS_WRITE_EVERY: Duration = Duration::from_secs(5);
 
@@ -128,6 +133,8 @@ impl Observer for StatusJournal {
         let started_at = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
         let progress = ActionProgress { action: action.to_string(), percent: None, started_at };
         self.running.lock().expect("progress lock").insert(resource.to_string(), progress);
+        // The actions of resources read together start together: their intents go in one write.
+        tokio::time::sleep(GATHER_INTENTS).await;
         self.write().await.map_err(|e| IntentError(format!("the Manifest's status could not be written: {e}")))
     }
 }
