@@ -122,13 +122,16 @@ impl ServerObject {
             })?,
             None => object.clone(),
         };
-        let (api, shown, written_as) = match capabilities.scope {
+        let (api, shown, object_namespace) = match capabilities.scope {
             Scope::Namespaced => {
                 let namespace =
                     object.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or(namespace).to_string();
                 wanted["metadata"]["namespace"] = Value::String(namespace.clone());
-                let written_as = written::object_key(api_version, kind, Some(&namespace), &name);
-                (Api::namespaced_with(client, &namespace, &resource), format!("{kind} {namespace}/{name}"), written_as)
+                (
+                    Api::namespaced_with(client, &namespace, &resource),
+                    format!("{kind} {namespace}/{name}"),
+                    Some(namespace),
+                )
             }
             Scope::Cluster => {
                 if let Some(namespace) = object.pointer("/metadata/namespace").and_then(Value::as_str) {
@@ -136,10 +139,10 @@ impl ServerObject {
                         "{kind} is not namespaced, yet {at} names namespace `{namespace}`"
                     )));
                 }
-                let written_as = written::object_key(api_version, kind, None, &name);
-                (Api::all_with(client, &resource), format!("{kind} {name}"), written_as)
+                (Api::all_with(client, &resource), format!("{kind} {name}"), None)
             }
         };
+        let written_as = written::object_key(api_version, kind, object_namespace.as_deref(), &name);
         // Kubernetes' own groups: none, or one under k8s.io.
         if !group.contains('.') || group.ends_with(".k8s.io") {
             wanted = diff::with_port_protocols(wanted);
