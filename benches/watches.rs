@@ -6,8 +6,8 @@
 //! holds fewer than 2,000 — and a Deployment at 0 replicas), in one namespace,
 //! acting as one ServiceAccount, at the default interval (`5m`) until the idle phase, which sets
 //! `interval: DEPLOYSTER_BENCH_INTERVAL` (default `1m`, so that its window sees every
-//! Manifest's interval pass), the controller at the chart's default concurrency (4). It
-//! measures:
+//! Manifest's interval pass), the controller at the chart's default concurrency (read from
+//! `charts/deployster/values.yaml`; `DEPLOYSTER_BENCH_CONCURRENCY` overrides it). It measures:
 //!
 //! 1. **Converging**: from one `kubectl apply` of the Manifests to all Ready (as the controller's
 //!    watch cache sees them),
@@ -127,8 +127,19 @@ fn asked(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>, per: f64
     (total, rows.iter().filter(|(_, n)| *n >= 0.05).map(|(key, n)| format!("{key} {n:.1}")).collect())
 }
 
+/// `--concurrency` as the chart sets it by default, unless `DEPLOYSTER_BENCH_CONCURRENCY` says.
+fn concurrency() -> String {
+    if let Ok(n) = std::env::var("DEPLOYSTER_BENCH_CONCURRENCY") {
+        return n;
+    }
+    let values = concat!(env!("CARGO_MANIFEST_DIR"), "/charts/deployster/values.yaml");
+    let values = std::fs::read_to_string(values).expect("the chart's values");
+    let line = values.lines().find_map(|line| line.strip_prefix("concurrency:"));
+    line.expect("the chart's values set `concurrency`").trim().to_string()
+}
+
 fn controller(cluster: &Cluster, dir: &std::path::Path, name: &str) -> ControllerProcess {
-    ControllerProcess::start(cluster, dir, name, &["--namespace", &cluster.namespace, "--concurrency", "4"])
+    ControllerProcess::start(cluster, dir, name, &["--namespace", &cluster.namespace, "--concurrency", &concurrency()])
 }
 
 /// A Deployment of a Manifest at the default interval (5m) that another writer scales to 2
@@ -246,9 +257,10 @@ fn main() {
     });
     let converged = started.elapsed();
     println!(
-        "converge: {n} Manifests x 4 objects Ready in {:.1} s; kubectl apply --server-side of the {} objects: {:.1} s ({:.1}x); \
+        "converge: {n} Manifests x 4 objects Ready in {:.1} s at --concurrency {}; kubectl apply --server-side of the {} objects: {:.1} s ({:.1}x); \
          controller peak RSS {:.0} MiB",
         converged.as_secs_f64(),
+        concurrency(),
         4 * n,
         kubectl_took.as_secs_f64(),
         converged.as_secs_f64() / kubectl_took.as_secs_f64(),

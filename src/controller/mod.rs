@@ -38,7 +38,7 @@ use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{ListParams, ObjectMeta};
 use kube::core::{DeserializeGuard, PartialObjectMeta};
-use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::controller::{Action, Config as ControllerConfig, Controller, Error as ControllerError};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::utils::Predicate;
 use kube::runtime::{WatchStreamExt, predicates, reflector, watcher};
@@ -174,6 +174,7 @@ pub async fn run(mut config: RunConfig, plan: ExecutorPlan) -> Result<(), StartE
         Controller::for_stream(manifests, store)
             // Concurrency is bounded by `ctx.workers`, so that waiting work can be counted.
             .with_config(ControllerConfig::default())
+            .trigger_backoff(stream::NoPause)
             .watches_stream(secrets, move |s| readers(&readers_of_secret, Source::Secret, &s.metadata))
             .watches_stream(config_maps, move |c| readers(&readers_of_config_map, Source::ConfigMap, &c.metadata))
             .reconcile_on(ownership::gained_objects(ctx.ownership.clone(), gained_store))
@@ -183,6 +184,8 @@ pub async fn run(mut config: RunConfig, plan: ExecutorPlan) -> Result<(), StartE
             .for_each(|result| async move {
                 match result {
                     Ok((object, _)) => tracing::debug!(object = %object.name, "reconciled"),
+                    // A watch's error: the watch said so itself, and retries.
+                    Err(ControllerError::QueueError(_)) => {}
                     Err(e) => tracing::warn!(error = %e, "reconcile failed"),
                 }
             })
@@ -230,7 +233,12 @@ async fn pipelines_of(
             }
         }
         let (reader, writer) = reflector::store();
-        let stream = watcher(api, watcher::Config::default()).default_backoff().reflect(writer);
+        let scope_named = scope_name(scope);
+        let stream = watcher(api, watcher::Config::default()).default_backoff().reflect(writer).inspect(move |event| {
+            if let Err(e) = event {
+                tracing::warn!(scope = %scope_named, error = %e, "the watch of Pipelines failed; retrying with backoff");
+            }
+        });
         let stream = stream::applied_once_stored(stream)
             // Its own status writes start nothing; a spec edit or an approval does.
             .predicate_filter(predicates::generation.combine(predicates::annotations), Default::default());
@@ -238,6 +246,7 @@ async fn pipelines_of(
         let cache = ctx.manifests.iter().find(|cache| cache.scope == *scope);
         let woken = cache.map(|cache| pipelines::woken_by(&cache.changes, reader.clone()));
         let controller = Controller::for_stream(stream, reader)
+            .trigger_backoff(stream::NoPause)
             .reconcile_on(gained)
             .reconcile_on(futures::stream::iter(woken).flatten())
             .graceful_shutdown_on(stopping.clone().cancelled_owned())
@@ -245,6 +254,7 @@ async fn pipelines_of(
             .for_each(|result| async move {
                 match result {
                     Ok((object, _)) => tracing::debug!(pipeline = %object.name, "reconciled"),
+                    Err(ControllerError::QueueError(_)) => {}
                     Err(e) => tracing::warn!(error = %e, "a Pipeline's reconcile failed"),
                 }
             });

@@ -4,7 +4,6 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::StreamExt;
 use kube::api::{Api, DynamicObject, ObjectMeta};
@@ -19,10 +18,6 @@ use crate::builtins::kubernetes::written::{object_key, written};
 
 /// Failures in a row after which a watch starts again from a listing.
 const RESTART_AFTER_FAILURES: u32 = 3;
-
-/// After a restart's listing, how long until one more listing: a watch resumed on an API server
-/// that is still starting (its watch cache filling) may miss a change made meanwhile.
-const RECHECK_AFTER_RESTART: Duration = Duration::from_secs(5);
 
 /// What is kept of each object between events.
 struct LastSeen {
@@ -51,22 +46,15 @@ pub(super) async fn watch(
             shared.wake(&key, meta.name.as_deref().unwrap_or_default(), judge::owner(meta));
         }
     };
-    // Started again after failures: its listing is followed by one more (RECHECK_AFTER_RESTART).
-    let mut restarted = false;
     loop {
         // A watch that keeps failing from where it was (a server restarted with its watch cache
         // gone may answer a resumed watch with a bare Status that no retry gets past) starts
         // again from a listing, which tells what changed meanwhile.
         let mut events = Box::pin(watcher(api.clone(), config.clone()).default_backoff());
-        let (mut failures, mut recheck, mut rechecking) = (0, None, false);
+        let mut failures = 0;
         while failures < RESTART_AFTER_FAILURES {
-            let recheck_at = recheck.unwrap_or_else(|| tokio::time::Instant::now() + RECHECK_AFTER_RESTART);
             let event = tokio::select! {
                 () = stop.cancelled() => return,
-                () = tokio::time::sleep_until(recheck_at), if recheck.is_some() => {
-                    rechecking = true;
-                    break;
-                }
                 event = events.next() => event,
             };
             failures = if matches!(event, Some(Err(_))) { failures + 1 } else { 0 };
@@ -93,10 +81,6 @@ pub(super) async fn watch(
                 }
                 Some(Ok(watcher::Event::InitDone)) => {
                     // What the listing no longer holds was deleted while the watch was down.
-                    if restarted {
-                        restarted = false;
-                        recheck = Some(tokio::time::Instant::now() + RECHECK_AFTER_RESTART);
-                    }
                     let Some(listed) = listed.take() else { continue };
                     let gone: Vec<String> = known.keys().filter(|name| !listed.contains(*name)).cloned().collect();
                     for name in gone {
@@ -116,12 +100,7 @@ pub(super) async fn watch(
             }
         }
         listed = None;
-        if rechecking {
-            tracing::debug!(watch = ?key, "listing once more after a restart");
-        } else {
-            restarted = true;
-            tracing::info!(watch = ?key, "a watch of managed objects failed {RESTART_AFTER_FAILURES} times in a row: listing again");
-        }
+        tracing::info!(watch = ?key, "a watch of managed objects failed {RESTART_AFTER_FAILURES} times in a row: listing again");
     }
 }
 
