@@ -380,9 +380,12 @@ fn a_change_between_the_apply_and_the_watch_s_first_listing_wakes() {
         };
         let watching = watches.register_subject(&subject, &declared).await;
         assert_eq!(watching.refused, None);
-        let mut woken = Vec::new();
-        while let Ok(Some(change)) = tokio::time::timeout(Duration::from_secs(5), changes.next()).await {
+        // The first within 30 s (the watch's listing is slow on a loaded machine), then none
+        // more for 5 s.
+        let (mut woken, mut wait) = (Vec::new(), Duration::from_secs(30));
+        while let Ok(Some(change)) = tokio::time::timeout(wait, changes.next()).await {
             woken.push(change.resource);
+            wait = Duration::from_secs(5);
         }
         woken
     });
