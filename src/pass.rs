@@ -17,20 +17,24 @@
 
 use std::sync::Arc;
 
+use indexmap::IndexMap;
+
 use tokio_util::sync::CancellationToken;
 
 use crate::engine::PrepareError;
 use crate::engine::config::render_outputs;
 use crate::engine::context::RunOptions;
-use crate::engine::delete::DeleteReport;
-use crate::engine::delete::delete;
+use crate::engine::delete::{DeleteReport, delete, remove_some};
 pub use crate::engine::events::Mode;
 use crate::engine::events::{Approver, Decision, Ending, Observer, Observers, RunEvent};
 use crate::engine::executor::{ExecError, Executor};
-use crate::engine::plan::{Change, Drift, Plan, Report};
-use crate::engine::run::Engine;
+use crate::engine::manifest::ResourceSpec;
+use crate::engine::plan::{Change, Drift, Plan, Removal, Report};
+use crate::engine::prune;
+use crate::engine::run::{Engine, Prepared};
 use crate::engine::saved::SavedPlan;
 use crate::engine::validate::ValidatedManifest;
+use crate::history::inventory::{Keeper, inventory};
 use crate::history::recorder::{Interrupted, Recorder, close_interrupted};
 use crate::history::{History, HistoryError, in_progress};
 
@@ -56,6 +60,19 @@ pub struct Pass<'a> {
     /// Once the plan is approved, read every state again and apply only if the plan still
     /// holds: for approvers that may take long (a person at a prompt).
     pub recheck: bool,
+    /// Whether the pass keeps the manifest's inventory and removes what left it.
+    pub inventory: Inventory,
+}
+
+/// What a pass does with the manifest's inventory ([`crate::history::inventory`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Inventory {
+    /// Neither kept nor read: only the declared resources count (a delete pass deletes them).
+    Off,
+    /// Kept in the log; what it holds and the manifest no longer declares is removed.
+    Keep,
+    /// Everything held or declared is removed (`destroy`; with [`Mode::Plan`], planned only).
+    Destroy,
 }
 
 /// How a pass ended.
@@ -86,6 +103,8 @@ pub enum Ended {
     Applied {
         plan: Plan,
         report: Report,
+        /// What became of the resources that left the manifest (deleted first).
+        removed: Option<DeleteReport>,
     },
     Deleted {
         plan: Plan,
@@ -129,7 +148,9 @@ impl Passed {
     pub fn succeeded(&self) -> bool {
         match &self.ended {
             Ended::Planned(plan) => plan.is_applicable(),
-            Ended::Applied { report, .. } => report.succeeded(),
+            Ended::Applied { report, removed, .. } => {
+                report.succeeded() && removed.as_ref().is_none_or(DeleteReport::succeeded)
+            }
             Ended::Deleted { report, .. } => report.succeeded(),
             _ => false,
         }
@@ -163,17 +184,25 @@ impl Pass<'_> {
             true => recover(self.log.as_ref(), self.executor.as_ref(), &run_id).await?,
             false => Vec::new(),
         };
-        let names: Vec<String> = self.manifest.resources.iter().map(|r| r.name.clone()).collect();
         let revision = self.log.revision_of(&self.manifest.revision)?;
+        let held = match self.inventory {
+            Inventory::Off => Default::default(),
+            _ => inventory(self.log.as_ref(), &self.manifest.inventory_key())?,
+        };
+        let mut names: Vec<String> = self.manifest.resources.iter().map(|r| r.name.clone()).collect();
+        names.extend(held.keys().filter(|n| self.manifest.index_of(n).is_none()).cloned());
         let recorder = Arc::new(Recorder::new(self.log.clone(), &run_id, &revision, self.mode, &names)?);
         let mut observers: Vec<Arc<dyn Observer>> = vec![recorder.clone()];
+        if self.inventory != Inventory::Off {
+            observers.push(Arc::new(Keeper::new(self.log.clone(), &self.manifest, &run_id, &revision, self.mode)?));
+        }
         observers.extend(self.observers.iter().cloned());
         let observers = Arc::new(Observers(observers));
         for r in &recovered {
             observers.on_event(&RunEvent::Recovered { description: r.describe() });
         }
         observers.on_event(&RunEvent::Started);
-        let ended = self.plan_and_decide(observers.clone(), &recorder).await;
+        let ended = self.plan_and_decide(observers.clone(), &recorder, &held).await;
         let mut ending = ended.ending();
         let outputs = match &ended {
             Ended::Applied { report, .. } if report.succeeded() => {
@@ -205,15 +234,58 @@ impl Pass<'_> {
         })
     }
 
-    async fn plan_and_decide(&self, observers: Arc<Observers>, recorder: &Recorder) -> Ended {
-        let engine = Engine::new(self.manifest.clone(), self.executor.clone(), self.options.clone())
+    fn engine(&self, manifest: Arc<ValidatedManifest>, observers: &Arc<Observers>) -> Engine {
+        Engine::new(manifest, self.executor.clone(), self.options.clone())
             .with_observer(observers.clone())
-            .with_cancellation(self.cancel.clone());
-        let prepared = match engine.prepare().await {
+            .with_cancellation(self.cancel.clone())
+    }
+
+    /// What leaves the manifest (everything, for a delete pass), inited and planned.
+    async fn plan_removal(
+        &self,
+        held: &IndexMap<String, ResourceSpec>,
+        observers: &Arc<Observers>,
+    ) -> Result<Option<Leaving>, PrepareError> {
+        let everything = self.inventory == Inventory::Destroy;
+        let not_planned = |message: String| PrepareError::Removal { manifest: self.manifest.name.clone(), message };
+        let removal = match prune::removal(&self.manifest, held, everything) {
+            Ok(Some(removal)) => removal,
+            Ok(None) => return Ok(None),
+            Err(e) => return Err(not_planned(e.problems.clone() + &format!(" (removing {})", e.removed.join(", ")))),
+        };
+        let prepared = self.engine(removal.manifest.clone(), observers).prepare().await.map_err(|e| {
+            not_planned(format!("the removal of {} cannot be prepared: {e}", removal.names().join(", ")))
+        })?;
+        let plan = prepared.plan().await;
+        // Made by this `Prepared`, so never refused.
+        let planned =
+            remove_some(&prepared, &plan, &removal.removed, false).await.map_err(|e| not_planned(e.to_string()))?;
+        Ok(Some(Leaving { prepared, plan, removal, planned }))
+    }
+
+    async fn plan_and_decide(
+        &self,
+        observers: Arc<Observers>,
+        recorder: &Recorder,
+        held: &IndexMap<String, ResourceSpec>,
+    ) -> Ended {
+        if self.inventory == Inventory::Destroy {
+            return self.destroy(observers, recorder, held).await;
+        }
+        let prepared = match self.engine(self.manifest.clone(), &observers).prepare().await {
             Ok(prepared) => prepared,
             Err(e) => return Ended::NotPrepared(e),
         };
-        let plan = prepared.plan().await;
+        let mut plan = prepared.plan().await;
+        let leaving = match self.mode {
+            Mode::Delete => None,
+            _ => match self.plan_removal(held, &observers).await {
+                Ok(leaving) => leaving,
+                Err(e) => return Ended::NotPrepared(e),
+            },
+        };
+        plan.removals = leaving.as_ref().map(|l| l.planned.entries.clone()).unwrap_or_default();
+        plan.held = held.len();
         observers.on_planned(&plan, &recorder.drifts(), &recorder.changes());
         match self.mode {
             Mode::Plan => return Ended::Planned(plan),
@@ -239,21 +311,92 @@ impl Pass<'_> {
             Decision::Decline(why) => return Ended::Declined { plan, why },
             Decision::Refuse(why) => return Ended::Refused { plan, why },
         }
-        let plan = if self.recheck && plan.has_changes() {
-            let again = prepared.plan().await;
+        let (plan, leaving) = if self.recheck && plan.has_changes() {
+            let mut again = prepared.plan().await;
+            let leaving = match self.plan_removal(held, &observers).await {
+                Ok(leaving) => leaving,
+                Err(e) => return Ended::NotPrepared(e),
+            };
+            again.removals = leaving.as_ref().map(|l| l.planned.entries.clone()).unwrap_or_default();
+            again.held = held.len();
             let differences = SavedPlan::new(&plan, &self.manifest, &[]).differences(&again, &self.manifest);
             if !differences.is_empty() {
                 return Ended::PlanChanged { plan: again, differences };
             }
-            again
+            (again, leaving)
         } else {
-            plan
+            (plan, leaving)
+        };
+        // What left goes first: a resource renamed without `moved` is deleted, then created
+        // anew (created first, it could be the very thing the delete then removes).
+        let removed = match &leaving {
+            Some(l) => match remove_some(&l.prepared, &l.plan, &l.removal.removed, true).await {
+                Ok(report) => Some(report),
+                Err(_) => return Ended::NotApplicable(plan),
+            },
+            None => None,
+        };
+        if removed.as_ref().is_some_and(|r| !r.succeeded()) || self.cancel.is_cancelled() {
+            // Nothing more is changed once a removal failed: the declared resources wait.
+            let report = Report::untouched(&plan);
+            return Ended::Applied { plan, report, removed };
+        }
+        // A deletion may have taken what a declared resource was found to have (a resource
+        // renamed without `moved`: the same file, deleted): their states are read again.
+        let deleted = removed.as_ref().is_some_and(|r| r.entries.iter().any(|e| e.removal == Removal::Deleted));
+        let plan = match deleted {
+            true => Plan { removals: plan.removals.clone(), ..prepared.plan().await },
+            false => plan,
         };
         match prepared.apply(&plan, self.approver).await {
-            Ok(report) => Ended::Applied { plan, report },
+            Ok(report) => Ended::Applied { plan, report, removed },
             Err(_) => Ended::NotApplicable(plan),
         }
     }
+
+    /// `destroy`: everything declared or held, deleted dependents first.
+    async fn destroy(
+        &self,
+        observers: Arc<Observers>,
+        recorder: &Recorder,
+        held: &IndexMap<String, ResourceSpec>,
+    ) -> Ended {
+        let leaving = match self.plan_removal(held, &observers).await {
+            Ok(Some(leaving)) => leaving,
+            Ok(None) => unreachable!("a manifest declares at least one resource"),
+            Err(e) => return Ended::NotPrepared(e),
+        };
+        // Shown as removals only: every resource here leaves.
+        let mut plan = leaving.plan.clone();
+        plan.entries.clear();
+        plan.removals = leaving.planned.entries.clone();
+        observers.on_planned(&plan, &recorder.drifts(), &recorder.changes());
+        if self.mode == Mode::Plan {
+            return Ended::Planned(plan);
+        }
+        let decision = match plan.has_changes() {
+            true => self.approver.approve_plan(&plan).await,
+            false => Decision::Apply,
+        };
+        match decision {
+            Decision::Apply => {}
+            Decision::Decline(why) => return Ended::Declined { plan, why },
+            Decision::Refuse(why) => return Ended::Refused { plan, why },
+        }
+        match remove_some(&leaving.prepared, &leaving.plan, &leaving.removal.removed, true).await {
+            Ok(report) => Ended::Deleted { plan, report },
+            Err(_) => Ended::NotApplicable(plan),
+        }
+    }
+}
+
+/// What leaves the manifest, ready to be removed.
+struct Leaving {
+    prepared: Prepared,
+    plan: Plan,
+    removal: prune::Outgoing,
+    /// What a run would do to each resource removed.
+    planned: DeleteReport,
 }
 
 impl Ended {
@@ -266,6 +409,9 @@ impl Ended {
             Ended::Declined { why, .. } | Ended::Refused { why, .. } => Ending::Declined(why.clone()),
             Ended::PlanChanged { differences, .. } => {
                 Ending::Failed(format!("the plan no longer holds, nothing was applied: {}", differences.join("; ")))
+            }
+            Ended::Applied { removed: Some(removed), .. } if !removed.succeeded() => {
+                Ending::Failed(format!("removing what left the manifest: {}", removed.problems().join("; ")))
             }
             Ended::Applied { report, .. } if !report.succeeded() => {
                 let c = report.counts();

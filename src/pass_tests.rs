@@ -76,6 +76,7 @@ fn pass<'a>(
         recover: mode != Mode::Plan,
         expected: None,
         recheck: false,
+        inventory: crate::pass::Inventory::Off,
     }
 }
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::confirm::{ConfirmMode, Prompting};
 use super::progress::ProgressView;
 use super::render;
-use super::{ApplyArgs, CliError, ExitKind, ManifestArgs, OutputFormat, PlanArgs, Session, load};
+use super::{ApplyArgs, CliError, DestroyArgs, ExitKind, ManifestArgs, OutputFormat, PlanArgs, Session, load};
 use crate::engine::context::RunOptions;
 use crate::engine::executor::Executor;
 use crate::engine::manifest::parent_dir;
@@ -16,7 +16,7 @@ use crate::engine::saved::SavedPlan;
 use crate::engine::schedule::AssumeValid;
 use crate::history::store::{SqliteLog, StateLock};
 use crate::history::{History, MemoryLog, Unrecorded};
-use crate::pass::{Ended, Mode, Pass, Passed};
+use crate::pass::{Ended, Inventory, Mode, Pass, Passed};
 use crate::stop::{Cancel, Stop};
 
 /// The state directory: `--state-dir`, else `.deployster` beside the (first) manifest.
@@ -96,13 +96,18 @@ fn plan_exit(plan: &Plan) -> ExitKind {
     if invalid_input { ExitKind::Invalid } else { ExitKind::Failed }
 }
 
-/// What a pass does with saved plans.
+/// What a pass does with saved plans, and whether it destroys.
 #[derive(Default)]
 pub(super) struct Saved {
     /// `plan --out`: where to write the plan.
     pub out: Option<PathBuf>,
     /// `apply PLAN`: the plan to apply.
     pub expected: Option<SavedPlan>,
+    /// `destroy`, `plan --destroy`: everything the manifest declares or its inventory holds
+    /// is deleted (planned, for a plan).
+    pub destroy: bool,
+    /// `apply --allow-deletes N`.
+    pub allow_deletes: Option<usize>,
 }
 
 /// One pass: `confirm: None` plans only. Returns its exit code and what it did.
@@ -123,7 +128,7 @@ pub(super) async fn pass(
     if let Some(n) = args.parallelism {
         options.parallelism = usize::from(n);
     }
-    let approver = Prompting::new(confirm.unwrap_or(ConfirmMode::No), progress.clone());
+    let approver = Prompting::new(confirm.unwrap_or(ConfirmMode::No), progress.clone(), saved.allow_deletes);
     let why = || {
         let signal = stop.signal().unwrap_or("a stop request");
         format!("interrupted by {signal}: running programs were stopped and no new ones started")
@@ -132,7 +137,11 @@ pub(super) async fn pass(
         manifest: manifest.clone(),
         executor,
         log: state.log.clone(),
-        mode: if confirm.is_some() { Mode::Apply } else { Mode::Plan },
+        mode: match (confirm.is_some(), saved.destroy) {
+            (false, _) => Mode::Plan,
+            (true, false) => Mode::Apply,
+            (true, true) => Mode::Delete,
+        },
         options,
         observers: vec![progress.clone()],
         approver: &approver,
@@ -142,6 +151,7 @@ pub(super) async fn pass(
         expected: saved.expected,
         // A person took their time at the prompt: the states are read again before acting.
         recheck: confirm.is_some_and(|c| c != ConfirmMode::No),
+        inventory: if saved.destroy { Inventory::Destroy } else { Inventory::Keep },
     }
     .run()
     .await?;
@@ -232,7 +242,11 @@ fn show(format: OutputFormat, progress: &ProgressView, passed: &Passed) -> Resul
             json(plan, None, "declined");
             ExitKind::Failed
         }
-        Ended::Applied { plan, report } => {
+        Ended::Applied { plan, report, removed } => {
+            if let (OutputFormat::Text, Some(removed)) = (format, removed) {
+                render::print_deleted(removed, "Removal");
+            }
+            let removed_ok = removed.as_ref().is_none_or(|r| r.succeeded());
             match format {
                 OutputFormat::Text => render::print_report(report),
                 OutputFormat::Json => {
@@ -240,10 +254,15 @@ fn show(format: OutputFormat, progress: &ProgressView, passed: &Passed) -> Resul
                     render::print_failures(report.manifest(), report.entries());
                 }
             }
-            ExitKind::of(report.succeeded() && !matches!(passed.outputs, Some(Err(_))))
+            ExitKind::of(report.succeeded() && removed_ok && !matches!(passed.outputs, Some(Err(_))))
         }
-        // The CLI has no deleting pass.
-        Ended::Deleted { report, .. } => ExitKind::of(report.succeeded()),
+        Ended::Deleted { plan, report } => {
+            match format {
+                OutputFormat::Text => render::print_deleted(report, "Destroy"),
+                OutputFormat::Json => json(plan, None, if report.succeeded() { "destroyed" } else { "failed" }),
+            }
+            ExitKind::of(report.succeeded())
+        }
     })
 }
 
@@ -252,7 +271,10 @@ pub(super) async fn plan(args: PlanArgs, session: &Session) -> Result<ExitKind, 
     let progress = ProgressView::new(manifest.output);
     let state = State::open(manifest, false, &progress)?;
     let stop = stop_on_signals(progress.clone(), Cancel::AtOnce)?;
-    let saved = Saved { out: args.out.clone(), expected: None };
+    if args.destroy && args.out.is_some() {
+        return Err(CliError::Refused("plan --destroy --out: a destroy is not saved; run `deployster destroy`".into()));
+    }
+    let saved = Saved { out: args.out.clone(), destroy: args.destroy, ..Saved::default() };
     Ok(pass(
         manifest,
         None,
@@ -303,7 +325,20 @@ pub(super) async fn apply(mut args: ApplyArgs, session: &Session) -> Result<Exit
     let progress = ProgressView::new(manifest.output);
     let state = State::open(manifest, true, &progress)?;
     let stop = stop_on_signals(progress.clone(), Cancel::AtOnce)?;
-    let saved = Saved { out: None, expected };
+    let saved = Saved { expected, allow_deletes: args.allow_deletes, ..Saved::default() };
+    let executor = session.executor(&manifest.images, None).await?;
+    Ok(pass(manifest, Some(confirm), saved, &progress, &state, executor, &stop, Default::default()).await?.0)
+}
+
+/// `destroy`: everything the manifest declares or its inventory holds, deleted dependents
+/// first, once shown and confirmed.
+pub(super) async fn destroy(args: DestroyArgs, session: &Session) -> Result<ExitKind, CliError> {
+    let manifest = &args.manifest;
+    let confirm = if args.yes { ConfirmMode::No } else { ConfirmMode::Once };
+    let progress = ProgressView::new(manifest.output);
+    let state = State::open(manifest, true, &progress)?;
+    let stop = stop_on_signals(progress.clone(), Cancel::AtOnce)?;
+    let saved = Saved { destroy: true, ..Saved::default() };
     let executor = session.executor(&manifest.images, None).await?;
     Ok(pass(manifest, Some(confirm), saved, &progress, &state, executor, &stop, Default::default()).await?.0)
 }

@@ -292,6 +292,19 @@ pub struct PlanArgs {
     /// `deployster apply FILE`. It holds digests, never config values, states or secrets.
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
+    /// Plan `destroy`: what deleting everything the manifest declares or its inventory holds
+    /// would do.
+    #[arg(long)]
+    pub destroy: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct DestroyArgs {
+    #[command(flatten)]
+    pub manifest: ManifestArgs,
+    /// Do not ask.
+    #[arg(short = 'y', long)]
+    pub yes: bool,
 }
 
 #[derive(Debug, Args)]
@@ -310,6 +323,11 @@ pub struct ApplyArgs {
     /// Do not ask (same as `--confirm no`).
     #[arg(short = 'y', long)]
     pub yes: bool,
+    /// An apply that deletes more than half of the resources the manifest's inventory holds
+    /// (removed from the manifest) is refused without asking unless this names how many it
+    /// deletes; at a prompt, it is asked for with a warning.
+    #[arg(long, value_name = "N")]
+    pub allow_deletes: Option<usize>,
 }
 
 #[cfg(feature = "kube")]

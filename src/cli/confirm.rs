@@ -9,7 +9,7 @@ use super::interactive;
 use super::progress::ProgressView;
 use super::render::name_width;
 use crate::engine::events::{Approver, Decision};
-use crate::engine::plan::Plan;
+use crate::engine::plan::{Plan, Removal};
 use crate::engine::protocol::{Action, Status};
 
 /// When `apply` asks for confirmation.
@@ -40,13 +40,16 @@ pub(super) fn ask(progress: &ProgressView, question: &str) -> bool {
 /// modes (the plan was approved as a whole, or confirmation was switched off).
 pub(super) struct Prompting {
     mode: ConfirmMode,
+    /// `--allow-deletes N`: a deletion of more than half of what the inventory holds goes
+    /// ahead unasked only when it deletes exactly this many.
+    allow_deletes: Option<usize>,
     progress: Arc<ProgressView>,
     one_at_a_time: tokio::sync::Mutex<()>,
 }
 
 impl Prompting {
-    pub(super) fn new(mode: ConfirmMode, progress: Arc<ProgressView>) -> Self {
-        Self { mode, progress, one_at_a_time: tokio::sync::Mutex::new(()) }
+    pub(super) fn new(mode: ConfirmMode, progress: Arc<ProgressView>, allow_deletes: Option<usize>) -> Self {
+        Self { mode, allow_deletes, progress, one_at_a_time: tokio::sync::Mutex::new(()) }
     }
 
     async fn ask(&self, question: String) -> bool {
@@ -70,7 +73,31 @@ impl Approver for Prompting {
                 self.mode.name()
             ));
         }
-        if self.mode == ConfirmMode::Once && !self.ask("Apply these changes?".into()).await {
+        let deleting = plan.removals.iter().filter(|r| r.removal == Removal::ToDelete).count();
+        let mut question = match (plan.entries.is_empty(), deleting) {
+            (true, n) => format!("Delete these {n} resources? This cannot be undone."),
+            (false, 0) => "Apply these changes?".into(),
+            (false, n) => format!("Apply these changes, deleting {n} resources no longer declared?"),
+        };
+        // `destroy` (a plan of removals only) asked for every deletion by its name.
+        let mass = plan.mass_deletion().filter(|_| !plan.entries.is_empty());
+        if let Some(n) = mass.filter(|n| self.allow_deletes != Some(*n)) {
+            let names: Vec<&str> =
+                plan.removals.iter().filter(|r| r.removal == Removal::ToDelete).map(|r| r.name.as_str()).collect();
+            let what = format!(
+                "manifest {}: this apply deletes {n} of the {} resources its inventory holds ({}), more than half",
+                plan.manifest,
+                plan.held,
+                names.join(", ")
+            );
+            if self.mode != ConfirmMode::Once {
+                return Decision::Refuse(format!(
+                    "{what}; nothing was changed. Check the plan; if that is what you want, apply it with `deployster apply --allow-deletes {n}`"
+                ));
+            }
+            question = format!("WARNING: {what}. Delete them and apply?");
+        }
+        if self.mode == ConfirmMode::Once && !self.ask(question).await {
             return Decision::Decline("declined by the user".into());
         }
         self.progress.start_executing(name_width(plan.entries.iter().map(|e| e.name.as_str())));

@@ -229,6 +229,7 @@ async fn live(args: &GraphArgs, manifest: ValidatedManifest, session: &Session) 
         recover: false,
         expected: None,
         recheck: false,
+        inventory: crate::pass::Inventory::Off,
     }
     .run()
     .await?;

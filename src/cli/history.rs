@@ -63,7 +63,10 @@ pub(super) fn history(args: HistoryArgs) -> Result<ExitKind, CliError> {
         OutputFormat::Text => {
             let workspace = args.log.state.named_workspace().map(|w| format!(" (workspace {w})")).unwrap_or_default();
             outln!("Deployment log {}{workspace} — {subject}:", dir.display());
-            outln!("  latest applied revision   {}", revision_line(applied.as_ref()));
+            match applied.as_ref().filter(|e| e.detail.get("destroyed") == Some(&serde_json::json!(true))) {
+                Some(destroyed) => outln!("  destroyed                 {}", revision_line(Some(destroyed))),
+                None => outln!("  latest applied revision   {}", revision_line(applied.as_ref())),
+            }
             outln!("  latest failed revision    {}", revision_line(failed.as_ref()));
             if running.is_empty() {
                 outln!("  in progress               none");

@@ -57,6 +57,9 @@ pub enum Command {
     Plan(PlanArgs),
     /// Plan, ask for confirmation, then run the actions that bring resources to VALID.
     Apply(ApplyArgs),
+    /// Delete everything the manifest declares or the deployment log's inventory holds for
+    /// it, dependents first, once shown and confirmed.
+    Destroy(DestroyArgs),
     /// Apply again and again: correct drift every interval until stopped (SIGINT/SIGTERM/SIGHUP).
     Reconcile(ReconcileArgs),
     /// What the deployment log says: latest applied, failed and in-progress revisions, and
@@ -103,6 +106,7 @@ pub fn parse() -> Cli {
         let args = match &mut cli.command {
             Command::Plan(plan) => Some(&mut plan.manifest),
             Command::Apply(apply) => Some(&mut apply.manifest),
+            Command::Destroy(destroy) => Some(&mut destroy.manifest),
             Command::Reconcile(reconcile) => Some(&mut reconcile.manifest),
             Command::Graph(graph) => Some(&mut graph.manifest),
             _ => None,
@@ -197,6 +201,7 @@ async fn run_command(cli: Cli, session: &Session) -> Result<ExitKind, CliError> 
     match cli.command {
         Command::Plan(args) => apply::plan(args, session).await,
         Command::Apply(args) => apply::apply(args, session).await,
+        Command::Destroy(args) => apply::destroy(args, session).await,
         Command::Reconcile(args) => reconcile::reconcile(args, session).await,
         Command::History(args) => history::history(args),
         Command::Outputs(args) => history::outputs(args),

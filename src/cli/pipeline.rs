@@ -376,6 +376,7 @@ impl StepRunner for Passes {
             recover: true,
             expected: None,
             recheck: false,
+            inventory: crate::pass::Inventory::Off,
         }
         .run()
         .await

@@ -4,10 +4,11 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use crate::engine::delete::DeleteReport;
 use crate::engine::error::ResourceError;
 use crate::engine::mask::Mask;
-use crate::engine::plan::{Change, Plan, Report, ResourceEntry, Standing};
-use crate::pass::Passed;
+use crate::engine::plan::{Change, Plan, Removal, RemovalEntry, Report, ResourceEntry, Standing};
+use crate::pass::{Ended, Passed};
 
 /// A duration as people read it, to the millisecond.
 pub(super) fn elapsed(d: Duration) -> String {
@@ -62,12 +63,86 @@ pub(super) fn print_plan(plan: &Plan) {
             _ => {}
         }
     }
+    if !plan.removals.is_empty() {
+        if !plan.entries.is_empty() {
+            outln!("No longer declared (the deployment log's inventory holds them):");
+        }
+        print_removals(&plan.removals);
+    }
     let c = plan.counts();
     let mut summary = format!("Plan: {} to apply, {} pending, {} valid", c.to_apply, c.pending, c.valid);
+    if plan.entries.is_empty() {
+        summary = "Plan".into();
+    }
     if c.failed + c.blocked > 0 {
         summary.push_str(&format!(", {} failed, {} blocked", c.failed, c.blocked));
     }
+    let removals = removal_counts(&plan.removals);
+    if !removals.is_empty() {
+        summary.push_str(&format!("{}{removals}", if plan.entries.is_empty() { ": " } else { ", " }));
+    }
     outln!("{summary}.");
+}
+
+/// What becomes (or became) of each resource leaving the manifest, a line each.
+pub(super) fn print_removals(removals: &[RemovalEntry]) {
+    let width = name_width(removals.iter().map(|e| e.name.as_str()));
+    for e in removals {
+        outln!("{}", settled_line(e.removal.label(), &e.name, width, &e.type_name, None));
+        let detail = match &e.removal {
+            Removal::ToDelete => "→ delete (its type's delete action, then its state read: MISSING required)".into(),
+            Removal::Absent => "already MISSING: it leaves the inventory".into(),
+            Removal::Forgotten { reason } => format!("left in place, forgotten: {reason}"),
+            Removal::Kept { reason } => format!("left in place for now: {reason}"),
+            Removal::Deleted => continue,
+            Removal::Failed(error) => error.to_string(),
+        };
+        outln!("{}", indent(&detail, "              "));
+    }
+}
+
+/// `2 to delete, 1 forgotten` — what is counted, only.
+pub(super) fn removal_counts(removals: &[RemovalEntry]) -> String {
+    let count = |label: &str| removals.iter().filter(|e| e.removal.label() == label).count();
+    let words = [
+        ("DELETE", "to delete"),
+        ("DELETED", "deleted"),
+        ("ABSENT", "already gone"),
+        ("FORGOTTEN", "forgotten"),
+        ("KEPT", "left for now"),
+        ("FAILED", "failed to delete"),
+    ];
+    let parts: Vec<String> =
+        words.iter().filter(|(l, _)| count(l) > 0).map(|(l, word)| format!("{} {word}", count(l))).collect();
+    parts.join(", ")
+}
+
+fn removals_json(removals: &[RemovalEntry]) -> Vec<Value> {
+    removals
+        .iter()
+        .map(|e| {
+            let mut v = json!({"name": e.name, "type": e.type_name, "status": e.removal.label()});
+            match &e.removal {
+                Removal::Failed(error) => v["error"] = error_json(error),
+                other => {
+                    if let Some(message) = other.message() {
+                        v["message"] = json!(message);
+                    }
+                }
+            }
+            v
+        })
+        .collect()
+}
+
+/// What a delete pass (or the removals of an apply) did.
+/// Each resource was shown as it settled.
+pub(super) fn print_deleted(report: &DeleteReport, verb: &str) {
+    let verdict = if report.succeeded() { "complete" } else { "failed" };
+    outln!("{verb} {verdict}: {}.", removal_counts(&report.entries));
+    for problem in report.problems() {
+        errln!("error: manifest {}: {problem}", report.manifest);
+    }
 }
 
 pub(super) fn print_report(report: &Report) {
@@ -164,6 +239,12 @@ fn change_json(change: &Change) -> Value {
 /// The JSON document `--output json` prints: the plan, what the log says of it (drift,
 /// changes), and the result when apply ran.
 pub(super) fn document(plan: &Plan, report: Option<&Report>, status: &str, passed: &Passed) -> Value {
+    let removed = match &passed.ended {
+        Ended::Applied { removed: Some(removed), .. } | Ended::Deleted { report: removed, .. } => {
+            Some(removals_json(&removed.entries))
+        }
+        _ => None,
+    };
     let drift: Vec<Value> =
         passed.drifts.iter().map(|d| json!({"resource": d.resource, "now": d.now.to_string()})).collect();
     let mut doc = json!({
@@ -177,8 +258,14 @@ pub(super) fn document(plan: &Plan, report: Option<&Report>, status: &str, passe
         "changes": passed.changes.iter().map(change_json).collect::<Vec<_>>(),
         "plan": entries_json(&plan.entries, &plan.mask),
     });
+    if !plan.removals.is_empty() {
+        doc["removals"] = json!(removals_json(&plan.removals));
+    }
     if let Some(report) = report {
         doc["result"] = json!(entries_json(report.entries(), report.mask()));
+    }
+    if let Some(removed) = removed {
+        doc["removed"] = json!(removed);
     }
     match &passed.outputs {
         Some(Ok(values)) => doc["outputs"] = plan.mask.value(values),

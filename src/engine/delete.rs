@@ -13,41 +13,10 @@ use super::config::Knowledge;
 use super::error::{Cause, Phase, ResourceError};
 use super::events::RunEvent;
 use super::plan::{Plan, Standing};
+pub use super::plan::{Removal, RemovalEntry};
 use super::protocol::{ActionRequest, StateResponse, Status};
-use super::resource::{read_state, state_request};
+use super::resource::{read_state, run_action, state_request};
 use super::run::{NotApplicable, Prepared, known_of};
-
-/// What became of one resource.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Removal {
-    /// Its delete action ran and it is MISSING now.
-    Deleted,
-    /// It did not exist.
-    Absent,
-    /// Left in place, and why.
-    Kept {
-        reason: String,
-    },
-    Failed(ResourceError),
-}
-
-impl Removal {
-    pub fn label(&self) -> &'static str {
-        match self {
-            Removal::Deleted => "DELETED",
-            Removal::Absent => "ABSENT",
-            Removal::Kept { .. } => "KEPT",
-            Removal::Failed(_) => "FAILED",
-        }
-    }
-}
-
-#[derive(Debug, Clone)]
-pub struct RemovalEntry {
-    pub name: String,
-    pub type_name: String,
-    pub removal: Removal,
-}
 
 /// The result of a delete pass.
 #[derive(Debug, Clone)]
@@ -71,50 +40,74 @@ impl DeleteReport {
     pub fn succeeded(&self) -> bool {
         self.problems().is_empty()
     }
+
+    /// Whether a run would change anything (a planned removal).
+    pub fn has_changes(&self) -> bool {
+        self.entries.iter().any(|e| e.removal.is_change())
+    }
 }
 
-/// Deletes the resources of `plan` (made by `prepared`) in reverse dependency order.
+/// Deletes every resource of `plan` (made by `prepared`), in reverse dependency order.
 pub async fn delete(prepared: &Prepared, plan: &Plan) -> Result<DeleteReport, NotApplicable> {
+    let all = vec![true; plan.entries.len()];
+    remove_some(prepared, plan, &all, true).await
+}
+
+/// Deletes the resources of `plan` marked in `removed`, dependents first; the others are
+/// declared and stay. With `run` false nothing runs: the report says what a run would do.
+pub async fn remove_some(
+    prepared: &Prepared,
+    plan: &Plan,
+    removed: &[bool],
+    run: bool,
+) -> Result<DeleteReport, NotApplicable> {
     prepared.check_made_here(plan)?;
     let manifest = &prepared.ctx.manifest;
     let known: Knowledge = plan.entries.iter().map(known_of).collect();
-    // Resource → why it must stay (a dependent that was not deleted).
-    let mut needed: HashMap<usize, String> = HashMap::new();
+    // Resource → why it must stay, and whether for good (a dependent left in place for good).
+    let mut needed: HashMap<usize, (String, bool)> = HashMap::new();
     let mut removals: Vec<Option<Removal>> = vec![None; plan.entries.len()];
-    for &i in manifest.graph.topological().iter().rev() {
+    for &i in manifest.graph.topological().iter().rev().filter(|&&i| removed[i]) {
+        let name = &manifest.resources[i].name;
         let removal = match needed.get(&i) {
-            Some(reason) => Removal::Kept { reason: reason.clone() },
-            None => remove(prepared, i, &plan.entries[i].standing, plan.entries[i].config.clone(), &known).await,
+            Some((reason, true)) => Removal::Forgotten { reason: reason.clone() },
+            Some((reason, false)) => Removal::Kept { reason: reason.clone() },
+            None => {
+                let entry = &plan.entries[i];
+                remove(prepared, i, &entry.standing, entry.config.clone(), &known, run).await
+            }
         };
-        if !matches!(removal, Removal::Deleted | Removal::Absent) {
-            let reason = match needed.get(&i) {
-                Some(reason) => reason.clone(),
-                None => format!("{} depends on it and was not deleted", manifest.resources[i].name),
-            };
+        let passed_on = match (&removal, needed.get(&i)) {
+            (Removal::Forgotten { .. } | Removal::Kept { .. } | Removal::Failed(_), Some(inherited)) => {
+                Some(inherited.clone())
+            }
+            (Removal::Forgotten { .. }, None) => Some((format!("{name} is left in place and depends on it"), true)),
+            (Removal::Kept { .. } | Removal::Failed(_), None) => {
+                Some((format!("{name} depends on it and was not deleted"), false))
+            }
+            _ => None,
+        };
+        if let Some(passed_on) = passed_on {
             for &d in manifest.graph.dependencies(i) {
-                needed.entry(d).or_insert_with(|| reason.clone());
+                needed.entry(d).or_insert_with(|| passed_on.clone());
             }
         }
-        prepared.ctx.emit(RunEvent::Settled {
-            resource: manifest.resources[i].name.clone(),
-            label: removal.label(),
-            elapsed: std::time::Duration::ZERO,
-            message: match &removal {
-                Removal::Kept { reason } => Some(reason.clone()),
-                Removal::Failed(e) => Some(e.to_string()),
-                _ => None,
-            },
-        });
+        if run {
+            prepared.ctx.emit(RunEvent::Settled {
+                resource: name.clone(),
+                label: removal.label(),
+                elapsed: std::time::Duration::ZERO,
+                message: removal.message(),
+            });
+        }
         removals[i] = Some(removal);
     }
     let entries = manifest
         .resources
         .iter()
         .zip(removals)
-        .map(|(r, removal)| RemovalEntry {
-            name: r.name.clone(),
-            type_name: r.type_name.clone(),
-            removal: removal.expect("every resource is visited"),
+        .filter_map(|(r, removal)| {
+            Some(RemovalEntry { name: r.name.clone(), type_name: r.type_name.clone(), removal: removal? })
         })
         .collect();
     Ok(DeleteReport { manifest: manifest.name.clone(), entries })
@@ -126,30 +119,32 @@ async fn remove(
     standing: &Standing,
     config: Option<serde_json::Value>,
     known: &Knowledge,
+    run: bool,
 ) -> Removal {
-    let kept = |reason: &str| Removal::Kept { reason: reason.to_string() };
+    let kept = |reason: String| Removal::Kept { reason };
+    let forgotten = |reason: &str| Removal::Forgotten { reason: reason.to_string() };
     let current = match standing {
         Standing::NeedsActions { status: Status::Missing, .. } => return Removal::Absent,
         Standing::Valid { state, .. } => state.clone(),
         Standing::NeedsActions { stale_state, .. } => stale_state.clone().unwrap_or_else(|| json!({})),
-        Standing::Pending { .. } => return kept("its inputs are unknown: a dependency is not VALID"),
-        _ => return kept("its state could not be read"),
+        Standing::Pending { .. } => return kept("its inputs are unknown: a dependency is not VALID".into()),
+        Standing::Failed(e) => return kept(format!("its state could not be read: {e}")),
+        _ => return kept("its state could not be read".into()),
     };
     if prepared.ctx.manifest.resources[i].readonly {
-        return kept("readonly: observed, never deleted");
+        return forgotten("readonly: observed, never deleted");
     }
     let Some(delete_action) = prepared.ctx.types[i].init.delete_action.clone() else {
-        return kept("its type declares no delete_action");
+        return forgotten("its type declares no delete_action");
     };
+    if !run {
+        return Removal::ToDelete;
+    }
     let config = config.unwrap_or_else(|| json!({}));
     let request = state_request(&prepared.ctx, i, config, known);
     let stdin = serde_json::to_vec(&ActionRequest { state: request.clone(), stale_state: current })
         .expect("requests serialize");
-    let phase = Phase::Action("delete".into());
-    if let Err(e) = prepared.ctx.record_intent(i, "delete").await {
-        return Removal::Failed(e);
-    }
-    if let Err(e) = prepared.ctx.run_program(i, &phase, &delete_action, stdin, true).await {
+    if let Err(e) = run_action(&prepared.ctx, i, "delete", &delete_action, stdin).await {
         return Removal::Failed(e);
     }
     match read_state(&prepared.ctx, i, &Phase::Verify, &request).await {

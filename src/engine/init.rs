@@ -27,6 +27,9 @@ pub enum PrepareError {
     /// The executor cannot run this manifest's types at all (e.g. the Docker daemon is down).
     #[error("manifest {manifest}: cannot run its resource types: {message}")]
     Executor { manifest: String, reason: &'static str, message: String },
+    /// What left the manifest cannot be planned for removal: nothing is changed.
+    #[error("manifest {manifest}: {message}; nothing was changed")]
+    Removal { manifest: String, message: String },
     /// Some resources failed init or the checks after it.
     #[error("manifest {manifest}: {}", listed(failures))]
     Resources { manifest: String, failures: Vec<(String, ResourceError)> },
@@ -37,6 +40,7 @@ impl PrepareError {
     pub fn is_invalid_input(&self) -> bool {
         match self {
             PrepareError::Executor { .. } => false,
+            PrepareError::Removal { .. } => false,
             PrepareError::Resources { failures, .. } => failures.iter().all(|(_, e)| e.is_invalid_input()),
         }
     }
@@ -46,6 +50,7 @@ impl PrepareError {
             PrepareError::Executor { reason, .. } => reason,
             _ if self.is_invalid_input() => "InvalidManifest",
             PrepareError::Resources { .. } => "InitFailed",
+            PrepareError::Removal { .. } => "RemovalNotPlanned",
         }
     }
 }

@@ -18,6 +18,7 @@ pub mod mask;
 pub mod messages;
 pub mod plan;
 pub mod protocol;
+pub mod prune;
 pub(crate) mod resource;
 pub mod run;
 pub mod saved;

@@ -210,12 +210,72 @@ pub struct ResourceEntry {
     pub(crate) config: Option<Value>,
 }
 
+/// What became of one resource — or, planned, what will.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Removal {
+    /// Planned: its delete action will run.
+    ToDelete,
+    /// Its delete action ran and it is MISSING now.
+    Deleted,
+    /// It did not exist.
+    Absent,
+    /// Left in place and still held (in the inventory): deleted by a later run once it can be.
+    Kept {
+        reason: String,
+    },
+    /// Left in place for good, and no longer held: its type cannot delete it, it is `readonly`,
+    /// or a resource left so depends on it.
+    Forgotten {
+        reason: String,
+    },
+    Failed(ResourceError),
+}
+
+impl Removal {
+    pub fn label(&self) -> &'static str {
+        match self {
+            Removal::ToDelete => "DELETE",
+            Removal::Deleted => "DELETED",
+            Removal::Absent => "ABSENT",
+            Removal::Kept { .. } => "KEPT",
+            Removal::Forgotten { .. } => "FORGOTTEN",
+            Removal::Failed(_) => "FAILED",
+        }
+    }
+
+    /// Why it is left in place, or how it failed.
+    pub fn message(&self) -> Option<String> {
+        match self {
+            Removal::Kept { reason } | Removal::Forgotten { reason } => Some(reason.clone()),
+            Removal::Failed(e) => Some(e.to_string()),
+            _ => None,
+        }
+    }
+
+    /// Whether a run changes anything for it: runs its delete action, or lets it go.
+    pub fn is_change(&self) -> bool {
+        matches!(self, Removal::ToDelete | Removal::Forgotten { .. } | Removal::Absent)
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct RemovalEntry {
+    pub name: String,
+    pub type_name: String,
+    pub removal: Removal,
+}
+
 /// The result of planning a manifest.
 #[derive(Debug, Clone)]
 pub struct Plan {
     pub manifest: String,
     pub run_id: String,
     pub entries: Vec<ResourceEntry>,
+    /// The resources that left the manifest (its inventory holds them, it no longer declares
+    /// them), dependents first, and what applying does to each.
+    pub removals: Vec<RemovalEntry>,
+    /// How many resources the manifest's inventory held when the plan was made.
+    pub held: usize,
     /// Hides sensitive values in what is shown of it (states).
     pub mask: Mask,
 }
@@ -257,7 +317,15 @@ impl Plan {
     /// Whether applying would do anything.
     pub fn has_changes(&self) -> bool {
         let c = self.counts();
-        c.to_apply + c.pending > 0
+        c.to_apply + c.pending > 0 || self.removals.iter().any(|r| r.removal.is_change())
+    }
+
+    /// How many resources applying deletes, when that is more than half of what the
+    /// inventory holds (every resource, say, when a manifest was emptied or renamed by
+    /// mistake): such a deletion is asked for louder, and never taken as approved by default.
+    pub fn mass_deletion(&self) -> Option<usize> {
+        let deleting = self.removals.iter().filter(|r| r.removal == Removal::ToDelete).count();
+        (deleting > 0 && deleting * 2 > self.held).then_some(deleting)
     }
 
     /// Whether the plan is sound enough to apply: nothing failed or blocked.
@@ -281,6 +349,15 @@ pub struct Report {
 impl Report {
     pub(crate) fn new(manifest: String, run_id: String, entries: Vec<ResourceEntry>, mask: Mask) -> Self {
         Self { manifest, run_id, entries, mask }
+    }
+
+    /// Nothing of `plan` applied: what needed actions was cancelled before it started.
+    pub(crate) fn untouched(plan: &Plan) -> Self {
+        let mut entries = plan.entries.clone();
+        for e in entries.iter_mut().filter(|e| !matches!(e.standing, Standing::Valid { .. })) {
+            e.standing = Standing::Cancelled;
+        }
+        Self::new(plan.manifest.clone(), plan.run_id.clone(), entries, plan.mask.clone())
     }
 
     /// Hides sensitive values in what is shown of it (states).

@@ -11,7 +11,9 @@ use super::context::RunContext;
 use super::error::{Cause, Phase, ResourceError};
 use super::events::{Approver, RunEvent};
 use super::plan::{Inputs, Ran};
-use super::protocol::{self, Action, ActionRequest, DependencyView, InitRequest, StateRequest, StateResponse};
+use super::protocol::{
+    self, Action, ActionRequest, DependencyView, InitRequest, Invocable, StateRequest, StateResponse,
+};
 use super::validate::ValidatedManifest;
 
 /// How many levels of dependencies a request carries for a type that speaks the older protocol
@@ -142,30 +144,41 @@ pub(crate) async fn apply_actions(
     let stdin = serde_json::to_vec(&action_request).expect("requests serialize");
     let mut ran = Vec::new();
     for action in actions {
-        let phase = Phase::Action(action.name.clone());
         if !approver.approve_action(name, action).await {
             return Err(ApplyStopped::Declined);
         }
-        ctx.record_intent(i, &action.name).await?;
-        let started = Instant::now();
-        let result = ctx.run_program(i, &phase, &action.invocable, stdin.clone(), true).await;
-        let mask = &ctx.manifest.mask;
-        let results = result.as_ref().map_or_else(
-            |_| Vec::new(),
-            |(_, results)| results.iter().map(|(k, v)| (k.clone(), mask.text(v))).collect(),
-        );
-        ctx.emit(RunEvent::ActionFinished {
-            resource: name.clone(),
-            action: action.name.clone(),
-            elapsed: started.elapsed(),
-            error: result.as_ref().err().map(ToString::to_string),
-            results: results.clone(),
-        });
-        result?;
+        let results = run_action(ctx, i, &action.name, &action.invocable, stdin.clone()).await?;
         ran.push(Ran { action: action.name.clone(), results });
     }
     match read_state(ctx, i, &Phase::Verify, &request).await? {
         StateResponse::Valid { state } => Ok((state, ran)),
         other => Err(ResourceError::new(Phase::Verify, Cause::StillNotValid(other.status())).into()),
     }
+}
+
+/// Runs one action of resource `i`: its intent recorded first (or it does not run), its
+/// result told to the observer. Returns the result pairs its messages reported, masked.
+pub(crate) async fn run_action(
+    ctx: &RunContext,
+    i: usize,
+    action: &str,
+    invocable: &Invocable,
+    stdin: Vec<u8>,
+) -> Result<Vec<(String, String)>, ResourceError> {
+    ctx.record_intent(i, action).await?;
+    let started = Instant::now();
+    let phase = Phase::Action(action.to_string());
+    let result = ctx.run_program(i, &phase, invocable, stdin, true).await;
+    let mask = &ctx.manifest.mask;
+    let results: Vec<(String, String)> = result
+        .as_ref()
+        .map_or_else(|_| Vec::new(), |(_, results)| results.iter().map(|(k, v)| (k.clone(), mask.text(v))).collect());
+    ctx.emit(RunEvent::ActionFinished {
+        resource: ctx.manifest.resources[i].name.clone(),
+        action: action.to_string(),
+        elapsed: started.elapsed(),
+        error: result.as_ref().err().map(ToString::to_string),
+        results: results.clone(),
+    });
+    result.map(|_| results)
 }

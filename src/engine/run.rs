@@ -110,6 +110,8 @@ impl Prepared {
             manifest: manifest.name.clone(),
             run_id: self.ctx.options.run_id.clone(),
             entries,
+            removals: Vec::new(),
+            held: 0,
             mask: manifest.mask.clone(),
         }
     }

@@ -37,6 +37,10 @@ pub struct SavedPlan {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace: Option<String>,
     pub resources: Vec<SavedResource>,
+    /// The resources leaving the manifest (its inventory holds them, it no longer declares
+    /// them), and what applying does to each: `DELETE`, `FORGOTTEN`, `ABSENT`, `KEPT`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub removals: Vec<SavedRemoval>,
     /// Over everything above: a file edited by hand is refused.
     #[serde(default)]
     pub checksum: String,
@@ -74,6 +78,26 @@ pub struct SavedResource {
     pub actions: Vec<String>,
     /// Config values unknown until a dependency is applied: `path = expression`.
     pub unknown_inputs: Vec<String>,
+}
+
+/// One resource leaving the manifest, as the plan found it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SavedRemoval {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub type_name: String,
+    pub status: String,
+}
+
+fn saved_removals(plan: &Plan) -> Vec<SavedRemoval> {
+    plan.removals
+        .iter()
+        .map(|r| SavedRemoval {
+            name: r.name.clone(),
+            type_name: r.type_name.clone(),
+            status: r.removal.label().into(),
+        })
+        .collect()
 }
 
 /// Why a saved plan cannot be used.
@@ -144,6 +168,7 @@ impl SavedPlan {
             run_id: plan.run_id.clone(),
             workspace: None,
             resources,
+            removals: saved_removals(plan),
             checksum: String::new(),
         };
         saved.checksum = saved.expected_checksum();
@@ -160,7 +185,11 @@ impl SavedPlan {
     /// A digest of what the plan knew — the revision and every resource's status, state and
     /// config digests and actions — whoever made it and when.
     pub fn digest(&self) -> String {
-        content_hash(&json!({"revision": self.revision, "resources": self.resources}))
+        let mut what = json!({"revision": self.revision, "resources": self.resources});
+        if !self.removals.is_empty() {
+            what["removals"] = json!(self.removals);
+        }
+        content_hash(&what)
     }
 
     fn expected_checksum(&self) -> String {
@@ -230,6 +259,14 @@ impl SavedPlan {
                 "the manifest or its variables changed: revision {} when planned, {} now",
                 self.revision, manifest.revision
             ));
+        }
+        let leaving = |removals: &[SavedRemoval]| {
+            let listed: Vec<String> = removals.iter().map(|r| format!("{} ({})", r.name, r.status)).collect();
+            if listed.is_empty() { "none".to_string() } else { listed.join(", ") }
+        };
+        let (planned, now_leaving) = (leaving(&self.removals), leaving(&saved_removals(now)));
+        if planned != now_leaving {
+            found.push(format!("what leaves the manifest differs: {planned} when planned, {now_leaving} now"));
         }
         let was: Vec<&str> = self.resources.iter().map(|r| r.name.as_str()).collect();
         let is: Vec<&str> = now.entries.iter().map(|e| e.name.as_str()).collect();

@@ -26,6 +26,9 @@ pub struct ValidatedManifest {
     /// gives the same revision, whatever the key order or formatting.
     pub revision: String,
     pub files: Vec<PathBuf>,
+    /// The manifest as written (templates unrendered): what the inventory keeps of each
+    /// resource, and what a removal is planned from ([`super::prune`]).
+    pub source: std::sync::Arc<LoadedManifest>,
     pub vars: Map<String, Value>,
     pub plugs: IndexMap<String, Plug>,
     /// In declaration order; indices are the graph's node numbers.
@@ -40,6 +43,15 @@ pub struct ValidatedManifest {
 }
 
 impl ValidatedManifest {
+    /// What the deployment log's inventory names this manifest by: its first file's name
+    /// (the state directory sits beside it), else its name.
+    pub fn inventory_key(&self) -> String {
+        self.files
+            .first()
+            .and_then(|f| f.file_name())
+            .map_or_else(|| self.name.clone(), |n| n.to_string_lossy().into_owned())
+    }
+
     pub fn index_of(&self, name: &str) -> Option<usize> {
         self.resources.iter().position(|r| r.name == name)
     }
@@ -274,6 +286,7 @@ pub fn validate(loaded: &LoadedManifest, vars: Map<String, Value>) -> Result<Val
             name: loaded.display_name(),
             revision: revision(&loaded.spec, &vars),
             files: loaded.files.clone(),
+            source: std::sync::Arc::new(loaded.clone()),
             vars,
             plugs,
             resources,

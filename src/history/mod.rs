@@ -10,6 +10,7 @@
 //! Two stores share these semantics: [`store::SqliteLog`] (the CLI's `.deployster/` directory)
 //! and [`MemoryLog`] (the bounded history the controller keeps on each custom resource).
 
+pub mod inventory;
 pub mod recorder;
 pub mod store;
 
@@ -72,6 +73,16 @@ pub enum Event {
     /// The manifest's outputs after a successful run (target: the manifest), sensitive values
     /// masked; or why they could not be rendered.
     OutputsRecorded,
+    /// The resource joins (or, declared anew, stays in) the manifest's inventory: what a later
+    /// run deletes when the manifest no longer declares it. `detail.manifest` names the
+    /// manifest, `detail.declaration` is the resource as written (templates unrendered). Written
+    /// before its first action, or when a run finds it VALID (see [`inventory`]).
+    ResourceInventoried,
+    /// Its delete action ran and it is MISSING, or it was found MISSING: it leaves the inventory.
+    ResourceDeleted,
+    /// Left in place and no longer kept in the inventory (its type cannot delete, it is
+    /// `readonly`, or something left in place depends on it).
+    ResourceForgotten,
 
     // Pipelines (`crate::pipeline`). Targets: `pipeline`, `pipeline/<stage>`,
     // `pipeline/<stage>/<group>`, `…/<target>`, `…/<step>`; the revision is the pipeline's.
@@ -221,6 +232,19 @@ pub trait History: Send + Sync {
 
     /// The newest `limit` entries for targets starting with `prefix`, newest first.
     fn recent(&self, prefix: &str, limit: usize) -> Result<Vec<Entry>, HistoryError>;
+
+    /// For each target starting with `prefix`, its newest entry whose event is one of
+    /// `events`, oldest first. Stores with an index of the newest entries answer from it.
+    fn latest_each(&self, prefix: &str, events: &[Event]) -> Result<Vec<Entry>, HistoryError> {
+        let mut newest: Vec<Entry> = Vec::new();
+        for entry in self.recent(prefix, usize::MAX)? {
+            if events.contains(&entry.event) && !newest.iter().any(|n| n.target == entry.target) {
+                newest.push(entry);
+            }
+        }
+        newest.reverse();
+        Ok(newest)
+    }
 }
 
 /// A log read but not written: what a plan uses where it may not write (a read-only state
@@ -243,13 +267,21 @@ impl History for Unrecorded {
     fn recent(&self, prefix: &str, limit: usize) -> Result<Vec<Entry>, HistoryError> {
         self.0.recent(prefix, limit)
     }
+
+    fn latest_each(&self, prefix: &str, events: &[Event]) -> Result<Vec<Entry>, HistoryError> {
+        self.0.latest_each(prefix, events)
+    }
 }
 
 /// How a revision went, from its entries (oldest first): the end of its newest run — or `in
 /// progress`, or `planned` when only plans saw it.
 pub fn outcome(entries: &[Entry]) -> &'static str {
     let run = |e: &&Entry| e.target == target::MANIFEST && !matches!(e.event, Event::PlanStarted | Event::PlanFinished);
-    match entries.iter().rfind(run).map(|e| e.event) {
+    let newest = entries.iter().rfind(run);
+    if newest.is_some_and(|e| e.detail.get("destroyed") == Some(&Value::Bool(true))) {
+        return "destroyed";
+    }
+    match newest.map(|e| e.event) {
         Some(Event::RunFinishedSuccessfully) => "applied",
         Some(Event::RunFailed) => "failed",
         Some(Event::RunDeclined) => "declined",

@@ -375,6 +375,19 @@ impl History for SqliteLog {
             params![exact, low, high, limit as i64],
         )
     }
+
+    fn latest_each(&self, prefix: &str, events: &[Event]) -> Result<Vec<Entry>, HistoryError> {
+        let (exact, low, high) = prefix_bounds(prefix);
+        self.query(
+            &format!(
+                "SELECT {COLUMNS} FROM entries WHERE seq IN (SELECT max(seq) FROM latest_entries
+                   WHERE event IN ({events}) AND (?1 = '' OR target = ?1 OR (target >= ?2 AND target < ?3))
+                   GROUP BY target) ORDER BY seq",
+                events = quoted(events)
+            ),
+            params![exact, low, high],
+        )
+    }
 }
 
 /// An exclusive lock on a state directory, held by a run that changes things, so that two

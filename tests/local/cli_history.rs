@@ -58,10 +58,13 @@ fn runs_append_what_they_did_with_their_revision() {
             ("resource/dir", "resource-missing"),
             ("resource/file", "resource-pending"),
             ("resource/dir/action/create", "action-started"),
+            // Into the inventory with the intent, before the action runs.
+            ("resource/dir", "resource-inventoried"),
             ("resource/dir/action/create", "action-finished-successfully"),
             ("resource/dir", "resource-applied"),
             ("resource/file", "resource-missing"),
             ("resource/file/action/write", "action-started"),
+            ("resource/file", "resource-inventoried"),
             ("resource/file/action/write", "action-finished-successfully"),
             ("resource/file", "resource-applied"),
             ("manifest", "run-finished-successfully"),

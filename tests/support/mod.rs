@@ -287,7 +287,10 @@ pub fn on_terminal(ws: &Workspace, args: &[&str], answer: impl Fn(&str) -> &'sta
             }
         }
     });
-    let prompt = Regex::new(r"(Apply these changes\?|Apply \w+ \([^)]*\)\?|Run \w+/\w+: [^?]*\?) \[y/N\]").unwrap();
+    let prompt = Regex::new(
+        r"(Apply these changes\?|Apply these changes, deleting \d+ [^?]*\?|Delete them and apply\?|Delete these \d+ resources\? This cannot be undone\.|Apply \w+ \([^)]*\)\?|Run \w+/\w+: [^?]*\?) \[y/N\]",
+    )
+    .unwrap();
     let mut stdin = child.stdin.take().unwrap();
     let (mut output, mut answered) = (String::new(), 0);
     let deadline = Instant::now() + Duration::from_secs(60);

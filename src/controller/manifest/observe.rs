@@ -50,7 +50,7 @@ pub fn observe(
             Observed::Invalid { reason: e.reason(), message: e.to_string() }
         }
         Ended::NotPrepared(e) => Observed::NotRun { reason: e.reason(), message: e.to_string() },
-        Ended::Applied { report, plan } => {
+        Ended::Applied { report, plan, .. } => {
             details = drift_details(&plan, &drifts);
             Observed::Applied(report)
         }
@@ -187,6 +187,8 @@ mod tests {
         let plan = Plan {
             manifest: "team/app".into(),
             run_id: "r".into(),
+            removals: Vec::new(),
+            held: 0,
             entries: vec![
                 stale(
                     "settings",

@@ -163,6 +163,7 @@ pub async fn run_pass(
         recover: true,
         expected: None,
         recheck: false,
+        inventory: crate::pass::Inventory::Off,
     };
     let passed = pass.run().await;
     if let Some(why) = ctx.executors.untold_refusal(&scope.namespace, scope.service_account.as_deref()) {

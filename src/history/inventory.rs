@@ -1,0 +1,184 @@
+//! The inventory: what each manifest's runs brought into being, read from the deployment log.
+//!
+//! A resource joins its manifest's inventory (`resource-inventoried`, with the resource as
+//! written) durably before its first action runs, or when a run finds it VALID; it leaves when
+//! it is deleted or found MISSING (`resource-deleted`), or left in place on purpose
+//! (`resource-forgotten`). What the inventory holds and the manifest no longer declares is what
+//! a run deletes ([`crate::engine::prune`]). Each manifest has its own: a resource another
+//! manifest inventoried is not this one's.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use indexmap::IndexMap;
+use serde_json::{Value, json};
+
+use super::{Entry, Event, History, HistoryError, now_ms, target};
+use crate::engine::events::{IntentError, Mode, Observer, RunEvent};
+use crate::engine::manifest::ResourceSpec;
+use crate::engine::protocol::Status;
+use crate::engine::validate::ValidatedManifest;
+
+/// The events that move a resource in or out of an inventory.
+const EVENTS: [Event; 3] = [Event::ResourceInventoried, Event::ResourceDeleted, Event::ResourceForgotten];
+
+/// The resources the log holds in `manifest`'s inventory, oldest first, as they were written.
+pub fn inventory(log: &dyn History, manifest: &str) -> Result<IndexMap<String, ResourceSpec>, HistoryError> {
+    Ok(held(log, manifest)?
+        .into_iter()
+        .filter_map(|(name, declaration)| match serde_json::from_value(declaration) {
+            Ok(spec) => Some((name, spec)),
+            Err(e) => {
+                tracing::warn!(resource = %name, error = %e, "an inventory entry cannot be read; it is skipped");
+                None
+            }
+        })
+        .collect())
+}
+
+/// Resource → its declaration as the inventory keeps it (JSON).
+fn held(log: &dyn History, manifest: &str) -> Result<IndexMap<String, Value>, HistoryError> {
+    let mut held = IndexMap::new();
+    for entry in log.latest_each("resource/", &EVENTS)? {
+        let ours = entry.detail.get("manifest").and_then(Value::as_str) == Some(manifest);
+        if entry.event != Event::ResourceInventoried || !ours {
+            continue;
+        }
+        if let (Some(name), Some(declaration)) =
+            (entry.target.strip_prefix("resource/"), entry.detail.get("declaration"))
+        {
+            held.insert(name.to_string(), declaration.clone());
+        }
+    }
+    Ok(held)
+}
+
+/// Keeps one pass's inventory: an [`Observer`] beside the recorder. Entries that must be in the
+/// log before an action runs are written with its intent; the rest at the end of the pass.
+pub struct Keeper {
+    log: Arc<dyn History>,
+    manifest: String,
+    run_id: String,
+    revision: String,
+    /// A plan records nothing here; a delete pass only takes resources out.
+    mode: Mode,
+    /// Each declared resource, as the inventory would keep it (sensitive values masked).
+    declared: HashMap<String, Value>,
+    /// What the inventory holds now.
+    held: Mutex<IndexMap<String, Value>>,
+    pending: Mutex<Vec<Entry>>,
+}
+
+impl Keeper {
+    pub fn new(
+        log: Arc<dyn History>,
+        manifest: &ValidatedManifest,
+        run_id: &str,
+        revision: &str,
+        mode: Mode,
+    ) -> Result<Keeper, HistoryError> {
+        let key = manifest.inventory_key();
+        let declared = manifest
+            .source
+            .spec
+            .resources
+            .iter()
+            .map(|(name, spec)| (name.clone(), manifest.mask.value(&json!(spec))))
+            .collect();
+        Ok(Keeper {
+            held: Mutex::new(held(log.as_ref(), &key)?),
+            log,
+            manifest: key,
+            run_id: run_id.to_string(),
+            revision: revision.to_string(),
+            mode,
+            declared,
+            pending: Mutex::default(),
+        })
+    }
+
+    fn entry(&self, resource: &str, event: Event, detail: Value) -> Entry {
+        Entry {
+            id: self.run_id.clone(),
+            target: target::resource(resource),
+            revision: self.revision.clone(),
+            event,
+            at: now_ms(),
+            detail,
+        }
+    }
+
+    /// Queues `resource` into the inventory, as declared now, unless it is there as such.
+    fn hold(&self, resource: &str) -> bool {
+        let Some(declaration) = self.declared.get(resource).filter(|_| self.mode == Mode::Apply) else { return false };
+        let mut held = self.held.lock().expect("inventory lock");
+        if held.get(resource) == Some(declaration) {
+            return false;
+        }
+        held.insert(resource.to_string(), declaration.clone());
+        let detail = json!({"manifest": self.manifest, "declaration": declaration});
+        self.pending.lock().expect("inventory lock").push(self.entry(resource, Event::ResourceInventoried, detail));
+        true
+    }
+
+    /// Queues `resource` out of the inventory.
+    fn release(&self, resource: &str, event: Event, reason: Option<&str>) {
+        if self.mode == Mode::Plan || self.held.lock().expect("inventory lock").shift_remove(resource).is_none() {
+            return;
+        }
+        let mut detail = json!({"manifest": self.manifest});
+        if let Some(reason) = reason {
+            detail["message"] = json!(super::cut_to(reason, 1024));
+        }
+        self.pending.lock().expect("inventory lock").push(self.entry(resource, event, detail));
+        // Written at once, beside the delete's result (deletions are few).
+        if let Err(e) = self.flush() {
+            tracing::error!(error = %e, "could not write the inventory");
+        }
+    }
+
+    fn flush(&self) -> Result<(), HistoryError> {
+        let batch = std::mem::take(&mut *self.pending.lock().expect("inventory lock"));
+        if batch.is_empty() {
+            return Ok(());
+        }
+        self.log.append(&batch).inspect_err(|_| {
+            // Kept for the next write, ahead of anything queued since.
+            let mut pending = self.pending.lock().expect("inventory lock");
+            let newer = std::mem::replace(&mut *pending, batch.clone());
+            pending.extend(newer);
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl Observer for Keeper {
+    /// Before a declared resource's first action: in the inventory, durably, or the action
+    /// does not run (what it creates would otherwise never be deleted).
+    async fn on_intent(&self, resource: &str, _action: &str) -> Result<(), IntentError> {
+        if !self.hold(resource) {
+            return Ok(());
+        }
+        self.flush().map_err(|e| IntentError(format!("the inventory could not be written: {e}")))
+    }
+
+    fn on_event(&self, event: &RunEvent) {
+        match event {
+            RunEvent::StateFound { resource, status: Status::Valid, verify: false, .. } => {
+                self.hold(resource);
+            }
+            RunEvent::Settled { resource, label: "DELETED" | "ABSENT", .. } => {
+                self.release(resource, Event::ResourceDeleted, None)
+            }
+            RunEvent::Settled { resource, label: "FORGOTTEN", message, .. } => {
+                self.release(resource, Event::ResourceForgotten, message.as_deref())
+            }
+            RunEvent::Ended(_) => {
+                if let Err(e) = self.flush() {
+                    tracing::error!(error = %e, "could not write the inventory");
+                }
+            }
+            _ => {}
+        }
+    }
+}
