@@ -29,7 +29,7 @@ pub use crate::engine::events::Mode;
 use crate::engine::events::{Approver, Decision, Ending, Observer, Observers, RunEvent};
 use crate::engine::executor::{ExecError, Executor};
 use crate::engine::manifest::ResourceSpec;
-use crate::engine::plan::{Change, Drift, Plan, Removal, Report};
+use crate::engine::plan::{Change, Drift, Plan, Removal, RemovalEntry, Report};
 use crate::engine::prune;
 use crate::engine::run::{Engine, Prepared};
 use crate::engine::saved::SavedPlan;
@@ -185,24 +185,36 @@ impl Pass<'_> {
             false => Vec::new(),
         };
         let revision = self.log.revision_of(&self.manifest.revision)?;
-        let held = match self.inventory {
+        let mut held = match self.inventory {
             Inventory::Off => Default::default(),
             _ => inventory(self.log.as_ref(), &self.manifest.inventory_key())?,
         };
+        let moves = match self.inventory {
+            Inventory::Off => Ok(Vec::new()),
+            // Validated already: every move resolves.
+            _ => prune::make_moves(&mut held, &self.manifest.source.spec.moves().unwrap_or_default()),
+        };
         let mut names: Vec<String> = self.manifest.resources.iter().map(|r| r.name.clone()).collect();
         names.extend(held.keys().filter(|n| self.manifest.index_of(n).is_none()).cloned());
-        let recorder = Arc::new(Recorder::new(self.log.clone(), &run_id, &revision, self.mode, &names)?);
-        let mut observers: Vec<Arc<dyn Observer>> = vec![recorder.clone()];
-        if self.inventory != Inventory::Off {
-            observers.push(Arc::new(Keeper::new(self.log.clone(), &self.manifest, &run_id, &revision, self.mode)?));
+        let mut recorder = Recorder::new(self.log.clone(), &run_id, &revision, self.mode, &names)?;
+        for (old, new) in moves.iter().flatten() {
+            recorder.inherit(new, old)?;
         }
+        let recorder = Arc::new(recorder);
+        let mut observers: Vec<Arc<dyn Observer>> = vec![recorder.clone()];
+        let keeper = match self.inventory {
+            Inventory::Off => None,
+            _ => Some(Arc::new(Keeper::new(self.log.clone(), &self.manifest, &run_id, &revision, self.mode)?)),
+        };
+        observers.extend(keeper.iter().map(|k| k.clone() as Arc<dyn Observer>));
         observers.extend(self.observers.iter().cloned());
         let observers = Arc::new(Observers(observers));
         for r in &recovered {
             observers.on_event(&RunEvent::Recovered { description: r.describe() });
         }
         observers.on_event(&RunEvent::Started);
-        let ended = self.plan_and_decide(observers.clone(), &recorder, &held).await;
+        let books = Books { recorder: recorder.clone(), keeper, held, moves };
+        let ended = self.plan_and_decide(observers.clone(), &books).await;
         let mut ending = ended.ending();
         let outputs = match &ended {
             Ended::Applied { report, .. } if report.succeeded() => {
@@ -240,17 +252,24 @@ impl Pass<'_> {
             .with_cancellation(self.cancel.clone())
     }
 
-    /// What leaves the manifest (everything, for a delete pass), inited and planned.
-    async fn plan_removal(
-        &self,
-        held: &IndexMap<String, ResourceSpec>,
-        observers: &Arc<Observers>,
-    ) -> Result<Option<Leaving>, PrepareError> {
-        let everything = self.inventory == Inventory::Destroy;
+    /// What leaves the manifest (everything, for a delete pass), inited and planned; the
+    /// resources moved come first in its removals.
+    async fn plan_removal(&self, books: &Books, observers: &Arc<Observers>) -> Result<Option<Leaving>, PrepareError> {
         let not_planned = |message: String| PrepareError::Removal { manifest: self.manifest.name.clone(), message };
-        let removal = match prune::removal(&self.manifest, held, everything) {
+        let moved = books.moves.clone().map_err(not_planned)?;
+        let moved: Vec<RemovalEntry> = moved
+            .into_iter()
+            .map(|(old, new)| RemovalEntry {
+                type_name: books.held[&new].type_ref.clone().unwrap_or_default(),
+                name: old,
+                removal: Removal::Moved { to: new },
+            })
+            .collect();
+        let everything = self.inventory == Inventory::Destroy;
+        let removal = match prune::removal(&self.manifest, &books.held, everything) {
             Ok(Some(removal)) => removal,
-            Ok(None) => return Ok(None),
+            Ok(None) if moved.is_empty() => return Ok(None),
+            Ok(None) => return Ok(Some(Leaving { moved, removing: None })),
             Err(e) => return Err(not_planned(e.problems.clone() + &format!(" (removing {})", e.removed.join(", ")))),
         };
         let prepared = self.engine(removal.manifest.clone(), observers).prepare().await.map_err(|e| {
@@ -260,17 +279,28 @@ impl Pass<'_> {
         // Made by this `Prepared`, so never refused.
         let planned =
             remove_some(&prepared, &plan, &removal.removed, false).await.map_err(|e| not_planned(e.to_string()))?;
-        Ok(Some(Leaving { prepared, plan, removal, planned }))
+        Ok(Some(Leaving { moved, removing: Some(Removing { prepared, plan, removal, planned }) }))
     }
 
-    async fn plan_and_decide(
-        &self,
-        observers: Arc<Observers>,
-        recorder: &Recorder,
-        held: &IndexMap<String, ResourceSpec>,
-    ) -> Ended {
+    /// Records the moves, then removes what left: before anything declared is applied.
+    async fn remove(&self, books: &Books, leaving: &Leaving) -> Result<Option<DeleteReport>, PrepareError> {
+        let moves: Vec<(String, String)> = books.moves.clone().unwrap_or_default();
+        if let Some(keeper) = &books.keeper {
+            keeper.record_moves(&moves).map_err(|e| PrepareError::Removal {
+                manifest: self.manifest.name.clone(),
+                message: format!("the moves could not be recorded: {e}"),
+            })?;
+        }
+        let Some(r) = &leaving.removing else { return Ok(None) };
+        let report = remove_some(&r.prepared, &r.plan, &r.removal.removed, true)
+            .await
+            .map_err(|e| PrepareError::Removal { manifest: self.manifest.name.clone(), message: e.to_string() })?;
+        Ok(Some(report))
+    }
+
+    async fn plan_and_decide(&self, observers: Arc<Observers>, books: &Books) -> Ended {
         if self.inventory == Inventory::Destroy {
-            return self.destroy(observers, recorder, held).await;
+            return self.destroy(observers, books).await;
         }
         let prepared = match self.engine(self.manifest.clone(), &observers).prepare().await {
             Ok(prepared) => prepared,
@@ -279,13 +309,14 @@ impl Pass<'_> {
         let mut plan = prepared.plan().await;
         let leaving = match self.mode {
             Mode::Delete => None,
-            _ => match self.plan_removal(held, &observers).await {
+            _ => match self.plan_removal(books, &observers).await {
                 Ok(leaving) => leaving,
                 Err(e) => return Ended::NotPrepared(e),
             },
         };
-        plan.removals = leaving.as_ref().map(|l| l.planned.entries.clone()).unwrap_or_default();
-        plan.held = held.len();
+        plan.removals = leaving.as_ref().map(Leaving::entries).unwrap_or_default();
+        plan.held = books.held.len();
+        let recorder = &books.recorder;
         observers.on_planned(&plan, &recorder.drifts(), &recorder.changes());
         match self.mode {
             Mode::Plan => return Ended::Planned(plan),
@@ -313,12 +344,12 @@ impl Pass<'_> {
         }
         let (plan, leaving) = if self.recheck && plan.has_changes() {
             let mut again = prepared.plan().await;
-            let leaving = match self.plan_removal(held, &observers).await {
+            let leaving = match self.plan_removal(books, &observers).await {
                 Ok(leaving) => leaving,
                 Err(e) => return Ended::NotPrepared(e),
             };
-            again.removals = leaving.as_ref().map(|l| l.planned.entries.clone()).unwrap_or_default();
-            again.held = held.len();
+            again.removals = leaving.as_ref().map(Leaving::entries).unwrap_or_default();
+            again.held = books.held.len();
             let differences = SavedPlan::new(&plan, &self.manifest, &[]).differences(&again, &self.manifest);
             if !differences.is_empty() {
                 return Ended::PlanChanged { plan: again, differences };
@@ -330,9 +361,9 @@ impl Pass<'_> {
         // What left goes first: a resource renamed without `moved` is deleted, then created
         // anew (created first, it could be the very thing the delete then removes).
         let removed = match &leaving {
-            Some(l) => match remove_some(&l.prepared, &l.plan, &l.removal.removed, true).await {
-                Ok(report) => Some(report),
-                Err(_) => return Ended::NotApplicable(plan),
+            Some(leaving) => match self.remove(books, leaving).await {
+                Ok(report) => report,
+                Err(e) => return Ended::NotPrepared(e),
             },
             None => None,
         };
@@ -345,7 +376,7 @@ impl Pass<'_> {
         // renamed without `moved`: the same file, deleted): their states are read again.
         let deleted = removed.as_ref().is_some_and(|r| r.entries.iter().any(|e| e.removal == Removal::Deleted));
         let plan = match deleted {
-            true => Plan { removals: plan.removals.clone(), ..prepared.plan().await },
+            true => Plan { removals: plan.removals.clone(), held: plan.held, ..prepared.plan().await },
             false => plan,
         };
         match prepared.apply(&plan, self.approver).await {
@@ -355,22 +386,19 @@ impl Pass<'_> {
     }
 
     /// `destroy`: everything declared or held, deleted dependents first.
-    async fn destroy(
-        &self,
-        observers: Arc<Observers>,
-        recorder: &Recorder,
-        held: &IndexMap<String, ResourceSpec>,
-    ) -> Ended {
-        let leaving = match self.plan_removal(held, &observers).await {
-            Ok(Some(leaving)) => leaving,
-            Ok(None) => unreachable!("a manifest declares at least one resource"),
+    async fn destroy(&self, observers: Arc<Observers>, books: &Books) -> Ended {
+        let leaving = match self.plan_removal(books, &observers).await {
+            Ok(Some(leaving)) if leaving.removing.is_some() => leaving,
+            Ok(_) => unreachable!("a manifest declares at least one resource"),
             Err(e) => return Ended::NotPrepared(e),
         };
+        let removing = leaving.removing.as_ref().expect("checked above");
         // Shown as removals only: every resource here leaves.
-        let mut plan = leaving.plan.clone();
+        let mut plan = removing.plan.clone();
         plan.entries.clear();
-        plan.removals = leaving.planned.entries.clone();
-        observers.on_planned(&plan, &recorder.drifts(), &recorder.changes());
+        plan.removals = leaving.entries();
+        plan.held = books.held.len();
+        observers.on_planned(&plan, &books.recorder.drifts(), &books.recorder.changes());
         if self.mode == Mode::Plan {
             return Ended::Planned(plan);
         }
@@ -383,15 +411,40 @@ impl Pass<'_> {
             Decision::Decline(why) => return Ended::Declined { plan, why },
             Decision::Refuse(why) => return Ended::Refused { plan, why },
         }
-        match remove_some(&leaving.prepared, &leaving.plan, &leaving.removal.removed, true).await {
-            Ok(report) => Ended::Deleted { plan, report },
-            Err(_) => Ended::NotApplicable(plan),
+        match self.remove(books, &leaving).await {
+            Ok(Some(report)) => Ended::Deleted { plan, report },
+            Ok(None) => unreachable!("a destroy removes"),
+            Err(e) => Ended::NotPrepared(e),
         }
     }
 }
 
-/// What leaves the manifest, ready to be removed.
+/// What a pass keeps in the log, and what it read there first.
+struct Books {
+    recorder: Arc<Recorder>,
+    keeper: Option<Arc<Keeper>>,
+    /// The manifest's inventory, its moves made.
+    held: IndexMap<String, ResourceSpec>,
+    /// The renames (`moved`) the inventory calls for, `(old, new)`; or why they cannot be made.
+    moves: Result<Vec<(String, String)>, String>,
+}
+
+/// What leaves the manifest: renamed, or to be removed.
 struct Leaving {
+    moved: Vec<RemovalEntry>,
+    removing: Option<Removing>,
+}
+
+impl Leaving {
+    /// What the plan shows: the moves, then the removals.
+    fn entries(&self) -> Vec<RemovalEntry> {
+        let removals = self.removing.iter().flat_map(|r| r.planned.entries.iter().cloned());
+        self.moved.iter().cloned().chain(removals).collect()
+    }
+}
+
+/// What is removed, ready.
+struct Removing {
     prepared: Prepared,
     plan: Plan,
     removal: prune::Outgoing,

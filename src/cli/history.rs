@@ -7,7 +7,8 @@ use super::{CliError, ExitKind, HistoryArgs, OutputFormat, OutputsArgs};
 use crate::engine::plan::{Difference, Inputs};
 use crate::history::store::{DATABASE, SqliteLog};
 use crate::history::{
-    Entry, Event, History, Revision, format_time, in_progress, latest_applied, latest_failed, outcome, target,
+    Entry, Event, History, HistoryError, Revision, format_time, in_progress, latest_applied, latest_failed, outcome,
+    target,
 };
 
 pub(super) fn history(args: HistoryArgs) -> Result<ExitKind, CliError> {
@@ -49,7 +50,22 @@ pub(super) fn history(args: HistoryArgs) -> Result<ExitKind, CliError> {
     let applied = latest_applied(&log, resource)?;
     let failed = latest_failed(&log, resource)?;
     let running = in_progress(&log, resource)?;
-    let events = log.recent(&resource.map(target::resource).unwrap_or_default(), args.limit)?;
+    let mut events = log.recent(&resource.map(target::resource).unwrap_or_default(), args.limit)?;
+    // A resource renamed with `moved`: its history goes on from its old name's.
+    let mut name = resource.map(str::to_string);
+    while let Some(from) = moved_from(&log, name.as_deref())? {
+        if events.len() >= args.limit || events.iter().any(|e| e.target == target::resource(&from)) {
+            break;
+        }
+        events.extend(log.recent(&target::resource(&from), args.limit - events.len())?);
+        name = Some(from);
+    }
+    let applied = match (applied, resource) {
+        (None, Some(_)) => {
+            events.iter().find(|e| matches!(e.event, Event::ResourceApplied | Event::ResourceValid)).cloned()
+        }
+        (applied, _) => applied,
+    };
     match args.output {
         OutputFormat::Json => print_json(&json!({
             "state_dir": dir,
@@ -86,6 +102,13 @@ pub(super) fn history(args: HistoryArgs) -> Result<ExitKind, CliError> {
         }
     }
     Ok(ExitKind::Ok)
+}
+
+/// The name `resource` had before a `moved` renamed it, if it was.
+fn moved_from(log: &SqliteLog, resource: Option<&str>) -> Result<Option<String>, HistoryError> {
+    let Some(resource) = resource else { return Ok(None) };
+    let moved = log.latest(&target::resource(resource), &[Event::ResourceMoved])?;
+    Ok(moved.and_then(|e| e.detail.get("from").and_then(|f| f.as_str()).map(str::to_string)))
 }
 
 fn revision_line(entry: Option<&Entry>) -> String {

@@ -94,6 +94,7 @@ pub(super) fn print_removals(removals: &[RemovalEntry]) {
             Removal::Absent => "already MISSING: it leaves the inventory".into(),
             Removal::Forgotten { reason } => format!("left in place, forgotten: {reason}"),
             Removal::Kept { reason } => format!("left in place for now: {reason}"),
+            Removal::Moved { to } => format!("→ {to} (`moved`): its state and history go with it; nothing is deleted"),
             Removal::Deleted => continue,
             Removal::Failed(error) => error.to_string(),
         };
@@ -105,6 +106,7 @@ pub(super) fn print_removals(removals: &[RemovalEntry]) {
 pub(super) fn removal_counts(removals: &[RemovalEntry]) -> String {
     let count = |label: &str| removals.iter().filter(|e| e.removal.label() == label).count();
     let words = [
+        ("MOVED", "moved"),
         ("DELETE", "to delete"),
         ("DELETED", "deleted"),
         ("ABSENT", "already gone"),

@@ -306,6 +306,8 @@ pub fn engine_manifest(
         outputs: spec.outputs.as_ref().map(|o| o.values.clone()).unwrap_or_default(),
         // Per-resource `env` comes with the resources; the Manifest has no manifest-level one.
         env: IndexMap::new(),
+        // The controller keeps no inventory yet: nothing is removed, so nothing is moved.
+        moved: IndexMap::new(),
     };
     let loaded = LoadedManifest::from_spec(inputs.workspace.join("manifest"), engine_spec);
     let mut vars: serde_json::Map<String, serde_json::Value> =

@@ -37,6 +37,47 @@ pub struct ManifestSpec {
     /// Environment variables for every program of every resource (values may use variables).
     #[serde(default, skip_serializing_if = "IndexMap::is_empty", deserialize_with = "unique_keys")]
     pub env: IndexMap<String, String>,
+    /// Resources renamed, old name → new name: what the inventory holds under the old name
+    /// is moved to the new one, its state and history with it, instead of being deleted and
+    /// created anew. Kept after the move, it changes nothing more.
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty", deserialize_with = "unique_keys")]
+    pub moved: IndexMap<String, String>,
+}
+
+impl ManifestSpec {
+    /// The manifest's `moved`, each old name followed to the declared name it ends at (`a → b`,
+    /// `b → c`: `a` and `b` end at `c`); or every problem: an old name still declared, a new name
+    /// not declared, a cycle.
+    pub fn moves(&self) -> Result<IndexMap<String, String>, Vec<String>> {
+        let spec = self;
+        let (mut resolved, mut problems) = (IndexMap::new(), Vec::new());
+        for (old, new) in &spec.moved {
+            if spec.resources.contains_key(old) {
+                problems.push(format!(
+                    "moved: `{old}` is still declared: a resource is moved from a name the manifest no longer declares"
+                ));
+                continue;
+            }
+            let mut path = vec![old.as_str(), new.as_str()];
+            let mut end = new;
+            while let Some(next) = spec.moved.get(end) {
+                if path.contains(&next.as_str()) {
+                    path.push(next);
+                    break;
+                }
+                path.push(next);
+                end = next;
+            }
+            if path[..path.len() - 1].contains(path.last().expect("at least two")) {
+                problems.push(format!("moved: a cycle: {}", path.join(" → ")));
+            } else if !spec.resources.contains_key(end) {
+                problems.push(format!("moved: `{old}` → `{end}`, which the manifest does not declare"));
+            } else {
+                resolved.insert(old.clone(), end.clone());
+            }
+        }
+        if problems.is_empty() { Ok(resolved) } else { Err(problems) }
+    }
 }
 
 /// A plug as declared in the manifest.
@@ -137,6 +178,23 @@ fn empty_object() -> Value {
     Value::Object(Map::new())
 }
 
+/// `from` (of the file at `index`) into `into`; a name already there is `(name, its file)`.
+fn merge_from<V>(
+    into: &mut IndexMap<String, V>,
+    origin: &mut BTreeMap<String, usize>,
+    from: IndexMap<String, V>,
+    index: usize,
+) -> Result<(), (String, usize)> {
+    for (name, value) in from {
+        if let Some(&other) = origin.get(&name) {
+            return Err((name, other));
+        }
+        origin.insert(name.clone(), index);
+        into.insert(name, value);
+    }
+    Ok(())
+}
+
 /// One or more manifest files merged into one document, remembering where each part came from.
 #[derive(Debug, Clone)]
 pub struct LoadedManifest {
@@ -223,6 +281,7 @@ pub fn load(files: &[PathBuf]) -> Result<LoadedManifest, LoadError> {
     let mut var_origin: BTreeMap<String, usize> = BTreeMap::new();
     let mut output_origin: BTreeMap<String, usize> = BTreeMap::new();
     let mut env_origin: BTreeMap<String, usize> = BTreeMap::new();
+    let mut moved_origin: BTreeMap<String, usize> = BTreeMap::new();
     for (index, path) in files.iter().enumerate() {
         let spec = parse_file(path)?;
         let dup = |kind, name: &str, other: usize| LoadError::Duplicate {
@@ -238,27 +297,12 @@ pub fn load(files: &[PathBuf]) -> Result<LoadedManifest, LoadError> {
             merged.plug_origin.insert(name.clone(), index);
             merged.spec.plugs.insert(name, plug);
         }
-        for (name, value) in spec.vars {
-            if let Some(&other) = var_origin.get(&name) {
-                return Err(dup("var", &name, other));
-            }
-            var_origin.insert(name.clone(), index);
-            merged.spec.vars.insert(name, value);
-        }
-        for (name, value) in spec.env {
-            if let Some(&other) = env_origin.get(&name) {
-                return Err(dup("env entry", &name, other));
-            }
-            env_origin.insert(name.clone(), index);
-            merged.spec.env.insert(name, value);
-        }
-        for (name, value) in spec.outputs {
-            if let Some(&other) = output_origin.get(&name) {
-                return Err(dup("output", &name, other));
-            }
-            output_origin.insert(name.clone(), index);
-            merged.spec.outputs.insert(name, value);
-        }
+        merge_from(&mut merged.spec.vars, &mut var_origin, spec.vars, index).map_err(|(n, o)| dup("var", &n, o))?;
+        merge_from(&mut merged.spec.env, &mut env_origin, spec.env, index).map_err(|(n, o)| dup("env entry", &n, o))?;
+        merge_from(&mut merged.spec.outputs, &mut output_origin, spec.outputs, index)
+            .map_err(|(n, o)| dup("output", &n, o))?;
+        merge_from(&mut merged.spec.moved, &mut moved_origin, spec.moved, index)
+            .map_err(|(n, o)| dup("moved entry", &n, o))?;
         for name in spec.sensitive {
             if !merged.spec.sensitive.contains(&name) {
                 merged.spec.sensitive.push(name);

@@ -229,6 +229,10 @@ pub enum Removal {
         reason: String,
     },
     Failed(ResourceError),
+    /// Renamed in the manifest (`moved`): held under its new name from now on, nothing deleted.
+    Moved {
+        to: String,
+    },
 }
 
 impl Removal {
@@ -240,6 +244,7 @@ impl Removal {
             Removal::Kept { .. } => "KEPT",
             Removal::Forgotten { .. } => "FORGOTTEN",
             Removal::Failed(_) => "FAILED",
+            Removal::Moved { .. } => "MOVED",
         }
     }
 
@@ -248,13 +253,14 @@ impl Removal {
         match self {
             Removal::Kept { reason } | Removal::Forgotten { reason } => Some(reason.clone()),
             Removal::Failed(e) => Some(e.to_string()),
+            Removal::Moved { to } => Some(format!("moved to {to}")),
             _ => None,
         }
     }
 
     /// Whether a run changes anything for it: runs its delete action, or lets it go.
     pub fn is_change(&self) -> bool {
-        matches!(self, Removal::ToDelete | Removal::Forgotten { .. } | Removal::Absent)
+        matches!(self, Removal::ToDelete | Removal::Forgotten { .. } | Removal::Absent | Removal::Moved { .. })
     }
 }
 

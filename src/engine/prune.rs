@@ -59,6 +59,9 @@ pub fn removal(
     if leaving.is_empty() {
         return Ok(None);
     }
+    // Listed by name: the inventory's order is the order runs happened to reach them.
+    let mut leaving = leaving;
+    leaving.sort();
     let fail = |invalid: Invalid| PruneError {
         manifest: declared.name.clone(),
         removed: leaving.iter().map(|n| n.to_string()).collect(),
@@ -95,6 +98,7 @@ fn build(
     let mut loaded: LoadedManifest = (*declared.source).clone();
     loaded.spec.resources = resources.clone();
     loaded.spec.outputs.clear();
+    loaded.spec.moved.clear();
     let manifest = validate(&loaded, declared.vars.clone())?;
     Ok(ValidatedManifest {
         name: declared.name.clone(),
@@ -102,4 +106,29 @@ fn build(
         mask: declared.mask.clone(),
         ..manifest
     })
+}
+
+/// `held` with the moves of `moves` made: each old name the inventory holds, held under its
+/// new name. Returns the moves made, `(old, new)`; a new name held already is an error (two
+/// resources cannot become one).
+pub fn make_moves(
+    held: &mut IndexMap<String, ResourceSpec>,
+    moves: &IndexMap<String, String>,
+) -> Result<Vec<(String, String)>, String> {
+    let mut made = Vec::new();
+    for (old, new) in moves {
+        if !held.contains_key(old) {
+            // Moved already (the entry stays in the manifest), or never applied.
+            continue;
+        }
+        if held.contains_key(new) {
+            return Err(format!(
+                "moved: `{old}` → `{new}`: the inventory holds both; delete one of them first or drop the move"
+            ));
+        }
+        let spec = held.shift_remove(old).expect("held");
+        held.insert(new.clone(), spec);
+        made.push((old.clone(), new.clone()));
+    }
+    Ok(made)
 }

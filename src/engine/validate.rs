@@ -277,6 +277,9 @@ pub fn validate(loaded: &LoadedManifest, vars: Map<String, Value>) -> Result<Val
             checker.report(None, format!("sensitive: `{name}` is not a variable"));
         }
     }
+    if let Err(problems) = loaded.spec.moves() {
+        problems.into_iter().for_each(|p| checker.report(None, p));
+    }
     let graph = if checker.problems.is_empty() { build_graph(&resources, &mut checker) } else { None };
     match graph {
         Some(graph) if checker.problems.is_empty() => Ok(ValidatedManifest {

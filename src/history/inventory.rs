@@ -20,7 +20,8 @@ use crate::engine::protocol::Status;
 use crate::engine::validate::ValidatedManifest;
 
 /// The events that move a resource in or out of an inventory.
-const EVENTS: [Event; 3] = [Event::ResourceInventoried, Event::ResourceDeleted, Event::ResourceForgotten];
+const EVENTS: [Event; 4] =
+    [Event::ResourceInventoried, Event::ResourceMoved, Event::ResourceDeleted, Event::ResourceForgotten];
 
 /// The resources the log holds in `manifest`'s inventory, oldest first, as they were written.
 pub fn inventory(log: &dyn History, manifest: &str) -> Result<IndexMap<String, ResourceSpec>, HistoryError> {
@@ -41,7 +42,13 @@ fn held(log: &dyn History, manifest: &str) -> Result<IndexMap<String, Value>, Hi
     let mut held = IndexMap::new();
     for entry in log.latest_each("resource/", &EVENTS)? {
         let ours = entry.detail.get("manifest").and_then(Value::as_str) == Some(manifest);
-        if entry.event != Event::ResourceInventoried || !ours {
+        // Moved: held under the new name (the entry naming where from), not the old one.
+        let holds = match entry.event {
+            Event::ResourceInventoried => true,
+            Event::ResourceMoved => entry.detail.get("from").is_some(),
+            _ => false,
+        };
+        if !holds || !ours {
             continue;
         }
         if let (Some(name), Some(declaration)) =
@@ -135,6 +142,26 @@ impl Keeper {
         if let Err(e) = self.flush() {
             tracing::error!(error = %e, "could not write the inventory");
         }
+    }
+
+    /// Records the moves `made` (`(old, new)`), durably: before anything is deleted, so that a
+    /// moved resource is never taken for a removed one.
+    pub fn record_moves(&self, made: &[(String, String)]) -> Result<(), HistoryError> {
+        if self.mode == Mode::Plan || made.is_empty() {
+            return Ok(());
+        }
+        for (old, new) in made {
+            let Some(declaration) = self.held.lock().expect("inventory lock").shift_remove(old) else { continue };
+            let (to, from) = (
+                json!({"manifest": self.manifest, "to": new}),
+                json!({"manifest": self.manifest, "from": old, "declaration": declaration}),
+            );
+            self.held.lock().expect("inventory lock").insert(new.clone(), declaration);
+            let mut pending = self.pending.lock().expect("inventory lock");
+            pending.push(self.entry(old, Event::ResourceMoved, to));
+            pending.push(self.entry(new, Event::ResourceMoved, from));
+        }
+        self.flush()
     }
 
     fn flush(&self) -> Result<(), HistoryError> {

@@ -80,6 +80,9 @@ pub enum Event {
     ResourceInventoried,
     /// Its delete action ran and it is MISSING, or it was found MISSING: it leaves the inventory.
     ResourceDeleted,
+    /// Renamed in the manifest (`moved`): on the old name with `detail.to`, on the new one with
+    /// `detail.from` and the declaration the inventory holds it by from now on.
+    ResourceMoved,
     /// Left in place and no longer kept in the inventory (its type cannot delete, it is
     /// `readonly`, or something left in place depends on it).
     ResourceForgotten,

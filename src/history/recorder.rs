@@ -62,6 +62,31 @@ struct Before {
     last_valid: Option<(Option<Inputs>, String)>,
 }
 
+/// What the log says of resource `name`: its newest observation, and its newest VALID one.
+fn before_of(log: &dyn History, name: &str) -> Result<Before, HistoryError> {
+    let observations = [
+        Event::ResourceValid,
+        Event::ResourceApplied,
+        Event::ResourceStale,
+        Event::ResourceMissing,
+        Event::ResourceFailed,
+        Event::ResourceDeleted,
+    ];
+    let valid_events = [Event::ResourceValid, Event::ResourceApplied];
+    let last = log.latest(&target::resource(name), &observations)?;
+    if last.as_ref().is_some_and(|e| e.event == Event::ResourceDeleted) {
+        // Deleted (`destroy`, or removed from the manifest): what comes next is new.
+        return Ok(Before { valid: false, last_valid: None });
+    }
+    let valid = last.as_ref().is_some_and(|e| valid_events.contains(&e.event));
+    let last_valid = match last {
+        Some(entry) if valid => Some(entry),
+        _ => log.latest(&target::resource(name), &valid_events)?,
+    };
+    let last_valid = last_valid.map(|e| (e.detail.get("inputs").and_then(Inputs::from_json), e.revision));
+    Ok(Before { valid, last_valid })
+}
+
 fn cut(message: &str) -> String {
     super::cut_to(message, DETAIL_MESSAGE_LIMIT)
 }
@@ -76,30 +101,9 @@ impl Recorder {
         mode: Mode,
         resources: &[String],
     ) -> Result<Self, HistoryError> {
-        let observations = [
-            Event::ResourceValid,
-            Event::ResourceApplied,
-            Event::ResourceStale,
-            Event::ResourceMissing,
-            Event::ResourceFailed,
-            Event::ResourceDeleted,
-        ];
-        let valid_events = [Event::ResourceValid, Event::ResourceApplied];
         let mut before = HashMap::new();
         for name in resources {
-            let last = log.latest(&target::resource(name), &observations)?;
-            if last.as_ref().is_some_and(|e| e.event == Event::ResourceDeleted) {
-                // Deleted (`destroy`, or removed from the manifest): what comes next is new.
-                before.insert(name.clone(), Before { valid: false, last_valid: None });
-                continue;
-            }
-            let valid = last.as_ref().is_some_and(|e| valid_events.contains(&e.event));
-            let last_valid = match last {
-                Some(entry) if valid => Some(entry),
-                _ => log.latest(&target::resource(name), &valid_events)?,
-            };
-            let last_valid = last_valid.map(|e| (e.detail.get("inputs").and_then(Inputs::from_json), e.revision));
-            before.insert(name.clone(), Before { valid, last_valid });
+            before.insert(name.clone(), before_of(log.as_ref(), name)?);
         }
         let journal = Journal { log, buffer: Mutex::default(), written: Mutex::default(), failure: Mutex::default() };
         Ok(Self {
@@ -112,6 +116,14 @@ impl Recorder {
             drifts: Mutex::default(),
             changes: Mutex::default(),
         })
+    }
+
+    /// `resource` was renamed from `from` (`moved`): what the log says of `from` is what it
+    /// was, for drift and changes.
+    pub fn inherit(&mut self, resource: &str, from: &str) -> Result<(), HistoryError> {
+        let before = before_of(self.journal.log.as_ref(), from)?;
+        self.before.insert(resource.to_string(), before);
+        Ok(())
     }
 
     fn entry(&self, target: String, event: Event, detail: Value) -> Entry {

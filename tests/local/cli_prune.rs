@@ -315,3 +315,93 @@ esac
         assert!(!String::from_utf8_lossy(&bytes).contains("hunter2-secret"), "the log on disk holds the secret");
     }
 }
+
+#[test]
+fn a_resource_renamed_with_moved_keeps_its_state_and_history() {
+    let ws = Workspace::new();
+    ws.manifest(THREE);
+    assert_eq!(ws.apply(&[]).code, 0);
+    let renamed = format!("moved: {{ notes: memo }}\n{}", THREE.replace("  notes:", "  memo:"));
+    ws.manifest(&renamed);
+    let plan = ws.plan(&[]);
+    assert_eq!(plan.code, 0, "{}", plan.all());
+    assert!(plan.stdout.contains("MOVED     notes") && plan.stdout.contains("→ memo (`moved`)"), "{}", plan.all());
+    assert!(plan.stdout.contains("VALID     memo"), "found as it was: {}", plan.all());
+    assert!(!plan.stdout.contains("DELETE"), "{}", plan.all());
+
+    let apply = ws.apply(&[]);
+    assert_eq!(apply.code, 0, "{}", apply.all());
+    assert!(apply.stdout.contains("1 moved"), "{}", apply.all());
+    assert!(!apply.stdout.contains("APPLIED   memo") && !apply.stdout.contains("DELETED"), "{}", apply.all());
+    assert_eq!(ws.read("out/notes.txt"), "notes\n");
+    let history = ws.run(&["history", "-f", "manifest.yaml", "--resource", "memo"]);
+    assert!(history.stdout.contains("resource/memo") && history.stdout.contains("resource-moved"), "{}", history.all());
+    assert!(history.stdout.contains("resource/notes/action/write"), "the history before the move: {}", history.all());
+
+    // The `moved` entry stays, and changes nothing more.
+    let again = ws.apply(&[]);
+    assert!(again.stdout.contains("Nothing to do: all 3 resources are VALID."), "{}", again.all());
+    // Held under its new name: removed, it is deleted.
+    ws.manifest(&renamed[..renamed.find("  memo:").unwrap()].replace("moved: { notes: memo }\n", ""));
+    let plan = ws.plan(&[]);
+    assert!(plan.stdout.contains("DELETE    memo"), "{}", plan.all());
+}
+
+#[test]
+fn a_move_to_an_undeclared_name_a_cycle_or_from_a_declared_name_is_an_error() {
+    let ws = Workspace::new();
+    ws.manifest(THREE);
+    assert_eq!(ws.apply(&[]).code, 0);
+    for (moved, error) in [
+        ("{ gone: nowhere }", "moved: `gone` → `nowhere`, which the manifest does not declare"),
+        ("{ a: b, b: a }", "moved: a cycle: a → b → a"),
+        ("{ notes: app_config }", "moved: `notes` is still declared"),
+    ] {
+        ws.manifest(&format!("moved: {moved}\n{THREE}"));
+        let plan = ws.plan(&[]);
+        assert_eq!(plan.code, 2, "{moved}: {}", plan.all());
+        assert!(plan.stderr.contains(error), "{moved}: {}", plan.all());
+    }
+    assert!(ws.exists("out/notes.txt"));
+}
+
+/// A local type whose delete takes a while, so that its run can be killed in the middle.
+const SLOW_DELETE: &str = "#!/bin/sh
+if [ $# -eq 0 ]; then echo '{\"state_action\": {\"args\": [\"state\"]}, \"delete_action\": {\"args\": [\"delete\"]}}'; exit 0; fi
+case $1 in
+state) if [ -f \"$MARK\" ]; then echo '{\"status\": \"VALID\", \"state\": {}}'; else echo '{\"status\": \"MISSING\", \"actions\": [{\"name\": \"create\", \"args\": [\"create\"]}]}'; fi ;;
+create) touch \"$MARK\" ;;
+delete) echo started >> \"$MARK.deletes\"; sleep 3; rm \"$MARK\"; echo finished >> \"$MARK.deletes\" ;;
+esac
+";
+
+#[test]
+fn a_deletion_killed_in_the_middle_is_resumed_by_the_next_run_never_beside_it() {
+    let ws = Workspace::new();
+    ws.write("types/slow", SLOW_DELETE);
+    std::fs::set_permissions(ws.path("types/slow"), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let slow =
+        format!("  slow:\n    type: ./types/slow\n    env: {{ MARK: \"{}\" }}\n", ws.path("slow.mark").display());
+    ws.manifest(&format!("{THREE}{slow}"));
+    assert_eq!(ws.apply(&[]).code, 0);
+    ws.manifest(THREE);
+    let mut child = ws.spawn(&["apply", "-f", "manifest.yaml", "--yes"]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !ws.exists("slow.mark.deletes") {
+        assert!(std::time::Instant::now() < deadline, "the delete never started");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.kill().unwrap(); // SIGKILL: nothing of deployster's runs after this
+    child.wait().unwrap();
+
+    let next = ws.apply(&[]);
+    assert_eq!(next.code, 0, "{}", next.all());
+    assert!(next.all().contains("was interrupted before it recorded its end"), "{}", next.all());
+    assert!(!ws.exists("slow.mark"), "{}", next.all());
+    // The killed run's delete was stopped (its process group) before the next one started:
+    // it never finishes, even given the time to.
+    std::thread::sleep(std::time::Duration::from_secs(4));
+    assert_eq!(ws.read("slow.mark.deletes"), "started\nstarted\nfinished\n");
+    let plan = ws.plan(&[]);
+    assert!(!plan.stdout.contains("slow"), "no longer held: {}", plan.all());
+}
