@@ -7,6 +7,10 @@
 //!   is (wall − Σ direct run times) / invocations. Target: under 2 ms.
 //! * A chain of 2,000 resources of the same type, measured the same way (3 runs): wall against
 //!   the sum of its invocations' own (direct) run times. Target: ≤ 1.3×.
+//! * Destroy: a chain of 300 resources of the fixture type with a delete action that takes
+//!   20 ms, applied, then destroyed (`Inventory::Destroy`: init, state reads, the deletes
+//!   dependents first, the reads after each). Its wall time against its delete actions run
+//!   directly back to back. Target: ≤ 1.3×, deleted in reverse chain order.
 //! * Parallelism: 20 independent chains of 10 resources whose every state and action
 //!   invocation sleeps 50 ms, `--parallelism 20`. The critical path is 10 resources × 3
 //!   invocations × 50 ms = 1.5 s. Target: wall within 1.3× of it.
@@ -25,6 +29,7 @@ use deployster::engine::executor::{ExecError, Executor, Invocation, Outcome};
 use deployster::engine::load_validated;
 use deployster::engine::run::Engine;
 use deployster::engine::typeref::TypeRef;
+use serde_json::json;
 
 const RUNS: usize = 5;
 
@@ -47,7 +52,9 @@ fn main() {
     if quick() {
         let overhead = overhead(&runtime, &fixture, 50, 3);
         let parallel = parallelism(&runtime, &fixture, 3);
+        let destroyed = destroy(&runtime, &fixture, 50);
         let within = [
+            bound("destroy of a chain of 50, wall / its deletes back to back", destroyed, 1.3 * DEBUG_SLACK.sqrt()),
             bound("engine overhead per invocation (ms)", overhead.as_secs_f64() * 1000.0, 0.5 * DEBUG_SLACK),
             // The wall time above the critical path is overhead too.
             bound("20 parallel chains, wall / critical path", parallel, 1.0 + 0.8 * DEBUG_SLACK.sqrt()),
@@ -60,6 +67,84 @@ fn main() {
     overhead(&runtime, &fixture, 50, RUNS);
     overhead(&runtime, &fixture, 2_000, 3);
     parallelism(&runtime, &fixture, RUNS);
+    destroy(&runtime, &fixture, 300);
+}
+
+/// `destroy` of a chain of `chain` resources against its delete actions run back to back.
+fn destroy(runtime: &tokio::runtime::Runtime, fixture: &Path, chain: usize) -> f64 {
+    use deployster::engine::events::Mode;
+    use deployster::history::MemoryLog;
+    use deployster::pass::{Ended, Inventory, Pass};
+    let mut yaml = String::from("resources:\n");
+    for i in 0..chain {
+        let deps = if i == 0 { String::new() } else { format!("dependencies: {{ up: r{} }}, ", i - 1) };
+        yaml.push_str(&format!("  r{i}: {{ type: ./fixture, {deps}config: {{ action_sleep_ms: 20 }} }}\n"));
+    }
+    let dir = workspace(fixture, &yaml);
+    let init = json!({"config_schema": {"type": "object"}, "state_action": {"args": ["state"]},
+        "delete_action": {"args": ["act", "delete"]}});
+    std::fs::create_dir(dir.path().join("fixture-init")).expect("init dir");
+    for i in 0..chain {
+        std::fs::write(dir.path().join(format!("fixture-init/r{i}.json")), init.to_string()).expect("init file");
+    }
+    let manifest_path = dir.path().join("manifest.yaml");
+    let log = Arc::new(MemoryLog::new());
+    let recording = Arc::new(Recording {
+        inner: ProcessExecutor::new(env!("CARGO_BIN_EXE_deployster").into()),
+        seen: Mutex::default(),
+    });
+    let pass = |mode: Mode, inventory: Inventory| {
+        let manifest = Arc::new(load_validated(std::slice::from_ref(&manifest_path), &[]).expect("valid manifest"));
+        let (log, executor) = (log.clone(), recording.clone());
+        async move {
+            Pass {
+                manifest,
+                executor,
+                log,
+                mode,
+                options: RunOptions { parallelism: 1, ..RunOptions::default() },
+                observers: Vec::new(),
+                approver: &ApproveAll,
+                cancel: Default::default(),
+                cancelled_because: &String::new,
+                recover: true,
+                expected: None,
+                recheck: false,
+                inventory,
+            }
+            .run()
+            .await
+            .expect("a pass")
+        }
+    };
+    runtime.block_on(async { assert!(pass(Mode::Apply, Inventory::Keep).await.succeeded(), "applied") });
+    recording.seen.lock().unwrap().clear();
+    let started = Instant::now();
+    let passed = runtime.block_on(pass(Mode::Delete, Inventory::Destroy));
+    let wall = started.elapsed();
+    let Ended::Deleted { report, .. } = &passed.ended else { panic!("not a destroy: {:?}", passed.ended) };
+    assert!(report.succeeded() && report.entries.len() == chain, "every resource deleted: {:?}", report.problems());
+    let deletes: Vec<Invocation> =
+        recording.seen.lock().unwrap().iter().filter(|i| i.args == ["act", "delete"]).cloned().collect();
+    let name_of = |i: &Invocation| {
+        let request: serde_json::Value = serde_json::from_slice(&i.stdin).expect("a JSON request");
+        request["name"].as_str().expect("the resource's name").to_string()
+    };
+    let order: Vec<String> = deletes.iter().map(name_of).collect();
+    let expected: Vec<String> = (0..chain).rev().map(|i| format!("r{i}")).collect();
+    assert_eq!(order, expected, "dependents first");
+    // Back to back, each on a marker of its own again (the delete removes it).
+    for i in 0..chain {
+        std::fs::write(dir.path().join(format!("r{i}.marker")), "created").expect("marker");
+    }
+    let direct: Duration = deletes.iter().map(run_directly).sum();
+    let ratio = wall.as_secs_f64() / direct.as_secs_f64();
+    println!("destroy: chain of {chain} resources, each delete action 20 ms, parallelism 1");
+    println!("  wall time (init + plan + deletes + reads)  {}", ms(wall));
+    println!("  invocations                                {}", recording.seen.lock().unwrap().len());
+    println!("  its delete actions run back to back        {}", ms(direct));
+    println!("  wall / deletes back to back                {ratio:.2}x   (target ≤ 1.3x)");
+    ratio
 }
 
 /// Prints `figure` against `limit` and whether it is within.

@@ -296,3 +296,51 @@ async fn with_recheck_a_state_changed_during_approval_stops_the_apply() {
     let passed = pass(TWO, &fake, &log, Mode::Apply, &approver, CancellationToken::new()).run().await.unwrap();
     assert!(matches!(&passed.ended, Ended::Applied { .. }), "{:?}", passed.ended);
 }
+
+/// A removal that cannot be planned (a removed resource depends on one neither declared nor
+/// held) changes nothing: not even what the manifest declares anew.
+#[tokio::test]
+async fn a_removal_that_cannot_be_planned_changes_nothing() {
+    let (fake, log) = (world(Duration::ZERO), Arc::new(MemoryLog::new()));
+    let declaration = json!({"type": "builtin/file", "dependencies": {"up": "gone"}, "config": {}});
+    log.append(&[Entry {
+        id: "r0".into(),
+        target: "resource/orphan".into(),
+        revision: "0".into(),
+        event: Event::ResourceInventoried,
+        at: 1,
+        detail: json!({"manifest": "m.yaml", "declaration": declaration}),
+    }])
+    .unwrap();
+    let mut apply = pass(TWO, &fake, &log, Mode::Apply, &ApproveAll, CancellationToken::new());
+    apply.inventory = Inventory::Keep;
+    let passed = apply.run().await.unwrap();
+    let Ended::NotPrepared(e) = &passed.ended else { panic!("{:?}", passed.ended) };
+    assert_eq!(e.reason(), "RemovalNotPlanned");
+    assert!(e.to_string().contains("orphan") && e.to_string().contains("gone"), "{e}");
+    assert!(actions_run(&fake).is_empty(), "nothing applied");
+    assert_eq!(runs(&log).last().unwrap().1, Event::RunFailed);
+}
+
+/// Resources join the inventory with their first action's intent, and a destroy pass deletes
+/// what it holds, dependents first, leaving it empty.
+#[tokio::test]
+async fn the_inventory_is_kept_by_applies_and_emptied_by_a_destroy() {
+    let (fake, log) = (world(Duration::ZERO), Arc::new(MemoryLog::new()));
+    let mut apply = pass(TWO, &fake, &log, Mode::Apply, &ApproveAll, CancellationToken::new());
+    apply.inventory = Inventory::Keep;
+    assert!(apply.run().await.unwrap().succeeded());
+    let held = crate::history::inventory::inventory(log.as_ref(), "m.yaml").unwrap();
+    assert_eq!(held.keys().collect::<Vec<_>>(), ["a", "b"]);
+
+    let mut destroy = pass(TWO, &fake, &log, Mode::Delete, &ApproveAll, CancellationToken::new());
+    destroy.inventory = Inventory::Destroy;
+    let passed = destroy.run().await.unwrap();
+    let Ended::Deleted { report, .. } = &passed.ended else { panic!("{:?}", passed.ended) };
+    assert!(report.succeeded(), "{:?}", report.problems());
+    let deletes: Vec<String> = actions_run(&fake).into_iter().filter(|a| a.ends_with("action:delete")).collect();
+    assert_eq!(deletes, ["b/action:delete", "a/action:delete"]);
+    assert!(crate::history::inventory::inventory(log.as_ref(), "m.yaml").unwrap().is_empty());
+    let end = log.entries().into_iter().rfind(|e| e.target == "manifest").unwrap();
+    assert_eq!((end.event, end.detail["destroyed"].clone()), (Event::RunFinishedSuccessfully, json!(true)));
+}

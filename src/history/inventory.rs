@@ -209,3 +209,51 @@ impl Observer for Keeper {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::MemoryLog;
+
+    fn held(manifest: &str, resource: &str, event: Event, detail: Value, at: i64) -> Entry {
+        let mut detail = detail;
+        detail["manifest"] = json!(manifest);
+        Entry { id: "r".into(), target: target::resource(resource), revision: "1".into(), event, at, detail }
+    }
+
+    fn declared(type_ref: &str) -> Value {
+        json!({"declaration": {"type": type_ref, "config": {}}})
+    }
+
+    /// What a manifest's inventory holds: its own entries only, each resource by its newest
+    /// entry — moved under its new name, gone once deleted or forgotten.
+    #[test]
+    fn the_inventory_is_each_manifest_s_newest_word_on_each_resource() {
+        let log = MemoryLog::new();
+        log.append(&[
+            held("a.yaml", "dir", Event::ResourceInventoried, declared("builtin/directory"), 1),
+            held("a.yaml", "notes", Event::ResourceInventoried, declared("builtin/file"), 2),
+            held("a.yaml", "tmp", Event::ResourceInventoried, declared("builtin/file"), 3),
+            held("a.yaml", "kept", Event::ResourceInventoried, declared("./keeper"), 4),
+            held("b.yaml", "other", Event::ResourceInventoried, declared("builtin/file"), 5),
+            held("a.yaml", "notes", Event::ResourceMoved, json!({"to": "memo"}), 6),
+            held(
+                "a.yaml",
+                "memo",
+                Event::ResourceMoved,
+                json!({"from": "notes", "declaration": {"type": "builtin/file"}}),
+                6,
+            ),
+            held("a.yaml", "tmp", Event::ResourceDeleted, json!({}), 7),
+            held("a.yaml", "kept", Event::ResourceForgotten, json!({"message": "no delete_action"}), 8),
+        ])
+        .unwrap();
+        let a = inventory(&log, "a.yaml").unwrap();
+        assert_eq!(a.keys().collect::<Vec<_>>(), ["dir", "memo"]);
+        assert_eq!(a["memo"].type_ref.as_deref(), Some("builtin/file"));
+        assert_eq!(inventory(&log, "b.yaml").unwrap().keys().collect::<Vec<_>>(), ["other"]);
+        // Declared anew by another manifest: that manifest's from then on.
+        log.append(&[held("b.yaml", "dir", Event::ResourceInventoried, declared("builtin/directory"), 9)]).unwrap();
+        assert_eq!(inventory(&log, "a.yaml").unwrap().keys().collect::<Vec<_>>(), ["memo"]);
+    }
+}

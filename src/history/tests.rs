@@ -61,6 +61,11 @@ pub(crate) fn check_queries(log: &dyn History) {
     let of_a: Vec<i64> = log.recent("resource/a", 100).unwrap().iter().map(|e| e.at).collect();
     assert_eq!(of_a, [15, 11, 10, 9, 8, 5, 4, 3, 2], "a and its actions, not b");
     assert!(log.recent("resource/ab", 10).unwrap().is_empty());
+    // Each resource's newest entry among these events, oldest first: one per target.
+    let each = log.latest_each("resource/", &[Event::ResourceApplied, Event::ResourceValid, Event::ResourceBlocked]);
+    let each: Vec<(String, i64)> = each.unwrap().into_iter().map(|e| (e.target, e.at)).collect();
+    assert_eq!(each, [("resource/b".to_string(), 12), ("resource/a".to_string(), 15)]);
+    assert!(log.latest_each("resource/", &[Event::ResourceDeclined]).unwrap().is_empty());
 
     // A later run closes what the crash left open.
     log.append(&[
