@@ -316,6 +316,7 @@ impl Pass<'_> {
         };
         plan.removals = leaving.as_ref().map(Leaving::entries).unwrap_or_default();
         plan.held = books.held.len();
+        plan.notes = renames(&self.manifest, &books.held, &plan.removals);
         let recorder = &books.recorder;
         observers.on_planned(&plan, &recorder.drifts(), &recorder.changes());
         match self.mode {
@@ -376,7 +377,12 @@ impl Pass<'_> {
         // renamed without `moved`: the same file, deleted): their states are read again.
         let deleted = removed.as_ref().is_some_and(|r| r.entries.iter().any(|e| e.removal == Removal::Deleted));
         let plan = match deleted {
-            true => Plan { removals: plan.removals.clone(), held: plan.held, ..prepared.plan().await },
+            true => Plan {
+                removals: plan.removals.clone(),
+                held: plan.held,
+                notes: plan.notes.clone(),
+                ..prepared.plan().await
+            },
             false => plan,
         };
         match prepared.apply(&plan, self.approver).await {
@@ -417,6 +423,28 @@ impl Pass<'_> {
             Err(e) => Ended::NotPrepared(e),
         }
     }
+}
+
+/// A resource deleted beside a new one of the same type is, as often as not, a rename: said,
+/// with how to keep it instead.
+fn renames(
+    manifest: &ValidatedManifest,
+    held: &IndexMap<String, ResourceSpec>,
+    removals: &[RemovalEntry],
+) -> Vec<String> {
+    let mut new: Vec<&crate::engine::validate::Resource> =
+        manifest.resources.iter().filter(|r| !held.contains_key(&r.name)).collect();
+    let mut notes = Vec::new();
+    for leaving in removals.iter().filter(|r| r.removal == Removal::ToDelete) {
+        let Some(at) = new.iter().position(|r| r.type_name == leaving.type_name) else { continue };
+        let (old, renamed) = (&leaving.name, &new.remove(at).name);
+        notes.push(format!(
+            "`{old}` is deleted and `{renamed}` ({}) is new: if `{renamed}` is `{old}` renamed, add `moved: {{{old}: {renamed}}}` \
+             to keep it, with its state and history, instead of deleting it and creating it anew",
+            leaving.type_name
+        ));
+    }
+    notes
 }
 
 /// What a pass keeps in the log, and what it read there first.

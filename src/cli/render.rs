@@ -69,6 +69,9 @@ pub(super) fn print_plan(plan: &Plan) {
         }
         print_removals(&plan.removals);
     }
+    for note in &plan.notes {
+        outln!("note: {note}");
+    }
     let c = plan.counts();
     let mut summary = format!("Plan: {} to apply, {} pending, {} valid", c.to_apply, c.pending, c.valid);
     if plan.entries.is_empty() {
@@ -262,6 +265,9 @@ pub(super) fn document(plan: &Plan, report: Option<&Report>, status: &str, passe
     });
     if !plan.removals.is_empty() {
         doc["removals"] = json!(removals_json(&plan.removals));
+    }
+    if !plan.notes.is_empty() {
+        doc["notes"] = json!(plan.notes);
     }
     if let Some(report) = report {
         doc["result"] = json!(entries_json(report.entries(), report.mask()));

@@ -282,6 +282,8 @@ pub struct Plan {
     pub removals: Vec<RemovalEntry>,
     /// How many resources the manifest's inventory held when the plan was made.
     pub held: usize,
+    /// What a reader of the plan should not miss (a removal that looks like a rename).
+    pub notes: Vec<String>,
     /// Hides sensitive values in what is shown of it (states).
     pub mask: Mask,
 }

@@ -112,6 +112,7 @@ impl Prepared {
             entries,
             removals: Vec::new(),
             held: 0,
+            notes: Vec::new(),
             mask: manifest.mask.clone(),
         }
     }

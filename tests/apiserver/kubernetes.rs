@@ -1013,7 +1013,12 @@ fn a_deployment_is_waited_for_until_rolled_out() {
     let status = cluster.get(&["deployment", "web"]).unwrap()["status"].clone();
     assert_eq!(status["availableReplicas"], 2, "{status}");
 
-    ws.manifest(&format!("resources:\n{}", deployment("broken", "deployster/no-such-image:1", "8s")));
+    // `web` stays declared: removed, it would be deleted (what leaves a manifest is).
+    ws.manifest(&format!(
+        "resources:\n{}{}",
+        deployment("web", "busybox:latest", "120s"),
+        deployment("broken", "deployster/no-such-image:1", "8s")
+    ));
     let out = deployster(&ws, &cluster, &["apply", "-f", "manifest.yaml", "--yes"]);
     let text = out.all();
     assert_eq!(out.code, 1, "{text}");

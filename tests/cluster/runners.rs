@@ -112,9 +112,10 @@ fn bad_programs_in_a_runner_fail_clearly_and_the_runner_serves_on() {
     assert!(daemon.contains("started"), "the daemon ran: {daemon:?}");
     assert!(!daemon.contains("finished"), "the daemon outlived its invocation: {daemon:?}");
     // A program that ignores SIGTERM, timed out: killed after the grace; nothing of it runs on.
+    // `forks` stays declared: removed, it would be deleted (what leaves a manifest is).
     ws.manifest(&format!(
-        "{PLUGS}resources:\n  stubborn:\n    type: {}\n    config: {{marker: /rw/stubborn.marker, action_sleep_ms: 20000, ignore_term: true}}\n",
-        env.fixture_plugs
+        "{PLUGS}resources:\n  forks:\n    type: {f}\n    config: {{marker: /rw/forks.marker, daemon: /rw/daemon.lock, daemon_ms: 8000}}\n  stubborn:\n    type: {f}\n    config: {{marker: /rw/stubborn.marker, action_sleep_ms: 20000, ignore_term: true}}\n",
+        f = env.fixture_plugs
     ));
     let started = Instant::now();
     let out = run(env, &cluster, &ws, &["apply", "-f", "manifest.yaml", "--yes", "--action-timeout", "3s"]);

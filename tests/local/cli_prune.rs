@@ -95,6 +95,11 @@ fn a_renamed_resource_without_moved_is_deleted_and_created_anew() {
     ws.manifest(&THREE.replace("  notes:", "  memo:"));
     let plan = ws.plan(&[]);
     assert!(plan.stdout.contains("DELETE    notes"), "{}", plan.all());
+    assert!(
+        plan.stdout.contains("note: `notes` is deleted and `memo` (builtin/file) is new: if `memo` is `notes` renamed, add `moved: {notes: memo}`"),
+        "the plan says it is a delete and a create: {}",
+        plan.all()
+    );
     let apply = ws.apply(&[]);
     assert_eq!(apply.code, 0, "{}", apply.all());
     // Deleted first, then read again: the file the new name declares exists at the end.

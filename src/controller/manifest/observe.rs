@@ -189,6 +189,7 @@ mod tests {
             run_id: "r".into(),
             removals: Vec::new(),
             held: 0,
+            notes: Vec::new(),
             entries: vec![
                 stale(
                     "settings",
