@@ -504,7 +504,13 @@ async fn kept_inits(dir: &std::path::Path, objects: usize) {
         Invocation {
             stdin: serde_json::to_vec(&request).unwrap(),
             workdir: Some(dir.to_path_buf()),
-            labels: InvocationLabels { manifest, resource, phase: "init".into(), run_id: "bench".into() },
+            labels: InvocationLabels {
+                manifest,
+                resource,
+                phase: "init".into(),
+                run_id: "bench".into(),
+                ..Default::default()
+            },
             ..Invocation::new(TypeRef::Local(program.clone()), Duration::from_secs(60))
         }
     };

@@ -253,6 +253,7 @@ async fn steady_drift_checks(
                         resource: format!("r{r}"),
                         phase: "state".into(),
                         run_id: format!("steady-{m}"),
+                        ..InvocationLabels::default()
                     },
                     ..Invocation::new(image.clone(), Duration::from_secs(120))
                 };

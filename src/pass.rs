@@ -71,6 +71,9 @@ pub enum Inventory {
     Off,
     /// Kept in the log; what it holds and the manifest no longer declares is removed.
     Keep,
+    /// Kept in the log; what it holds and the manifest no longer declares is left in place
+    /// and forgotten (a Manifest's `removalPolicy: Orphan`): nothing of it is inited or read.
+    Orphan,
     /// Everything held or declared is removed (`destroy`; with [`Mode::Plan`], planned only).
     Destroy,
 }
@@ -265,11 +268,24 @@ impl Pass<'_> {
                 removal: Removal::Moved { to: new },
             })
             .collect();
+        if self.inventory == Inventory::Orphan {
+            let mut left: Vec<RemovalEntry> = (books.held.iter())
+                .filter(|(name, _)| self.manifest.index_of(name).is_none())
+                .map(|(name, spec)| RemovalEntry {
+                    name: name.clone(),
+                    type_name: spec.type_ref.clone().unwrap_or_default(),
+                    removal: Removal::Forgotten { reason: "left in place: removalPolicy is Orphan".into() },
+                })
+                .collect();
+            left.sort_by(|a, b| a.name.cmp(&b.name));
+            let nothing = moved.is_empty() && left.is_empty();
+            return Ok((!nothing).then_some(Leaving { moved, removing: None, left }));
+        }
         let everything = self.inventory == Inventory::Destroy;
         let removal = match prune::removal(&self.manifest, &books.held, everything) {
             Ok(Some(removal)) => removal,
             Ok(None) if moved.is_empty() => return Ok(None),
-            Ok(None) => return Ok(Some(Leaving { moved, removing: None })),
+            Ok(None) => return Ok(Some(Leaving { moved, removing: None, left: Vec::new() })),
             Err(e) => return Err(not_planned(e.problems.clone() + &format!(" (removing {})", e.removed.join(", ")))),
         };
         let prepared = self.engine(removal.manifest.clone(), observers).prepare().await.map_err(|e| {
@@ -279,11 +295,16 @@ impl Pass<'_> {
         // Made by this `Prepared`, so never refused.
         let planned =
             remove_some(&prepared, &plan, &removal.removed, false).await.map_err(|e| not_planned(e.to_string()))?;
-        Ok(Some(Leaving { moved, removing: Some(Removing { prepared, plan, removal, planned }) }))
+        Ok(Some(Leaving { moved, removing: Some(Removing { prepared, plan, removal, planned }), left: Vec::new() }))
     }
 
     /// Records the moves, then removes what left: before anything declared is applied.
-    async fn remove(&self, books: &Books, leaving: &Leaving) -> Result<Option<DeleteReport>, PrepareError> {
+    async fn remove(
+        &self,
+        books: &Books,
+        leaving: &Leaving,
+        observers: &Observers,
+    ) -> Result<DeleteReport, PrepareError> {
         let moves: Vec<(String, String)> = books.moves.clone().unwrap_or_default();
         if let Some(keeper) = &books.keeper {
             keeper.record_moves(&moves).map_err(|e| PrepareError::Removal {
@@ -291,11 +312,25 @@ impl Pass<'_> {
                 message: format!("the moves could not be recorded: {e}"),
             })?;
         }
-        let Some(r) = &leaving.removing else { return Ok(None) };
-        let report = remove_some(&r.prepared, &r.plan, &r.removal.removed, true)
-            .await
-            .map_err(|e| PrepareError::Removal { manifest: self.manifest.name.clone(), message: e.to_string() })?;
-        Ok(Some(report))
+        for left in &leaving.left {
+            let (resource, message) = (left.name.clone(), left.removal.message());
+            observers.on_event(&RunEvent::Settled {
+                resource,
+                label: "FORGOTTEN",
+                elapsed: Default::default(),
+                message,
+            });
+        }
+        // What became of each: moved, then forgotten or removed.
+        let mut entries = leaving.moved.clone();
+        entries.extend(leaving.left.iter().cloned());
+        if let Some(r) = &leaving.removing {
+            let report = remove_some(&r.prepared, &r.plan, &r.removal.removed, true)
+                .await
+                .map_err(|e| PrepareError::Removal { manifest: self.manifest.name.clone(), message: e.to_string() })?;
+            entries.extend(report.entries);
+        }
+        Ok(DeleteReport { manifest: self.manifest.name.clone(), entries })
     }
 
     async fn plan_and_decide(&self, observers: Arc<Observers>, books: &Books) -> Ended {
@@ -362,8 +397,8 @@ impl Pass<'_> {
         // What left goes first: a resource renamed without `moved` is deleted, then created
         // anew (created first, it could be the very thing the delete then removes).
         let removed = match &leaving {
-            Some(leaving) => match self.remove(books, leaving).await {
-                Ok(report) => report,
+            Some(leaving) => match self.remove(books, leaving, &observers).await {
+                Ok(report) => Some(report),
                 Err(e) => return Ended::NotPrepared(e),
             },
             None => None,
@@ -417,9 +452,8 @@ impl Pass<'_> {
             Decision::Decline(why) => return Ended::Declined { plan, why },
             Decision::Refuse(why) => return Ended::Refused { plan, why },
         }
-        match self.remove(books, &leaving).await {
-            Ok(Some(report)) => Ended::Deleted { plan, report },
-            Ok(None) => unreachable!("a destroy removes"),
+        match self.remove(books, &leaving, &observers).await {
+            Ok(report) => Ended::Deleted { plan, report },
             Err(e) => Ended::NotPrepared(e),
         }
     }
@@ -457,17 +491,19 @@ struct Books {
     moves: Result<Vec<(String, String)>, String>,
 }
 
-/// What leaves the manifest: renamed, or to be removed.
+/// What leaves the manifest: renamed, to be removed, or left in place.
 struct Leaving {
     moved: Vec<RemovalEntry>,
     removing: Option<Removing>,
+    /// Forgotten without a look ([`Inventory::Orphan`]).
+    left: Vec<RemovalEntry>,
 }
 
 impl Leaving {
     /// What the plan shows: the moves, then the removals.
     fn entries(&self) -> Vec<RemovalEntry> {
         let removals = self.removing.iter().flat_map(|r| r.planned.entries.iter().cloned());
-        self.moved.iter().cloned().chain(removals).collect()
+        self.moved.iter().cloned().chain(removals).chain(self.left.iter().cloned()).collect()
     }
 }
 

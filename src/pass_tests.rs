@@ -344,3 +344,31 @@ async fn the_inventory_is_kept_by_applies_and_emptied_by_a_destroy() {
     let end = log.entries().into_iter().rfind(|e| e.target == "manifest").unwrap();
     assert_eq!((end.event, end.detail["destroyed"].clone()), (Event::RunFinishedSuccessfully, json!(true)));
 }
+
+/// `Inventory::Orphan` (a Manifest's `removalPolicy: Orphan`): what leaves the manifest is
+/// forgotten without a look — its type not even inited — and leaves the inventory.
+#[tokio::test]
+async fn an_orphaning_pass_forgets_what_left_without_running_it() {
+    let (fake, log) = (world(Duration::ZERO), Arc::new(MemoryLog::new()));
+    let mut apply = pass(TWO, &fake, &log, Mode::Apply, &ApproveAll, CancellationToken::new());
+    apply.inventory = Inventory::Orphan;
+    assert!(apply.run().await.unwrap().succeeded());
+    let calls_before = fake.calls().len();
+
+    let only_a = "resources:\n  a: { type: builtin/file }\n";
+    let mut apply = pass(only_a, &fake, &log, Mode::Apply, &ApproveAll, CancellationToken::new());
+    apply.inventory = Inventory::Orphan;
+    let passed = apply.run().await.unwrap();
+    assert!(passed.succeeded());
+    let Ended::Applied { removed: Some(removed), plan, .. } = &passed.ended else { panic!("{:?}", passed.ended) };
+    assert_eq!(removed.entries.len(), 1);
+    assert_eq!((removed.entries[0].name.as_str(), removed.entries[0].removal.label()), ("b", "FORGOTTEN"));
+    assert!(removed.entries[0].removal.message().unwrap().contains("removalPolicy is Orphan"));
+    assert_eq!(plan.removals.len(), 1, "shown in the plan");
+    let touched_b = fake.calls().iter().skip(calls_before).any(|c| c.resource == "b");
+    assert!(!touched_b, "b was neither inited nor read: {:?}", fake.calls());
+    let held = crate::history::inventory::inventory(log.as_ref(), "m.yaml").unwrap();
+    assert_eq!(held.keys().collect::<Vec<_>>(), ["a"]);
+    let forgotten = log.entries().into_iter().rfind(|e| e.target == "resource/b").unwrap();
+    assert_eq!(forgotten.event, Event::ResourceForgotten);
+}

@@ -7,9 +7,11 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 
-use crate::crd::{APPROVE_ANNOTATION, Approval, Manifest, PendingPlan, PlannedChange};
+use kube::ResourceExt;
+
+use crate::crd::{ALLOW_DELETES_ANNOTATION, APPROVE_ANNOTATION, Approval, Manifest, PendingPlan, PlannedChange};
 use crate::engine::events::{Approver, Decision};
-use crate::engine::plan::{Plan, Standing};
+use crate::engine::plan::{Plan, Removal, Standing};
 use crate::engine::protocol::{Action, Status};
 use crate::engine::saved::SavedPlan;
 use crate::engine::validate::{ValidatedManifest, content_hash};
@@ -87,6 +89,11 @@ impl ManualApproval {
                 };
                 Some(PlannedChange { name: e.name.clone(), status: e.standing.label().into(), actions })
             })
+            .chain(plan.removals.iter().filter(|r| r.removal.is_change()).map(|r| PlannedChange {
+                name: r.name.clone(),
+                status: r.removal.label().into(),
+                actions: if r.removal == Removal::ToDelete { vec!["delete".into()] } else { Vec::new() },
+            }))
             .collect();
         PendingPlan {
             id: content_hash(&serde_json::json!({"digest": digest, "created_at": created_at})),
@@ -120,5 +127,133 @@ impl Approver for ManualApproval {
 
     async fn approve_action(&self, _: &str, _: &Action) -> bool {
         true
+    }
+}
+
+/// The deletion guard: a pass that would delete more than `spec.maxDeletionPercent` of what
+/// the Manifest holds (or all of it) is refused — nothing deleted, nothing applied — until
+/// `deployster.io/allow-deletes` names the revision; then `inner` decides as usual.
+pub struct DeletionGuard<'a> {
+    inner: &'a dyn Approver,
+    percent: u8,
+    /// Whether the annotation acknowledges this revision's deletions.
+    allowed: bool,
+    manifest: Arc<ValidatedManifest>,
+    tripped: Mutex<Option<String>>,
+}
+
+/// The share of its resources a Manifest may delete in one pass without acknowledgement.
+pub const DEFAULT_DELETION_PERCENT: u8 = 50;
+
+impl<'a> DeletionGuard<'a> {
+    pub fn of(obj: &Manifest, manifest: &Arc<ValidatedManifest>, inner: &'a dyn Approver) -> Self {
+        let allowed = obj.annotations().get(ALLOW_DELETES_ANNOTATION) == Some(&manifest.revision);
+        DeletionGuard {
+            inner,
+            percent: obj.spec.max_deletion_percent.unwrap_or(DEFAULT_DELETION_PERCENT),
+            allowed,
+            manifest: manifest.clone(),
+            tripped: Mutex::default(),
+        }
+    }
+
+    /// What the guard said, when it refused the plan.
+    pub fn tripped(&self) -> Option<String> {
+        self.tripped.lock().expect("guard lock").clone()
+    }
+
+    fn refusal(&self, plan: &Plan, deleting: usize) -> String {
+        let names: Vec<String> = plan.deleting().map(|r| format!("{} ({})", r.name, r.type_name)).collect();
+        let name = self.manifest.name.rsplit('/').next().unwrap_or_default();
+        let revision = &self.manifest.revision;
+        format!(
+            "would delete {deleting} of the {} resources it holds, more than maxDeletionPercent ({}%) allows: {}; \
+             nothing was deleted or applied. If that is meant: kubectl annotate manifest.deployster.io {name} \
+             {ALLOW_DELETES_ANNOTATION}={revision} --overwrite",
+            plan.held,
+            self.percent,
+            names.join(", ")
+        )
+    }
+}
+
+#[async_trait]
+impl Approver for DeletionGuard<'_> {
+    async fn approve_plan(&self, plan: &Plan) -> Decision {
+        match plan.deletions_beyond(self.percent).filter(|_| !self.allowed) {
+            Some(deleting) => {
+                let why = self.refusal(plan, deleting);
+                *self.tripped.lock().expect("guard lock") = Some(why.clone());
+                Decision::Refuse(why)
+            }
+            None => self.inner.approve_plan(plan).await,
+        }
+    }
+
+    async fn approve_resource(&self, resource: &str, status: Status, actions: &[Action]) -> bool {
+        self.inner.approve_resource(resource, status, actions).await
+    }
+
+    async fn approve_action(&self, resource: &str, action: &Action) -> bool {
+        self.inner.approve_action(resource, action).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::events::ApproveAll;
+    use crate::engine::plan::RemovalEntry;
+
+    fn plan(deleting: usize, held: usize) -> Plan {
+        let removals = (0..deleting)
+            .map(|i| RemovalEntry {
+                name: format!("r{i}"),
+                type_name: "builtin/kubernetes".into(),
+                removal: Removal::ToDelete,
+            })
+            .collect();
+        Plan {
+            manifest: "team/app".into(),
+            run_id: "r".into(),
+            entries: Vec::new(),
+            removals,
+            held,
+            notes: Vec::new(),
+            mask: Default::default(),
+        }
+    }
+
+    fn object(spec: &str, allowed: Option<&str>) -> (Manifest, Arc<ValidatedManifest>) {
+        let mut obj = Manifest::new("app", serde_norway::from_str(spec).unwrap());
+        if let Some(revision) = allowed {
+            obj.metadata.annotations = Some([(ALLOW_DELETES_ANNOTATION.to_string(), revision.to_string())].into());
+        }
+        let loaded = crate::engine::manifest::LoadedManifest::from_spec("manifest", Default::default());
+        let mut manifest = crate::engine::validate::validate_kept(&loaded, Default::default()).unwrap();
+        (manifest.name, manifest.revision) = ("team/app".into(), "4-abc".into());
+        (obj, Arc::new(manifest))
+    }
+
+    /// More than the share deletes nothing without the annotation naming this revision; all of
+    /// it, never; within the share, the inner approver decides.
+    #[tokio::test]
+    async fn the_guard_refuses_beyond_its_share_until_the_revision_is_acknowledged() {
+        let (obj, manifest) = object("resources: {}\nmaxDeletionPercent: 25\n", None);
+        let guard = DeletionGuard::of(&obj, &manifest, &ApproveAll);
+        assert_eq!(guard.approve_plan(&plan(1, 4)).await, Decision::Apply, "25 % is within");
+        assert!(guard.tripped().is_none());
+        let Decision::Refuse(why) = guard.approve_plan(&plan(2, 4)).await else { panic!("refused") };
+        assert!(why.contains("would delete 2 of the 4") && why.contains("r0 (builtin/kubernetes), r1"), "{why}");
+        assert!(why.contains("kubectl annotate manifest.deployster.io app deployster.io/allow-deletes=4-abc"), "{why}");
+        assert_eq!(guard.tripped(), Some(why));
+
+        let (obj, manifest) = object("resources: {}\nmaxDeletionPercent: 100\n", Some("3-old"));
+        let guard = DeletionGuard::of(&obj, &manifest, &ApproveAll);
+        assert!(matches!(guard.approve_plan(&plan(3, 3)).await, Decision::Refuse(_)), "everything, whatever the share");
+        let (obj, manifest) = object("resources: {}\n", Some("4-abc"));
+        let guard = DeletionGuard::of(&obj, &manifest, &ApproveAll);
+        assert_eq!(guard.approve_plan(&plan(3, 3)).await, Decision::Apply, "acknowledged");
+        assert!(guard.tripped().is_none());
     }
 }

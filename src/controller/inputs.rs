@@ -14,7 +14,7 @@ use sha2::{Digest, Sha256};
 use crate::crd::{KeyRef, Manifest};
 use crate::engine::manifest::{ClaimName, LoadedManifest, ManifestSpec as EngineSpec, ObjectKey, PlugSpec};
 use crate::engine::typeref::TypeRef;
-use crate::engine::validate::{Invalid, ValidatedManifest, validate};
+use crate::engine::validate::{Invalid, ValidatedManifest, validate_kept};
 
 /// Why a Manifest's inputs could not be had.
 #[derive(Debug, thiserror::Error)]
@@ -306,17 +306,20 @@ pub fn engine_manifest(
         outputs: spec.outputs.as_ref().map(|o| o.values.clone()).unwrap_or_default(),
         // Per-resource `env` comes with the resources; the Manifest has no manifest-level one.
         env: IndexMap::new(),
-        // The controller keeps no inventory yet: nothing is removed, so nothing is moved.
-        moved: IndexMap::new(),
+        moved: spec.moved.clone(),
     };
-    let loaded = LoadedManifest::from_spec(inputs.workspace.join("manifest"), engine_spec);
+    let loaded = LoadedManifest::from_spec(inputs.workspace.join(MANIFEST_FILE), engine_spec);
     let mut vars: serde_json::Map<String, serde_json::Value> =
         spec.vars.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
     vars.extend(inputs.secret_vars.iter().map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone()))));
-    let mut manifest = validate(&loaded, vars).map_err(ManifestInputError::Manifest)?;
+    let mut manifest = validate_kept(&loaded, vars).map_err(ManifestInputError::Manifest)?;
     manifest.name = format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any());
     Ok(manifest)
 }
+
+/// What a Manifest's manifest is called in its workspace, and so in its deployment log's
+/// inventory (`ValidatedManifest::inventory_key`).
+pub const MANIFEST_FILE: &str = "manifest";
 
 /// Resource types that are local programs run code of the Manifest author's choosing inside the
 /// controller: refused unless the controller was started with `--allow-local-programs`.

@@ -29,6 +29,7 @@ pub(super) async fn malformed(ctx: &Context, invalid: &kube::core::error_boundar
         outputs_failed: None,
         unwatched: None,
         fights: Vec::new(),
+        removals: Vec::new(),
     };
     let new = status::next_status(&crate::crd::ManifestStatus::default(), &result);
     let api: Api<Manifest> = Api::namespaced(ctx.client.clone(), &namespace);

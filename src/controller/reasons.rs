@@ -81,6 +81,8 @@ words! {
         NotApplied,
         PlanFailed,
         Failed,
+        DeletionGuarded,
+        RemovalFailed,
         // A Manifest's events.
         Interrupted,
         OutputsWritten,
@@ -92,6 +94,9 @@ words! {
         WatchRefused,
         DeleteFailed,
         ResourcesDeleted,
+        ResourceDeleted,
+        ResourceForgotten,
+        ResourceMoved,
         MalformedObject,
         // A Pipeline's conditions and events.
         Through,

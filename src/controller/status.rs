@@ -8,10 +8,10 @@ use super::reasons::{ConditionType, Reason};
 use crate::engine::mask::Mask;
 use serde_json::{Value, json};
 
-use crate::crd::{APPROVE_ANNOTATION, Condition, HistoryEntry, ManifestStatus, PendingPlan, ResourceStatus};
-use crate::engine::plan::{Plan, Report, ResourceEntry, Standing, action_names};
+use crate::crd::{APPROVE_ANNOTATION, Condition, ManifestStatus, PendingPlan, ResourceStatus};
+use crate::engine::plan::{Plan, Removal, RemovalEntry, Report, ResourceEntry, Standing, action_names};
 use crate::history::recorder::Drift;
-use crate::history::{Entry, Event, format_time};
+use crate::history::{Entry, format_time};
 
 /// A resource's state above this many bytes of JSON is replaced by a note of its size.
 pub const STATE_LIMIT: usize = 4 * 1024;
@@ -37,6 +37,9 @@ pub enum Observed {
     AwaitingApproval { plan: Plan, pending: PendingPlan },
     /// `spec.suspend`: nothing ran.
     Suspended,
+    /// The deletion guard refused the plan: it deletes more than the Manifest allows without
+    /// acknowledgement. Nothing was deleted or applied.
+    Guarded { plan: Plan, message: String },
 }
 
 /// Everything [`next_status`] needs about one pass.
@@ -62,6 +65,8 @@ pub struct PassResult {
     /// Resources another writer keeps changing back: corrected again and again after a watch
     /// saw them changed.
     pub fights: Vec<FoughtResource>,
+    /// What became of the resources that left the spec.
+    pub removals: Vec<RemovalEntry>,
 }
 
 /// A resource corrected again and again (`checks::FREE_CORRECTIONS` times in a row or more).
@@ -90,6 +95,15 @@ impl PassResult {
     /// Whether the pass left everything VALID.
     pub fn succeeded(&self) -> bool {
         matches!(&self.observed, Observed::Applied(report) if report.succeeded())
+            && self.failed_removals().next().is_none()
+    }
+
+    /// The resources that left the spec and could not be deleted, with why (masked).
+    pub fn failed_removals(&self) -> impl Iterator<Item = (&str, String)> {
+        self.removals.iter().filter_map(|r| match &r.removal {
+            Removal::Failed(error) => Some((r.name.as_str(), error.headline())),
+            _ => None,
+        })
     }
 
     /// The pass in one word, for logs and the `result` label of metrics.
@@ -98,6 +112,7 @@ impl PassResult {
             Observed::Invalid { .. } => "invalid",
             Observed::Suspended => "suspended",
             Observed::AwaitingApproval { .. } => "awaiting-approval",
+            Observed::Guarded { .. } => "guarded",
             _ if self.succeeded() => "succeeded",
             _ => "failed",
         }
@@ -153,7 +168,7 @@ pub fn next_status(old: &ManifestStatus, pass: &PassResult) -> ManifestStatus {
     }
     status.consecutive_failures = match &pass.observed {
         _ if pass.succeeded() && pass.outputs_failed.is_none() => 0,
-        Observed::AwaitingApproval { .. } => 0,
+        Observed::AwaitingApproval { .. } | Observed::Guarded { .. } => 0,
         Observed::Invalid { .. } | Observed::Suspended => old.consecutive_failures,
         _ => old.consecutive_failures.saturating_add(1),
     };
@@ -170,7 +185,9 @@ pub fn next_status(old: &ManifestStatus, pass: &PassResult) -> ManifestStatus {
 fn observed_entries(observed: &Observed) -> Option<(&[ResourceEntry], &Mask)> {
     match observed {
         Observed::Applied(report) => Some((report.entries(), report.mask())),
-        Observed::Unapplied(plan) | Observed::AwaitingApproval { plan, .. } => Some((&plan.entries, &plan.mask)),
+        Observed::Unapplied(plan) | Observed::AwaitingApproval { plan, .. } | Observed::Guarded { plan, .. } => {
+            Some((&plan.entries, &plan.mask))
+        }
         Observed::Invalid { .. } | Observed::NotRun { .. } | Observed::Suspended => None,
     }
 }
@@ -260,43 +277,6 @@ fn cap_state(state: &Value) -> Value {
     if size <= STATE_LIMIT { state.clone() } else { json!({"truncated": true, "bytes": size}) }
 }
 
-/// Log entries as the status holds them.
-pub fn history_from(entries: &[Entry]) -> Vec<HistoryEntry> {
-    entries.iter().map(to_history_entry).collect()
-}
-
-fn to_history_entry(e: &Entry) -> HistoryEntry {
-    HistoryEntry {
-        id: e.id.as_str().into(),
-        target: e.target.as_str().into(),
-        revision: e.revision.as_str().into(),
-        event: e.event.as_str().into(),
-        at: format_time(e.at).into(),
-        detail: (!e.detail.as_object().is_some_and(|d| d.is_empty())).then(|| e.detail.clone()),
-    }
-}
-
-/// The deployment-log entries a status holds, for the next pass's log. Entries of events this
-/// version does not know are skipped.
-pub fn history_entries(status: &ManifestStatus) -> Vec<Entry> {
-    status
-        .history
-        .iter()
-        .filter_map(|h| {
-            let at =
-                humantime::parse_rfc3339(&h.at).ok()?.duration_since(std::time::UNIX_EPOCH).ok()?.as_millis() as i64;
-            Some(Entry {
-                id: h.id.to_string(),
-                target: h.target.to_string(),
-                revision: h.revision.to_string(),
-                event: Event::parse(&h.event)?,
-                at,
-                detail: h.detail.clone().unwrap_or_else(|| json!({})),
-            })
-        })
-        .collect()
-}
-
 /// What the Ready message says, at its end, of objects whose changes are not watched.
 pub const UNWATCHED_NOTE: &str = " (changes to its objects are read on the interval only: ";
 
@@ -370,6 +350,11 @@ fn conditions(status: &ManifestStatus, pass: &PassResult) -> Vec<Wanted> {
                 not_stalled,
             ]
         }
+        Observed::Guarded { message, .. } => vec![
+            (ConditionType::Ready.as_str(), "False", Reason::DeletionGuarded.as_str().into(), message.clone()),
+            (ConditionType::Reconciling.as_str(), "False", Reason::DeletionGuarded.as_str().into(), message.clone()),
+            not_stalled,
+        ],
         Observed::NotRun { reason, message } => vec![
             (ConditionType::Ready.as_str(), "False", reason.to_string(), message.clone()),
             (
@@ -454,6 +439,15 @@ fn success(status: &ManifestStatus, pass: &PassResult) -> (String, String) {
 /// Why the manifest is not Ready, naming the root causes: the resources that failed, not the
 /// ones merely waiting on them.
 fn failure(status: &ManifestStatus, pass: &PassResult) -> (&'static str, String) {
+    // A removal that failed stopped the pass before anything declared was applied: it is
+    // the cause.
+    let removals: Vec<String> = pass
+        .failed_removals()
+        .map(|(name, why)| format!("removing {name} (no longer declared): {why}; kept and retried"))
+        .collect();
+    if !removals.is_empty() {
+        return (Reason::RemovalFailed.as_str(), cut(&removals.join("; ")));
+    }
     let roots: Vec<&ResourceStatus> = status.resources.iter().filter(|r| r.status == "FAILED").collect();
     let reason = observed_entries(&pass.observed)
         .and_then(|(entries, _)| {
@@ -518,41 +512,6 @@ pub(super) fn transition(
     }
 }
 
-/// Keeps the serialized status under [`STATUS_LIMIT`]: oldest history first, then the largest
-/// resource states.
-pub fn bound(status: &mut ManifestStatus) {
-    let size = |s: &ManifestStatus| serde_json::to_string(s).map_or(usize::MAX, |t| t.len());
-    while size(status) > STATUS_LIMIT && !status.history.is_empty() {
-        let drop = status.history.len().div_ceil(4);
-        status.history.drain(..drop);
-    }
-    while size(status) > STATUS_LIMIT {
-        let Some(largest) = status
-            .resources
-            .iter_mut()
-            .filter(|r| r.state.is_some())
-            .max_by_key(|r| r.state.as_ref().map_or(0, |s| s.to_string().len()))
-        else {
-            break;
-        };
-        let bytes = largest.state.as_ref().map_or(0, |s| s.to_string().len());
-        if bytes < 100 {
-            break;
-        }
-        largest.state = Some(json!({"truncated": true, "bytes": bytes}));
-    }
-    // Thousands of resources with long messages: keep each message's first line, shortened.
-    if size(status) > STATUS_LIMIT {
-        for r in &mut status.resources {
-            if let Some(message) = &mut r.message {
-                let mut short = first_line(message).to_string();
-                short.truncate(short.char_indices().nth(120).map_or(short.len(), |(i, _)| i));
-                *message = short;
-            }
-        }
-    }
-}
-
 /// Whether writing `new` over `old` would change anything but `lastReconcileTime`: a pass that
 /// found everything as it was writes nothing (no churn on the object, no noise in its history).
 pub fn changed(old: &ManifestStatus, new: &ManifestStatus) -> bool {
@@ -566,6 +525,9 @@ pub fn changed(old: &ManifestStatus, new: &ManifestStatus) -> bool {
     }
     &new != old
 }
+
+mod kept;
+pub use kept::{bound, history_entries, history_from};
 
 #[cfg(test)]
 mod tests;

@@ -82,6 +82,23 @@ pub struct ManifestSpec {
     /// What happens to the resources when the Manifest is deleted.
     #[serde(default)]
     pub deletion_policy: DeletionPolicy,
+    /// What happens to a resource this Manifest applied once it leaves `resources` [default:
+    /// as `deletionPolicy`]: `Delete` runs its type's delete action (dependents first, before
+    /// anything declared is applied); `Orphan` leaves it in place and forgets it. Either way an
+    /// event names it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub removal_policy: Option<DeletionPolicy>,
+    /// A pass that would delete more than this share (percent) of the resources the Manifest
+    /// holds — and always one that would delete every one, as an emptied spec would — deletes
+    /// nothing, and applies nothing, until the annotation `deployster.io/allow-deletes` names
+    /// its revision [default: 50].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 100))]
+    pub max_deletion_percent: Option<u8>,
+    /// Resources renamed in `resources`, `{old: new}`: each is moved, with its state and
+    /// history, instead of being deleted and created anew.
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    pub moved: IndexMap<String, String>,
     /// `Automatic`: apply what a pass plans. `Manual`: record the plan in `status.pendingPlan`
     /// and apply it only once the annotation `deployster.io/approve` names its id.
     #[serde(default)]
@@ -253,6 +270,17 @@ pub enum Approval {
     Automatic,
     /// A person approves each plan that changes something (`deployster approve`).
     Manual,
+}
+
+/// The annotation that lets a pass delete more than `spec.maxDeletionPercent` allows: the
+/// revision (`status.revision`) whose deletions it acknowledges.
+pub const ALLOW_DELETES_ANNOTATION: &str = "deployster.io/allow-deletes";
+
+impl ManifestSpec {
+    /// What becomes of a resource removed from the spec.
+    pub fn removal(&self) -> DeletionPolicy {
+        self.removal_policy.unwrap_or(self.deletion_policy)
+    }
 }
 
 /// The annotation that approves a pending plan, by its id.

@@ -160,6 +160,7 @@ impl TypeChecker<'_> {
                 resource: "check-type".into(),
                 phase: phase.into(),
                 run_id: self.report.run_id.clone(),
+                formerly: Vec::new(),
             },
             env: vec![
                 ("DEPLOYSTER_RUN_ID".into(), self.report.run_id.clone()),

@@ -208,6 +208,7 @@ impl RunContext {
                 resource: resource.name.clone(),
                 phase: phase.label(),
                 run_id: self.options.run_id.clone(),
+                formerly: self.manifest.source.spec.formerly(&resource.name),
             },
             sink: self.sink(&resource.name, phase, stream_all, &read),
             cancel,

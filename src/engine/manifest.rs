@@ -48,6 +48,15 @@ impl ManifestSpec {
     /// The manifest's `moved`, each old name followed to the declared name it ends at (`a → b`,
     /// `b → c`: `a` and `b` end at `c`); or every problem: an old name still declared, a new name
     /// not declared, a cycle.
+    /// The names `moved` says `resource` had before.
+    pub fn formerly(&self, resource: &str) -> Vec<String> {
+        if self.moved.is_empty() {
+            return Vec::new();
+        }
+        let moves = self.moves().unwrap_or_default();
+        moves.into_iter().filter(|(_, new)| new == resource).map(|(old, _)| old).collect()
+    }
+
     pub fn moves(&self) -> Result<IndexMap<String, String>, Vec<String>> {
         let spec = self;
         let (mut resolved, mut problems) = (IndexMap::new(), Vec::new());

@@ -332,8 +332,20 @@ impl Plan {
     /// inventory holds (every resource, say, when a manifest was emptied or renamed by
     /// mistake): such a deletion is asked for louder, and never taken as approved by default.
     pub fn mass_deletion(&self) -> Option<usize> {
-        let deleting = self.removals.iter().filter(|r| r.removal == Removal::ToDelete).count();
-        (deleting > 0 && deleting * 2 > self.held).then_some(deleting)
+        self.deletions_beyond(50)
+    }
+
+    /// How many resources applying deletes, when that is more than `percent` of what the
+    /// inventory holds — or all of it, whatever `percent` says.
+    pub fn deletions_beyond(&self, percent: u8) -> Option<usize> {
+        let deleting = self.deleting().count();
+        let beyond = deleting * 100 > usize::from(percent) * self.held || deleting >= self.held;
+        (deleting > 0 && beyond).then_some(deleting)
+    }
+
+    /// The removals that run a delete action.
+    pub fn deleting(&self) -> impl Iterator<Item = &RemovalEntry> {
+        self.removals.iter().filter(|r| r.removal == Removal::ToDelete)
     }
 
     /// Whether the plan is sound enough to apply: nothing failed or blocked.

@@ -242,8 +242,23 @@ impl ProblemList {
 
 /// Validates a loaded manifest against resolved variables.
 pub fn validate(loaded: &LoadedManifest, vars: Map<String, Value>) -> Result<ValidatedManifest, Invalid> {
+    validate_with(loaded, vars, false)
+}
+
+/// Validates a manifest that a controller keeps: one that declares no resources is valid
+/// there — its passes remove what it held, behind the deletion guard — where a file of only
+/// vars is a mistake.
+pub fn validate_kept(loaded: &LoadedManifest, vars: Map<String, Value>) -> Result<ValidatedManifest, Invalid> {
+    validate_with(loaded, vars, true)
+}
+
+fn validate_with(
+    loaded: &LoadedManifest,
+    vars: Map<String, Value>,
+    empty_allowed: bool,
+) -> Result<ValidatedManifest, Invalid> {
     let mut checker = ProblemList { problems: Vec::new() };
-    if loaded.spec.resources.is_empty() {
+    if loaded.spec.resources.is_empty() && !empty_allowed {
         // An empty `resources:` (or a file of only vars) is almost always a mistake: a manifest
         // that "applies" nothing must not look like a success.
         checker.report(None, "declares no resources (under `resources:`)");

@@ -43,12 +43,7 @@ fn held(log: &dyn History, manifest: &str) -> Result<IndexMap<String, Value>, Hi
     for entry in log.latest_each("resource/", &EVENTS)? {
         let ours = entry.detail.get("manifest").and_then(Value::as_str) == Some(manifest);
         // Moved: held under the new name (the entry naming where from), not the old one.
-        let holds = match entry.event {
-            Event::ResourceInventoried => true,
-            Event::ResourceMoved => entry.detail.get("from").is_some(),
-            _ => false,
-        };
-        if !holds || !ours {
+        if !holds(entry.event, &entry.detail) || !ours {
             continue;
         }
         if let (Some(name), Some(declaration)) =
@@ -58,6 +53,59 @@ fn held(log: &dyn History, manifest: &str) -> Result<IndexMap<String, Value>, Hi
         }
     }
     Ok(held)
+}
+
+/// Whether `entry` (of an inventory event) holds its resource in the inventory.
+fn holds(event: Event, detail: &Value) -> bool {
+    match event {
+        Event::ResourceInventoried => true,
+        Event::ResourceMoved => detail.get("from").is_some(),
+        _ => false,
+    }
+}
+
+/// Which of `items` (oldest first) the inventory stands on: each resource's newest entry of an
+/// inventory event, when it holds the resource. A bounded log keeps these whatever its bound —
+/// a controller's log is its Manifest's status, and a resource it forgot would never be
+/// deleted. `read` gives an item's target, event and detail.
+pub fn pinned_by<T>(items: &[T], read: impl Fn(&T) -> Option<(&str, Event, &Value)>) -> Vec<bool> {
+    let mut pinned = vec![false; items.len()];
+    let mut seen = std::collections::HashSet::new();
+    for (i, item) in items.iter().enumerate().rev() {
+        let Some((target, event, detail)) = read(item).filter(|(_, event, _)| EVENTS.contains(event)) else {
+            continue;
+        };
+        if seen.insert(target) {
+            pinned[i] = holds(event, detail);
+        }
+    }
+    pinned
+}
+
+/// [`pinned_by`] over log entries.
+pub fn pinned(entries: &[Entry]) -> Vec<bool> {
+    pinned_by(entries, |e| Some((e.target.as_str(), e.event, &e.detail)))
+}
+
+/// Drops the oldest `count` of `items` that are not `pinned`.
+pub fn drop_oldest<T>(items: &mut Vec<T>, pinned: &[bool], count: usize) {
+    let (mut count, mut at) = (count, 0);
+    items.retain(|_| {
+        let keep = pinned[at] || count == 0;
+        count -= usize::from(!keep);
+        at += 1;
+        keep
+    });
+}
+
+/// The inventory's entries in `entries`, by run and target: two logs whose marks differ hold
+/// different inventories (or reached them differently).
+pub fn marks(entries: &[Entry]) -> std::collections::BTreeSet<(&str, &str, &str)> {
+    entries
+        .iter()
+        .filter(|e| EVENTS.contains(&e.event))
+        .map(|e| (e.id.as_str(), e.target.as_str(), e.event.as_str()))
+        .collect()
 }
 
 /// Keeps one pass's inventory: an [`Observer`] beside the recorder. Entries that must be in the

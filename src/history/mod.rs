@@ -366,15 +366,15 @@ impl MemoryLog {
         self.push(entries);
     }
 
+    /// Appends `entries`; a bounded log then keeps its newest `capacity` entries, and besides
+    /// them what the inventory stands on ([`inventory::pinned`]).
     fn push(&self, entries: Vec<Entry>) {
         let mut all = self.entries.lock().expect("log lock");
         all.extend(entries);
-        if let Some(cap) = self.capacity
-            && all.len() > cap
-        {
-            let excess = all.len() - cap;
-            all.drain(..excess);
-        }
+        let Some(cap) = self.capacity.filter(|cap| all.len() > *cap) else { return };
+        let pinned = inventory::pinned(&all);
+        let excess = pinned.iter().filter(|p| !**p).count().saturating_sub(cap);
+        inventory::drop_oldest(&mut all, &pinned, excess);
     }
 }
 
@@ -420,12 +420,13 @@ pub fn format_time(at_ms: i64) -> String {
     humantime::format_rfc3339_millis(time).to_string()
 }
 
-/// `text` cut to at most `limit` bytes on a character boundary, with `…` when it was cut.
+/// `text` cut to at most `limit` bytes on a character boundary, `…` included when it was cut
+/// (an event's note over 1024 bytes is refused by the API server, and the event lost).
 pub fn cut_to(text: &str, limit: usize) -> String {
     if text.len() <= limit {
         return text.to_string();
     }
-    let mut end = limit;
+    let mut end = limit.saturating_sub('…'.len_utf8());
     while !text.is_char_boundary(end) {
         end -= 1;
     }

@@ -93,6 +93,45 @@ fn a_bounded_memory_log_keeps_the_newest_entries() {
     assert_eq!(kept, [14, 15, 16, 17, 18]);
 }
 
+/// A bounded log (a Manifest's status) keeps what the inventory stands on beyond its bound:
+/// each resource's newest inventory entry that holds it — not one that let it go, nor one
+/// superseded.
+#[test]
+fn a_bounded_memory_log_keeps_what_the_inventory_stands_on() {
+    let entry = |target: &str, event: Event, at: i64| Entry {
+        id: "r".into(),
+        target: target.into(),
+        revision: "1".into(),
+        event,
+        at,
+        detail: serde_json::json!({"manifest": "m", "declaration": {"type": "builtin/file"}}),
+    };
+    let log = MemoryLog::bounded(2);
+    log.append(&[
+        entry("resource/a", Event::ResourceInventoried, 1),
+        entry("resource/b", Event::ResourceInventoried, 2),
+        entry("resource/gone", Event::ResourceInventoried, 3),
+        entry("resource/b", Event::ResourceInventoried, 4),
+        entry("resource/gone", Event::ResourceDeleted, 5),
+    ])
+    .unwrap();
+    log.append(&(6..10).map(|at| entry("manifest", Event::RunStarted, at)).collect::<Vec<_>>()).unwrap();
+    let kept: Vec<i64> = log.entries().iter().map(|e| e.at).collect();
+    assert_eq!(kept, [1, 4, 8, 9], "a and b's newest, then the newest 2");
+    let held = crate::history::inventory::inventory(&log, "m").unwrap();
+    assert_eq!(held.keys().collect::<Vec<_>>(), ["a", "b"]);
+}
+
+/// A cut text, ellipsis included, is never longer than the limit: the API server refuses an
+/// event's note of more than 1024 bytes.
+#[test]
+fn a_cut_text_fits_its_limit() {
+    let long = "é".repeat(600);
+    let cut = cut_to(&long, 1024);
+    assert!(cut.len() <= 1024 && cut.ends_with('…'), "{} bytes", cut.len());
+    assert_eq!(cut_to("short", 1024), "short");
+}
+
 #[test]
 fn event_names_round_trip_and_pair_up() {
     for &event in <Event as strum::VariantArray>::VARIANTS {

@@ -12,4 +12,5 @@ mod e2e_shards;
 mod helm;
 mod image;
 mod kubernetes;
+mod removals;
 mod watches;

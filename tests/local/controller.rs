@@ -423,6 +423,8 @@ async fn deletion_with_orphan_keeps_everything_and_with_delete_removes_dependent
     let ctx = context(client.clone(), Counting::new(false), &plugs, false);
     reconcile(&get(&client, "site").await, &ctx).await.unwrap();
     assert!(dir.path().join("data/app.json").exists());
+    // What its passes applied: its inventory, which deletion deletes.
+    let applied = get(&client, "site").await.status;
 
     // Orphan: the finalizer goes at once, the resources stay.
     let orphan = deleting(object("site", &builtins(dir.path())), None);
@@ -438,7 +440,7 @@ async fn deletion_with_orphan_keeps_everything_and_with_delete_removes_dependent
     // Delete: dependents first, then the finalizer.
     let mut doomed = object("site", &builtins(dir.path()));
     doomed.spec.deletion_policy = deployster::crd::DeletionPolicy::Delete;
-    let client = client_with(vec![deleting(doomed, None)], |b| b).await;
+    let client = client_with(vec![deleting(doomed, applied)], |b| b).await;
     let executor = Counting::new(false);
     let ctx = context(client.clone(), executor.clone(), &plugs, false);
     assert_eq!(reconcile(&get(&client, "site").await, &ctx).await.unwrap(), Next::AwaitChange);
@@ -449,6 +451,37 @@ async fn deletion_with_orphan_keeps_everything_and_with_delete_removes_dependent
     assert!(events(&client, "site").await.iter().any(|(r, _)| r == "ResourcesDeleted"));
 }
 
+/// Deletion deletes what the status says was applied: a status from before the inventory
+/// (resources found VALID, none inventoried) by the spec, as then; a Manifest that never
+/// applied anything, nothing — not even an init.
+#[tokio::test]
+async fn deletion_deletes_what_was_applied_whatever_the_status_s_age() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugs = dir.path().join("plugs");
+    let client = client_with(vec![object("site", &builtins(dir.path()))], |b| b).await;
+    let ctx = context(client.clone(), Counting::new(false), &plugs, false);
+    reconcile(&get(&client, "site").await, &ctx).await.unwrap();
+    let mut older = get(&client, "site").await.status.unwrap();
+    older.history.retain(|h| h.event != "resource-inventoried");
+    assert!(older.history.iter().any(|h| h.event == "resource-applied"));
+
+    let mut doomed = object("site", &builtins(dir.path()));
+    doomed.spec.deletion_policy = deployster::crd::DeletionPolicy::Delete;
+    let client = client_with(vec![deleting(doomed.clone(), Some(older))], |b| b).await;
+    let executor = Counting::new(false);
+    let ctx = context(client.clone(), executor.clone(), &plugs, false);
+    assert_eq!(reconcile(&get(&client, "site").await, &ctx).await.unwrap(), Next::AwaitChange);
+    assert_eq!(Counting::actions(&executor.take()), ["app_config/action:delete", "data_dir/action:delete"]);
+
+    let client = client_with(vec![deleting(doomed, None)], |b| b).await;
+    let executor = Counting::new(false);
+    let ctx = context(client.clone(), executor.clone(), &plugs, false);
+    assert_eq!(reconcile(&get(&client, "site").await, &ctx).await.unwrap(), Next::AwaitChange);
+    assert!(executor.take().is_empty(), "nothing held: nothing run");
+    let gone = Api::<Manifest>::namespaced(client.clone(), NS).get_opt("site").await.unwrap();
+    assert!(gone.is_none_or(|o| o.finalizers().is_empty()), "the finalizer is removed");
+}
+
 #[tokio::test]
 async fn a_failed_deletion_keeps_the_finalizer_and_says_why() {
     let dir = tempfile::tempdir().unwrap();
@@ -457,10 +490,11 @@ async fn a_failed_deletion_keeps_the_finalizer_and_says_why() {
     let ctx = context(client.clone(), Counting::new(false), &plugs, false);
     reconcile(&get(&client, "site").await, &ctx).await.unwrap();
     std::fs::write(dir.path().join("data/not-ours.txt"), "precious").unwrap();
+    let applied = get(&client, "site").await.status;
 
     let mut doomed = object("site", &builtins(dir.path()));
     doomed.spec.deletion_policy = deployster::crd::DeletionPolicy::Delete;
-    let client = client_with(vec![deleting(doomed, None)], |b| b).await;
+    let client = client_with(vec![deleting(doomed, applied)], |b| b).await;
     let ctx = context(client.clone(), Counting::new(false), &plugs, false);
     let next = reconcile(&get(&client, "site").await, &ctx).await.unwrap();
     assert!(matches!(next, Next::Requeue(_)), "retried");
@@ -535,7 +569,10 @@ async fn the_status_stays_bounded_after_ten_thousand_drift_corrections() {
     let st = status(&obj);
     let size = serde_json::to_string(&st).unwrap().len();
     assert!(size < 256 * 1024, "{size} bytes");
-    assert!(st.history.len() <= 50, "{}", st.history.len());
+    // The history limit, and besides it what the inventory holds.
+    let inventoried = st.history.iter().filter(|h| h.event == "resource-inventoried").count();
+    assert_eq!(inventoried, 1, "flappy, held once");
+    assert!(st.history.len() <= 50 + inventoried, "{}", st.history.len());
     assert_eq!(st.resources[0].drift_streak, 9_999, "every pass but the first corrected drift");
     assert_eq!(condition(&obj, "Ready").1, "Thrashing");
 }

@@ -55,6 +55,13 @@ if ready ~= nil and ready.status == "False" and ready.reason == "AwaitingApprova
   return hs
 end
 
+-- A pass that would delete more than the Manifest allows waits for a person, as an approval does.
+if ready ~= nil and ready.status == "False" and ready.reason == "DeletionGuarded" then
+  hs.status = "Suspended"
+  hs.message = message(ready, "Deletions await acknowledgement")
+  return hs
+end
+
 if status.progress ~= nil and status.progress ~= "" then
   hs.status = "Progressing"
   hs.message = "Applying: " .. status.progress

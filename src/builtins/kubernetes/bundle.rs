@@ -61,6 +61,7 @@ impl<'a> Bundle<'a> {
         let manifest = super::owner_prefix(&invocation.labels.manifest, object_named);
         let options = Arc::new(ObjectRules {
             owner: format!("{manifest}/{}", invocation.labels.resource),
+            formerly: invocation.labels.formerly.iter().map(|old| format!("{manifest}/{old}")).collect(),
             force: Force::from_config(config.get("force").and_then(Value::as_bool)),
             prune: flag("prune", true),
             adopt: flag("adopt", false),

@@ -20,6 +20,8 @@ use super::{FIELD_MANAGER, Kinds, MANAGED_LABEL, OWNER_ANNOTATION, Said, diff, r
 pub(super) struct ObjectRules {
     /// `manifest/resource`: the annotation's value.
     pub(super) owner: String,
+    /// The annotation's values under the resource's names before a move (`moved`).
+    pub(super) formerly: Vec<String>,
     pub(super) force: Force,
     pub(super) prune: bool,
     pub(super) adopt: bool,
@@ -27,6 +29,11 @@ pub(super) struct ObjectRules {
     pub(super) wait: Option<Duration>,
     /// Fields left to another writer: out of drift, and out of every apply after creation.
     pub(super) ignore: Ignored,
+}
+
+/// The resource `live` says it belongs to (its owner annotation).
+fn owner_of(live: &Value) -> Option<&str> {
+    live.pointer(&format!("/metadata/annotations/{}", OWNER_ANNOTATION.replace('/', "~1"))).and_then(Value::as_str)
 }
 
 /// One object of a resource, and its API.
@@ -187,9 +194,9 @@ impl ServerObject {
     }
 
     /// Whether `live` is this resource's own (created or adopted by it).
+    /// Or, renamed (`moved`), its old name's: the next apply writes the new name.
     fn ours(&self, live: &Value) -> bool {
-        live.pointer(&format!("/metadata/annotations/{}", OWNER_ANNOTATION.replace('/', "~1"))).and_then(Value::as_str)
-            == Some(&self.options.owner)
+        owner_of(live).is_some_and(|o| o == self.options.owner || self.options.formerly.iter().any(|f| f == o))
     }
 
     pub(super) async fn standing(&self) -> Result<ObjectStanding, ObjectError> {
@@ -215,8 +222,11 @@ impl ServerObject {
         let mut found = diff::changes(&self.wanted, live, self.is_secret);
         found.retain(|change| !options.ignore.covers(&change.path));
         let mut fields = if found.is_empty() { Vec::new() } else { self.confirmed(found, live).await? };
-        if !self.ours(live) {
-            fields.push(format!("metadata.annotations.{OWNER_ANNOTATION}: (absent) → \"{}\"", options.owner));
+        // Adopted, or renamed (`moved`): the annotation names this resource from now on.
+        let owner = owner_of(live);
+        if owner != Some(options.owner.as_str()) {
+            let was = owner.map_or_else(|| "(absent)".to_string(), |o| format!("\"{o}\""));
+            fields.push(format!("metadata.annotations.{OWNER_ANNOTATION}: {was} → \"{}\"", options.owner));
         }
         if !labelled(live) {
             // Applied before objects were labelled (or the label was taken off): watches

@@ -20,7 +20,9 @@ use crate::crd::{DeletionPolicy, Manifest};
 use crate::engine::PrepareError;
 use crate::engine::events::ApproveAll;
 use crate::engine::schedule::AssumeValid;
-use crate::pass::{Ended, Mode, PassError};
+use crate::history::inventory::{inventory, marks};
+use crate::history::{Event, HistoryError, MemoryLog};
+use crate::pass::{Ended, Inventory, Mode, PassError};
 
 /// Deletes `obj` as its deletion policy says.
 pub async fn cleanup(obj: &Manifest, ctx: &Context, term: &CancellationToken) -> Result<Next, DeleteError> {
@@ -92,6 +94,8 @@ enum NotDeleted {
     Input(#[from] ManifestInputError),
     #[error(transparent)]
     Pass(#[from] PassError),
+    #[error("reading what it holds: {0}")]
+    Log(#[from] HistoryError),
     #[error(transparent)]
     NotPrepared(#[from] PrepareError),
     #[error("could not delete: {}", .0.join("; "))]
@@ -99,13 +103,14 @@ enum NotDeleted {
 }
 
 async fn delete_resources(obj: &Manifest, ctx: &Context, term: &CancellationToken) -> Result<(), NotDeleted> {
-    let settings = &ctx.settings;
-    let (manifest, _) = inputs::prepare(&ctx.client, obj, settings).await?;
     let log = memory_log(ctx, &obj.status.clone().unwrap_or_default());
+    let Some(held) = holding(obj, &log)? else { return Ok(()) };
+    let (manifest, _) = inputs::prepare(&ctx.client, &held, &ctx.settings).await?;
     let assumed = AssumeValid::default();
     let request = PassRequest {
         manifest: Arc::new(manifest),
         mode: Mode::Delete,
+        inventory: Inventory::Off,
         log,
         observers: Vec::new(),
         approver: &ApproveAll,
@@ -119,4 +124,29 @@ async fn delete_resources(obj: &Manifest, ctx: &Context, term: &CancellationToke
         // A delete pass ends deleted or not prepared; anything else left everything in place.
         _ => Err(NotDeleted::Problems(vec!["the delete pass ended without deleting anything".into()])),
     }
+}
+
+/// `obj` declaring what its inventory holds instead of what its spec declares: what deleting it
+/// deletes. A resource that never got applied (its image missing, its config invalid) is not
+/// held, so it neither blocks the deletion nor is deleted; one removed from the spec and not
+/// deleted yet is. `None`: nothing is held.
+///
+/// A log kept before the inventory existed (resources found VALID, nothing inventoried) holds
+/// what the spec declares.
+fn holding(obj: &Manifest, log: &MemoryLog) -> Result<Option<Manifest>, HistoryError> {
+    let held = inventory(log, inputs::MANIFEST_FILE)?;
+    let entries = log.entries();
+    let legacy = marks(&entries).is_empty()
+        && entries.iter().any(|e| matches!(e.event, Event::ResourceValid | Event::ResourceApplied));
+    if legacy {
+        return Ok(Some(obj.clone()));
+    }
+    if held.is_empty() {
+        return Ok(None);
+    }
+    let mut holding = obj.clone();
+    holding.spec.resources = held;
+    holding.spec.outputs = None;
+    holding.spec.moved.clear();
+    Ok(Some(holding))
 }

@@ -62,10 +62,11 @@ impl StatusJournal {
             let at = match status.resources.iter().position(|r| r.name == resource.as_str()) {
                 Some(at) => at,
                 None => {
-                    let type_ = self.types.iter().find(|(n, _)| n == resource).map_or("", |(_, t)| t.as_str());
+                    // One no longer declared, being deleted: in `progress` only.
+                    let Some((_, type_)) = self.types.iter().find(|(n, _)| n == resource) else { continue };
                     status.resources.push(ResourceStatus {
                         name: resource.into(),
-                        type_: type_.into(),
+                        type_: type_.as_str().into(),
                         status: "PENDING".into(),
                         ..ResourceStatus::default()
                     });

@@ -165,7 +165,8 @@ async fn pass(
     let Passed { manifest, ended, drifts, interrupted, outputs, .. } = ran.passed;
     let revision = manifest.revision.clone();
     let log = ran.log.clone();
-    let seen = observe::observe(ended, drifts, interrupted, ran.manual.as_ref(), old, &revision, || log.entries());
+    let asked = observe::Asked { manual: ran.manual.as_ref(), guarded: ran.guarded.clone() };
+    let seen = observe::observe(ended, drifts, interrupted, asked, old, &revision, || log.entries());
     let mut events = seen.done;
     let entries = if let Observed::Applied(report) = &seen.observed { Some(report.entries()) } else { None };
     let next = ctx.checks.record(obj, run::system_now(ctx), &revision, &ran.assumed, entries);
@@ -194,6 +195,7 @@ async fn pass(
         next_checks: next.by_resource,
         outputs_failed,
         unwatched,
+        removals: seen.removals,
         fights: next
             .fights
             .into_iter()

@@ -6,11 +6,13 @@ use std::collections::{BTreeMap, HashSet};
 use kube::runtime::events::EventType;
 
 use super::super::approval::ManualApproval;
-use super::super::reasons::Reason;
+use super::super::reasons::{ConditionType, Reason};
 use super::super::status::{Observed, history_entries};
 use crate::crd::{APPROVE_ANNOTATION, ManifestStatus};
-use crate::engine::plan::{Plan, Standing, action_names};
+use crate::engine::mask::Mask;
+use crate::engine::plan::{Plan, Removal, RemovalEntry, Standing, action_names};
 use crate::history::Entry;
+use crate::history::inventory::marks;
 use crate::history::recorder::Drift;
 use crate::pass::Ended;
 
@@ -32,6 +34,15 @@ pub struct ObservedPass {
     pub asked: Vec<PassEvent>,
     /// What each drifted resource's actions did, as the plan said (masked).
     pub drift_details: BTreeMap<String, String>,
+    /// What became of the resources that left the spec (masked).
+    pub removals: Vec<RemovalEntry>,
+}
+
+/// Who was asked about the pass's plan: the approval the spec asks for, and the deletion guard
+/// (why it refused the plan, if it did).
+pub struct Asked<'a> {
+    pub manual: Option<&'a ManualApproval>,
+    pub guarded: Option<String>,
 }
 
 /// What the pass that ended as `ended` observed, as a status and events tell it.
@@ -39,13 +50,18 @@ pub fn observe(
     ended: Ended,
     drifts: Vec<Drift>,
     interrupted: Option<String>,
-    manual: Option<&ManualApproval>,
+    Asked { manual, guarded }: Asked<'_>,
     old: &ManifestStatus,
     revision: &str,
     log_entries: impl FnOnce() -> Vec<Entry>,
 ) -> ObservedPass {
     let mut details = BTreeMap::new();
+    let removals = match &ended {
+        Ended::Applied { removed: Some(removed), plan, .. } => masked(&removed.entries, &plan.mask),
+        _ => Vec::new(),
+    };
     let observed = match ended {
+        Ended::Refused { plan, why } if guarded.is_some() => Observed::Guarded { plan, message: why },
         Ended::NotPrepared(e) if e.is_invalid_input() => {
             Observed::Invalid { reason: e.reason(), message: e.to_string() }
         }
@@ -66,12 +82,26 @@ pub fn observe(
     };
     let still_awaiting = matches!(&observed, Observed::AwaitingApproval { pending, .. }
         if old.pending_plan.as_ref().is_some_and(|p| p.id == pending.id));
-    let unchanged = matches!(&observed, Observed::Applied(r) if r.succeeded() && r.counts().applied == 0);
-    let no_op = (still_awaiting || unchanged && drifts.is_empty()) && old.revision.as_deref() == Some(revision);
+    let unchanged =
+        matches!(&observed, Observed::Applied(r) if r.succeeded() && r.counts().applied == 0) && removals.is_empty();
+    let guarded_before = old.conditions.iter().find(|c| c.type_ == ConditionType::Ready.as_str()).is_some_and(|c| {
+        matches!(&observed, Observed::Guarded { message, .. } if c.reason == Reason::DeletionGuarded.as_str() && c.message.starts_with(message.as_str()))
+    });
+    let (entries, old_entries) = (log_entries(), history_entries(old));
+    // A pass that took resources into the inventory (the first since an upgrade, say) changed
+    // what the object must keep, whatever else it found.
+    let inventoried = marks(&entries) != marks(&old_entries);
+    let no_op = !inventoried
+        && (still_awaiting || guarded_before || unchanged && drifts.is_empty())
+        && old.revision.as_deref() == Some(revision);
     // A pass that found everything as it was adds nothing worth keeping to the history.
-    let history = if no_op { history_entries(old) } else { log_entries() };
-    let done = pass_events(&observed, &drifts, &details);
+    let history = if no_op { old_entries } else { entries };
+    let mut done = removal_events(&removals);
+    done.extend(pass_events(&observed, &drifts, &details));
     let mut asked = Vec::new();
+    if let (Observed::Guarded { message, .. }, false) = (&observed, guarded_before) {
+        asked.push((EventType::Warning, Reason::DeletionGuarded.as_str(), message.clone()));
+    }
     if let Observed::AwaitingApproval { pending, .. } = &observed
         && !still_awaiting
     {
@@ -97,7 +127,57 @@ pub fn observe(
         (Observed::Applied(_), Some(manual)) => manual.asked().map(|p| p.id),
         _ => None,
     };
-    ObservedPass { observed, drifts, history, approved_plan, done, asked, drift_details: details }
+    ObservedPass { observed, drifts, history, approved_plan, done, asked, drift_details: details, removals }
+}
+
+/// `entries` with what they say masked.
+fn masked(entries: &[RemovalEntry], mask: &Mask) -> Vec<RemovalEntry> {
+    let mut entries = entries.to_vec();
+    for e in &mut entries {
+        match &mut e.removal {
+            Removal::Failed(error) => *error = error.clone().masked(mask),
+            Removal::Kept { reason } | Removal::Forgotten { reason } => *reason = mask.text(reason),
+            _ => {}
+        }
+    }
+    entries
+}
+
+/// An event for each resource that left the spec: deleted, found gone, left in place, moved,
+/// or not deleted (a Warning).
+fn removal_events(removals: &[RemovalEntry]) -> Vec<PassEvent> {
+    removals
+        .iter()
+        .filter_map(|r| {
+            let (name, type_name) = (&r.name, &r.type_name);
+            Some(match &r.removal {
+                Removal::Deleted => {
+                    (EventType::Normal, Reason::ResourceDeleted.as_str(), format!("deleted {name} ({type_name}): no longer declared"))
+                }
+                Removal::Absent => (
+                    EventType::Normal,
+                    Reason::ResourceDeleted.as_str(),
+                    format!("{name} ({type_name}), no longer declared, was already gone"),
+                ),
+                Removal::Forgotten { reason } => (
+                    EventType::Normal,
+                    Reason::ResourceForgotten.as_str(),
+                    format!("{name} ({type_name}), no longer declared, is left in place and forgotten: {reason}"),
+                ),
+                Removal::Moved { to } => (
+                    EventType::Normal,
+                    Reason::ResourceMoved.as_str(),
+                    format!("{name} is now {to} (moved): its state and history go with it"),
+                ),
+                Removal::Failed(error) => (
+                    EventType::Warning,
+                    Reason::RemovalFailed.as_str(),
+                    format!("{name} ({type_name}), no longer declared, could not be deleted: {error}; it is kept and retried"),
+                ),
+                Removal::Kept { .. } | Removal::ToDelete => return None,
+            })
+        })
+        .collect()
 }
 
 /// What the plan said each drifted resource's actions would do (for `builtin/kubernetes`, the
@@ -162,9 +242,9 @@ fn pass_events(observed: &Observed, drifts: &[Drift], details: &BTreeMap<String,
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::mask::Mask;
     use crate::engine::plan::ResourceEntry;
     use crate::engine::protocol::{Action, Status};
+    use crate::history::Event;
     use serde_json::json;
     use std::time::Duration;
 
@@ -206,5 +286,107 @@ mod tests {
         let said = &details["settings"];
         assert!(said.contains("data.token") && said.contains("from kubectl-patch"), "{said}");
         assert!(!said.contains("s3cret-token"), "masked: {said}");
+    }
+
+    fn empty_plan(held: usize) -> Plan {
+        Plan {
+            manifest: "team/app".into(),
+            run_id: "r".into(),
+            removals: Vec::new(),
+            held,
+            notes: Vec::new(),
+            entries: Vec::new(),
+            mask: Mask::of([json!("s3cret")].iter()),
+        }
+    }
+
+    fn removal(name: &str, removal: Removal) -> RemovalEntry {
+        RemovalEntry { name: name.into(), type_name: "builtin/kubernetes".into(), removal }
+    }
+
+    /// What left the spec gets an event each, masked: deleted, found gone, forgotten, moved,
+    /// and a Warning for a failure.
+    #[test]
+    fn each_removal_is_an_event() {
+        use crate::engine::error::{Cause, Phase, ResourceError};
+        let failed = ResourceError::new(
+            Phase::Action("delete".into()),
+            Cause::Exec { reason: "KubernetesApi", message: "403: token s3cret".into() },
+        );
+        let removed = crate::engine::delete::DeleteReport {
+            manifest: "team/app".into(),
+            entries: vec![
+                removal("gone", Removal::Deleted),
+                removal("absent", Removal::Absent),
+                removal("left", Removal::Forgotten { reason: "left in place: removalPolicy is Orphan".into() }),
+                removal("old", Removal::Moved { to: "new".into() }),
+                removal("refused", Removal::Failed(failed)),
+                removal("under", Removal::Kept { reason: "refused depends on it".into() }),
+            ],
+        };
+        let plan = empty_plan(6);
+        let report = crate::engine::plan::Report::new("team/app".into(), "r".into(), Vec::new(), plan.mask.clone());
+        let ended = Ended::Applied { plan, report, removed: Some(removed) };
+        let asked = Asked { manual: None, guarded: None };
+        let seen = observe(ended, Vec::new(), None, asked, &ManifestStatus::default(), "1-a", Vec::new);
+        let said: Vec<(&str, &str)> = seen.done.iter().map(|(_, reason, note)| (*reason, note.as_str())).collect();
+        assert_eq!(said.len(), 5, "none for what is kept: {said:#?}");
+        assert_eq!(said[0], ("ResourceDeleted", "deleted gone (builtin/kubernetes): no longer declared"));
+        assert_eq!(said[1].0, "ResourceDeleted");
+        assert!(said[2].0 == "ResourceForgotten" && said[2].1.contains("Orphan"), "{said:?}");
+        assert_eq!(said[3], ("ResourceMoved", "old is now new (moved): its state and history go with it"));
+        assert!(said[4].0 == "RemovalFailed" && said[4].1.contains("403"), "{said:?}");
+        assert!(!said[4].1.contains("s3cret"), "masked: {said:?}");
+        assert_eq!(seen.done[4].0, EventType::Warning);
+        assert_eq!(seen.removals.len(), 6);
+    }
+
+    /// The guard's refusal is observed as such, told once per revision, and a pass that finds
+    /// it again adds nothing to the history.
+    #[test]
+    fn a_guarded_pass_is_told_once() {
+        let why = "would delete 2 of the 2 resources it holds".to_string();
+        let guarded = |old: &ManifestStatus| {
+            let ended = Ended::Refused { plan: empty_plan(2), why: why.clone() };
+            let asked = Asked { manual: None, guarded: Some(why.clone()) };
+            observe(ended, Vec::new(), None, asked, old, "2-b", || vec![entry("manifest", Event::RunDeclined)])
+        };
+        let first = guarded(&ManifestStatus::default());
+        assert!(matches!(&first.observed, Observed::Guarded { message, .. } if *message == why));
+        assert_eq!(first.asked.len(), 1);
+        assert_eq!(first.asked[0].1, "DeletionGuarded");
+        assert_eq!(first.history.len(), 1);
+        let mut old = ManifestStatus { revision: Some("2-b".into()), ..ManifestStatus::default() };
+        old.conditions.push(crate::crd::Condition {
+            type_: "Ready".into(),
+            status: "False".into(),
+            reason: "DeletionGuarded".into(),
+            message: why.clone(),
+            ..Default::default()
+        });
+        let again = guarded(&old);
+        assert!(again.asked.is_empty(), "told once: {:?}", again.asked);
+        assert!(again.history.is_empty(), "nothing new to keep");
+    }
+
+    fn entry(target: &str, event: Event) -> Entry {
+        Entry { id: "r2".into(), target: target.into(), revision: "1-a".into(), event, at: 1, detail: json!({}) }
+    }
+
+    /// A pass that found everything as it was but took resources into the inventory (the first
+    /// after an upgrade) keeps its log: the inventory is the object's to keep.
+    #[test]
+    fn a_pass_that_only_inventoried_keeps_its_log() {
+        let plan = empty_plan(0);
+        let report = crate::engine::plan::Report::new("team/app".into(), "r".into(), Vec::new(), plan.mask.clone());
+        let old = ManifestStatus { revision: Some("1-a".into()), ..ManifestStatus::default() };
+        let quiet = |entries: Vec<Entry>| {
+            let ended = Ended::Applied { plan: plan.clone(), report: report.clone(), removed: None };
+            let asked = Asked { manual: None, guarded: None };
+            observe(ended, Vec::new(), None, asked, &old, "1-a", move || entries).history
+        };
+        assert!(quiet(vec![entry("manifest", Event::RunStarted)]).is_empty(), "found as it was: nothing kept");
+        let inventoried = vec![entry("manifest", Event::RunStarted), entry("resource/a", Event::ResourceInventoried)];
+        assert_eq!(quiet(inventoried).len(), 2);
     }
 }

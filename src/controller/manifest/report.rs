@@ -145,6 +145,7 @@ pub async fn finish_unrun(
         outputs_failed: None,
         unwatched: ctx.watches.refused(obj),
         fights: Vec::new(),
+        removals: Vec::new(),
     };
     finish(obj, ctx, &StatusWriter::new(ctx, obj), old, result).await
 }

@@ -8,7 +8,7 @@ use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
-use super::super::approval::ManualApproval;
+use super::super::approval::{DeletionGuard, ManualApproval};
 use super::super::context::Context;
 use super::super::inputs;
 use super::super::reasons::{EventAction, Reason};
@@ -16,13 +16,13 @@ use super::super::status::history_entries;
 use super::journal::StatusJournal;
 use super::report::StatusWriter;
 use super::report::publish;
-use crate::crd::{Manifest, ManifestStatus};
+use crate::crd::{DeletionPolicy, Manifest, ManifestStatus};
 use crate::engine::context::{RunOptions, new_run_id};
 use crate::engine::events::{ApproveAll, Approver, Observer};
 use crate::engine::schedule::AssumeValid;
 use crate::engine::validate::ValidatedManifest;
 use crate::history::MemoryLog;
-use crate::pass::{Mode, Pass, PassError, Passed};
+use crate::pass::{Inventory, Mode, Pass, PassError, Passed};
 
 /// Why the pass could not run to its end (a pass that ran and failed is no error: the status
 /// says what failed).
@@ -51,6 +51,8 @@ pub struct RanPass {
     pub manual: Option<ManualApproval>,
     /// The resources not due for a check, assumed VALID.
     pub assumed: AssumeValid,
+    /// Why the deletion guard refused the plan, if it did.
+    pub guarded: Option<String>,
 }
 
 /// Plans (reading the state of the resources due for a check), applies what the approval
@@ -69,11 +71,23 @@ pub async fn engine_pass(
     let manifest = Arc::new(manifest);
     let manual = ManualApproval::of(obj, &manifest, (ctx.clock)());
     let approver: &dyn Approver = manual.as_ref().map_or(&ApproveAll, |m| m as &dyn Approver);
+    let guard = DeletionGuard::of(obj, &manifest, approver);
     let assumed = ctx.checks.not_due(obj, intervals, system_now(ctx));
     let observers = vec![journal.clone() as Arc<dyn Observer>];
     let stop_writing = CancellationToken::new();
-    let request =
-        PassRequest { manifest, mode: Mode::Apply, log: log.clone(), observers, approver, assume_valid: &assumed };
+    let inventory = match obj.spec.removal() {
+        DeletionPolicy::Delete => Inventory::Keep,
+        DeletionPolicy::Orphan => Inventory::Orphan,
+    };
+    let request = PassRequest {
+        manifest,
+        mode: Mode::Apply,
+        inventory,
+        log: log.clone(),
+        observers,
+        approver: &guard,
+        assume_valid: &assumed,
+    };
     let run = async {
         let passed = run_pass(ctx, obj, request, term).await;
         stop_writing.cancel();
@@ -87,7 +101,8 @@ pub async fn engine_pass(
         publish(ctx, obj, EventType::Warning, Reason::Interrupted.as_str(), EventAction::Reconcile.as_str(), &note)
             .await;
     }
-    Ok(RanPass { passed, log, writer, manual, assumed })
+    let guarded = guard.tripped();
+    Ok(RanPass { passed, log, writer, manual, assumed, guarded })
 }
 
 /// The controller's clock as a time.
@@ -105,6 +120,8 @@ pub fn memory_log(ctx: &Context, old: &ManifestStatus) -> Arc<MemoryLog> {
 pub struct PassRequest<'a> {
     pub manifest: Arc<ValidatedManifest>,
     pub mode: Mode,
+    /// What the pass does with the Manifest's inventory.
+    pub inventory: Inventory,
     pub log: Arc<MemoryLog>,
     pub observers: Vec<Arc<dyn Observer>>,
     pub approver: &'a dyn Approver,
@@ -118,7 +135,7 @@ pub async fn run_pass(
     request: PassRequest<'_>,
     term: &CancellationToken,
 ) -> Result<Passed, PassError> {
-    let PassRequest { manifest, mode, log, observers, approver, assume_valid } = request;
+    let PassRequest { manifest, mode, inventory, log, observers, approver, assume_valid } = request;
     let settings = &ctx.settings;
     let run_id = new_run_id();
     // The reconcile's span (controller::run) has a slot for it: every log line of the pass says it.
@@ -163,7 +180,7 @@ pub async fn run_pass(
         recover: true,
         expected: None,
         recheck: false,
-        inventory: crate::pass::Inventory::Off,
+        inventory,
     };
     let passed = pass.run().await;
     if let Some(why) = ctx.executors.untold_refusal(&scope.namespace, scope.service_account.as_deref()) {

@@ -7,7 +7,7 @@ use crate::engine::error::{Cause, Phase, ResourceError};
 use crate::engine::executor::Exit;
 use crate::engine::plan::{Ran, ResourceEntry};
 use crate::engine::protocol::Status;
-use crate::history::target;
+use crate::history::{Event, target};
 
 const T0: i64 = 1_700_000_000_000;
 
@@ -43,6 +43,7 @@ fn pass(observed: Observed, now_ms: i64) -> PassResult {
         outputs_failed: None,
         unwatched: None,
         fights: Vec::new(),
+        removals: Vec::new(),
     }
 }
 
@@ -383,4 +384,82 @@ fn no_status_sends_an_empty_string_the_server_would_refuse() {
     let mut refused = Vec::new();
     empty_strings_refused(&schema, &wrong, "status", &mut refused);
     assert_eq!(refused, ["status.conditions[0].message"]);
+}
+
+/// A removal that failed stops the pass: Ready is False with the failure in its own words,
+/// though every declared resource is VALID, and the failures count toward the backoff.
+#[test]
+fn a_failed_removal_keeps_the_object_from_ready_and_names_the_resource() {
+    let ready = next_status(&ManifestStatus::default(), &pass(Observed::Applied(report(vec![applied("a")])), T0));
+    let mut failing = pass(Observed::Applied(report(vec![unchanged("a")])), T0 + 1000);
+    failing.removals = vec![
+        RemovalEntry {
+            name: "old".into(),
+            type_name: "builtin/kubernetes".into(),
+            removal: Removal::Failed(action_failed()),
+        },
+        RemovalEntry {
+            name: "under".into(),
+            type_name: "builtin/kubernetes".into(),
+            removal: Removal::Kept { reason: "old depends on it".into() },
+        },
+    ];
+    let failed = next_status(&ready, &failing);
+    let c = condition(&failed, "Ready");
+    assert_eq!((c.status.as_str(), c.reason.as_str()), ("False", "RemovalFailed"));
+    assert!(c.message.starts_with("removing old (no longer declared): ") && c.message.contains("disk full"), "{c:?}");
+    assert_eq!(failed.consecutive_failures, 1);
+    assert_eq!(failed.last_applied_revision, ready.last_applied_revision);
+    assert!(!failing.succeeded());
+}
+
+/// The deletion guard: Ready False with its own reason and the message that says what would
+/// go and how to allow it; not a failure (no backoff), and the resources as planned.
+#[test]
+fn a_guarded_plan_says_so_in_ready_and_is_no_failure() {
+    let plan = Plan {
+        manifest: "ns/m".into(),
+        run_id: "r".into(),
+        entries: report(vec![unchanged("a")]).entries().to_vec(),
+        removals: Vec::new(),
+        held: 3,
+        notes: Vec::new(),
+        mask: Mask::default(),
+    };
+    let message = "would delete 2 of the 3 resources it holds: b, c".to_string();
+    let status =
+        next_status(&ManifestStatus::default(), &pass(Observed::Guarded { plan, message: message.clone() }, T0));
+    let ready = condition(&status, "Ready");
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str(), ready.message.as_str()),
+        ("False", "DeletionGuarded", message.as_str())
+    );
+    assert_eq!(condition(&status, "Reconciling").reason, "DeletionGuarded");
+    assert_eq!(condition(&status, "Stalled").status, "False");
+    assert_eq!(status.consecutive_failures, 0);
+    assert_eq!(status.resources_summary.as_deref(), Some("1/1"));
+    assert_eq!(status.last_applied_revision, None);
+}
+
+/// Bounding a status drops the oldest history first — but never what the inventory holds.
+#[test]
+fn bounding_keeps_the_inventory() {
+    let mut status = ManifestStatus::default();
+    let big = "x".repeat(1024);
+    let entry = |target: &str, event: Event, at: i64| Entry {
+        id: "r".into(),
+        target: target.into(),
+        revision: "1".into(),
+        event,
+        at,
+        detail: json!({"manifest": "manifest", "declaration": {"type": "builtin/file", "config": {"text": big}}}),
+    };
+    let mut entries = vec![entry("resource/kept", Event::ResourceInventoried, 0)];
+    entries.extend((1..400).map(|at| entry("manifest", Event::RunStarted, at)));
+    status.history = history_from(&entries);
+    bound(&mut status);
+    let size = serde_json::to_string(&status).unwrap().len();
+    assert!(size <= STATUS_LIMIT && status.history.len() < 400, "{size} bytes, {} entries", status.history.len());
+    assert_eq!(status.history[0].target, "resource/kept");
+    assert_eq!(status.history.last().unwrap().at, entries.last().map(|e| format_time(e.at)).unwrap());
 }

@@ -66,6 +66,9 @@ pub struct InvocationLabels {
     /// `init`, `state` or `action:<name>`.
     pub phase: String,
     pub run_id: String,
+    /// The names the manifest's `moved` says the resource had before: what it owned under
+    /// them is its own (`builtin/kubernetes`' owner annotation).
+    pub formerly: Vec<String>,
 }
 
 /// One run of a resource program.
