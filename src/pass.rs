@@ -17,24 +17,21 @@
 
 use std::sync::Arc;
 
-use indexmap::IndexMap;
-
 use tokio_util::sync::CancellationToken;
 
 use crate::engine::PrepareError;
 use crate::engine::config::render_outputs;
 use crate::engine::context::RunOptions;
-use crate::engine::delete::{DeleteReport, delete, remove_some};
+use crate::engine::delete::{DeleteReport, delete};
 pub use crate::engine::events::Mode;
 use crate::engine::events::{Approver, Decision, Ending, Observer, Observers, RunEvent};
 use crate::engine::executor::{ExecError, Executor};
-use crate::engine::manifest::ResourceSpec;
-use crate::engine::plan::{Change, Drift, Plan, Removal, RemovalEntry, Report};
+use crate::engine::plan::{Change, Drift, Plan, Removal, Report};
 use crate::engine::prune;
-use crate::engine::run::{Engine, Prepared};
+use crate::engine::run::Engine;
 use crate::engine::saved::SavedPlan;
 use crate::engine::validate::ValidatedManifest;
-use crate::history::inventory::{Keeper, inventory};
+use crate::history::inventory::{Keeper, inventory, predates};
 use crate::history::recorder::{Interrupted, Recorder, close_interrupted};
 use crate::history::{History, HistoryError, in_progress};
 
@@ -188,10 +185,15 @@ impl Pass<'_> {
             false => Vec::new(),
         };
         let revision = self.log.revision_of(&self.manifest.revision)?;
+        let key = self.manifest.inventory_key();
         let mut held = match self.inventory {
             Inventory::Off => Default::default(),
-            _ => inventory(self.log.as_ref(), &self.manifest.inventory_key())?,
+            _ => inventory(self.log.as_ref(), &key)?,
         };
+        if self.inventory == Inventory::Destroy && predates(self.log.as_ref(), &key)? {
+            // Applied before the inventory was kept: what the manifest declares.
+            held = self.manifest.source.spec.resources.clone();
+        }
         let moves = match self.inventory {
             Inventory::Off => Ok(Vec::new()),
             // Validated already: every move resolves.
@@ -253,84 +255,6 @@ impl Pass<'_> {
         Engine::new(manifest, self.executor.clone(), self.options.clone())
             .with_observer(observers.clone())
             .with_cancellation(self.cancel.clone())
-    }
-
-    /// What leaves the manifest (everything, for a delete pass), inited and planned; the
-    /// resources moved come first in its removals.
-    async fn plan_removal(&self, books: &Books, observers: &Arc<Observers>) -> Result<Option<Leaving>, PrepareError> {
-        let not_planned = |message: String| PrepareError::Removal { manifest: self.manifest.name.clone(), message };
-        let moved = books.moves.clone().map_err(not_planned)?;
-        let moved: Vec<RemovalEntry> = moved
-            .into_iter()
-            .map(|(old, new)| RemovalEntry {
-                type_name: books.held[&new].type_ref.clone().unwrap_or_default(),
-                name: old,
-                removal: Removal::Moved { to: new },
-            })
-            .collect();
-        if self.inventory == Inventory::Orphan {
-            let mut left: Vec<RemovalEntry> = (books.held.iter())
-                .filter(|(name, _)| self.manifest.index_of(name).is_none())
-                .map(|(name, spec)| RemovalEntry {
-                    name: name.clone(),
-                    type_name: spec.type_ref.clone().unwrap_or_default(),
-                    removal: Removal::Forgotten { reason: "left in place: removalPolicy is Orphan".into() },
-                })
-                .collect();
-            left.sort_by(|a, b| a.name.cmp(&b.name));
-            let nothing = moved.is_empty() && left.is_empty();
-            return Ok((!nothing).then_some(Leaving { moved, removing: None, left }));
-        }
-        let everything = self.inventory == Inventory::Destroy;
-        let removal = match prune::removal(&self.manifest, &books.held, everything) {
-            Ok(Some(removal)) => removal,
-            Ok(None) if moved.is_empty() => return Ok(None),
-            Ok(None) => return Ok(Some(Leaving { moved, removing: None, left: Vec::new() })),
-            Err(e) => return Err(not_planned(e.problems.clone() + &format!(" (removing {})", e.removed.join(", ")))),
-        };
-        let prepared = self.engine(removal.manifest.clone(), observers).prepare().await.map_err(|e| {
-            not_planned(format!("the removal of {} cannot be prepared: {e}", removal.names().join(", ")))
-        })?;
-        let plan = prepared.plan().await;
-        // Made by this `Prepared`, so never refused.
-        let planned =
-            remove_some(&prepared, &plan, &removal.removed, false).await.map_err(|e| not_planned(e.to_string()))?;
-        Ok(Some(Leaving { moved, removing: Some(Removing { prepared, plan, removal, planned }), left: Vec::new() }))
-    }
-
-    /// Records the moves, then removes what left: before anything declared is applied.
-    async fn remove(
-        &self,
-        books: &Books,
-        leaving: &Leaving,
-        observers: &Observers,
-    ) -> Result<DeleteReport, PrepareError> {
-        let moves: Vec<(String, String)> = books.moves.clone().unwrap_or_default();
-        if let Some(keeper) = &books.keeper {
-            keeper.record_moves(&moves).map_err(|e| PrepareError::Removal {
-                manifest: self.manifest.name.clone(),
-                message: format!("the moves could not be recorded: {e}"),
-            })?;
-        }
-        for left in &leaving.left {
-            let (resource, message) = (left.name.clone(), left.removal.message());
-            observers.on_event(&RunEvent::Settled {
-                resource,
-                label: "FORGOTTEN",
-                elapsed: Default::default(),
-                message,
-            });
-        }
-        // What became of each: moved, then forgotten or removed.
-        let mut entries = leaving.moved.clone();
-        entries.extend(leaving.left.iter().cloned());
-        if let Some(r) = &leaving.removing {
-            let report = remove_some(&r.prepared, &r.plan, &r.removal.removed, true)
-                .await
-                .map_err(|e| PrepareError::Removal { manifest: self.manifest.name.clone(), message: e.to_string() })?;
-            entries.extend(report.entries);
-        }
-        Ok(DeleteReport { manifest: self.manifest.name.clone(), entries })
     }
 
     async fn plan_and_decide(&self, observers: Arc<Observers>, books: &Books) -> Ended {
@@ -425,95 +349,6 @@ impl Pass<'_> {
             Err(_) => Ended::NotApplicable(plan),
         }
     }
-
-    /// `destroy`: everything declared or held, deleted dependents first.
-    async fn destroy(&self, observers: Arc<Observers>, books: &Books) -> Ended {
-        let leaving = match self.plan_removal(books, &observers).await {
-            Ok(Some(leaving)) if leaving.removing.is_some() => leaving,
-            Ok(_) => unreachable!("a manifest declares at least one resource"),
-            Err(e) => return Ended::NotPrepared(e),
-        };
-        let removing = leaving.removing.as_ref().expect("checked above");
-        // Shown as removals only: every resource here leaves.
-        let mut plan = removing.plan.clone();
-        plan.entries.clear();
-        plan.removals = leaving.entries();
-        plan.held = books.held.len();
-        observers.on_planned(&plan, &books.recorder.drifts(), &books.recorder.changes());
-        if self.mode == Mode::Plan {
-            return Ended::Planned(plan);
-        }
-        let decision = match plan.has_changes() {
-            true => self.approver.approve_plan(&plan).await,
-            false => Decision::Apply,
-        };
-        match decision {
-            Decision::Apply => {}
-            Decision::Decline(why) => return Ended::Declined { plan, why },
-            Decision::Refuse(why) => return Ended::Refused { plan, why },
-        }
-        match self.remove(books, &leaving, &observers).await {
-            Ok(report) => Ended::Deleted { plan, report },
-            Err(e) => Ended::NotPrepared(e),
-        }
-    }
-}
-
-/// A resource deleted beside a new one of the same type is, as often as not, a rename: said,
-/// with how to keep it instead.
-fn renames(
-    manifest: &ValidatedManifest,
-    held: &IndexMap<String, ResourceSpec>,
-    removals: &[RemovalEntry],
-) -> Vec<String> {
-    let mut new: Vec<&crate::engine::validate::Resource> =
-        manifest.resources.iter().filter(|r| !held.contains_key(&r.name)).collect();
-    let mut notes = Vec::new();
-    for leaving in removals.iter().filter(|r| r.removal == Removal::ToDelete) {
-        let Some(at) = new.iter().position(|r| r.type_name == leaving.type_name) else { continue };
-        let (old, renamed) = (&leaving.name, &new.remove(at).name);
-        notes.push(format!(
-            "`{old}` is deleted and `{renamed}` ({}) is new: if `{renamed}` is `{old}` renamed, add `moved: {{{old}: {renamed}}}` \
-             to keep it, with its state and history, instead of deleting it and creating it anew",
-            leaving.type_name
-        ));
-    }
-    notes
-}
-
-/// What a pass keeps in the log, and what it read there first.
-struct Books {
-    recorder: Arc<Recorder>,
-    keeper: Option<Arc<Keeper>>,
-    /// The manifest's inventory, its moves made.
-    held: IndexMap<String, ResourceSpec>,
-    /// The renames (`moved`) the inventory calls for, `(old, new)`; or why they cannot be made.
-    moves: Result<Vec<(String, String)>, String>,
-}
-
-/// What leaves the manifest: renamed, to be removed, or left in place.
-struct Leaving {
-    moved: Vec<RemovalEntry>,
-    removing: Option<Removing>,
-    /// Forgotten without a look ([`Inventory::Orphan`]).
-    left: Vec<RemovalEntry>,
-}
-
-impl Leaving {
-    /// What the plan shows: the moves, then the removals.
-    fn entries(&self) -> Vec<RemovalEntry> {
-        let removals = self.removing.iter().flat_map(|r| r.planned.entries.iter().cloned());
-        self.moved.iter().cloned().chain(removals).chain(self.left.iter().cloned()).collect()
-    }
-}
-
-/// What is removed, ready.
-struct Removing {
-    prepared: Prepared,
-    plan: Plan,
-    removal: prune::Outgoing,
-    /// What a run would do to each resource removed.
-    planned: DeleteReport,
 }
 
 impl Ended {
@@ -593,6 +428,9 @@ pub async fn recover(log: &dyn History, executor: &dyn Executor, by_run: &str) -
         })
         .collect())
 }
+
+mod removal;
+use removal::{Books, Leaving, renames};
 
 #[cfg(test)]
 #[path = "pass_tests.rs"]

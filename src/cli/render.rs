@@ -74,6 +74,10 @@ pub(super) fn print_plan(plan: &Plan) {
     }
     let c = plan.counts();
     let mut summary = format!("Plan: {} to apply, {} pending, {} valid", c.to_apply, c.pending, c.valid);
+    if plan.entries.is_empty() && plan.removals.is_empty() {
+        outln!("{NOTHING_HELD}");
+        return;
+    }
     if plan.entries.is_empty() {
         summary = "Plan".into();
     }
@@ -142,7 +146,14 @@ fn removals_json(removals: &[RemovalEntry]) -> Vec<Value> {
 
 /// What a delete pass (or the removals of an apply) did.
 /// Each resource was shown as it settled.
+/// What a destroy (or a plan of one) says when the inventory holds nothing of the manifest.
+const NOTHING_HELD: &str =
+    "Nothing to destroy: the inventory holds nothing of this manifest (no run applied it, or it was destroyed).";
+
 pub(super) fn print_deleted(report: &DeleteReport, verb: &str) {
+    if report.entries.is_empty() {
+        return;
+    }
     let verdict = if report.succeeded() { "complete" } else { "failed" };
     outln!("{verb} {verdict}: {}.", removal_counts(&report.entries));
     for problem in report.problems() {

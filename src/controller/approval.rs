@@ -256,4 +256,18 @@ mod tests {
         assert_eq!(guard.approve_plan(&plan(3, 3)).await, Decision::Apply, "acknowledged");
         assert!(guard.tripped().is_none());
     }
+
+    /// With `approval: Manual`, the pending plan lists what it would delete: a reviewer
+    /// approves the deletions too.
+    #[tokio::test]
+    async fn a_pending_plan_lists_its_deletions() {
+        let (obj, manifest) = object("resources: {}\napproval: Manual\n", None);
+        let manual = ManualApproval::of(&obj, &manifest, 0).expect("manual");
+        assert!(matches!(manual.approve_plan(&plan(1, 4)).await, Decision::Decline(_)));
+        let changes = manual.asked().unwrap().changes;
+        assert_eq!(
+            changes,
+            [PlannedChange { name: "r0".into(), status: "DELETE".into(), actions: vec!["delete".into()] }]
+        );
+    }
 }

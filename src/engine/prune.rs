@@ -42,8 +42,7 @@ pub struct PruneError {
 }
 
 /// The removal for `declared`, given what its inventory holds: the resources held and no
-/// longer declared — or, with `everything`, every resource held or declared. `None` when
-/// nothing leaves.
+/// longer declared — or, with `everything`, every resource held. `None` when nothing leaves.
 pub fn removal(
     declared: &ValidatedManifest,
     inventory: &IndexMap<String, ResourceSpec>,
@@ -51,9 +50,7 @@ pub fn removal(
 ) -> Result<Option<Outgoing>, PruneError> {
     let source = &declared.source;
     let leaving: Vec<&String> = match everything {
-        true => {
-            source.spec.resources.keys().chain(inventory.keys().filter(|n| declared.index_of(n).is_none())).collect()
-        }
+        true => inventory.keys().collect(),
         false => inventory.keys().filter(|n| !source.spec.resources.contains_key(*n)).collect(),
     };
     if leaving.is_empty() {

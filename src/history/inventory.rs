@@ -37,6 +37,16 @@ pub fn inventory(log: &dyn History, manifest: &str) -> Result<IndexMap<String, R
         .collect())
 }
 
+/// Whether `log` predates the inventory for `manifest`: resources were found VALID or applied,
+/// and none was ever inventoried. What such a log's manifest applied is what it declares.
+pub fn predates(log: &dyn History, manifest: &str) -> Result<bool, HistoryError> {
+    let ours = |e: &Entry| e.detail.get("manifest").and_then(Value::as_str) == Some(manifest);
+    if log.latest_each("resource/", &EVENTS)?.iter().any(ours) {
+        return Ok(false);
+    }
+    Ok(!log.latest_each("resource/", &[Event::ResourceValid, Event::ResourceApplied])?.is_empty())
+}
+
 /// Resource → its declaration as the inventory keeps it (JSON).
 fn held(log: &dyn History, manifest: &str) -> Result<IndexMap<String, Value>, HistoryError> {
     let mut held = IndexMap::new();

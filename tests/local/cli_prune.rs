@@ -187,6 +187,31 @@ fn destroy_deletes_everything_dependents_first_and_history_says_so() {
     assert!(apply.stdout.contains("3 applied"), "{}", apply.all());
 }
 
+/// `destroy` deletes what the inventory holds: a resource that never got applied (its image
+/// cannot be had) neither blocks it nor is touched; a manifest never applied has nothing to
+/// destroy.
+#[test]
+fn destroy_deletes_what_was_applied_and_nothing_that_never_was() {
+    let ws = Workspace::new();
+    // No registry listens on port 1: the image can never be had.
+    let never = "  never:\n    type: 127.0.0.1:1/deployster/missing:1\n";
+    ws.manifest(&(without_notes() + never));
+    let nothing = ws.run(&["destroy", "-f", "manifest.yaml", "--yes"]);
+    assert_eq!(nothing.code, 0, "{}", nothing.all());
+    assert!(nothing.stdout.contains("Nothing to destroy"), "{}", nothing.all());
+
+    ws.manifest(&without_notes());
+    assert_eq!(ws.apply(&[]).code, 0);
+    ws.manifest(&(without_notes() + never));
+    let failed = ws.apply(&[]);
+    assert_eq!(failed.code, 1, "the image cannot be had: {}", failed.all());
+    let destroy = ws.run(&["destroy", "-f", "manifest.yaml", "--yes"]);
+    assert_eq!(destroy.code, 0, "{}", destroy.all());
+    assert!(destroy.stdout.contains("Destroy complete: 2 deleted."), "{}", destroy.all());
+    assert!(!destroy.all().contains("missing:1"), "never inited: {}", destroy.all());
+    assert!(!ws.exists("out"));
+}
+
 #[test]
 fn what_another_manifest_applied_is_never_deleted() {
     let ws = Workspace::new();

@@ -20,8 +20,8 @@ use crate::crd::{DeletionPolicy, Manifest};
 use crate::engine::PrepareError;
 use crate::engine::events::ApproveAll;
 use crate::engine::schedule::AssumeValid;
-use crate::history::inventory::{inventory, marks};
-use crate::history::{Event, HistoryError, MemoryLog};
+use crate::history::inventory::{inventory, predates};
+use crate::history::{HistoryError, MemoryLog};
 use crate::pass::{Ended, Inventory, Mode, PassError};
 
 /// Deletes `obj` as its deletion policy says.
@@ -134,13 +134,10 @@ async fn delete_resources(obj: &Manifest, ctx: &Context, term: &CancellationToke
 /// A log kept before the inventory existed (resources found VALID, nothing inventoried) holds
 /// what the spec declares.
 fn holding(obj: &Manifest, log: &MemoryLog) -> Result<Option<Manifest>, HistoryError> {
-    let held = inventory(log, inputs::MANIFEST_FILE)?;
-    let entries = log.entries();
-    let legacy = marks(&entries).is_empty()
-        && entries.iter().any(|e| matches!(e.event, Event::ResourceValid | Event::ResourceApplied));
-    if legacy {
+    if predates(log, inputs::MANIFEST_FILE)? {
         return Ok(Some(obj.clone()));
     }
+    let held = inventory(log, inputs::MANIFEST_FILE)?;
     if held.is_empty() {
         return Ok(None);
     }
