@@ -13,7 +13,7 @@ use crate::support::cluster::{Cluster, ControllerProcess, wait_for};
 fn manifest(name: &str, extra: &str, resources: &[(&str, Option<&str>)]) -> String {
     let mut yaml = format!(
         "apiVersion: deployster.io/v1alpha1\nkind: Manifest\nmetadata: {{name: {name}}}\nspec:\n  interval: 2s\n  \
-         deletionPolicy: Delete\n  serviceAccountName: deployer\n{extra}  resources:\n"
+         retryInterval: 1s\n  deletionPolicy: Delete\n  serviceAccountName: deployer\n{extra}  resources:\n"
     );
     if resources.is_empty() {
         yaml = yaml.replace("  resources:\n", "  resources: {}\n");
@@ -182,7 +182,8 @@ fn deleting_more_than_the_limit_waits_for_the_revision_to_be_acknowledged() {
     let object = cluster.get(&["manifest", "guarded"]).unwrap();
     let (health, _) = crate::support::argocd_health(&object);
     assert_eq!(health, "Suspended", "Argo CD waits, as for an approval");
-    std::thread::sleep(Duration::from_secs(5));
+    // A pass or more later (the interval is 2 s): still nothing.
+    std::thread::sleep(Duration::from_secs(3));
     assert!(cluster.get(&["configmap", "cm-c"]).is_some() && cluster.get(&["configmap", "cm-d"]).is_some());
     assert!(cluster.get(&["configmap", "cm-e"]).is_none(), "nothing applied either");
     assert!(events(&cluster, "guarded").iter().any(|(reason, _)| reason == "DeletionGuarded"));
@@ -190,7 +191,7 @@ fn deleting_more_than_the_limit_waits_for_the_revision_to_be_acknowledged() {
     // Acknowledged for another revision: still guarded. For this one: done.
     let revision = object["status"]["revision"].as_str().unwrap().to_string();
     cluster.must(&cluster.ns(&["annotate", "manifest", "guarded", "deployster.io/allow-deletes=0-other"]));
-    std::thread::sleep(Duration::from_secs(4));
+    std::thread::sleep(Duration::from_secs(3));
     assert_eq!(ready(&cluster, "guarded")["reason"], "DeletionGuarded");
     let allow = format!("deployster.io/allow-deletes={revision}");
     cluster.must(&cluster.ns(&["annotate", "manifest", "guarded", &allow, "--overwrite"]));
@@ -205,7 +206,7 @@ fn deleting_more_than_the_limit_waits_for_the_revision_to_be_acknowledged() {
     wait_for("the guard", Duration::from_secs(60), || ready(&cluster, "guarded")["reason"] == "DeletionGuarded");
     let message = ready(&cluster, "guarded")["message"].as_str().unwrap().to_string();
     assert!(message.contains("would delete 3 of the 3") && message.contains("kubectl annotate"), "{message}");
-    std::thread::sleep(Duration::from_secs(4));
+    std::thread::sleep(Duration::from_secs(3));
     for kept in ["cm-a", "cm-b", "cm-e"] {
         assert!(cluster.get(&["configmap", kept]).is_some(), "{kept} kept");
     }

@@ -540,7 +540,10 @@ async fn an_intent_left_by_a_crash_is_reported_and_not_repeated_blindly() {
 }
 
 #[tokio::test]
-async fn the_status_stays_bounded_after_ten_thousand_drift_corrections() {
+/// A thousand passes: the history turns over twenty times (each pass adds about five entries,
+/// fifty are kept), so the status is in its steady state long before the end (ten thousand
+/// took three minutes of CI, each intent's status write waiting its 10 ms to gather others).
+async fn the_status_stays_bounded_after_a_thousand_drift_corrections() {
     use deployster::engine::executor::fake::{FakeCall, FakeExecutor, FakeReply};
     use serde_json::json;
     // Every pass finds `flappy` MISSING (something deletes it), applies it, then reads it VALID.
@@ -562,7 +565,7 @@ async fn the_status_stays_bounded_after_ten_thousand_drift_corrections() {
     let client = client_with(vec![object("flappy", spec)], |b| b).await;
     let ctx = context(client.clone(), executor, &dir.path().join("plugs"), false);
     let mut obj = get(&client, "flappy").await;
-    for _ in 0..10_000 {
+    for _ in 0..1_000 {
         reconcile(&obj, &ctx).await.expect("reconcile");
         obj = get(&client, "flappy").await;
     }
@@ -573,7 +576,7 @@ async fn the_status_stays_bounded_after_ten_thousand_drift_corrections() {
     let inventoried = st.history.iter().filter(|h| h.event == "resource-inventoried").count();
     assert_eq!(inventoried, 1, "flappy, held once");
     assert!(st.history.len() <= 50 + inventoried, "{}", st.history.len());
-    assert_eq!(st.resources[0].drift_streak, 9_999, "every pass but the first corrected drift");
+    assert_eq!(st.resources[0].drift_streak, 999, "every pass but the first corrected drift");
     assert_eq!(condition(&obj, "Ready").1, "Thrashing");
 }
 
