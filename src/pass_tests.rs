@@ -372,3 +372,34 @@ async fn an_orphaning_pass_forgets_what_left_without_running_it() {
     let forgotten = log.entries().into_iter().rfind(|e| e.target == "resource/b").unwrap();
     assert_eq!(forgotten.event, Event::ResourceForgotten);
 }
+
+/// A resource the plan takes for VALID without reading it (a controller's steady resource
+/// between its checks) is held as one read VALID is: a Manifest upgraded to a version that
+/// keeps the inventory holds it before its next check.
+#[test]
+fn what_a_plan_takes_for_valid_is_held() {
+    use crate::engine::events::Ending;
+    use crate::engine::plan::{ResourceEntry, Standing};
+    let log = Arc::new(MemoryLog::new());
+    let keeper = Keeper::new(log.clone(), &manifest(TWO), "r1", "1", Mode::Apply).unwrap();
+    let entry = |name: &str, standing| ResourceEntry {
+        name: name.into(),
+        type_name: "builtin/file".into(),
+        standing,
+        elapsed: Duration::ZERO,
+        config: None,
+    };
+    let plan = Plan {
+        manifest: "m.yaml".into(),
+        run_id: "r1".into(),
+        entries: vec![entry("a", Standing::Valid { state: json!({}), applied: None }), entry("b", Standing::Declined)],
+        removals: Vec::new(),
+        held: 0,
+        notes: Vec::new(),
+        mask: Default::default(),
+    };
+    keeper.on_planned(&plan, &[], &[]);
+    keeper.on_event(&RunEvent::Ended(Ending::Succeeded));
+    let held = crate::history::inventory::inventory(log.as_ref(), "m.yaml").unwrap();
+    assert_eq!(held.keys().collect::<Vec<_>>(), ["a"]);
+}

@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 use super::{Entry, Event, History, HistoryError, now_ms, target};
 use crate::engine::events::{IntentError, Mode, Observer, RunEvent};
 use crate::engine::manifest::ResourceSpec;
+use crate::engine::plan::{Change, Drift, Plan, Standing};
 use crate::engine::protocol::Status;
 use crate::engine::validate::ValidatedManifest;
 
@@ -245,6 +246,14 @@ impl Observer for Keeper {
             return Ok(());
         }
         self.flush().map_err(|e| IntentError(format!("the inventory could not be written: {e}")))
+    }
+
+    /// What the plan found VALID — read, or assumed from an earlier read (a controller's
+    /// steady resources between their checks) — is held.
+    fn on_planned(&self, plan: &Plan, _: &[Drift], _: &[Change]) {
+        for entry in plan.entries.iter().filter(|e| matches!(e.standing, Standing::Valid { .. })) {
+            self.hold(&entry.name);
+        }
     }
 
     fn on_event(&self, event: &RunEvent) {
