@@ -267,6 +267,26 @@ fn show(format: OutputFormat, progress: &ProgressView, passed: &Passed) -> Resul
 }
 
 pub(super) async fn plan(args: PlanArgs, session: &Session) -> Result<ExitKind, CliError> {
+    let planned = planned(&args, session).await;
+    if !args.detailed_exitcode {
+        return Ok(planned?.0);
+    }
+    // Terraform's `-detailed-exitcode`: 0 nothing to do, 2 changes pending, 1 any error.
+    Ok(match planned {
+        Ok((ExitKind::Ok, passed)) => match &passed.ended {
+            Ended::Planned(plan) if plan.has_changes() => ExitKind::ChangesPending,
+            _ => ExitKind::Ok,
+        },
+        Ok(_) => ExitKind::Failed,
+        Err(error) => {
+            errln!("error: {error}");
+            ExitKind::Failed
+        }
+    })
+}
+
+/// The plan `args` ask for, and how the command would exit without `--detailed-exitcode`.
+async fn planned(args: &PlanArgs, session: &Session) -> Result<(ExitKind, Passed), CliError> {
     let manifest = &args.manifest;
     let progress = ProgressView::new(manifest.output);
     let state = State::open(manifest, false, &progress)?;
@@ -275,18 +295,8 @@ pub(super) async fn plan(args: PlanArgs, session: &Session) -> Result<ExitKind, 
         return Err(CliError::Refused("plan --destroy --out: a destroy is not saved; run `deployster destroy`".into()));
     }
     let saved = Saved { out: args.out.clone(), destroy: args.destroy, ..Saved::default() };
-    Ok(pass(
-        manifest,
-        None,
-        saved,
-        &progress,
-        &state,
-        session.executor(&manifest.images, None).await?,
-        &stop,
-        Default::default(),
-    )
-    .await?
-    .0)
+    let executor = session.executor(&manifest.images, None).await?;
+    pass(manifest, None, saved, &progress, &state, executor, &stop, Default::default()).await
 }
 
 pub(super) async fn apply(mut args: ApplyArgs, session: &Session) -> Result<ExitKind, CliError> {

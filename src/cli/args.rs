@@ -292,10 +292,13 @@ pub struct PlanArgs {
     /// `deployster apply FILE`. It holds digests, never config values, states or secrets.
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
-    /// Plan `destroy`: what deleting everything the manifest declares or its inventory holds
-    /// would do.
+    /// Plan `destroy`: what deleting everything the manifest's inventory holds would do.
     #[arg(long)]
     pub destroy: bool,
+    /// Exit 0 when there is nothing to do, 2 when the plan has changes to apply (or resources
+    /// to delete), 1 on any error (an invalid manifest too), as Terraform's: for CI.
+    #[arg(long)]
+    pub detailed_exitcode: bool,
 }
 
 #[derive(Debug, Args)]

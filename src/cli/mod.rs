@@ -128,6 +128,8 @@ pub enum ExitKind {
     Failed,
     /// 2: the manifest or the command line is invalid, or the run was refused.
     Invalid,
+    /// 2 for `plan --detailed-exitcode`: the plan has changes to apply (there, every error is 1).
+    ChangesPending,
 }
 
 impl ExitKind {
@@ -135,7 +137,7 @@ impl ExitKind {
         match self {
             ExitKind::Ok => 0,
             ExitKind::Failed => 1,
-            ExitKind::Invalid => 2,
+            ExitKind::Invalid | ExitKind::ChangesPending => 2,
         }
     }
 

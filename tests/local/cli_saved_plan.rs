@@ -146,3 +146,33 @@ fn a_plan_with_failures_is_not_saved() {
     assert_eq!(run.code, 2, "{}", run.all());
     assert!(!ws.exists("plan.json"));
 }
+
+/// `plan --detailed-exitcode`, as Terraform's: 0 nothing to do, 2 changes pending (deletions
+/// too), 1 any error — an invalid manifest included, which is 2 without it.
+#[test]
+fn plan_s_detailed_exit_code_tells_ci_whether_changes_are_pending() {
+    let ws = Workspace::new();
+    ws.manifest(&site());
+    let detailed = |ws: &Workspace| ws.run(&["plan", "-f", "manifest.yaml", "--detailed-exitcode"]);
+    let pending = detailed(&ws);
+    assert_eq!(pending.code, 2, "changes pending: {}", pending.all());
+    assert_eq!(ws.plan(&[]).code, 0, "without the flag, a plan that can be applied is 0");
+    assert_eq!(ws.apply(&[]).code, 0);
+    let nothing = detailed(&ws);
+    assert_eq!(nothing.code, 0, "nothing to do: {}", nothing.all());
+    let json = ws.run(&["plan", "-f", "manifest.yaml", "--detailed-exitcode", "--output", "json"]);
+    assert_eq!(json.code, 0, "{}", json.all());
+
+    // A deletion is a change: `file` leaves the manifest.
+    let head = "vars: { greeting: hello, token: s3cr3t-t0ken }\nsensitive: [token]\n";
+    ws.manifest(&format!("{head}resources:\n  dir: {{ type: builtin/directory, config: {{ path: out }} }}\n"));
+    let deleting = detailed(&ws);
+    assert_eq!(deleting.code, 2, "{}", deleting.all());
+    assert!(deleting.stdout.contains("DELETE"), "{}", deleting.all());
+
+    ws.manifest("resources:\n  broken: { type: builtin/file, dependencies: { up: nowhere } }\n");
+    let invalid = detailed(&ws);
+    assert_eq!(invalid.code, 1, "an error is 1: {}", invalid.all());
+    assert!(invalid.stderr.contains("error: ") && invalid.stderr.contains("nowhere"), "{}", invalid.all());
+    assert_eq!(ws.plan(&[]).code, 2, "without the flag, an invalid manifest is 2");
+}
