@@ -8,6 +8,7 @@ use crate::engine::delete::DeleteReport;
 use crate::engine::error::ResourceError;
 use crate::engine::mask::Mask;
 use crate::engine::plan::{Change, Plan, Removal, RemovalEntry, Report, ResourceEntry, Standing};
+use crate::engine::protocol::{Action, StateResponse};
 use crate::pass::{Ended, Passed};
 
 /// A duration as people read it, to the millisecond.
@@ -45,17 +46,23 @@ pub(super) fn print_plan(plan: &Plan) {
         let took = ran.then(|| elapsed(e.elapsed));
         outln!("{}", settled_line(e.standing.label(), &e.name, width, &e.type_name, took.as_deref()));
         match &e.standing {
-            Standing::NeedsActions { actions, .. } => {
-                for a in actions {
-                    let what = if a.description.is_empty() { String::new() } else { format!(": {}", a.description) };
-                    outln!("              → {}{what}", a.name);
-                }
-            }
-            Standing::Pending { waiting_on, unknown_inputs } => {
+            Standing::NeedsActions { actions, .. } => print_actions(actions),
+            Standing::Pending { waiting_on, unknown_inputs, found } => {
                 let deps: Vec<String> = waiting_on.iter().map(|w| format!("{} ({})", w.resource, w.status)).collect();
                 outln!("              waits on {}", deps.join(", "));
+                let until = match found.as_deref() {
+                    None => "unknown until then",
+                    Some(found) => {
+                        let names: Vec<&str> = waiting_on.iter().map(|w| w.resource.as_str()).collect();
+                        outln!("              read with {} as found: {}", names.join(", "), found.status());
+                        if let StateResponse::NeedsActions { actions, .. } = found {
+                            print_actions(actions);
+                        }
+                        "may change with their actions"
+                    }
+                };
                 for input in unknown_inputs {
-                    outln!("              unknown until then: {} = {}", input.path, input.expression);
+                    outln!("              {until}: {} = {}", input.path, input.expression);
                 }
             }
             Standing::Failed(error) => outln!("{}", indent(&error.to_string(), "              ")),
@@ -89,6 +96,13 @@ pub(super) fn print_plan(plan: &Plan) {
         summary.push_str(&format!("{}{removals}", if plan.entries.is_empty() { ": " } else { ", " }));
     }
     outln!("{summary}.");
+}
+
+fn print_actions(actions: &[Action]) {
+    for a in actions {
+        let what = if a.description.is_empty() { String::new() } else { format!(": {}", a.description) };
+        outln!("              → {}{what}", a.name);
+    }
 }
 
 /// What becomes (or became) of each resource leaving the manifest, a line each.
@@ -212,9 +226,12 @@ fn entries_json(entries: &[ResourceEntry], mask: &Mask) -> Vec<Value> {
                     v["actions"] = json!(actions.iter().map(|a| json!({"name": a.name, "description": a.description})).collect::<Vec<_>>());
                     v["stale_state"] = stale_state.as_ref().map_or(Value::Null, |s| mask.value(s));
                 }
-                Standing::Pending { waiting_on, unknown_inputs } => {
+                Standing::Pending { waiting_on, unknown_inputs, found } => {
                     v["waiting_on"] = json!(waiting_on.iter().map(|w| json!({"resource": w.resource, "status": w.status})).collect::<Vec<_>>());
                     v["unknown_inputs"] = json!(unknown_inputs.iter().map(|u| json!({"path": u.path, "expression": u.expression})).collect::<Vec<_>>());
+                    if let Some(found) = found.as_deref() {
+                        v["found"] = found_json(found, mask);
+                    }
                 }
                 Standing::Failed(error) => v["error"] = error_json(error),
                 Standing::Blocked { by } => v["blocked_by"] = json!(by),
@@ -223,6 +240,18 @@ fn entries_json(entries: &[ResourceEntry], mask: &Mask) -> Vec<Value> {
             v
         })
         .collect()
+}
+
+/// What a pending resource was found to be, read with its dependencies as found.
+fn found_json(found: &StateResponse, mask: &Mask) -> Value {
+    match found {
+        StateResponse::Valid { state } => json!({"status": "VALID", "state": mask.value(state)}),
+        StateResponse::NeedsActions { status, stale_state, actions } => json!({
+            "status": status.to_string(),
+            "stale_state": stale_state.as_ref().map_or(Value::Null, |s| mask.value(s)),
+            "actions": actions.iter().map(|a| json!({"name": a.name, "description": a.description})).collect::<Vec<_>>(),
+        }),
+    }
 }
 
 /// How many differences a change shows before "and N more".

@@ -12,7 +12,7 @@ use kube::ResourceExt;
 use crate::crd::{ALLOW_DELETES_ANNOTATION, APPROVE_ANNOTATION, Approval, Manifest, PendingPlan, PlannedChange};
 use crate::engine::events::{Approver, Decision};
 use crate::engine::plan::{Plan, Removal, Standing};
-use crate::engine::protocol::{Action, Status};
+use crate::engine::protocol::{Action, StateResponse, Status};
 use crate::engine::saved::SavedPlan;
 use crate::engine::validate::{ValidatedManifest, content_hash};
 use crate::history::format_time;
@@ -84,7 +84,12 @@ impl ManualApproval {
             .filter_map(|e| {
                 let actions = match &e.standing {
                     Standing::NeedsActions { actions, .. } => actions.iter().map(|a| a.name.clone()).collect(),
-                    Standing::Pending { .. } => Vec::new(),
+                    Standing::Pending { found, .. } => match found.as_deref() {
+                        Some(StateResponse::NeedsActions { actions, .. }) => {
+                            actions.iter().map(|a| a.name.clone()).collect()
+                        }
+                        _ => Vec::new(),
+                    },
                     _ => return None,
                 };
                 Some(PlannedChange { name: e.name.clone(), status: e.standing.label().into(), actions })

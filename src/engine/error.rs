@@ -72,6 +72,9 @@ pub enum Cause {
     Readonly { status: Status, actions: Vec<String> },
     /// The init response asks for something the manifest cannot give (plugs, dependencies).
     Unsatisfied(Vec<String>),
+    /// Apply would run on a resource what its plan did not show (`shown`: what the plan showed,
+    /// `now`: what it would run); nothing was run on it.
+    NotInPlan { shown: String, now: String },
 }
 
 /// A resource's failure: the phase and the cause.
@@ -129,6 +132,7 @@ impl ResourceError {
             Cause::StillPresent(_) => "StillPresent",
             Cause::Readonly { .. } => "ReadonlyNotValid",
             Cause::Unsatisfied(_) => "RequirementsUnsatisfied",
+            Cause::NotInPlan { .. } => "NotInPlan",
         }
     }
 
@@ -200,6 +204,9 @@ impl fmt::Display for ResourceError {
             Cause::Unsatisfied(problems) => {
                 write!(f, "{phase}: the resource type's requirements are not met:")?;
                 problems.iter().try_for_each(|p| write!(f, "\n    {p}"))
+            }
+            Cause::NotInPlan { shown, now } => {
+                write!(f, "the plan did not show this: {shown}; now {now}. Nothing was run on it: make a new plan")
             }
         }
     }

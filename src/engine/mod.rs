@@ -3,6 +3,7 @@
 //! Nothing here knows about Kubernetes or the command line; the CLI and the controller are thin
 //! shells around [`run::Engine`].
 
+pub(crate) mod as_found;
 pub(crate) mod config;
 pub mod conformance;
 pub mod context;

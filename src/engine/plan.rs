@@ -9,9 +9,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::error::ResourceError;
-use super::expr;
 use super::mask::Mask;
-use super::protocol::{Action, Status};
+use super::protocol::{Action, StateResponse, Status};
 use super::validate::{ValidatedManifest, content_hash};
 
 /// A resource that was VALID at its previous observation (in the deployment log) and is not now.
@@ -126,10 +125,14 @@ pub enum Standing {
         stale_state: Option<Value>,
         actions: Vec<Action>,
     },
-    /// Not read: a dependency is not VALID yet (and, during a run, not reached yet).
+    /// Waiting on a dependency that is not VALID yet (and, during a run, not reached yet).
+    /// A plan reads it anyway where its dependencies' states are known as found (a STALE
+    /// dependency's state before its actions): `found` is what its state action said then, and
+    /// `unknown_inputs` only what those actions may still change.
     Pending {
         waiting_on: Vec<Waiting>,
         unknown_inputs: Vec<UnknownInput>,
+        found: Option<Box<StateResponse>>,
     },
     Failed(ResourceError),
     /// A dependency (`by`, the root cause) failed or was declined.
@@ -145,7 +148,7 @@ pub enum Standing {
 impl Standing {
     /// Not looked at yet.
     pub(crate) fn unread() -> Standing {
-        Standing::Pending { waiting_on: Vec::new(), unknown_inputs: Vec::new() }
+        Standing::Pending { waiting_on: Vec::new(), unknown_inputs: Vec::new(), found: None }
     }
 
     /// The word shown for this resource.
@@ -405,33 +408,4 @@ impl Report {
     pub fn succeeded(&self) -> bool {
         self.entries.iter().all(|e| matches!(e.standing, Standing::Valid { .. }))
     }
-}
-
-/// Why resource `i` could not be resolved during the plan: the dependencies that are not VALID
-/// (with their labels from `labels`) and the config values that read them.
-pub(crate) fn pending(manifest: &ValidatedManifest, i: usize, labels: &[&str]) -> Standing {
-    let resource = &manifest.resources[i];
-    let not_valid: Vec<usize> =
-        manifest.graph.dependencies(i).iter().copied().filter(|&d| labels[d] != "VALID").collect();
-    let waiting_on = not_valid
-        .iter()
-        .map(|&d| Waiting { resource: manifest.resources[d].name.clone(), status: labels[d].to_string() })
-        .collect();
-    let reads_unknown = |reference: &str| {
-        let mut parts = reference.split('.');
-        let target = match (parts.next(), parts.next()) {
-            (Some("resources"), Some(name)) => manifest.index_of(name),
-            (Some(root), _) => resource.aliases.get(root).copied(),
-            _ => None,
-        };
-        target.is_some_and(|t| not_valid.contains(&t))
-    };
-    let unknown_inputs = resource
-        .config
-        .sites
-        .iter()
-        .filter(|site| site.references.iter().any(|r| reads_unknown(r)))
-        .map(|site| UnknownInput { path: expr::full_path("config", &site.path), expression: site.source.clone() })
-        .collect();
-    Standing::Pending { waiting_on, unknown_inputs }
 }

@@ -18,13 +18,14 @@ use serde_json::Value;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
+use super::as_found;
 use super::config::{Knowledge, Known};
 use super::context::{RunContext, RunOptions};
 use super::error::{Cause, Phase, ResourceError};
 use super::events::{Approver, NoObserver, Observer, RunEvent};
 use super::executor::Executor;
 use super::init::{PrepareError, init_all};
-use super::plan::{Plan, Report, ResourceEntry, Standing, pending};
+use super::plan::{Plan, Report, ResourceEntry, Standing};
 use super::protocol::StateResponse;
 use super::resource::{self, ApplyStopped};
 use super::validate::ValidatedManifest;
@@ -83,6 +84,18 @@ pub struct Prepared {
     pub(crate) ctx: RunContext,
 }
 
+/// What one round of the coordinator does.
+#[derive(Clone, Copy)]
+enum Round<'a> {
+    /// Reads the state of every resource whose dependencies are VALID.
+    Plan,
+    /// Reads the state of every resource still unread whose dependencies' states are known as
+    /// found (VALID, or STALE before their actions): a plan's second round.
+    AsFound,
+    /// Runs actions, each approved by the approver.
+    Apply(&'a dyn Approver),
+}
+
 /// Where the coordinator is with one resource; what the resource is, is its [`ResourceEntry`].
 #[derive(Clone, Copy)]
 enum Slot {
@@ -95,16 +108,39 @@ enum Slot {
 
 impl Prepared {
     /// Reads the state of every resource it can without running any action. Resources waiting
-    /// on a dependency that is not VALID are pending, with the inputs they cannot know yet.
+    /// on a dependency that is not VALID are pending: read with their dependencies' states as
+    /// found where those are known ([`as_found`]), with the inputs they cannot know yet.
     pub async fn plan(&self) -> Plan {
         let manifest = &self.ctx.manifest;
         let unread = manifest.resources.iter().map(|r| entry(r, Standing::unread(), None)).collect();
-        let mut entries = self.drive(unread, None).await;
-        let labels: Vec<&'static str> = entries.iter().map(|e| e.standing.label()).collect();
-        for (i, e) in entries.iter_mut().enumerate() {
-            if matches!(e.standing, Standing::Pending { .. }) {
-                e.standing = pending(manifest, i, &labels);
+        let read = self.drive(unread, Round::Plan).await;
+        let waiting: Vec<bool> = read.iter().map(|e| matches!(e.standing, Standing::Pending { .. })).collect();
+        let mut entries = match waiting.contains(&true) {
+            true => self.drive(read, Round::AsFound).await,
+            false => read,
+        };
+        let mut notes = Vec::new();
+        for &i in manifest.graph.topological().iter().filter(|&&i| waiting[i]) {
+            let e = &mut entries[i];
+            let found = match std::mem::replace(&mut e.standing, Standing::unread()) {
+                Standing::Valid { state, .. } => Some(StateResponse::Valid { state }),
+                Standing::NeedsActions { status, stale_state, actions } => {
+                    Some(StateResponse::NeedsActions { status, stale_state, actions })
+                }
+                Standing::Failed(error) => {
+                    notes.push(format!(
+                        "{} could not be read before its dependencies' actions: {}",
+                        e.name,
+                        manifest.mask.text(&error.headline())
+                    ));
+                    None
+                }
+                _ => None,
+            };
+            if found.is_none() {
+                e.config = None;
             }
+            entries[i].standing = as_found::pending(manifest, i, &entries, found);
         }
         Plan {
             manifest: manifest.name.clone(),
@@ -112,7 +148,7 @@ impl Prepared {
             entries,
             removals: Vec::new(),
             held: 0,
-            notes: Vec::new(),
+            notes,
             mask: manifest.mask.clone(),
         }
     }
@@ -128,7 +164,7 @@ impl Prepared {
             let message = format!("the plan has {} failed and {} blocked resources", c.failed, c.blocked);
             return Err(NotApplicable { manifest: manifest.name.clone(), message });
         }
-        let mut entries = self.drive(plan.entries.clone(), Some(approver)).await;
+        let mut entries = self.drive(plan.entries.clone(), Round::Apply(approver)).await;
         for e in &mut entries {
             // Only when the run was cancelled before the resource could start.
             if !matches!(
@@ -151,12 +187,21 @@ impl Prepared {
         Err(NotApplicable { manifest: self.ctx.manifest.name.clone(), message })
     }
 
-    /// The coordinator loop. With an approver it applies; without, it only reads state.
-    async fn drive(&self, mut entries: Vec<ResourceEntry>, approver: Option<&dyn Approver>) -> Vec<ResourceEntry> {
+    /// The coordinator loop: reads states, and in [`Round::Apply`] runs actions.
+    async fn drive(&self, mut entries: Vec<ResourceEntry>, round: Round<'_>) -> Vec<ResourceEntry> {
         let graph = &self.ctx.manifest.graph;
-        let known: Arc<Knowledge> = Arc::new(entries.iter().map(known_of).collect());
-        let mut slots: Vec<Slot> =
-            (0..entries.len()).map(|i| if known.of(i).is_some() { Slot::Done } else { Slot::Waiting }).collect();
+        let as_found = matches!(round, Round::AsFound);
+        let learnt = |e: &ResourceEntry| if as_found { as_found::known(e) } else { known_of(e) };
+        let known: Arc<Knowledge> = Arc::new(entries.iter().map(learnt).collect());
+        let mut slots: Vec<Slot> = entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| match as_found {
+                true if matches!(e.standing, Standing::Pending { .. }) => Slot::Waiting,
+                false if known.of(i).is_none() => Slot::Waiting,
+                _ => Slot::Done,
+            })
+            .collect();
         let mut running = FuturesUnordered::new();
         // Resources whose dependencies are VALID, waiting for a task. Tasks beyond what the
         // parallelism can keep busy would only hold memory (thousands of independent resources
@@ -175,7 +220,7 @@ impl Prepared {
             {
                 slots[i] = Slot::Running(Instant::now());
                 let (known, entry) = (known.clone(), entries[i].clone());
-                running.push(async move { (i, self.work(i, &known, entry, approver).await) });
+                running.push(async move { (i, self.work(i, &known, entry, round).await) });
             }
             let Some((i, (standing, config))) = running.next().await else { break };
             let elapsed = match slots[i] {
@@ -184,19 +229,21 @@ impl Prepared {
             };
             slots[i] = Slot::Done;
             entries[i] = ResourceEntry { standing, config, elapsed, ..entries[i].clone() };
-            self.emit_settled(&entries[i]);
-            match &entries[i].standing {
-                Standing::Valid { .. } => {
-                    known.learn(i, known_of(&entries[i]));
-                    for &d in graph.dependents(i) {
-                        if !self.ctx.cancel.is_cancelled() && is_ready(slots[d], &known, graph.dependencies(d)) {
-                            slots[d] = Slot::Ready;
-                            ready.push_back(d);
-                        }
+            if as_found {
+                // Read as found: what the plan shows of it is settled by `plan`.
+            } else {
+                self.emit_settled(&entries[i]);
+            }
+            if let Some(learnt) = learnt(&entries[i]) {
+                known.learn(i, Some(learnt));
+                for &d in graph.dependents(i) {
+                    if !self.ctx.cancel.is_cancelled() && is_ready(slots[d], &known, graph.dependencies(d)) {
+                        slots[d] = Slot::Ready;
+                        ready.push_back(d);
                     }
                 }
-                Standing::Failed(_) | Standing::Declined => self.block_dependents(i, &mut slots, &mut entries),
-                _ => {}
+            } else if matches!(entries[i].standing, Standing::Failed(_) | Standing::Declined) && !as_found {
+                self.block_dependents(i, &mut slots, &mut entries);
             }
         }
         entries
@@ -209,7 +256,7 @@ impl Prepared {
         i: usize,
         known: &Knowledge,
         entry: ResourceEntry,
-        approver: Option<&dyn Approver>,
+        round: Round<'_>,
     ) -> (Standing, Option<Value>) {
         let (config, status, stale_state, actions) = match (entry.standing, entry.config) {
             (Standing::NeedsActions { status, stale_state, actions }, Some(config)) => {
@@ -217,17 +264,35 @@ impl Prepared {
             }
             // Only the plan takes resources for VALID: once something was applied, whatever
             // depends on it is read.
-            _ => match resource::resolve(&self.ctx, i, known, approver.is_none()).await {
-                Err(e) => return (Standing::Failed(e), None),
-                Ok(r) => match r.response {
-                    StateResponse::Valid { state } => {
-                        return (Standing::Valid { state, applied: None }, Some(r.config));
-                    }
-                    StateResponse::NeedsActions { status, stale_state, actions } => {
-                        (r.config, status, stale_state, actions)
-                    }
-                },
-            },
+            (planned, planned_config) => {
+                match resource::resolve(&self.ctx, i, known, !matches!(round, Round::Apply(_))).await {
+                    Err(e) => return (Standing::Failed(e), None),
+                    Ok(r) => match r.response {
+                        StateResponse::Valid { state } => {
+                            return (Standing::Valid { state, applied: None }, Some(r.config));
+                        }
+                        StateResponse::NeedsActions { status, stale_state, actions } => {
+                            // Read by the plan as found, with nothing it read expected to change:
+                            // apply runs only what the plan showed.
+                            if let (Standing::Pending { found: Some(found), unknown_inputs, waiting_on }, Some(shown)) =
+                                (&planned, &planned_config)
+                                && unknown_inputs.is_empty()
+                                && let Some(error) = as_found::unshown(
+                                    &self.ctx.manifest,
+                                    i,
+                                    (found, shown),
+                                    waiting_on,
+                                    &r.config,
+                                    &actions,
+                                )
+                            {
+                                return (Standing::Failed(error), Some(r.config));
+                            }
+                            (r.config, status, stale_state, actions)
+                        }
+                    },
+                }
+            }
         };
         if self.ctx.manifest.resources[i].readonly {
             let names = actions.iter().map(|a| a.name.clone()).collect();
@@ -236,7 +301,7 @@ impl Prepared {
                 Some(config),
             );
         }
-        let Some(approver) = approver else {
+        let Round::Apply(approver) = round else {
             return (Standing::NeedsActions { status, stale_state, actions }, Some(config));
         };
         if !approver.approve_resource(&self.ctx.manifest.resources[i].name, status, &actions).await {

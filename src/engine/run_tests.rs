@@ -68,7 +68,7 @@ async fn plan_reads_what_it_can_and_runs_no_action() {
     assert_eq!(labels, ["MISSING", "PENDING", "PENDING", "MISSING"]);
     assert!(fake.calls().iter().all(|c| !c.phase.starts_with("action")));
     assert_eq!(phases(&fake, "b"), ["init"], "b waits on a, so its state is not read");
-    let Standing::Pending { waiting_on, unknown_inputs } = &plan.entries[2].standing else { panic!() };
+    let Standing::Pending { waiting_on, unknown_inputs, .. } = &plan.entries[2].standing else { panic!() };
     assert_eq!(waiting_on[0].resource, "b");
     assert_eq!(waiting_on[0].status, "PENDING");
     assert_eq!(unknown_inputs[0].path, "config.from");

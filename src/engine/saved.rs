@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::plan::{Plan, ResourceEntry, Standing};
+use super::protocol::StateResponse;
 use super::validate::{ValidatedManifest, content_hash};
 use super::vars::VarSource;
 
@@ -78,6 +79,11 @@ pub struct SavedResource {
     pub actions: Vec<String>,
     /// Config values unknown until a dependency is applied: `path = expression`.
     pub unknown_inputs: Vec<String>,
+    /// A pending resource read with its dependencies' states as found: what it was found to be
+    /// (`VALID`, `STALE`, `MISSING`; its state digest and actions above are those it was found
+    /// with).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub found: Option<String>,
 }
 
 /// One resource leaving the manifest, as the plan found it.
@@ -120,18 +126,31 @@ impl SavedPlanError {
     }
 }
 
+/// The state and the action names a state action answered.
+fn answered(response: &StateResponse) -> (Option<serde_json::Value>, Vec<String>) {
+    match response {
+        StateResponse::Valid { state } => (Some(state.clone()), Vec::new()),
+        StateResponse::NeedsActions { stale_state, actions, .. } => {
+            (Some(stale_state.clone().unwrap_or_else(|| json!({}))), actions.iter().map(|a| a.name.clone()).collect())
+        }
+    }
+}
+
 fn saved_resource(manifest: &ValidatedManifest, i: usize, entry: &ResourceEntry) -> SavedResource {
-    let (state, actions, unknown_inputs) = match &entry.standing {
-        Standing::Valid { state, .. } => (Some(state.clone()), Vec::new(), Vec::new()),
+    let (state, actions, unknown_inputs, found) = match &entry.standing {
+        Standing::Valid { state, .. } => (Some(state.clone()), Vec::new(), Vec::new(), None),
         Standing::NeedsActions { stale_state, actions, .. } => (
             Some(stale_state.clone().unwrap_or_else(|| json!({}))),
             actions.iter().map(|a| a.name.clone()).collect(),
             Vec::new(),
+            None,
         ),
-        Standing::Pending { unknown_inputs, .. } => {
-            (None, Vec::new(), unknown_inputs.iter().map(|u| format!("{} = {}", u.path, u.expression)).collect())
+        Standing::Pending { unknown_inputs, found, .. } => {
+            let (state, actions) = found.as_deref().map(answered).unwrap_or_default();
+            let unknown = unknown_inputs.iter().map(|u| format!("{} = {}", u.path, u.expression)).collect();
+            (state, actions, unknown, found.as_ref().map(|f| f.status().to_string()))
         }
-        _ => (None, Vec::new(), Vec::new()),
+        _ => (None, Vec::new(), Vec::new(), None),
     };
     let type_name = manifest.resources[i].type_name.clone();
     SavedResource {
@@ -142,6 +161,7 @@ fn saved_resource(manifest: &ValidatedManifest, i: usize, entry: &ResourceEntry)
         state_digest: state.as_ref().map(content_hash),
         actions,
         unknown_inputs,
+        found,
     }
 }
 
@@ -276,13 +296,17 @@ impl SavedPlan {
         }
         for (i, (saved, entry)) in self.resources.iter().zip(&now.entries).enumerate() {
             // Unknown when planned: whatever is found now is new knowledge, not a contradiction.
-            if saved.status == "PENDING" {
+            if saved.status == "PENDING" && saved.found.is_none() {
                 continue;
             }
             let current = saved_resource(manifest, i, entry);
             let name = &saved.name;
-            if current.status != saved.status {
-                found.push(format!("resource `{name}`: {} when planned, {} now", saved.status, current.status));
+            let shown = |r: &SavedResource| match &r.found {
+                Some(found) => format!("{} (found {found} before its dependencies' actions)", r.status),
+                None => r.status.clone(),
+            };
+            if (&current.status, &current.found) != (&saved.status, &saved.found) {
+                found.push(format!("resource `{name}`: {} when planned, {} now", shown(saved), shown(&current)));
             } else if current.state_digest != saved.state_digest {
                 found.push(format!("resource `{name}`: its state changed since the plan ({})", saved.status));
             } else if current.inputs_digest != saved.inputs_digest {

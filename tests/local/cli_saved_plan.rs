@@ -176,3 +176,59 @@ fn plan_s_detailed_exit_code_tells_ci_whether_changes_are_pending() {
     assert!(invalid.stderr.contains("error: ") && invalid.stderr.contains("nowhere"), "{}", invalid.all());
     assert_eq!(ws.plan(&[]).code, 2, "without the flag, an invalid manifest is 2");
 }
+
+/// The README's tour: a directory chmod-ed and a file in it edited behind Deployster's back. The
+/// plan reads the file with the directory's state as found, so its drift is shown (not hidden
+/// as PENDING), and the saved plan applies exactly what was shown.
+#[test]
+fn a_plan_shows_the_drift_of_what_waits_on_a_stale_dependency() {
+    let ws = Workspace::new();
+    let data = ws.path("data").display().to_string();
+    ws.manifest(&format!(
+        r#"
+resources:
+  data_dir: {{ type: builtin/directory, config: {{ path: "{data}", mode: "0755" }} }}
+  app_config:
+    type: builtin/file
+    dependencies: {{ dir: data_dir }}
+    config: {{ path: "{{{{ dir.state.path }}}}/app.json", content: "{{\"env\": \"dev\"}}\n", mode: "0640" }}
+"#
+    ));
+    assert_eq!(ws.apply(&[]).code, 0);
+    std::fs::write(ws.path("data/app.json"), "tampered\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(ws.path("data"), std::fs::Permissions::from_mode(0o700)).unwrap();
+
+    let run = ws.run(&["plan", "-f", "manifest.yaml", "--out", "plan.json"]);
+    assert_eq!(run.code, 0, "{}", run.all());
+    let shown = &run.stdout;
+    assert!(shown.contains("read with data_dir as found: STALE"), "{shown}");
+    assert!(!shown.contains("unknown until then"), "the file's path is the directory's own: {shown}");
+    assert!(!shown.contains("may change"), "{shown}");
+    let file_part = &shown[shown.find("app_config").unwrap()..];
+    assert!(file_part.contains("→ "), "the file's action is shown: {shown}");
+    assert!(run.all().contains("app_config was VALID"), "its drift is named: {}", run.all());
+    let json = ws.run(&["plan", "-f", "manifest.yaml", "--output", "json"]);
+    let plan: Value = serde_json::from_str(&json.stdout).unwrap();
+    let file = plan["plan"].as_array().unwrap().iter().find(|r| r["name"] == "app_config").unwrap().clone();
+    assert_eq!(file["status"], "PENDING");
+    assert_eq!(file["found"]["status"], "STALE", "{file}");
+    assert!(!file["found"]["actions"].as_array().unwrap().is_empty(), "{file}");
+
+    let run = ws.run(&["apply", "plan.json"]);
+    assert_eq!(run.code, 0, "{}", run.all());
+    assert_eq!(ws.read("data/app.json"), "{\"env\": \"dev\"}\n");
+
+    // Planned again with the file tampered; someone mends it before the apply: what the plan
+    // found of it no longer holds.
+    std::fs::write(ws.path("data/app.json"), "tampered\n").unwrap();
+    std::fs::set_permissions(ws.path("data"), std::fs::Permissions::from_mode(0o700)).unwrap();
+    assert_eq!(ws.run(&["plan", "-f", "manifest.yaml", "--out", "plan.json"]).code, 0);
+    std::fs::write(ws.path("data/app.json"), "{\"env\": \"dev\"}\n").unwrap();
+    let run = ws.run(&["apply", "plan.json"]);
+    assert_eq!(run.code, 1, "{}", run.all());
+    let said = "resource `app_config`: PENDING (found STALE before its dependencies' actions) when planned, \
+                PENDING (found VALID before its dependencies' actions) now";
+    assert!(run.stderr.contains(said), "{}", run.all());
+    assert_eq!(std::fs::metadata(ws.path("data")).unwrap().permissions().mode() & 0o777, 0o700, "nothing applied");
+}
