@@ -11,6 +11,7 @@ use super::{ApplyArgs, CliError, DestroyArgs, ExitKind, ManifestArgs, OutputForm
 use crate::engine::context::RunOptions;
 use crate::engine::executor::Executor;
 use crate::engine::manifest::parent_dir;
+use crate::engine::mask::FingerprintKey;
 use crate::engine::plan::{Plan, Report, Standing};
 use crate::engine::saved::SavedPlan;
 use crate::engine::schedule::AssumeValid;
@@ -28,9 +29,15 @@ pub(super) fn state_dir(files: &[PathBuf], explicit: Option<&std::path::Path>) -
     }
 }
 
+/// The file in a state directory that holds the key of its log's fingerprints of sensitive
+/// values: never in the log itself.
+pub(super) const FINGERPRINT_KEY_FILE: &str = "fingerprint.key";
+
 /// The deployment log, locked when the caller changes things.
 pub(super) struct State {
     pub log: Arc<dyn History>,
+    /// Fingerprints the log's sensitive values (`fingerprint.key` in the state directory).
+    pub key: Option<FingerprintKey>,
     exclusive: bool,
     _lock: Option<StateLock>,
 }
@@ -44,9 +51,14 @@ impl State {
         if let Some(workspace) = args.state.named_workspace() {
             progress.note(&format!("workspace {workspace}: deployment log {}", dir.display()));
         }
+        let key = || FingerprintKey::load_or_create(&dir.join(FINGERPRINT_KEY_FILE));
         if exclusive {
             let lock = StateLock::acquire(&dir)?;
-            return Ok(State { log: Arc::new(SqliteLog::open(&dir)?), exclusive, _lock: Some(lock) });
+            let log = Arc::new(SqliteLog::open(&dir)?);
+            let key = key().map_err(|e| {
+                CliError::Refused(format!("cannot read or make {}: {e}", dir.join(FINGERPRINT_KEY_FILE).display()))
+            })?;
+            return Ok(State { log, key: Some(key), exclusive, _lock: Some(lock) });
         }
         let log: Arc<dyn History> = match SqliteLog::open(&dir) {
             Ok(log) => Arc::new(log),
@@ -59,7 +71,8 @@ impl State {
                 Arc::new(Unrecorded(reads))
             }
         };
-        Ok(State { log, exclusive, _lock: None })
+        // A plan that cannot make the key compares no sensitive values by field.
+        Ok(State { log, key: key().ok(), exclusive, _lock: None })
     }
 }
 
@@ -123,6 +136,9 @@ pub(super) async fn pass(
     assume_valid: AssumeValid,
 ) -> Result<(ExitKind, Passed), CliError> {
     let manifest = Arc::new(load(args)?);
+    if let Some(key) = &state.key {
+        manifest.mask.use_fingerprint_key(key.clone());
+    }
     let mut options =
         RunOptions { verbose: args.verbose, timeouts: args.timeouts.timeouts(), assume_valid, ..RunOptions::default() };
     if let Some(n) = args.parallelism {

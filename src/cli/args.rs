@@ -368,6 +368,10 @@ pub struct ControllerArgs {
     /// Deployment-log entries kept on each object's status.
     #[arg(long, value_name = "N", default_value_t = 50)]
     pub history_limit: usize,
+    /// A file of at least 16 secret bytes (the chart's Secret): with it, the statuses' logs keep
+    /// a keyed fingerprint of each sensitive value, and a change to one is named by its field.
+    #[arg(long, value_name = "FILE", env = "DEPLOYSTER_FINGERPRINT_KEY_FILE")]
+    pub fingerprint_key_file: Option<PathBuf>,
     /// How long a Pipeline's step waits for its Manifest to be Ready before it fails.
     #[arg(long, value_name = "DURATION", default_value = "30m", value_parser = humantime::parse_duration)]
     pub pipeline_step_timeout: Duration,

@@ -1,6 +1,7 @@
 //! `deployster controller`: the controller's run configuration from the command line.
 
 use super::{CliError, ControllerArgs, ExecutorArg, ExitKind};
+use crate::engine::mask::FingerprintKey;
 use crate::executors::{Acting, ExecutorPlan, ImagePlan};
 
 #[cfg(feature = "kube")]
@@ -31,7 +32,16 @@ pub(super) async fn controller(args: ControllerArgs) -> Result<ExitKind, CliErro
         reads_per_second: Some(args.budget.per_second()),
     };
     let defaults = Settings::default();
+    let fingerprint_key = match &args.fingerprint_key_file {
+        None => None,
+        Some(path) => {
+            let read = std::fs::read(path).map_err(|e| e.to_string());
+            let key = read.and_then(|secret| FingerprintKey::from_secret(&secret));
+            Some(key.map_err(|e| CliError::Refused(format!("--fingerprint-key-file {}: {e}", path.display())))?)
+        }
+    };
     let settings = Settings {
+        fingerprint_key,
         allow_local_programs: args.allow_local_programs,
         history_limit: args.history_limit,
         pipeline_step_timeout: args.pipeline_step_timeout,

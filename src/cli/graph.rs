@@ -216,6 +216,9 @@ async fn live(args: &GraphArgs, manifest: ValidatedManifest, session: &Session) 
     let stop = stop_on_signals(progress, Cancel::AtOnce)?;
     let why = || "interrupted: running programs were stopped".to_string();
     let options = RunOptions { timeouts: args.manifest.timeouts.timeouts(), ..RunOptions::default() };
+    if let Some(key) = &state.key {
+        manifest.mask.use_fingerprint_key(key.clone());
+    }
     let passed = Pass {
         manifest: Arc::new(manifest),
         executor: session.executor(&args.manifest.images, None).await?,

@@ -4,7 +4,7 @@ use serde_json::{Value, json};
 
 use super::render::print_json;
 use super::{CliError, ExitKind, HistoryArgs, OutputFormat, OutputsArgs};
-use crate::engine::plan::{Difference, Inputs};
+use crate::engine::plan::Inputs;
 use crate::history::store::{DATABASE, SqliteLog};
 use crate::history::{
     Entry, Event, History, HistoryError, Revision, format_time, in_progress, latest_applied, latest_failed, outcome,
@@ -286,9 +286,20 @@ pub(super) fn diff(log: &SqliteLog, from: i64, to: i64, format: OutputFormat) ->
     for name in names {
         let what = match (lookup(&was, name), lookup(&now, name)) {
             (Some(w), Some(n)) => w.differences(&n),
+            // Recorded on one side only: every value it has, against nothing.
             (w, n) => {
-                let recorded = |side: Option<Inputs>| side.map(|_| json!("recorded"));
-                vec![Difference { path: "resource".into(), was: recorded(w), now: recorded(n) }]
+                let nothing = || Inputs {
+                    type_name: String::new(),
+                    config: json!({}),
+                    digest: String::new(),
+                    sensitive: Default::default(),
+                };
+                let mut what = w.unwrap_or_else(nothing).differences(&n.unwrap_or_else(nothing));
+                for d in what.iter_mut().filter(|d| d.path == "type") {
+                    d.was.take_if(|v| v == "");
+                    d.now.take_if(|v| v == "");
+                }
+                what
             }
         };
         if !what.is_empty() {

@@ -24,6 +24,8 @@ pub struct Settings {
     pub timeouts: crate::engine::context::Timeouts,
     /// What a Manifest's plugs become: files, or volumes of the Pods that image types run as.
     pub plugs: Plugs,
+    /// Fingerprints sensitive values in the statuses' logs (`--fingerprint-key-file`).
+    pub fingerprint_key: Option<crate::engine::mask::FingerprintKey>,
 }
 
 impl Default for Settings {
@@ -36,6 +38,7 @@ impl Default for Settings {
             parallelism: 4,
             timeouts: crate::engine::context::Timeouts::default(),
             plugs: Plugs::Files,
+            fingerprint_key: None,
         }
     }
 }

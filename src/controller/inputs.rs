@@ -93,6 +93,9 @@ pub async fn prepare(
     let inputs = materialize(client, obj, &settings.plug_root, settings.plugs).await?;
     let manifest = engine_manifest(obj, &inputs, settings.plugs)?;
     check_programs(&manifest, settings.allow_local_programs)?;
+    if let Some(key) = &settings.fingerprint_key {
+        manifest.mask.use_fingerprint_key(key.clone());
+    }
     if settings.plugs == Plugs::Volumes {
         check_builtins_in_pods(&manifest)?;
     }

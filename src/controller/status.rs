@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 
 use crate::crd::{APPROVE_ANNOTATION, Condition, ManifestStatus, PendingPlan, ResourceStatus};
 use crate::engine::plan::{Plan, Removal, RemovalEntry, Report, ResourceEntry, Standing, action_names};
+use crate::engine::protocol::StateResponse;
 use crate::history::recorder::Drift;
 use crate::history::{Entry, format_time};
 
@@ -219,9 +220,17 @@ fn resource_status(e: &ResourceEntry, mask: &Mask) -> ResourceStatus {
             let names: Vec<&str> = actions.iter().map(|a| a.name.as_str()).collect();
             Some(format!("needs: {} (not applied: the plan has failures)", names.join(", ")))
         }
-        Standing::Pending { waiting_on, .. } => {
+        Standing::Pending { waiting_on, found, .. } => {
             let deps: Vec<&str> = waiting_on.iter().map(|w| w.resource.as_str()).collect();
-            Some(format!("waiting on {}", deps.join(", ")))
+            let found = match found.as_deref() {
+                Some(StateResponse::NeedsActions { status, actions, .. }) => {
+                    let names: Vec<&str> = actions.iter().map(|a| a.name.as_str()).collect();
+                    format!(" (found {status} before their actions: needs {})", names.join(", "))
+                }
+                Some(StateResponse::Valid { .. }) => " (found VALID before their actions)".into(),
+                None => String::new(),
+            };
+            Some(format!("waiting on {}{found}", deps.join(", ")))
         }
         Standing::Failed(error) => Some(cut(&mask.text(&error.to_string()))),
         Standing::Blocked { by } => {

@@ -1,16 +1,72 @@
 //! Hiding the values of sensitive variables wherever they would be shown or kept.
 
-use std::sync::Arc;
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
 
+use hmac::{Hmac, KeyInit, Mac};
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 
 /// Hides the values of sensitive variables: each, wherever it occurs in a text, becomes `***`
 /// — as written, line by line when it spans lines (output is streamed a line at a time), and
 /// as JSON writes it (a type echoing it back escapes quotes, tabs and non-ASCII). Values
 /// rendered from a sensitive variable are added as they are rendered ([`Mask::add`]): whatever
 /// a template did to a secret, what it made of it is secret too.
+///
+/// With a [`FingerprintKey`], it also tells whether a sensitive value changed without keeping
+/// it ([`Mask::fingerprint`]).
 #[derive(Debug, Clone, Default)]
-pub struct Mask(Arc<std::sync::RwLock<Vec<String>>>);
+pub struct Mask {
+    secrets: Arc<std::sync::RwLock<Vec<String>>>,
+    key: Arc<OnceLock<FingerprintKey>>,
+}
+
+/// The key of a deployment log's fingerprints of sensitive values: a fingerprint keyed so tells
+/// whether a value changed, and to nobody without the key what it is (a plain digest of a short
+/// password is undone by trying them all). Kept apart from the log: `fingerprint.key` in a
+/// state directory, a Secret for the controller.
+#[derive(Clone)]
+pub struct FingerprintKey([u8; 32]);
+
+impl std::fmt::Debug for FingerprintKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FingerprintKey(…)")
+    }
+}
+
+impl FingerprintKey {
+    /// A key from at least 16 bytes of secret (its SHA-256).
+    pub fn from_secret(secret: &[u8]) -> Result<FingerprintKey, String> {
+        if secret.len() < 16 {
+            return Err(format!("a fingerprint key needs at least 16 bytes; this one has {}", secret.len()));
+        }
+        Ok(FingerprintKey(Sha256::digest(secret).into()))
+    }
+
+    /// The key in `path`, made (32 random bytes, readable by its owner only) when there is none.
+    pub fn load_or_create(path: &Path) -> std::io::Result<FingerprintKey> {
+        match std::fs::read(path) {
+            Ok(secret) => return FingerprintKey::from_secret(&secret).map_err(std::io::Error::other),
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+            Err(_) => {}
+        }
+        let mut secret = [0u8; 32];
+        getrandom::fill(&mut secret).map_err(std::io::Error::other)?;
+        let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path)?;
+        file.write_all(&secret)?;
+        file.sync_all()?;
+        FingerprintKey::from_secret(&secret).map_err(std::io::Error::other)
+    }
+
+    fn mac(&self, bytes: &[u8]) -> String {
+        let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(&self.0).expect("HMAC takes any key size");
+        mac.update(bytes);
+        let tag = mac.finalize().into_bytes();
+        tag[..12].iter().map(|b| format!("{b:02x}")).collect()
+    }
+}
 
 /// A line of a multi-line secret, or a value derived from one, shorter than this is not masked
 /// on its own: it would hide every occurrence of something as common as `---` or `12`.
@@ -60,14 +116,37 @@ impl Mask {
         if forms.is_empty() {
             return;
         }
-        let mut secrets = self.0.write().expect("mask lock");
+        let mut secrets = self.secrets.write().expect("mask lock");
         secrets.extend(forms);
         secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
         secrets.dedup();
     }
 
     fn secrets(&self) -> std::sync::RwLockReadGuard<'_, Vec<String>> {
-        self.0.read().expect("mask lock")
+        self.secrets.read().expect("mask lock")
+    }
+
+    /// Fingerprints sensitive values with `key` from now on, in every copy (a key set already
+    /// is kept).
+    pub fn use_fingerprint_key(&self, key: FingerprintKey) {
+        let _ = self.key.set(key);
+    }
+
+    /// The digest of inputs that may hold sensitive values: keyed with the key (a plain digest
+    /// of a config that holds a short password tells the password to whoever tries them all),
+    /// else [`content_hash`](super::digest::content_hash).
+    pub fn digest(&self, value: &Value) -> String {
+        match self.key.get() {
+            Some(key) => key.mac(super::digest::canonical(value).as_bytes()),
+            None => super::digest::content_hash(value),
+        }
+    }
+
+    /// A keyed fingerprint of `value` (as JSON), prefixed by the key's own (`key:value`), so
+    /// that fingerprints made with different keys are never compared; `None` without a key.
+    pub fn fingerprint(&self, value: &Value) -> Option<String> {
+        let key = self.key.get()?;
+        Some(format!("{}:{}", key.mac(b"deployster fingerprint key"), key.mac(value.to_string().as_bytes())))
     }
 
     /// `value` with every sensitive value in its strings replaced by `***`.
@@ -125,7 +204,7 @@ fn written_forms(secret: &str) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::Mask;
+    use super::{FingerprintKey, Mask};
     use serde_json::json;
 
     #[test]
@@ -153,5 +232,29 @@ mod tests {
         let copy = mask.clone();
         mask.add(&json!({"shout": "T0K3N", "flag": "no", "n": 5}));
         assert_eq!(copy.text("T0K3N t0k3n no 5"), "*** *** no 5", "shared by every copy; short parts left");
+    }
+
+    #[test]
+    fn fingerprints_are_keyed_and_made_only_with_a_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("fingerprint.key");
+        let mask = Mask::default();
+        assert_eq!(mask.fingerprint(&json!("hunter2")), None);
+        let key = FingerprintKey::load_or_create(&path).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        mask.clone().use_fingerprint_key(key);
+        let (a, b) = (mask.fingerprint(&json!("hunter2")).unwrap(), mask.fingerprint(&json!("hunter3")).unwrap());
+        assert_ne!(a, b);
+        assert!(!a.contains("hunter2"));
+        assert_eq!(a.split(':').next(), b.split(':').next(), "the same key's prefix");
+        // The same file: the same key. Another: another.
+        let again = Mask::default();
+        again.use_fingerprint_key(FingerprintKey::load_or_create(&path).unwrap());
+        assert_eq!(again.fingerprint(&json!("hunter2")), Some(a.clone()));
+        let other = Mask::default();
+        other.use_fingerprint_key(FingerprintKey::load_or_create(&dir.path().join("other.key")).unwrap());
+        assert_ne!(other.fingerprint(&json!("hunter2")).unwrap().split(':').next(), a.split(':').next());
+        assert!(FingerprintKey::from_secret(b"short").is_err());
     }
 }

@@ -8,6 +8,7 @@ pub(crate) mod config;
 pub mod conformance;
 pub mod context;
 pub mod delete;
+pub mod digest;
 pub mod error;
 pub mod events;
 pub mod executor;

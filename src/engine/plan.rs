@@ -4,6 +4,7 @@
 //! [`Report`] only by [`crate::engine::run::Prepared::apply`], from executed results. Both hold
 //! [`ResourceEntry`]s: one [`Standing`] per resource, whatever the stage.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -11,7 +12,7 @@ use serde_json::{Value, json};
 use super::error::ResourceError;
 use super::mask::Mask;
 use super::protocol::{Action, StateResponse, Status};
-use super::validate::{ValidatedManifest, content_hash};
+use super::validate::ValidatedManifest;
 
 /// A resource that was VALID at its previous observation (in the deployment log) and is not now.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,20 +34,26 @@ pub struct Change {
 
 /// What a resource's state was read for: its type and rendered config (sensitive values
 /// masked), and a digest of the unmasked inputs — the same digest, the same inputs. As the
-/// deployment log keeps it: `{type, config, digest}`.
+/// deployment log keeps it: `{type, config, digest}`, and `sensitive`: each masked value's
+/// keyed fingerprint by its path, when the log has a key ([`Mask::fingerprint`]).
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Inputs {
     #[serde(rename = "type")]
     pub type_name: String,
     pub config: Value,
     pub digest: String,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub sensitive: BTreeMap<String, String>,
 }
 
 impl Inputs {
     pub fn new(manifest: &ValidatedManifest, i: usize, config: &Value) -> Inputs {
         let type_name = manifest.resources[i].type_name.clone();
-        let digest = content_hash(&json!({"type": type_name, "config": config}));
-        Inputs { type_name, config: manifest.mask.value(config), digest }
+        let digest = manifest.mask.digest(&json!({"type": type_name, "config": config}));
+        let shown = manifest.mask.value(config);
+        let mut sensitive = BTreeMap::new();
+        fingerprints(&manifest.mask, "config", config, &shown, &mut sensitive);
+        Inputs { type_name, config: shown, digest, sensitive }
     }
 
     /// As the deployment log kept it, if it did.
@@ -54,8 +61,9 @@ impl Inputs {
         serde::Deserialize::deserialize(value).ok()
     }
 
-    /// Where `self` (before) and `now` differ: the type, and each config value by its path. A
-    /// change only in sensitive values shows as `config` changed, masked.
+    /// Where `self` (before) and `now` differ: the type, and each config value by its path —
+    /// a sensitive one too, masked, when both sides were fingerprinted with the same key.
+    /// Otherwise a change only in sensitive values shows as `config` changed, masked.
     pub fn differences(&self, now: &Inputs) -> Vec<Difference> {
         let mut found = Vec::new();
         if self.type_name != now.type_name {
@@ -66,10 +74,40 @@ impl Inputs {
             });
         }
         diff_values("config", Some(&self.config), Some(&now.config), &mut found);
+        let key = |f: &String| f.split(':').next().map(str::to_string);
+        let keys: BTreeSet<_> = self.sensitive.values().chain(now.sensitive.values()).map(key).collect();
+        if !self.sensitive.is_empty() && !now.sensitive.is_empty() && keys.len() == 1 {
+            for path in self.sensitive.keys().chain(now.sensitive.keys()).collect::<BTreeSet<_>>() {
+                let (was, is) = (self.sensitive.get(path), now.sensitive.get(path));
+                if was != is && !found.iter().any(|d| d.path == *path) {
+                    let masked = |f: Option<&String>| f.map(|_| json!("***"));
+                    found.push(Difference { path: path.clone(), was: masked(was), now: masked(is) });
+                }
+            }
+        }
         if found.is_empty() && self.digest != now.digest {
             found.push(Difference { path: "config".into(), was: Some(json!("***")), now: Some(json!("***")) });
         }
         found
+    }
+}
+
+/// The keyed fingerprint of each value of `raw` that masking changed (`shown`), by its path.
+fn fingerprints(mask: &Mask, path: &str, raw: &Value, shown: &Value, into: &mut BTreeMap<String, String>) {
+    match (raw, shown) {
+        (Value::Object(a), Value::Object(b)) => {
+            for (key, value) in a {
+                if let Some(masked) = b.get(key) {
+                    fingerprints(mask, &format!("{path}.{key}"), value, masked, into);
+                }
+            }
+        }
+        (a, b) if a != b => {
+            if let Some(fingerprint) = mask.fingerprint(a) {
+                into.insert(path.to_string(), fingerprint);
+            }
+        }
+        _ => {}
     }
 }
 

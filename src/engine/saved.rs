@@ -7,10 +7,11 @@
 //! and no value of a `sensitive` variable (its `--var` is kept by name only, to be given again).
 //! A checksum over the rest refuses a file edited by hand.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::plan::{Plan, ResourceEntry, Standing};
 use super::protocol::StateResponse;
@@ -42,9 +43,74 @@ pub struct SavedPlan {
     /// them), and what applying does to each: `DELETE`, `FORGOTTEN`, `ABSENT`, `KEPT`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub removals: Vec<SavedRemoval>,
+    /// What the revision was made of, each part's digest (keyed where values may be
+    /// sensitive): a refused plan says which file, variable or resource changed.
+    #[serde(default, skip_serializing_if = "Parts::is_empty")]
+    pub parts: Parts,
     /// Over everything above: a file edited by hand is refused.
     #[serde(default)]
     pub checksum: String,
+}
+
+/// The digests of what a manifest's revision is made of.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Parts {
+    /// Each manifest file's content, by its path.
+    pub files: BTreeMap<String, String>,
+    /// Each variable's value (defaults, files and `--var` resolved), by its name.
+    pub vars: BTreeMap<String, String>,
+    /// Each resource's declaration as written, by its name.
+    pub resources: BTreeMap<String, String>,
+}
+
+impl Parts {
+    fn is_empty(&self) -> bool {
+        self.files.is_empty() && self.vars.is_empty() && self.resources.is_empty()
+    }
+
+    /// The parts of `manifest`'s revision, its files as they are on disk now.
+    pub fn of(manifest: &ValidatedManifest) -> Parts {
+        let files = manifest
+            .files
+            .iter()
+            .map(|f| {
+                let read = std::fs::read(f).map_or(Value::Null, |bytes| json!(String::from_utf8_lossy(&bytes)));
+                (std::path::absolute(f).unwrap_or(f.clone()).display().to_string(), manifest.mask.digest(&read))
+            })
+            .collect();
+        let vars = manifest.vars.iter().map(|(k, v)| (k.clone(), manifest.mask.digest(v))).collect();
+        let resources = manifest
+            .source
+            .spec
+            .resources
+            .iter()
+            .map(|(name, spec)| (name.clone(), content_hash(&json!(spec))))
+            .collect();
+        Parts { files, vars, resources }
+    }
+
+    /// What differs from `self` in `now`, a line each: `kind` names what a map holds.
+    fn differences(&self, now: &Parts) -> Vec<String> {
+        let mut found = Vec::new();
+        let kinds = [
+            ("file", &self.files, &now.files),
+            ("variable", &self.vars, &now.vars),
+            ("resource", &self.resources, &now.resources),
+        ];
+        for (kind, was, is) in kinds {
+            for name in was.keys().chain(is.keys().filter(|k| !was.contains_key(*k))) {
+                let what = match (was.get(name), is.get(name)) {
+                    (Some(a), Some(b)) if a == b => continue,
+                    (Some(_), Some(_)) => "changed since the plan",
+                    (Some(_), None) => "is gone since the plan",
+                    _ => "is new since the plan",
+                };
+                let named = if kind == "file" { name.clone() } else { format!("`{name}`") };
+                found.push(format!("{kind} {named} {what}"));
+            }
+        }
+        found
+    }
 }
 
 /// One `--var` or `--var-file` the plan was made with.
@@ -155,10 +221,10 @@ fn saved_resource(manifest: &ValidatedManifest, i: usize, entry: &ResourceEntry)
     let type_name = manifest.resources[i].type_name.clone();
     SavedResource {
         name: entry.name.clone(),
-        inputs_digest: entry.config.as_ref().map(|c| content_hash(&json!({"type": type_name, "config": c}))),
+        inputs_digest: entry.config.as_ref().map(|c| manifest.mask.digest(&json!({"type": type_name, "config": c}))),
         type_name,
         status: entry.standing.label().to_string(),
-        state_digest: state.as_ref().map(content_hash),
+        state_digest: state.as_ref().map(|s| manifest.mask.digest(s)),
         actions,
         unknown_inputs,
         found,
@@ -189,6 +255,7 @@ impl SavedPlan {
             workspace: None,
             resources,
             removals: saved_removals(plan),
+            parts: Parts::of(manifest),
             checksum: String::new(),
         };
         saved.checksum = saved.expected_checksum();
@@ -275,9 +342,12 @@ impl SavedPlan {
     pub fn differences(&self, now: &Plan, manifest: &ValidatedManifest) -> Vec<String> {
         let mut found = Vec::new();
         if self.revision != manifest.revision {
+            let parts = self.parts.differences(&Parts::of(manifest));
             found.push(format!(
-                "the manifest or its variables changed: revision {} when planned, {} now",
-                self.revision, manifest.revision
+                "the manifest or its variables changed: revision {} when planned, {} now{}",
+                self.revision,
+                manifest.revision,
+                if parts.is_empty() { String::new() } else { format!(" ({})", parts.join("; ")) }
             ));
         }
         let leaving = |removals: &[SavedRemoval]| {

@@ -190,26 +190,7 @@ pub fn revision(spec: &super::manifest::ManifestSpec, vars: &Map<String, Value>)
     content_hash(&serde_json::json!({"spec": spec, "vars": vars}))
 }
 
-/// The first 12 hex digits of the SHA-256 of a value's canonical JSON (keys sorted): the same
-/// content gives the same hash, whatever the key order or formatting.
-pub fn content_hash(value: &Value) -> String {
-    use sha2::{Digest, Sha256};
-    hex::encode(&Sha256::digest(canonical(value).as_bytes())[..6])
-}
-
-fn canonical(value: &Value) -> String {
-    match value {
-        Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
-            let fields: Vec<String> =
-                keys.iter().map(|k| format!("{}:{}", Value::String((*k).clone()), canonical(&map[*k]))).collect();
-            format!("{{{}}}", fields.join(","))
-        }
-        Value::Array(items) => format!("[{}]", items.iter().map(canonical).collect::<Vec<_>>().join(",")),
-        other => other.to_string(),
-    }
-}
+pub use super::digest::content_hash;
 
 fn identifier() -> &'static Regex {
     static RE: OnceLock<Regex> = OnceLock::new();

@@ -126,7 +126,7 @@ async fn an_apply_is_recorded_with_its_intents_durable_before_the_action() {
 
 fn inputs(config: Value) -> Inputs {
     let digest = crate::engine::validate::content_hash(&json!({"type": "t", "config": config}));
-    Inputs { type_name: "t".into(), config, digest }
+    Inputs { type_name: "t".into(), config, digest, sensitive: Default::default() }
 }
 
 fn found(resource: &str, status: Status, verify: bool, config: Value) -> RunEvent {

@@ -150,8 +150,17 @@ fn assert_the_binary_accepts(args: &[String]) {
     )
     .unwrap();
     let metrics = format!("--metrics-addr=127.0.0.1:{}", free_port());
-    let args: Vec<&str> =
-        args.iter().map(|a| if a.starts_with("--metrics-addr=") { metrics.as_str() } else { a.as_str() }).collect();
+    // The Secret's file, as the Pod has it mounted.
+    std::fs::write(dir.path().join("key"), "k".repeat(48)).unwrap();
+    let key = format!("--fingerprint-key-file={}", dir.path().join("key").display());
+    let args: Vec<&str> = args
+        .iter()
+        .map(|a| match a {
+            a if a.starts_with("--metrics-addr=") => metrics.as_str(),
+            a if a.starts_with("--fingerprint-key-file=") => key.as_str(),
+            a => a.as_str(),
+        })
+        .collect();
     let output = Command::new(support::deployster()).args(&args).env("KUBECONFIG", &kubeconfig).output().unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(1), "{args:?}: {stderr}");
@@ -188,6 +197,7 @@ fn the_default_values_render_a_hardened_deployment_the_binary_accepts() {
         "--plug-dir=/tmp/plugs",
         "--executor=pod",
         "--runner-idle=10m",
+        "--fingerprint-key-file=/etc/deployster/fingerprint-key/key",
         helper.as_str(),
     ] {
         assert!(args.iter().any(|a| a == expected), "{expected} in {args:?}");
@@ -198,6 +208,16 @@ fn the_default_values_render_a_hardened_deployment_the_binary_accepts() {
     let service = of_kind(&docs, "Service")[0];
     assert_eq!(service["spec"]["ports"][0]["port"], 8080);
     assert!(of_kind(&docs, "ServiceMonitor").is_empty());
+    // The fingerprint key: a Secret of 48 random characters, mounted where the flag reads it.
+    let key = of_kind(&docs, "Secret").into_iter().find(|s| s["metadata"]["name"] == "rel-deployster-fingerprint-key");
+    let key = key.expect("the fingerprint key's Secret");
+    let decoded =
+        base64::Engine::decode(&base64::engine::general_purpose::STANDARD, key["data"]["key"].as_str().unwrap());
+    assert_eq!(decoded.unwrap().len(), 48);
+    let mounts = container["volumeMounts"].as_array().unwrap();
+    assert!(mounts.iter().any(|m| m["mountPath"] == "/etc/deployster/fingerprint-key" && m["readOnly"] == true));
+    let volumes = pod["volumes"].as_array().unwrap();
+    assert!(volumes.iter().any(|v| v["secret"]["secretName"] == "rel-deployster-fingerprint-key"), "{volumes:?}");
 }
 
 #[ignore = "needs helm: DEPLOYSTER_HELM=$(../shared/tools/install-helm $PWD/target/tools | tail -1) cargo test --test apiserver helm:: -- --include-ignored"]
@@ -321,6 +341,14 @@ fn the_chart_installs_and_uninstalls_cleanly() {
     for kind in ["serviceaccounts", "deployments.apps"] {
         assert!(exists(kind, false), "{kind} {fullname}");
     }
+    let key_secret = format!("{fullname}-fingerprint-key");
+    let key_of = || cluster.kubectl(&cluster.ns(&["get", "secret", &key_secret, "-o", "jsonpath={.data.key}"]));
+    let (found, key) = key_of();
+    assert!(found && key.len() > 40, "the fingerprint key's Secret: {key}");
+    let upgrade = [&["upgrade", release.as_str(), chart.to_str().unwrap(), "--wait=false"], &kube[..]].concat();
+    let (ok, out, err) = run_helm(&helm, &upgrade);
+    assert!(ok, "{out}{err}");
+    assert_eq!(key_of().1, key, "an upgrade keeps the key (fingerprints stay comparable)");
     assert!(cluster.kubectl(&cluster.ns(&["get", "services", &format!("{fullname}-metrics")])).0);
     assert!(
         cluster

@@ -145,9 +145,21 @@ fn a_changed_variable_is_a_change_and_an_edit_from_outside_is_drift() {
     assert_eq!(events.iter().filter(|e| *e == "change-detected").count(), 1, "{events:?}");
     assert!(!events.iter().any(|e| e == "drift-detected"), "{events:?}");
 
-    // Only the sensitive value changes: a change, shown masked.
+    // Only the sensitive value changes: a change, named by its field (a keyed fingerprint of
+    // each masked value tells it; the key stays in the state directory, out of the log).
     let (_, doc) = apply_json(&ws, &["--var", "greeting=bonjour", "--var", "token=n3w-t0ken"]);
-    assert_eq!(doc["changes"][0]["differences"], serde_json::json!([{"path": "config", "was": "***", "now": "***"}]));
+    assert_eq!(
+        doc["changes"][0]["differences"],
+        serde_json::json!([{"path": "config.content", "was": "***", "now": "***"}])
+    );
+    let key = std::fs::read(ws.path(".deployster/fingerprint.key")).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(ws.path(".deployster/fingerprint.key")).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
+    let log = ws.run(&["history", "--output", "json", "--limit", "1000"]);
+    assert!(!log.stdout.contains(&hex[..16]), "the key is not in the log");
+    assert!(log.stdout.contains("\"sensitive\""), "the log keeps fingerprints: {}", log.stdout);
     assert_eq!(ws.read("out.txt"), "bonjour n3w-t0ken\n");
 
     // The same inputs, edited outside: drift.
@@ -762,15 +774,20 @@ fn revisions_are_numbered_listed_told_and_compared() {
     let log = ws.run(&["history", "--limit", "1000", "--output", "json"]);
     assert!(!log.stdout.contains("s3cr3t"), "{}", log.stdout);
 
-    // A resource only one of the two revisions recorded is told as such.
+    // A resource only one of the two revisions recorded: each of its values, against nothing.
     ws.manifest(&format!("{SECRET_FILE}  more: {{ type: builtin/file, config: {{ path: more.txt, content: x }} }}\n"));
     let (_, added) = apply_json(&ws, &[]);
     assert_eq!(added["revision"], 5, "{added}");
     let diff = ws.run(&["history", "--diff", "4", "5"]);
-    assert_eq!(diff.stdout, "more:\n    resource: (absent) → \"recorded\"\n", "{}", diff.all());
+    assert_eq!(
+        diff.stdout,
+        "more:\n    type: (absent) → \"builtin/file\"\n    config.path: (absent) → \"more.txt\"\n    config.content: (absent) → \"x\"\n",
+        "{}",
+        diff.all()
+    );
     let json = ws.run(&["history", "--diff", "5", "4", "--output", "json"]).json();
     assert_eq!(
         json["resources"][0]["differences"][0],
-        serde_json::json!({"path": "resource", "was": "recorded", "now": null})
+        serde_json::json!({"path": "type", "was": "builtin/file", "now": null})
     );
 }

@@ -61,6 +61,9 @@ fn a_saved_plan_is_refused_after_an_out_of_band_change_or_a_manifest_edit() {
     let run = ws.run(&["apply", "plan.json"]);
     assert_eq!(run.code, 1, "{}", run.all());
     assert!(run.stderr.contains("the manifest or its variables changed: revision"), "{}", run.all());
+    let file = ws.path("manifest.yaml").display().to_string();
+    let said = format!("(file {file} changed since the plan; variable `greeting` changed since the plan)");
+    assert!(run.stderr.contains(&said), "which file and which variable: {}", run.all());
     assert_eq!(ws.read("out/greeting.txt"), "edited twice\n");
 
     // Different variables on the command line: also a different revision.
@@ -68,7 +71,13 @@ fn a_saved_plan_is_refused_after_an_out_of_band_change_or_a_manifest_edit() {
     save(&ws, &[]);
     let run = ws.run(&["apply", "plan.json", "--var", "greeting=hola"]);
     assert_eq!(run.code, 1, "{}", run.all());
-    assert!(run.stderr.contains("the manifest or its variables changed"), "{}", run.all());
+    assert!(run.stderr.contains("now (variable `greeting` changed since the plan)"), "{}", run.all());
+    // A resource added to the manifest: named.
+    ws.manifest(&format!("{}  extra: {{ type: builtin/file, config: {{ path: extra.txt, content: x }} }}\n", site()));
+    let run = ws.run(&["apply", "plan.json"]);
+    assert_eq!(run.code, 1, "{}", run.all());
+    assert!(run.stderr.contains("resource `extra` is new since the plan"), "{}", run.all());
+    ws.manifest(&site());
 
     // The plan as it was made: applied.
     let run = ws.run(&["apply", "plan.json"]);

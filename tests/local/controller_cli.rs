@@ -64,6 +64,23 @@ fn a_kubeconfig_that_points_nowhere_is_a_clear_error() {
     assert!(stderr.contains(&expected), "{stderr}");
 }
 
+/// The fingerprint key is read before anything starts: a file missing or too short to be a key
+/// is refused (2), named.
+#[test]
+fn a_fingerprint_key_file_that_cannot_be_a_key_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = kubeconfig(dir.path(), "https://127.0.0.1:1");
+    let short = dir.path().join("short");
+    std::fs::write(&short, "tiny").unwrap();
+    for (file, why) in [(dir.path().join("none"), "No such file"), (short, "at least 16 bytes")] {
+        let flag = format!("--fingerprint-key-file={}", file.display());
+        let (code, stderr) = controller(&config, &["--metrics-addr", &metrics_addr(), &flag], Duration::from_secs(10));
+        assert_eq!(code, 2, "{stderr}");
+        assert!(stderr.contains(&format!("--fingerprint-key-file {}: ", file.display())), "{stderr}");
+        assert!(stderr.contains(why), "{stderr}");
+    }
+}
+
 #[test]
 fn a_metrics_port_in_use_is_a_clear_error_before_anything_else() {
     let dir = tempfile::tempdir().unwrap();
