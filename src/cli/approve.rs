@@ -24,12 +24,16 @@ pub(super) async fn approve(args: ApproveArgs) -> Result<ExitKind, CliError> {
     let Some(pending) = obj.status.and_then(|s| s.pending_plan) else {
         return Err(CliError::Refused(format!("manifest {name} has no plan awaiting approval")));
     };
+    // The id reviewed: the pending plan's own, or a preview's (`deployster preview`), which is
+    // the digest of what the plan knew — the same states, configs, actions and revision.
     if let Some(wanted) = &args.plan
         && *wanted != pending.id
+        && *wanted != pending.digest
     {
         return Err(CliError::Refused(format!(
-            "manifest {name}: plan {wanted} is not the one awaiting approval ({}); nothing was approved",
-            pending.id
+            "manifest {name}: plan {wanted} is not the one awaiting approval (id {}, digest {}): what the \
+             controller would apply now differs from what was reviewed; nothing was approved",
+            pending.id, pending.digest
         )));
     }
     outln!("Plan {} of {name} (revision {}, planned {}):", pending.id, pending.revision, pending.created_at);

@@ -341,7 +341,8 @@ pub struct ApproveArgs {
     /// Its namespace [default: the kubeconfig's].
     #[arg(short, long)]
     pub namespace: Option<String>,
-    /// Approve only if this is the plan awaiting approval (the id you reviewed).
+    /// Approve only if this is the plan awaiting approval: its id, or the plan id a preview of
+    /// the change showed (`deployster preview`), if the controller's plan is still exactly it.
     #[arg(long, value_name = "ID")]
     pub plan: Option<String>,
 }

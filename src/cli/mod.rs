@@ -24,6 +24,8 @@ mod graph;
 mod history;
 mod output;
 mod pipeline;
+#[cfg(feature = "kube")]
+mod preview;
 mod progress;
 mod reconcile;
 mod render;
@@ -88,6 +90,10 @@ pub enum Command {
     /// Show a Manifest's plan awaiting approval (`spec.approval: Manual`) and approve it.
     #[cfg(feature = "kube")]
     Approve(ApproveArgs),
+    /// Plan a proposed Manifest in the cluster, apply nothing, print the plan (for a pull
+    /// request); exits 0 nothing to do, 2 changes pending, 1 any error.
+    #[cfg(feature = "kube")]
+    Preview(preview::PreviewArgs),
     /// Run a built-in resource type (used by the engine itself).
     #[command(name = BUILTIN_SUBCOMMAND, hide = true)]
     BuiltinType {
@@ -215,6 +221,7 @@ async fn run_command(cli: Cli, session: &Session) -> Result<ExitKind, CliError> 
             let yaml = match kind {
                 CrdKind::Manifest => crate::crd::crd_yaml(),
                 CrdKind::Pipeline => crate::crd::pipeline::crd_yaml(),
+                CrdKind::Preview => crate::crd::preview::crd_yaml(),
             };
             outln!("{}", yaml.trim_end());
             Ok(ExitKind::Ok)
@@ -223,6 +230,8 @@ async fn run_command(cli: Cli, session: &Session) -> Result<ExitKind, CliError> 
         Command::Controller(args) => controller::controller(args).await,
         #[cfg(feature = "kube")]
         Command::Approve(args) => approve::approve(args).await,
+        #[cfg(feature = "kube")]
+        Command::Preview(args) => preview::preview(args).await,
         Command::BuiltinType { name, args } => {
             let code = crate::builtins::main(&name, &args);
             Ok(ExitKind::of(code == 0))
@@ -236,6 +245,8 @@ async fn run_command(cli: Cli, session: &Session) -> Result<ExitKind, CliError> 
 pub enum CrdKind {
     Manifest,
     Pipeline,
+    /// ManifestPreview: a proposed spec planned in the cluster (`deployster preview`).
+    Preview,
 }
 
 fn load(args: &ManifestArgs) -> Result<ValidatedManifest, CliError> {

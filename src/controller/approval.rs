@@ -72,7 +72,7 @@ impl ManualApproval {
     /// one, whose id also depends on when it was first recorded — so that the same change,
     /// planned again after it was applied, needs a new approval.
     fn pending_for(&self, plan: &Plan) -> PendingPlan {
-        let digest = SavedPlan::new(plan, &self.manifest, &[]).digest();
+        let digest = plan_digest(plan, &self.manifest);
         let reusable = |p: &&PendingPlan| p.digest == digest && Some(&p.id) != self.used.as_ref();
         if let Some(pending) = self.pending.as_ref().filter(reusable) {
             return pending.clone();
@@ -202,6 +202,15 @@ impl Approver for DeletionGuard<'_> {
     async fn approve_action(&self, resource: &str, action: &Action) -> bool {
         self.inner.approve_action(resource, action).await
     }
+}
+
+/// The digest of what `plan` (of `manifest`) knew, as a reviewer names it: whatever the
+/// Manifest's generation, so that a preview of a spec (planned before it was merged) and the
+/// controller's plan of the merged spec are one id when they know the same.
+pub fn plan_digest(plan: &Plan, manifest: &ValidatedManifest) -> String {
+    let mut saved = SavedPlan::new(plan, manifest, &[]);
+    saved.revision = super::inputs::content_of(&saved.revision).to_string();
+    saved.digest()
 }
 
 #[cfg(test)]

@@ -49,6 +49,8 @@ pub struct Context {
     pub manifests: Vec<ManifestCache>,
     /// Watches of the objects Manifests applied: a change starts a pass.
     pub watches: Watches,
+    /// ManifestPreviews planning now, by namespace.
+    pub previews: super::previews::slots::Slots,
 }
 
 /// One watch cache of Manifests, and whether it has synced.
@@ -88,6 +90,7 @@ impl Context {
             pipelines: Pipelines::default(),
             manifests: Vec::new(),
             watches: Watches::disabled(),
+            previews: Default::default(),
         }
     }
 }

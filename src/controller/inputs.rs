@@ -416,6 +416,12 @@ pub fn revision(obj: &Manifest, inputs: &Materialized) -> String {
     format!("{}-{hash}", obj.metadata.generation.unwrap_or(0))
 }
 
+/// The content part of a [`revision`]: the same spec and inputs, the same, whatever the
+/// generation.
+pub fn content_of(revision: &str) -> &str {
+    revision.split_once('-').map_or(revision, |(_, hash)| hash)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -17,6 +17,7 @@ pub mod manifest;
 pub mod metrics;
 pub mod outputs;
 pub mod pipelines;
+pub mod previews;
 pub mod rbac;
 pub mod readiness;
 pub mod reasons;
@@ -190,8 +191,9 @@ pub async fn run(mut config: RunConfig, plan: ExecutorPlan) -> Result<(), StartE
                 }
             })
     });
-    let pipelines = pipelines_of(&client, &scopes, &ctx, &stopping).await;
-    futures::future::join(futures::future::join_all(controllers), futures::future::join_all(pipelines)).await;
+    let mut others = pipelines_of(&client, &scopes, &ctx, &stopping).await;
+    others.extend(previews::controllers(&client, &scopes, &ctx, &stopping).await);
+    futures::future::join(futures::future::join_all(controllers), futures::future::join_all(others)).await;
     // A controller that stops (an upgrade, `helm uninstall`) leaves no runner behind; the next
     // leader starts its own as they are needed.
     // Under sharding, not those of Manifests handed over to another replica: it uses them.
@@ -206,6 +208,31 @@ pub async fn run(mut config: RunConfig, plan: ExecutorPlan) -> Result<(), StartE
     Ok(())
 }
 
+/// The controllers of one kind of object, one per scope, to be run together.
+pub(crate) type Controllers = Vec<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>>;
+
+/// Whether the objects of `api` can be listed in `scope`: `None` when their CRD (`crd`) is not
+/// installed — `what` is then said once, with how to install it (`deployster crd <kind>`) —
+/// and `Some(false)` when they cannot be listed there (said).
+pub(crate) async fn listable<K>(api: &Api<K>, scope: &Option<String>, what: &str, crd: &str, kind: &str) -> Option<bool>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    match api.list_metadata(&ListParams::default().limit(1)).await {
+        Ok(_) => Some(true),
+        Err(kube::Error::Api(status)) if status.code == 404 => {
+            tracing::warn!(
+                "{what}: their CRD ({crd}) is not installed; install it: deployster crd {kind} | kubectl apply -f -"
+            );
+            None
+        }
+        Err(e) => {
+            tracing::warn!(scope = %scope_name(scope), error = %e, "{what} here: they cannot be listed");
+            Some(false)
+        }
+    }
+}
+
 /// A controller of Pipelines for each scope, when their CRD is installed (without it the
 /// controller runs Manifests only, and says so).
 async fn pipelines_of(
@@ -213,24 +240,15 @@ async fn pipelines_of(
     scopes: &[Option<String>],
     ctx: &Arc<Context>,
     stopping: &CancellationToken,
-) -> Vec<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>> {
+) -> Controllers {
     use crate::crd::pipeline::Pipeline;
-    let mut controllers: Vec<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>> = Vec::new();
+    let mut controllers: Controllers = Vec::new();
     for scope in scopes {
         let api: Api<DeserializeGuard<Pipeline>> = scoped(client, scope);
-        match api.list_metadata(&ListParams::default().limit(1)).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(status)) if status.code == 404 => {
-                tracing::warn!(
-                    "Pipelines are not driven: their CRD (pipelines.deployster.io) is not installed; install it: \
-                     deployster crd pipeline | kubectl apply -f -"
-                );
-                return Vec::new();
-            }
-            Err(e) => {
-                tracing::warn!(scope = %scope_name(scope), error = %e, "Pipelines are not driven here: they cannot be listed");
-                continue;
-            }
+        match listable(&api, scope, "Pipelines are not driven", "pipelines.deployster.io", "pipeline").await {
+            None => return Vec::new(),
+            Some(false) => continue,
+            Some(true) => {}
         }
         let (reader, writer) = reflector::store();
         let scope_named = scope_name(scope);

@@ -44,6 +44,15 @@ pub const API_ACCESS: &[Access] = &[
     // them (`get`); their logs are ConfigMaps they own (created, replaced; listed).
     Access { group: "deployster.io", resource: "pipelines", verbs: &["list", "watch"], scope: Scope::Watched },
     Access { group: "deployster.io", resource: "pipelines/status", verbs: &["patch"], scope: Scope::Watched },
+    // ManifestPreviews (src/controller/previews): watched (list, watch), their status written by
+    // a merge patch, deleted once their TTL passed.
+    Access {
+        group: "deployster.io",
+        resource: "manifestpreviews",
+        verbs: &["list", "watch", "delete"],
+        scope: Scope::Watched,
+    },
+    Access { group: "deployster.io", resource: "manifestpreviews/status", verbs: &["patch"], scope: Scope::Watched },
     // kube's event recorder creates an event, then patches it into a series when it repeats.
     Access { group: "events.k8s.io", resource: "events", verbs: &["create", "patch"], scope: Scope::Watched },
     // Plugs referencing Secrets and ConfigMaps, read when a pass starts; their metadata watched
@@ -65,15 +74,15 @@ pub const API_ACCESS: &[Access] = &[
         scope: Scope::Watched,
     },
     // builtin/kubernetes (src/kubernetes): each pass acts as its Manifest's ServiceAccount by
-    // impersonation; what it may do is that account's, none of the controller's.
-    Access { group: "", resource: "serviceaccounts", verbs: &["impersonate"], scope: Scope::Watched },
+    // impersonation; what it may do is that account's, none of the controller's. A preview's
+    // ServiceAccount is read first (it must exist), and so is the Pod executor's (below).
+    Access { group: "", resource: "serviceaccounts", verbs: &["get", "impersonate"], scope: Scope::Watched },
     // The Pod executor (src/pod/executor.rs), in each Manifest's namespace: its ServiceAccount
-    // (it must exist; its image pull secrets), the plugs' PersistentVolumeClaims (they must
+    // (read as above: it must exist; its image pull secrets), the plugs' PersistentVolumeClaims (they must
     // exist; Secrets and ConfigMaps are read as above); each invocation's Pod — created,
     // watched (a watch on its name: list and watch), read, its log followed, deleted; the
     // sweep lists a Manifest's Pods — and its request Secret: created, handed to the Pod (a
     // merge patch of its ownerReferences), deleted with the Pod (the sweep lists them first).
-    Access { group: "", resource: "serviceaccounts", verbs: &["get"], scope: Scope::Pods },
     Access { group: "", resource: "persistentvolumeclaims", verbs: &["get"], scope: Scope::Pods },
     Access { group: "", resource: "pods", verbs: &["get", "list", "watch", "create", "delete"], scope: Scope::Pods },
     Access { group: "", resource: "pods/log", verbs: &["get"], scope: Scope::Pods },

@@ -128,3 +128,31 @@ mod tests {
         assert_eq!(Reason::parse("KubernetesApi"), None, "a forwarded reason is not the controller's own");
     }
 }
+
+words! {
+    /// Where a ManifestPreview is (`status.phase`).
+    PreviewPhase {
+        Queued,
+        Planning,
+        Planned,
+        Failed,
+    }
+}
+
+words! {
+    /// Why a ManifestPreview failed or waits (`status.reason`).
+    PreviewReason {
+        /// The proposal is over the size a preview may have.
+        ProposalTooLarge,
+        /// The proposal is not a valid Manifest spec (its errors, as for a Manifest).
+        ProposalInvalid,
+        /// The ServiceAccount the proposal names does not exist.
+        ServiceAccountMissing,
+        /// Previews planned at once in the namespace are at their bound.
+        TooManyPreviews,
+        /// Its types could not be inited, or the pass could not run.
+        PlanFailed,
+        /// Planned; the plan is in `status.plan`.
+        PlanReady,
+    }
+}

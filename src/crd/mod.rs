@@ -19,6 +19,7 @@ use serde_json::Value;
 pub use crate::engine::manifest::ResourceSpec;
 
 pub mod pipeline;
+pub mod preview;
 
 /// The desired state: a manifest, plus how the controller keeps it.
 // Each `printcolumn(...)` repeats `type_ = "string"`; clippy reads those macro arguments as

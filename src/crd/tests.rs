@@ -6,9 +6,11 @@ use super::*;
 
 #[test]
 fn the_committed_crds_are_current() {
-    for (file, yaml, command) in
-        [("manifest", crd_yaml(), "crd"), ("pipeline", super::pipeline::crd_yaml(), "crd pipeline")]
-    {
+    for (file, yaml, command) in [
+        ("manifest", crd_yaml(), "crd"),
+        ("pipeline", super::pipeline::crd_yaml(), "crd pipeline"),
+        ("preview", super::preview::crd_yaml(), "crd preview"),
+    ] {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("crds/{file}.yaml"));
         let committed = std::fs::read_to_string(&path).unwrap_or_default();
         assert!(
@@ -50,7 +52,7 @@ fn structural_problems(node: &Value, path: &str, out: &mut Vec<String>) {
 #[test]
 fn the_schemas_are_structural() {
     use kube::CustomResourceExt;
-    for crd in [Manifest::crd(), super::pipeline::Pipeline::crd()] {
+    for crd in [Manifest::crd(), super::pipeline::Pipeline::crd(), super::preview::ManifestPreview::crd()] {
         let crd = serde_json::to_value(crd).unwrap();
         let schema = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
         let mut problems = Vec::new();

@@ -100,19 +100,37 @@ fn the_chart_lints_with_default_values_and_with_every_option() {
 fn the_chart_rbac_is_exactly_what_the_controller_uses() {
     let helm = helm();
     let all = render(&helm, &[]);
-    let cluster_roles = of_kind(&all, "ClusterRole");
+    // What CI is bound to, to ask for previews: ManifestPreviews, and nothing else.
+    let requester = |docs: &[Value]| {
+        let role = of_kind(docs, "ClusterRole")
+            .into_iter()
+            .find(|r| r["metadata"]["name"] == "rel-deployster-preview-requester");
+        grants(role.expect("the preview requester's ClusterRole"))
+    };
+    let asks: BTreeSet<(String, String, String)> =
+        ["create", "get", "delete"].map(|v| ("deployster.io".into(), "manifestpreviews".into(), v.into())).into();
+    assert_eq!(requester(&all), asks);
+    let controllers = |docs: &[Value]| -> Vec<Value> {
+        of_kind(docs, "ClusterRole")
+            .into_iter()
+            .filter(|r| r["metadata"]["name"] == "rel-deployster")
+            .cloned()
+            .collect()
+    };
+    let cluster_roles = controllers(&all);
     assert_eq!(cluster_roles.len(), 1);
-    assert_eq!(grants(cluster_roles[0]), listed(&[Scope::Watched, Scope::Pods]), "image types run as Pods by default");
+    assert_eq!(grants(&cluster_roles[0]), listed(&[Scope::Watched, Scope::Pods]), "image types run as Pods by default");
     let roles = of_kind(&all, "Role");
     assert_eq!(roles.len(), 1, "only the lease's Role");
     assert_eq!(roles[0]["metadata"]["namespace"], "ops");
     assert_eq!(grants(roles[0]), listed(&[Scope::Lease]));
     let docker = render(&helm, &["--set", "docker.enabled=true"]);
-    assert_eq!(grants(of_kind(&docker, "ClusterRole")[0]), listed(&[Scope::Watched]), "no Pods: no rights on Pods");
+    assert_eq!(grants(&controllers(&docker)[0]), listed(&[Scope::Watched]), "no Pods: no rights on Pods");
     assert_eq!(of_kind(&all, "ClusterRoleBinding").len(), 1);
 
     let some = render(&helm, &["--set", "watchNamespaces={team-a,team-b}"]);
-    assert!(of_kind(&some, "ClusterRole").is_empty(), "nothing cluster-wide when namespaces are listed");
+    assert!(controllers(&some).is_empty(), "nothing cluster-wide when namespaces are listed");
+    assert_eq!(requester(&some), asks, "a ClusterRole to bind in a namespace, granting nothing until bound");
     let roles = of_kind(&some, "Role");
     let namespaced: Vec<&str> = roles.iter().map(|r| r["metadata"]["namespace"].as_str().unwrap()).collect();
     assert_eq!(namespaced, ["team-a", "team-b", "ops"]);

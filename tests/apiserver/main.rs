@@ -12,5 +12,6 @@ mod e2e_shards;
 mod helm;
 mod image;
 mod kubernetes;
+mod previews;
 mod removals;
 mod watches;

@@ -10,7 +10,7 @@ use serde_json::Value;
 use crate::support::cluster::{Cluster, ControllerProcess, wait_for};
 
 /// A Manifest `name` of ConfigMaps, each `(resource, dependency)` one named `cm-<resource>`.
-fn manifest(name: &str, extra: &str, resources: &[(&str, Option<&str>)]) -> String {
+pub(crate) fn manifest(name: &str, extra: &str, resources: &[(&str, Option<&str>)]) -> String {
     let mut yaml = format!(
         "apiVersion: deployster.io/v1alpha1\nkind: Manifest\nmetadata: {{name: {name}}}\nspec:\n  interval: 2s\n  \
          retryInterval: 1s\n  deletionPolicy: Delete\n  serviceAccountName: deployer\n{extra}  resources:\n"

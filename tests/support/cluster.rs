@@ -125,12 +125,15 @@ impl Cluster {
         // have yet both try to create it, and one fails with AlreadyExists.
         static INSTALLING: std::sync::Mutex<()> = std::sync::Mutex::new(());
         let _one_at_a_time = INSTALLING.lock().unwrap_or_else(|e| e.into_inner());
-        for kind in ["manifest", "pipeline"] {
+        for kind in ["manifest", "pipeline", "preview"] {
             let crd = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("crds/{kind}.yaml"));
             self.must(&["apply", "-f", crd.to_str().unwrap()]);
             // Polled rather than `kubectl wait`, which fails ("accessor error: <nil>") instead of
             // waiting when it reads a just-created CRD before it has any condition.
-            let name = format!("{kind}s.deployster.io");
+            let name = match kind {
+                "preview" => "manifestpreviews.deployster.io".to_string(),
+                kind => format!("{kind}s.deployster.io"),
+            };
             wait_for("the CRD to be established", Duration::from_secs(60), || {
                 self.get(&["crd", &name]).is_some_and(|crd| {
                     crd["status"]["conditions"]

@@ -317,6 +317,7 @@ pub fn on_terminal(ws: &Workspace, args: &[&str], answer: impl Fn(&str) -> &'sta
 pub fn argocd_health(object: &Value) -> (String, String) {
     let file = match object["kind"].as_str() {
         Some("Pipeline") => "argocd-health-pipeline.lua",
+        Some("ManifestPreview") => "argocd-health-preview.lua",
         _ => "argocd-health.lua",
     };
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("charts/deployster/health").join(file);

@@ -40,6 +40,12 @@ src/controller/rbac.rs's API_ACCESS with scope Watched (tests/apiserver/helm.rs 
 - apiGroups: ["deployster.io"]
   resources: ["pipelines/status"]
   verbs: ["patch"]
+- apiGroups: ["deployster.io"]
+  resources: ["manifestpreviews"]
+  verbs: ["list", "watch", "delete"]
+- apiGroups: ["deployster.io"]
+  resources: ["manifestpreviews/status"]
+  verbs: ["patch"]
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]
@@ -51,13 +57,13 @@ src/controller/rbac.rs's API_ACCESS with scope Watched (tests/apiserver/helm.rs 
   verbs: ["get", "list", "watch", "create", "update", "delete"]
 - apiGroups: [""]
   resources: ["serviceaccounts"]
-  verbs: ["impersonate"]
+  verbs: ["get", "impersonate"]
 {{- end -}}
 
 {{/* Running image types as Pods, in the watched namespaces: API_ACCESS with scope Pods. */}}
 {{- define "deployster.podRules" -}}
 - apiGroups: [""]
-  resources: ["serviceaccounts", "persistentvolumeclaims", "pods/log"]
+  resources: ["persistentvolumeclaims", "pods/log"]
   verbs: ["get"]
 - apiGroups: [""]
   resources: ["pods"]

@@ -115,6 +115,7 @@ async fn delete_resources(obj: &Manifest, ctx: &Context, term: &CancellationToke
         observers: Vec::new(),
         approver: &ApproveAll,
         assume_valid: &assumed,
+        scope: super::run::pod_scope(obj),
     };
     let passed = run_pass(ctx, obj, request, term).await?;
     match passed.ended {

@@ -87,6 +87,7 @@ pub async fn engine_pass(
         observers,
         approver: &guard,
         assume_valid: &assumed,
+        scope: pod_scope(obj),
     };
     let run = async {
         let passed = run_pass(ctx, obj, request, term).await;
@@ -126,6 +127,8 @@ pub struct PassRequest<'a> {
     pub observers: Vec<Arc<dyn Observer>>,
     pub approver: &'a dyn Approver,
     pub assume_valid: &'a AssumeValid,
+    /// Where and as whom its image types' Pods run ([`pod_scope`] for a Manifest's own passes).
+    pub scope: crate::pod::executor::PodScope,
 }
 
 /// The pass `request` asks for, stopped when `term` ends.
@@ -135,15 +138,15 @@ pub async fn run_pass(
     request: PassRequest<'_>,
     term: &CancellationToken,
 ) -> Result<Passed, PassError> {
-    let PassRequest { manifest, mode, inventory, log, observers, approver, assume_valid } = request;
+    let PassRequest { manifest, mode, inventory, log, observers, approver, assume_valid, scope } = request;
     let settings = &ctx.settings;
     let run_id = new_run_id();
     // The reconcile's span (controller::run) has a slot for it: every log line of the pass says it.
     tracing::Span::current().record("run_id", run_id.as_str());
     // Image types' Pods run in the Manifest's namespace, as its ServiceAccount, owned by it —
-    // once nothing an earlier pass of it started still runs: an action never runs twice at once.
-    let scope = pod_scope(obj);
-    let selector = format!("{MANIFEST_LABEL}={}", obj.uid().unwrap_or_default());
+    // once nothing an earlier pass of it started still runs (the Pods its labels select): an
+    // action never runs twice at once.
+    let selector = scope.labels.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",");
     let swept = ctx
         .executors
         .begin_pass(&scope.namespace, &selector)

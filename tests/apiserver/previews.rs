@@ -1,0 +1,291 @@
+//! ManifestPreviews on the real API server: `deployster preview`, run with the rights of a CI
+//! account that may only ask for previews, gets the plan of a proposed spec — for a Manifest
+//! that exists or not — as text, JSON and Markdown, exiting 0/2/1 as `plan --detailed-exitcode`,
+//! and nothing is applied. Bad proposals, a missing ServiceAccount, an oversized proposal, an
+//! account that may not ask, sensitive values, and an abandoned preview.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::removals::manifest;
+use crate::support;
+use crate::support::cluster::{Cluster, ControllerProcess, wait_for};
+
+/// `deployster preview NAME -f FILE ARGS` as the account of `kubeconfig`: exit code, stdout,
+/// and all it said (stdout, then stderr).
+fn preview(kubeconfig: &Path, name: &str, yaml: &str, args: &[&str]) -> (i32, String, String) {
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), yaml).unwrap();
+    let output = Command::new(support::deployster())
+        .args(["preview", name, "-f", file.path().to_str().unwrap(), "--timeout", "90s"])
+        .args(args)
+        .env("KUBECONFIG", kubeconfig)
+        .output()
+        .unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).to_string();
+    let stdout = text(&output.stdout);
+    (output.status.code().unwrap_or(-1), stdout.clone(), stdout + &text(&output.stderr))
+}
+
+/// A cluster namespace named after `test` with the controller watching it, the ServiceAccount
+/// `deployer` that Manifests act as (ConfigMaps), and CI's kubeconfig: an account that may
+/// create, read and delete ManifestPreviews, and nothing else.
+fn setup(test: &str) -> (Cluster, tempfile::TempDir, ControllerProcess, std::path::PathBuf) {
+    let cluster = Cluster::new(test);
+    let work = tempfile::tempdir().unwrap();
+    let controller =
+        ControllerProcess::start(&cluster, work.path(), "controller", &["--namespace", &cluster.namespace]);
+    cluster.service_account("deployer", "get,list,create,patch,delete", "configmaps");
+    cluster.service_account("ci", "create,get,delete", "manifestpreviews.deployster.io");
+    let ci = cluster.token_kubeconfig("ci", work.path());
+    (cluster, work, controller, ci)
+}
+
+fn data(cluster: &Cluster, name: &str) -> Value {
+    cluster.get(&["configmap", name]).map(|c| c["data"].clone()).unwrap_or_default()
+}
+
+#[ignore = "needs a Kubernetes API server: DEPLOYSTER_E2E_KUBECONFIG=<kubeconfig ../shared/apiserver/up.sh prints> cargo test --test apiserver previews:: -- --include-ignored"]
+#[test]
+fn a_proposal_is_planned_in_the_cluster_and_nothing_is_applied() {
+    let (cluster, _work, _controller, ci) = setup("preview");
+    // CI may ask for previews, and nothing else: not read ConfigMaps, Secrets or Manifests.
+    assert!(!cluster.kubectl(&["--kubeconfig", ci.to_str().unwrap(), "get", "configmaps"]).0, "CI reads nothing");
+    let all = [("a", None), ("b", Some("a")), ("c", None)];
+    cluster.apply_yaml(&manifest("app", "", &all));
+    wait_for("the Manifest to be Ready", Duration::from_secs(120), || cluster.condition("app", "Ready") == "True");
+
+    // a's data changes, c leaves, d joins.
+    let proposed = manifest("app", "", &[("a", None), ("b", Some("a")), ("d", None)]).replace("{a: b}", "{a: z}");
+    let (code, stdout, stderr) = preview(&ci, "app", &proposed, &["--output", "json"]);
+    assert_eq!(code, 2, "changes pending: {stderr}");
+    let answer: Value = serde_json::from_str(&stdout).unwrap();
+    let plan = &answer["status"]["plan"];
+    assert_eq!(answer["status"]["phase"], "Planned", "{answer:#}");
+    let status_of = |list: &str, name: &str| {
+        plan[list].as_array().unwrap().iter().find(|r| r["name"] == name).cloned().unwrap_or_default()
+    };
+    let a = status_of("resources", "a");
+    assert_eq!(a["status"], "STALE", "{plan:#}");
+    assert!(!a["actions"].as_array().unwrap().is_empty(), "{a}");
+    assert!(a["differences"].to_string().contains("config.object.data.a: \\\"b\\\" → \\\"z\\\""), "{a}");
+    assert_eq!(status_of("resources", "d")["status"], "MISSING");
+    assert_eq!(status_of("removals", "c")["status"], "DELETE");
+    assert_eq!(plan["changes"], true);
+    assert!(plan["id"].as_str().is_some_and(|id| id.len() >= 12), "{plan}");
+    // Nothing applied, and the preview is gone (the CLI deletes it once printed).
+    assert_eq!(data(&cluster, "cm-a")["a"], "b");
+    assert!(cluster.get(&["configmap", "cm-d"]).is_none() && cluster.get(&["configmap", "cm-c"]).is_some());
+    let left = cluster.get(&["manifestpreviews"]).unwrap();
+    assert!(left["items"].as_array().unwrap().is_empty(), "{left}");
+    let history = cluster.history("app");
+    assert!(!history.iter().any(|e| e["run"] == plan["id"]), "the Manifest's log is not written");
+
+    // As Markdown, for the pull request.
+    let (code, markdown, _) = preview(&ci, "app", &proposed, &["--output", "markdown"]);
+    assert_eq!(code, 2);
+    assert!(markdown.contains(&format!("### Deployster preview of `{}/app`: changes pending", cluster.namespace)));
+    assert!(markdown.contains("| `~` STALE | `a` | `builtin/kubernetes` |"), "{markdown}");
+    assert!(markdown.contains("| `-` DELETE | `c` |"), "{markdown}");
+    assert!(markdown.contains("| `+` MISSING | `d` |"), "{markdown}");
+
+    // The spec as it is: nothing to do, 0.
+    let (code, text, stderr) = preview(&ci, "app", &manifest("app", "", &all), &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(text.contains("Plan: 0 to apply, 0 pending, 3 valid."), "{text}");
+
+    // A Manifest that does not exist: planned from nothing.
+    let (code, text, _) = preview(&ci, "fresh", &manifest("fresh", "", &[("e", None)]), &[]);
+    assert_eq!(code, 2, "{text}");
+    assert!(text.contains("MISSING   e"), "{text}");
+
+    // A sensitive value: masked in the answer and in the status kept (--keep).
+    let secret = manifest("app", "  vars: {token: s3cr3t-t0ken}\n  sensitive: [token]\n", &all)
+        .replace("{a: b}", "{a: \"{{ token }}\"}");
+    let (code, text, _) = preview(&ci, "app", &secret, &["--keep", "--output", "markdown"]);
+    assert_eq!(code, 2, "{text}");
+    assert!(!text.contains("s3cr3t"), "{text}");
+    assert!(text.contains("***"), "{text}");
+    // (Its spec holds what the asker wrote; the status is what the controller made of it.)
+    let kept = cluster.get(&["manifestpreviews"]).unwrap();
+    let status = &kept["items"][0]["status"];
+    assert_eq!(status["phase"], "Planned", "{kept}");
+    assert!(!status.to_string().contains("s3cr3t"), "{status}");
+    // Flux's kstatus reads Ready; Argo CD the chart's health check.
+    assert_eq!(status["conditions"][0]["type"], "Ready");
+    assert_eq!(status["conditions"][0]["status"], "True");
+    let (health, message) = support::argocd_health(&kept["items"][0]);
+    assert_eq!((health.as_str(), message.as_str()), ("Healthy", status["plan"]["summary"].as_str().unwrap()));
+}
+
+#[ignore = "needs a Kubernetes API server: DEPLOYSTER_E2E_KUBECONFIG=<kubeconfig ../shared/apiserver/up.sh prints> cargo test --test apiserver previews:: -- --include-ignored"]
+#[test]
+fn bad_proposals_and_askers_get_clear_answers() {
+    let (cluster, work, _controller, ci) = setup("preview-bad");
+    cluster.service_account("nobody", "get", "secrets");
+    let fine = manifest("app", "", &[("a", None)]);
+
+    // Not a valid Manifest spec: its errors, as for a Manifest.
+    let invalid = manifest("app", "", &[("a", Some("nowhere"))]);
+    let (code, _, said) = preview(&ci, "app", &invalid, &[]);
+    assert_eq!(code, 1, "{said}");
+    assert!(said.contains("ProposalInvalid") && said.contains("nowhere"), "{said}");
+    // Not even a Manifest's shape: named by its field and line, before the cluster is asked.
+    let (code, _, stderr) = preview(&ci, "app", &fine.replace("interval: 2s", "interval: [2s]"), &[]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("not a Manifest object") && stderr.contains("spec.interval"), "{stderr}");
+    // A ServiceAccount that does not exist.
+    let (code, _, stderr) =
+        preview(&ci, "app", &fine.replace("serviceAccountName: deployer", "serviceAccountName: ghost"), &[]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("ServiceAccount `ghost` not found"), "{stderr}");
+    // One that may not read what the proposal manages: the plan says so, resource by resource.
+    let (code, text, stderr) =
+        preview(&ci, "app", &fine.replace("serviceAccountName: deployer", "serviceAccountName: nobody"), &[]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(text.contains("FAILED") && text.contains("forbidden"), "{text}");
+    // Over the size a preview may have.
+    let big = fine.replace("{a: b}", &format!("{{a: {}}}", "x".repeat(300 * 1024)));
+    let (code, _, stderr) = preview(&ci, "app", &big, &[]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("ProposalTooLarge"), "{stderr}");
+    // An account that may not ask: 403, named.
+    let nobody = cluster.token_kubeconfig("nobody", work.path());
+    let (code, _, stderr) = preview(&nobody, "app", &fine, &[]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("not allowed to create ManifestPreviews"), "{stderr}");
+    assert!(cluster.get(&["configmap", "cm-a"]).is_none(), "nothing was applied");
+
+    // Abandoned previews (no CLI waits for them): planned, then deleted after their TTL; a
+    // dozen at once are all answered.
+    for n in 0..12 {
+        let object = format!(
+            "apiVersion: deployster.io/v1alpha1\nkind: ManifestPreview\nmetadata: {{name: left-{n}}}\nspec:\n  \
+             manifest: app\n  ttlSecondsAfterFinished: {}\n  proposed:\n    serviceAccountName: deployer\n    \
+             resources: {{}}\n",
+            if n == 0 { 1 } else { 60 }
+        );
+        cluster.apply_yaml(&object);
+    }
+    wait_for("every preview to be planned", Duration::from_secs(120), || {
+        let list = cluster.get(&["manifestpreviews"]).unwrap_or_default();
+        let items = list["items"].as_array().cloned().unwrap_or_default();
+        items.len() == 11 && items.iter().all(|p| p["status"]["phase"] == "Planned")
+    });
+    assert!(cluster.get(&["manifestpreview", "left-0"]).is_none(), "the abandoned one is cleaned up");
+    // A failed one, as Argo CD and Flux see it.
+    cluster.apply_yaml(
+        "apiVersion: deployster.io/v1alpha1\nkind: ManifestPreview\nmetadata: {name: ghostly}\nspec:\n  manifest: app\n  \
+         proposed:\n    serviceAccountName: ghost\n    resources: {}\n",
+    );
+    wait_for("the preview to fail", Duration::from_secs(60), || {
+        cluster.get(&["manifestpreview", "ghostly"]).is_some_and(|p| p["status"]["phase"] == "Failed")
+    });
+    let failed = cluster.get(&["manifestpreview", "ghostly"]).unwrap();
+    assert_eq!(failed["status"]["conditions"][0]["status"], "False");
+    assert_eq!(failed["status"]["conditions"][0]["reason"], "ServiceAccountMissing");
+    let (health, message) = support::argocd_health(&failed);
+    assert_eq!(health, "Degraded");
+    assert!(message.contains("ServiceAccount `ghost` not found"), "{message}");
+}
+
+/// `deployster approve NAME --plan ID` as the admin: exit code and all it said.
+fn approve(cluster: &Cluster, name: &str, plan: &str) -> (i32, String) {
+    let output = Command::new(support::deployster())
+        .args(["approve", name, "-n", &cluster.namespace, "--plan", plan])
+        .env("KUBECONFIG", &cluster.kubeconfig)
+        .output()
+        .unwrap();
+    let said = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    (output.status.code().unwrap_or(-1), said)
+}
+
+/// The digest of the plan Manifest `name` awaits approval for, once it does, after `not`.
+fn pending_digest(cluster: &Cluster, name: &str, not: &str) -> String {
+    let mut digest = String::new();
+    wait_for("a plan awaiting approval", Duration::from_secs(60), || {
+        let found = cluster.get(&["manifest", name]).unwrap_or_default();
+        digest = found["status"]["pendingPlan"]["digest"].as_str().unwrap_or_default().to_string();
+        !digest.is_empty() && digest != not
+    });
+    digest
+}
+
+/// With `approval: Manual`, the plan a reviewer saw in the pull request's preview is the one
+/// applied after the merge — or nothing, when another change was merged meanwhile.
+#[ignore = "needs a Kubernetes API server: DEPLOYSTER_E2E_KUBECONFIG=<kubeconfig ../shared/apiserver/up.sh prints> cargo test --test apiserver previews:: -- --include-ignored"]
+#[test]
+fn the_plan_previewed_is_the_plan_approved_after_the_merge() {
+    let (cluster, _work, _controller, ci) = setup("preview-loop");
+    let gated = |value: &str| {
+        manifest("gated", "  approval: Manual\n", &[("a", None)]).replace("{a: b}", &format!("{{a: {value}}}"))
+    };
+    cluster.apply_yaml(&gated("b"));
+    let first = pending_digest(&cluster, "gated", "");
+    assert_eq!(approve(&cluster, "gated", &first).0, 0);
+    wait_for("the first plan to be applied", Duration::from_secs(60), || data(&cluster, "cm-a")["a"] == "b");
+
+    // The pull request: previewed, reviewed. Merged and synced: the controller's plan is the
+    // previewed one, and approving the previewed id applies it.
+    let (code, markdown, said) = preview(&ci, "gated", &gated("z"), &["--output", "markdown"]);
+    assert_eq!(code, 2, "{said}");
+    let id = markdown.split("--plan ").nth(1).and_then(|rest| rest.split('`').next()).unwrap().to_string();
+    cluster.apply_yaml(&gated("z"));
+    let now = pending_digest(&cluster, "gated", &first);
+    assert_eq!(now, id, "the controller plans what the preview showed");
+    let (code, said) = approve(&cluster, "gated", &id);
+    assert_eq!(code, 0, "{said}");
+    wait_for("the previewed plan to be applied", Duration::from_secs(60), || data(&cluster, "cm-a")["a"] == "z");
+
+    // Reviewed one change; another was merged: the reviewed id approves nothing.
+    let (_, markdown, _) = preview(&ci, "gated", &gated("w"), &["--output", "markdown"]);
+    let reviewed = markdown.split("--plan ").nth(1).and_then(|rest| rest.split('`').next()).unwrap().to_string();
+    cluster.apply_yaml(&gated("v"));
+    pending_digest(&cluster, "gated", &now);
+    let (code, said) = approve(&cluster, "gated", &reviewed);
+    assert_eq!(code, 2, "{said}");
+    assert!(said.contains(&format!("plan {reviewed} is not the one awaiting approval")), "{said}");
+    assert!(said.contains("nothing was approved"), "{said}");
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(data(&cluster, "cm-a")["a"], "z", "nothing applied");
+}
+
+/// `examples/preview/ci.sh` as a CI job runs it: the preview on the pull request, the merge
+/// synced, the reviewed plan approved and applied.
+#[ignore = "needs a Kubernetes API server: DEPLOYSTER_E2E_KUBECONFIG=<kubeconfig ../shared/apiserver/up.sh prints> cargo test --test apiserver previews:: -- --include-ignored"]
+#[test]
+fn the_example_ci_job_previews_and_approves() {
+    let (cluster, work, _controller, ci) = setup("preview-example");
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/preview");
+    let bin = support::deployster().parent().unwrap().to_path_buf();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let job = |step: &str, kubeconfig: &Path| {
+        let output = Command::new(example.join("ci.sh"))
+            .arg(step)
+            .current_dir(work.path())
+            .env("PATH", &path)
+            .env("NAMESPACE", &cluster.namespace)
+            .env("KUBECONFIG", kubeconfig)
+            .output()
+            .unwrap();
+        let said = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+        (output.status.code().unwrap_or(-1), said)
+    };
+    let (code, said) = job("preview", &ci);
+    assert_eq!(code, 0, "{said}");
+    assert!(said.contains("changes pending") && said.contains("| `+` MISSING | `settings` |"), "{said}");
+    let id = std::fs::read_to_string(work.path().join("plan-id.txt")).unwrap();
+    assert_eq!(id.trim().len(), 12, "{id}");
+    assert!(cluster.get(&["configmap", "app-settings"]).is_none(), "a preview applies nothing");
+
+    cluster.must(&cluster.ns(&["apply", "-f", example.join("app.yaml").to_str().unwrap()]));
+    assert_eq!(pending_digest(&cluster, "app", ""), id.trim());
+    let (code, said) = job("approve", Path::new(&cluster.kubeconfig));
+    assert_eq!(code, 0, "{said}");
+    wait_for("the reviewed plan to be applied", Duration::from_secs(60), || {
+        data(&cluster, "app-settings")["LOG_LEVEL"] == "info"
+    });
+}
