@@ -38,7 +38,7 @@ pub const PLANNING_PER_NAMESPACE: usize = 4;
 /// How long a preview is kept once planned, unless its spec says.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(3600);
 /// How often a queued preview asks again for a slot.
-const QUEUED_RETRY: Duration = Duration::from_secs(2);
+const QUEUED_RETRY: Duration = Duration::from_millis(500);
 
 /// Why a reconcile of a preview could not finish (a plan that failed is no error: the status
 /// says why).
