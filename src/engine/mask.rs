@@ -53,7 +53,7 @@ impl FingerprintKey {
             Err(_) => {}
         }
         let mut secret = [0u8; 32];
-        getrandom::fill(&mut secret).map_err(std::io::Error::other)?;
+        getrandom::fill(&mut secret).map_err(|e| std::io::Error::other(e.to_string()))?;
         let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path)?;
         file.write_all(&secret)?;
         file.sync_all()?;

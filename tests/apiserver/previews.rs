@@ -159,22 +159,29 @@ fn bad_proposals_and_askers_get_clear_answers() {
     assert!(stderr.contains("not allowed to create ManifestPreviews"), "{stderr}");
     assert!(cluster.get(&["configmap", "cm-a"]).is_none(), "nothing was applied");
 
-    // Abandoned previews (no CLI waits for them): planned, then deleted after their TTL; a
-    // dozen at once are all answered.
-    for n in 0..12 {
+    // Abandoned previews (no CLI waits for them): planned, then deleted after their TTL; 50
+    // asked at once are all answered, at most 4 planned at a time, the rest queued (said).
+    let mut many = String::new();
+    for n in 0..50 {
         let object = format!(
             "apiVersion: deployster.io/v1alpha1\nkind: ManifestPreview\nmetadata: {{name: left-{n}}}\nspec:\n  \
              manifest: app\n  ttlSecondsAfterFinished: {}\n  proposed:\n    serviceAccountName: deployer\n    \
              resources: {{}}\n",
-            if n == 0 { 1 } else { 60 }
+            if n == 0 { 1 } else { 120 }
         );
-        cluster.apply_yaml(&object);
+        many.push_str(&format!("---\n{object}"));
     }
+    cluster.apply_yaml(&many);
+    let mut items = Vec::new();
     wait_for("every preview to be planned", Duration::from_secs(120), || {
         let list = cluster.get(&["manifestpreviews"]).unwrap_or_default();
-        let items = list["items"].as_array().cloned().unwrap_or_default();
-        items.len() == 11 && items.iter().all(|p| p["status"]["phase"] == "Planned")
+        items = list["items"].as_array().cloned().unwrap_or_default();
+        items.len() == 49 && items.iter().all(|p| p["status"]["phase"] == "Planned")
     });
+    let waited = items.iter().filter(|p| {
+        p["status"]["message"].as_str().is_some_and(|m| m.starts_with("planned after waiting for a slot (at most 4"))
+    });
+    assert!(waited.count() >= 1, "some waited their turn: {items:#?}");
     assert!(cluster.get(&["manifestpreview", "left-0"]).is_none(), "the abandoned one is cleaned up");
     // A failed one, as Argo CD and Flux see it.
     cluster.apply_yaml(

@@ -325,3 +325,40 @@ fn runner_pods_refused_by_admission_fall_back_to_a_pod_each_said_once() {
     wait_for("app to go", Duration::from_secs(60), || cluster.get(&["manifest", "app"]).is_none());
     assert_nothing_left(&cluster);
 }
+
+/// A preview of a Manifest of image types is planned in the cluster — their states read in
+/// warm runners as the Manifest's ServiceAccount — and applies nothing: before the Manifest
+/// exists, and once it is applied (nothing to do).
+#[ignore = "needs a cluster whose Pods run: DEPLOYSTER_E2E_CLUSTER=<kubeconfig ../shared/cluster/up.sh prints> cargo test --test cluster controller_pods:: -- --include-ignored"]
+#[test]
+fn a_preview_reads_image_types_in_runners_and_applies_nothing() {
+    let (env, cluster) = on_cluster("ctl-preview");
+    let dir = claim(&cluster);
+    let work = tempfile::tempdir().unwrap();
+    cluster.apply_yaml("apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: deployer}\n");
+    let controller = controller(env, &cluster, work.path(), "controller");
+    let spec = manifest("app", "  serviceAccountName: deployer\n", &dependent_pair(&env.fixture_plugs));
+    let file = work.path().join("app.yaml");
+    std::fs::write(&file, &spec).unwrap();
+    let preview = || {
+        let output = std::process::Command::new(support::deployster())
+            .args(["preview", "app", "-n", &cluster.namespace, "-f", file.to_str().unwrap(), "--timeout", "3m"])
+            .env("KUBECONFIG", &cluster.kubeconfig)
+            .output()
+            .unwrap();
+        let said = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+        (output.status.code().unwrap_or(-1), said)
+    };
+    let (code, said) = preview();
+    assert_eq!(code, 2, "{said}");
+    assert!(said.contains("MISSING   first"), "first's state was read: {said}");
+    assert!(!dir.join("first.marker").exists(), "nothing applied");
+    assert!(cluster.get(&["manifest", "app"]).is_none());
+
+    cluster.apply_yaml(&spec);
+    wait_for("app to be Ready", Duration::from_secs(120), || cluster.condition("app", "Ready") == "True");
+    let (code, said) = preview();
+    assert_eq!(code, 0, "nothing to do: {said}");
+    assert!(said.contains("VALID     first") && said.contains("VALID     second"), "{said}");
+    assert_api_calls_are_listed(&controller);
+}

@@ -92,7 +92,13 @@ pub async fn reconcile(obj: Arc<ManifestPreview>, ctx: Arc<Context>) -> Result<A
         }
         return Ok(Action::requeue(QUEUED_RETRY));
     };
-    let outcome = plan(&obj, &ctx).await?;
+    let mut outcome = plan(&obj, &ctx).await?;
+    let waited = obj.status.as_ref().and_then(|s| s.phase.as_deref()) == Some(PreviewPhase::Queued.as_str());
+    if waited && outcome.message.is_none() {
+        outcome.message = Some(format!(
+            "planned after waiting for a slot (at most {PLANNING_PER_NAMESPACE} previews are planned at once in a namespace)"
+        ));
+    }
     write(&obj, &ctx, outcome, (ctx.clock)()).await
 }
 
