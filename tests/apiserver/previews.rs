@@ -81,8 +81,12 @@ fn a_proposal_is_planned_in_the_cluster_and_nothing_is_applied() {
     assert!(cluster.get(&["configmap", "cm-d"]).is_none() && cluster.get(&["configmap", "cm-c"]).is_some());
     let left = cluster.get(&["manifestpreviews"]).unwrap();
     assert!(left["items"].as_array().unwrap().is_empty(), "{left}");
+    // What the preview read (a's proposed data) is not in the Manifest's log: it kept its own.
     let history = cluster.history("app");
-    assert!(!history.iter().any(|e| e["run"] == plan["id"]), "the Manifest's log is not written");
+    let applied_inputs = history.iter().filter(|e| e.to_string().contains(r#""data":{"a":"b"}"#)).count();
+    assert!(applied_inputs > 0, "the log keeps inputs so: {history:#?}");
+    let proposed_inputs = history.iter().filter(|e| e.to_string().contains(r#""data":{"a":"z"}"#)).count();
+    assert_eq!(proposed_inputs, 0, "the Manifest's log is not written: {history:#?}");
 
     // As Markdown, for the pull request.
     let (code, markdown, _) = preview(&ci, "app", &proposed, &["--output", "markdown"]);
