@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::plan::{Plan, ResourceEntry, Standing};
-use super::protocol::StateResponse;
+use super::protocol::{Action, StateResponse};
 use super::validate::{ValidatedManifest, content_hash};
 use super::vars::VarSource;
 
@@ -192,25 +192,26 @@ impl SavedPlanError {
     }
 }
 
+/// The state kept of a STALE or MISSING answer (`{}` when it gave none), and its action names.
+fn needing(stale_state: &Option<Value>, actions: &[Action]) -> (Option<Value>, Vec<String>) {
+    (Some(stale_state.clone().unwrap_or_else(|| json!({}))), actions.iter().map(|a| a.name.clone()).collect())
+}
+
 /// The state and the action names a state action answered.
 fn answered(response: &StateResponse) -> (Option<serde_json::Value>, Vec<String>) {
     match response {
         StateResponse::Valid { state } => (Some(state.clone()), Vec::new()),
-        StateResponse::NeedsActions { stale_state, actions, .. } => {
-            (Some(stale_state.clone().unwrap_or_else(|| json!({}))), actions.iter().map(|a| a.name.clone()).collect())
-        }
+        StateResponse::NeedsActions { stale_state, actions, .. } => needing(stale_state, actions),
     }
 }
 
 fn saved_resource(manifest: &ValidatedManifest, i: usize, entry: &ResourceEntry) -> SavedResource {
     let (state, actions, unknown_inputs, found) = match &entry.standing {
         Standing::Valid { state, .. } => (Some(state.clone()), Vec::new(), Vec::new(), None),
-        Standing::NeedsActions { stale_state, actions, .. } => (
-            Some(stale_state.clone().unwrap_or_else(|| json!({}))),
-            actions.iter().map(|a| a.name.clone()).collect(),
-            Vec::new(),
-            None,
-        ),
+        Standing::NeedsActions { stale_state, actions, .. } => {
+            let (state, actions) = needing(stale_state, actions);
+            (state, actions, Vec::new(), None)
+        }
         Standing::Pending { unknown_inputs, found, .. } => {
             let (state, actions) = found.as_deref().map(answered).unwrap_or_default();
             let unknown = unknown_inputs.iter().map(|u| format!("{} = {}", u.path, u.expression)).collect();
@@ -255,11 +256,19 @@ impl SavedPlan {
             workspace: None,
             resources,
             removals: saved_removals(plan),
-            parts: Parts::of(manifest),
+            parts: Parts::default(),
             checksum: String::new(),
         };
         saved.checksum = saved.expected_checksum();
         saved
+    }
+
+    /// The plan, with the digests of what its revision is made of (the files read now), so
+    /// that a plan file refused later names the file, variable or resource that changed.
+    pub fn with_parts(mut self, manifest: &ValidatedManifest) -> SavedPlan {
+        self.parts = Parts::of(manifest);
+        self.checksum = self.expected_checksum();
+        self
     }
 
     /// The plan, made in `workspace`.

@@ -51,7 +51,7 @@ fn data(cluster: &Cluster, name: &str) -> Value {
 #[ignore = "needs a Kubernetes API server: DEPLOYSTER_E2E_KUBECONFIG=<kubeconfig ../shared/apiserver/up.sh prints> cargo test --test apiserver previews:: -- --include-ignored"]
 #[test]
 fn a_proposal_is_planned_in_the_cluster_and_nothing_is_applied() {
-    let (cluster, _work, _controller, ci) = setup("preview");
+    let (cluster, _work, controller, ci) = setup("preview");
     // CI may ask for previews, and nothing else: not read ConfigMaps, Secrets or Manifests.
     assert!(!cluster.kubectl(&["--kubeconfig", ci.to_str().unwrap(), "get", "configmaps"]).0, "CI reads nothing");
     let all = [("a", None), ("b", Some("a")), ("c", None)];
@@ -109,10 +109,18 @@ fn a_proposal_is_planned_in_the_cluster_and_nothing_is_applied() {
     // A sensitive value: masked in the answer and in the status kept (--keep).
     let secret = manifest("app", "  vars: {token: s3cr3t-t0ken}\n  sensitive: [token]\n", &all)
         .replace("{a: b}", "{a: \"{{ token }}\"}");
-    let (code, text, _) = preview(&ci, "app", &secret, &["--keep", "--output", "markdown"]);
+    let (code, text, said) = preview(&ci, "app", &secret, &["--keep", "--output", "markdown"]);
     assert_eq!(code, 2, "{text}");
-    assert!(!text.contains("s3cr3t"), "{text}");
+    assert!(!said.contains("s3cr3t"), "{said}");
     assert!(text.contains("***"), "{text}");
+    // Nor in the controller's log (at debug, where it names each preview it plans), nor in the
+    // namespace's events.
+    let log = controller.log_text();
+    assert!(log.contains("preview="), "the log speaks of previews: {log}");
+    assert!(!log.contains("s3cr3t"), "the controller's log shows a sensitive value: {log}");
+    let events = cluster.get(&["events"]).unwrap();
+    assert!(!events["items"].as_array().unwrap().is_empty(), "the passes published events: {events}");
+    assert!(!events.to_string().contains("s3cr3t"), "an event shows a sensitive value: {events}");
     // (Its spec holds what the asker wrote; the status is what the controller made of it.)
     let kept = cluster.get(&["manifestpreviews"]).unwrap();
     let status = &kept["items"][0]["status"];

@@ -289,10 +289,7 @@ pub async fn controllers(
     use kube::runtime::{Controller, watcher};
     let mut controllers: super::Controllers = Vec::new();
     for scope in scopes {
-        let api: Api<ManifestPreview> = match scope {
-            Some(ns) => Api::namespaced(client.clone(), ns),
-            None => Api::all(client.clone()),
-        };
+        let api: Api<ManifestPreview> = super::scoped(client, scope);
         let what = "ManifestPreviews are not planned";
         match super::listable(&api, scope, what, "manifestpreviews.deployster.io", "preview").await {
             None => return Vec::new(),
