@@ -67,13 +67,20 @@ fn render_context(manifest: &ValidatedManifest, i: usize, known: &Knowledge) -> 
     Value::Object(ctx)
 }
 
+/// A type's `config_schema`, compiled, and as it was written: where a config has a key the
+/// schema does not allow, the keys it does allow are looked up there for the closest.
+pub(crate) struct ConfigSchema {
+    pub compiled: jsonschema::Validator,
+    pub source: Value,
+}
+
 /// Resource `i`'s config rendered against what is known, and checked against its type's
 /// schema (every violation, located by config path).
 pub(crate) fn rendered_config(
     manifest: &ValidatedManifest,
     i: usize,
     known: &Knowledge,
-    schema: Option<&jsonschema::Validator>,
+    schema: Option<&ConfigSchema>,
 ) -> Result<Value, ResourceError> {
     let resource = &manifest.resources[i];
     let prefix = resource.config_prefix();
@@ -156,13 +163,28 @@ fn mask_derived(manifest: &ValidatedManifest, template: &expr::ConfigTemplate, c
 }
 
 /// Every schema violation, located by config path, with values masked (they may come from
-/// variables).
-fn schema_violations(schema: &jsonschema::Validator, config: &Value, prefix: &str) -> Vec<String> {
+/// variables); a key the schema does not allow, with the allowed key most like it.
+fn schema_violations(schema: &ConfigSchema, config: &Value, prefix: &str) -> Vec<String> {
     schema
+        .compiled
         .iter_errors(config)
         .map(|e| {
             let path = pointer_to_path(config, e.instance_path().as_str());
-            format!("{}: {}", expr::full_path(prefix, &path), e.masked())
+            let mut hints = String::new();
+            if let jsonschema::error::ValidationErrorKind::AdditionalProperties { unexpected } = e.kind() {
+                // The schema object holding `additionalProperties`, and the keys it declares.
+                let at = e.schema_path().as_str();
+                let object = at.strip_suffix("/additionalProperties").and_then(|p| schema.source.pointer(p));
+                let allowed = object.and_then(|o| o.get("properties")).and_then(Value::as_object);
+                for key in unexpected {
+                    if let Some(meant) =
+                        allowed.and_then(|a| super::suggest::closest(key, a.keys().map(String::as_str)))
+                    {
+                        hints.push_str(&format!(" (`{key}`: did you mean `{meant}`?)"));
+                    }
+                }
+            }
+            format!("{}: {}{hints}", expr::full_path(prefix, &path), e.masked())
         })
         .collect()
 }
@@ -199,14 +221,38 @@ mod tests {
         assert_eq!(pointer_to_path(&v, "").to_string(), "");
     }
 
+    fn schema(source: Value) -> ConfigSchema {
+        ConfigSchema { compiled: jsonschema::draft4::new(&source).unwrap(), source }
+    }
+
+    #[test]
+    fn a_key_the_schema_does_not_allow_is_shown_with_the_closest_it_does() {
+        let schema = schema(json!({
+            "type": "object",
+            "properties": {
+                "content": {"type": "string"},
+                "path": {"type": "string"},
+                "owner": {"type": "object", "properties": {"name": {}}, "additionalProperties": false}
+            },
+            "additionalProperties": false
+        }));
+        let config = json!({"contents": "x", "path": "p", "zzz": 1, "owner": {"nmae": "u"}});
+        let v = schema_violations(&schema, &config, "resources.r.config");
+        assert_eq!(v.len(), 2, "{v:?}");
+        let at = |prefix: &str| v.iter().find(|m| m.starts_with(prefix)).unwrap_or_else(|| panic!("{prefix}: {v:?}"));
+        let root = at("resources.r.config: Additional properties are not allowed");
+        assert!(root.ends_with("were unexpected) (`contents`: did you mean `content`?)"), "{v:?}");
+        assert!(!root.contains("`zzz`: did you mean"), "{v:?}");
+        assert!(at("resources.r.config.owner: ").ends_with("(`nmae`: did you mean `name`?)"), "{v:?}");
+    }
+
     #[test]
     fn schema_violations_are_all_reported_masked() {
-        let schema = jsonschema::draft4::new(&json!({
+        let schema = schema(json!({
             "type": "object",
             "properties": {"port": {"type": "integer"}, "hosts": {"type": "array", "items": {"type": "string"}}},
             "required": ["name"]
-        }))
-        .unwrap();
+        }));
         let config = json!({"port": "s3cret", "hosts": ["a", 5]});
         let v = schema_violations(&schema, &config, "resources.r.config");
         assert_eq!(v.len(), 3, "{v:?}");

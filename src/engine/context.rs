@@ -121,7 +121,7 @@ pub fn new_run_id() -> String {
 /// What a resource's type told us at init, checked against the manifest.
 pub(crate) struct ResourceType {
     pub init: InitResponse,
-    pub schema: Option<Arc<jsonschema::Validator>>,
+    pub schema: Option<Arc<super::config::ConfigSchema>>,
     pub mounts: Vec<Mount>,
     /// Plug name → path as the program sees it.
     pub plug_paths: IndexMap<String, String>,

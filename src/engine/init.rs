@@ -9,7 +9,7 @@ use futures::future::join_all;
 use indexmap::IndexMap;
 use serde_json::Value;
 
-use super::config::{Knowledge, rendered_config};
+use super::config::{ConfigSchema, Knowledge, rendered_config};
 use super::context::{ResourceType, RunContext};
 use super::error::{Cause, Phase, ResourceError};
 use super::executor::Mount;
@@ -138,8 +138,8 @@ async fn init_one(ctx: &RunContext, i: usize) -> Result<ResourceType, ResourceEr
 /// [`compile_schema`], once per distinct schema for the life of the process: every resource of a
 /// type has the same one, and a large manifest or a controller's every pass would otherwise
 /// compile it again for each (regular expressions and all).
-fn compiled_schema(schema: &Value) -> Result<Arc<jsonschema::Validator>, String> {
-    type Cache = std::sync::Mutex<HashMap<String, Arc<jsonschema::Validator>>>;
+fn compiled_schema(schema: &Value) -> Result<Arc<ConfigSchema>, String> {
+    type Cache = std::sync::Mutex<HashMap<String, Arc<ConfigSchema>>>;
     /// Distinct schemas kept at most; past that the cache starts again.
     const KEPT: usize = 256;
     static CACHE: std::sync::OnceLock<Cache> = std::sync::OnceLock::new();
@@ -148,7 +148,7 @@ fn compiled_schema(schema: &Value) -> Result<Arc<jsonschema::Validator>, String>
     if let Some(hit) = cache.lock().expect("schema cache").get(&key) {
         return Ok(hit.clone());
     }
-    let compiled = Arc::new(compile_schema(schema)?);
+    let compiled = Arc::new(ConfigSchema { compiled: compile_schema(schema)?, source: schema.clone() });
     let mut cache = cache.lock().expect("schema cache");
     if cache.len() >= KEPT {
         cache.clear();

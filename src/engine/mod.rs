@@ -25,6 +25,7 @@ pub(crate) mod resource;
 pub mod run;
 pub mod saved;
 pub mod schedule;
+pub mod suggest;
 pub mod typeref;
 pub mod validate;
 pub mod vars;

@@ -27,11 +27,26 @@ impl TypeRef {
             return if BUILTIN_TYPES.contains(&name) {
                 Ok(TypeRef::Builtin(name.to_string()))
             } else {
-                Err(format!("unknown built-in type `{text}` (known: {})", builtin_list()))
+                let hint = closest_builtin(name).map(|b| format!(" (did you mean `builtin/{b}`?)")).unwrap_or_default();
+                Err(format!("unknown built-in type `{text}`{hint} (known: {})", builtin_list()))
             };
         }
         if text.starts_with("./") || text.starts_with("../") || text.starts_with('/') {
             return Ok(TypeRef::Local(normalize(&base.join(text))));
+        }
+        // `bulitin/file` is a valid image name, which would be looked for on Docker Hub: a
+        // first part a slip away from `builtin`, followed by a built-in's name, is taken for the
+        // typo it surely is, before any registry is asked. An image so named is still reachable
+        // by naming its registry (`docker.io/bulitin/file`).
+        if let Some((first, rest)) = text.split_once('/')
+            && first != "builtin"
+            && strsim::osa_distance(first, "builtin") <= 2
+            && let Some(meant) = closest_builtin(rest)
+        {
+            return Err(format!(
+                "unknown type `{text}` (did you mean `builtin/{meant}`?): it would be taken for a Docker image and \
+                 pulled from Docker Hub; if that is what you mean, name its registry: `docker.io/{text}`"
+            ));
         }
         ImageRef::parse(text).map(TypeRef::Image)
     }
@@ -61,6 +76,12 @@ impl fmt::Display for TypeRef {
 
 fn builtin_list() -> String {
     BUILTIN_TYPES.iter().map(|t| format!("builtin/{t}")).collect::<Vec<_>>().join(", ")
+}
+
+/// The built-in type `name` is or was likely meant as.
+fn closest_builtin(name: &str) -> Option<&'static str> {
+    let exact = BUILTIN_TYPES.iter().find(|b| **b == name).copied();
+    exact.or_else(|| super::suggest::closest(name, BUILTIN_TYPES.iter().copied()))
 }
 
 /// Makes `path` absolute and removes `.` and `..` components without touching the filesystem
@@ -205,6 +226,21 @@ mod tests {
         let base = Path::new("/work/m");
         assert_eq!(TypeRef::parse("builtin/file", base).unwrap(), TypeRef::Builtin("file".into()));
         assert!(TypeRef::parse("builtin/nope", base).unwrap_err().contains("builtin/directory"));
+        let misspelt = TypeRef::parse("builtin/fiel", base).unwrap_err();
+        assert!(
+            misspelt.starts_with("unknown built-in type `builtin/fiel` (did you mean `builtin/file`?)"),
+            "{misspelt}"
+        );
+        // A misspelt `builtin/` is not an image to pull.
+        for (typo, meant) in [("bulitin/file", "builtin/file"), ("biultin/kubernetes", "builtin/kubernetes")] {
+            let err = TypeRef::parse(typo, base).unwrap_err();
+            assert!(err.starts_with(&format!("unknown type `{typo}` (did you mean `{meant}`?)")), "{err}");
+            assert!(err.contains(&format!("`docker.io/{typo}`")), "{err}");
+            assert!(matches!(TypeRef::parse(&format!("docker.io/{typo}"), base), Ok(TypeRef::Image(_))));
+        }
+        // Images whose first part is merely a word are images.
+        assert!(matches!(TypeRef::parse("builder/file", base), Ok(TypeRef::Image(_))));
+        assert!(matches!(TypeRef::parse("acme/file", base), Ok(TypeRef::Image(_))));
         assert_eq!(TypeRef::parse("./t/x", base).unwrap(), TypeRef::Local("/work/m/t/x".into()));
         assert_eq!(TypeRef::parse("../x", base).unwrap(), TypeRef::Local("/work/x".into()));
         assert!(matches!(TypeRef::parse("acme/x", base).unwrap(), TypeRef::Image(_)));

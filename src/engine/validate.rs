@@ -15,6 +15,7 @@ use super::expr::{self, ConfigTemplate, GLOBALS};
 use super::graph::DependencyGraph;
 use super::manifest::LoadedManifest;
 use super::mask::Mask;
+use super::suggest;
 use super::typeref::{TypeRef, normalize};
 
 /// A manifest that passed static validation; the only input the rest of the engine accepts.
@@ -260,7 +261,7 @@ fn validate_with(
     let outputs = Value::Object(loaded.spec.outputs.iter().map(|(k, v)| (k.clone(), v.clone())).collect());
     let outputs = match expr::compile(&outputs, "outputs") {
         Ok(outputs) => {
-            check_references(None, &outputs, "outputs", &IndexMap::new(), &names, &vars, &mut checker);
+            check_references(None, &outputs, "outputs", &Aliases::default(), &names, &vars, &mut checker);
             outputs
         }
         Err(e) => {
@@ -369,7 +370,7 @@ fn check_resource(
         },
     };
     let index_of = |target: &str| names.iter().position(|n| n.as_str() == target);
-    let mut aliases = IndexMap::new();
+    let mut aliases = Aliases::default();
     for (alias, target) in &spec.dependencies {
         if !checker.check_name(at, "dependency alias", alias) {
             continue;
@@ -379,9 +380,13 @@ fn check_resource(
         }
         match index_of(target) {
             Some(i) => {
-                aliases.insert(alias.clone(), i);
+                aliases.resolved.insert(alias.clone(), i);
             }
-            None => checker.report(at, format!("dependency `{alias}` names unknown resource `{target}`")),
+            None => {
+                let hint = suggest::hint(target, names.iter().map(|n| n.as_str()));
+                checker.report(at, format!("dependency `{alias}` names unknown resource `{target}`{hint}"));
+                aliases.unresolved.insert(alias.clone());
+            }
         }
     }
     if !spec.config.is_object() {
@@ -406,7 +411,7 @@ fn check_resource(
         type_name: spec.type_ref.clone().unwrap_or_default().trim().to_string(),
         type_ref: type_ref?,
         readonly: spec.readonly,
-        aliases,
+        aliases: aliases.resolved,
         implicit,
         config,
         workspace,
@@ -478,13 +483,21 @@ pub fn executable_problem(path: &Path) -> Option<String> {
     }
 }
 
+/// A resource's dependency aliases: those naming a resource, and those naming none (reported
+/// once, where declared: what reads them is not reported again).
+#[derive(Default)]
+struct Aliases {
+    resolved: IndexMap<String, usize>,
+    unresolved: BTreeSet<String>,
+}
+
 /// Checks every name a resource's templates read; returns the implicit dependencies.
 /// `name`: the resource whose config it is (`None`: the manifest's outputs).
 fn check_references(
     name: Option<&str>,
     config: &ConfigTemplate,
     prefix: &str,
-    aliases: &IndexMap<String, usize>,
+    aliases: &Aliases,
     names: &[&String],
     vars: &Map<String, Value>,
     checker: &mut ProblemList,
@@ -496,8 +509,9 @@ fn check_references(
             let mut parts = reference.split('.');
             let root = parts.next().unwrap_or_default();
             let second = parts.next();
+            let resource_names = || names.iter().map(|n| n.as_str());
             let problem = match (root, second) {
-                (alias, _) if aliases.contains_key(alias) => None,
+                (alias, _) if aliases.resolved.contains_key(alias) || aliases.unresolved.contains(alias) => None,
                 ("resources", None) => Some("read other resources as `resources.<name>`".to_string()),
                 ("resources", Some(target)) => match names.iter().position(|n| n.as_str() == target) {
                     Some(_) if Some(target) == name => Some(format!("`{reference}` refers to the resource itself")),
@@ -505,14 +519,27 @@ fn check_references(
                         implicit.insert(i);
                         None
                     }
-                    None => Some(format!("`{reference}` refers to unknown resource `{target}`")),
+                    None => Some(format!(
+                        "`{reference}` refers to unknown resource `{target}`{}",
+                        suggest::hint(target, resource_names())
+                    )),
                 },
-                ("vars", Some(var)) if !vars.contains_key(var) => Some(format!("undefined variable `vars.{var}`")),
+                ("vars", Some(var)) if !vars.contains_key(var) => Some(format!(
+                    "undefined variable `vars.{var}`{}",
+                    suggest::hint(var, vars.keys().map(String::as_str))
+                )),
                 ("vars", _) => None,
                 (var, _) if vars.contains_key(var) || GLOBALS.contains(&var) => None,
-                (unknown, _) => Some(format!(
-                    "undefined variable `{unknown}` (not a variable, a dependency alias, `vars` or `resources`)"
-                )),
+                (unknown, _) => {
+                    let known = vars.keys().chain(aliases.resolved.keys()).map(String::as_str);
+                    let known = known.chain(["vars", "resources"]);
+                    match suggest::closest(unknown, known) {
+                        Some(meant) => Some(format!("undefined variable `{unknown}` (did you mean `{meant}`?)")),
+                        None => Some(format!(
+                            "undefined variable `{unknown}` (not a variable, a dependency alias, `vars` or `resources`)"
+                        )),
+                    }
+                }
             };
             if let Some(problem) = problem {
                 checker.report(name, format!("{path}: {problem} in `{}`", site.source));

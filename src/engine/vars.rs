@@ -69,13 +69,7 @@ pub fn unread_assignments(
         if texts.iter().any(|t| word.is_match(t)) || unread.iter().any(|(n, _)| n == name) {
             continue;
         }
-        let closest = declared
-            .iter()
-            .filter(|d| *d != name)
-            .map(|d| (strsim::levenshtein(name, d), d))
-            .filter(|(distance, _)| *distance <= (name.len() / 3).max(2))
-            .min()
-            .map(|(_, d)| d.clone());
+        let closest = super::suggest::closest(name, declared.iter().map(String::as_str)).map(str::to_string);
         unread.push((name.to_string(), closest));
     }
     unread

@@ -180,22 +180,68 @@ impl Driver<'_> {
             .iter()
             .flat_map(|s| &s.groups)
             .find(|g| g.id == gate || (g.approval && g.id.split_once('/').map(|(s, _)| s) == Some(gate)));
-        let waiting = group.is_some_and(|g| {
-            progress.schedule(self.pipeline, (self.now)()).iter().any(|s| {
-                s.revision == revision
-                    && g.steps.contains(&s.step)
-                    && matches!(&s.decision, StepDecision::Approval { gate, .. } if *gate == g.id)
-            })
-        });
-        let Some(group) = group.filter(|_| waiting) else {
+        let Some(group) = group else {
+            let asking: Vec<&str> = self
+                .pipeline
+                .stages
+                .iter()
+                .flat_map(|s| &s.groups)
+                .filter(|g| g.approval)
+                .map(|g| g.id.as_str())
+                .collect();
             return Err(PipelineError::Refused(format!(
-                "nothing of revision {revision} waits for approval at `{gate}`{}",
-                match progress.revision(revision) {
-                    None => " (no such revision is registered)".to_string(),
-                    Some(_) => String::new(),
+                "pipeline {} has no group or stage `{gate}` that asks for approval{}; {}",
+                self.pipeline.name,
+                crate::engine::suggest::hint(gate, asking.iter().copied()),
+                if asking.is_empty() {
+                    "none of its groups does".to_string()
+                } else {
+                    format!("those that do: {}", asking.join(", "))
                 }
             )));
         };
+        let schedule = progress.schedule(self.pipeline, (self.now)());
+        let waiting = schedule.iter().any(|s| {
+            s.revision == revision
+                && group.steps.contains(&s.step)
+                && matches!(&s.decision, StepDecision::Approval { gate, .. } if *gate == group.id)
+        });
+        if !waiting {
+            // What the revision is doing instead: a step running, a bake or a window waited for.
+            let doing: Vec<String> = schedule
+                .iter()
+                .filter(|s| s.revision == revision)
+                .filter_map(|s| {
+                    let id = &self.pipeline.steps[s.step].id;
+                    match &s.decision {
+                        StepDecision::Running => Some(format!("{id} is running")),
+                        decision => decision
+                            .waits_for(&|r, g| format!("`deployster pipeline approve --revision {r} {g}`"))
+                            .map(|why| format!("{id} waits for {why}")),
+                    }
+                })
+                .collect();
+            let now = match progress.revision(revision) {
+                None => " (no such revision is registered)".to_string(),
+                Some(_) if !group.approval => format!(": group `{}` does not ask for approval", group.id),
+                Some(r) if group.steps.iter().all(|s| r.done.contains(*s)) => {
+                    format!(": revision {revision} is through `{}` already", group.id)
+                }
+                Some(_) if doing.is_empty() => {
+                    format!(
+                        ": revision {revision} has no step waiting or running (`deployster pipeline status` tells where it is)"
+                    )
+                }
+                Some(_) => format!(
+                    " yet: {}; approval at `{}` becomes possible once the steps before it are through",
+                    doing.join("; "),
+                    group.id
+                ),
+            };
+            return Err(PipelineError::Refused(format!(
+                "nothing of revision {revision} waits for approval at `{gate}`{now}"
+            )));
+        }
         let entry = self.entry(&progress, revision, target_of(&group.id), Event::Approved, json!({}));
         self.append(&mut progress, vec![entry])
     }

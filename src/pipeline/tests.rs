@@ -485,7 +485,16 @@ fn approve_and_status_see_the_frontier_the_next_drive_acts_on() {
     let f = Fixture::new(&baked);
     f.start("v1");
     f.drive();
-    assert!(f.with_driver(|d| d.approve("v1", "prod/fleet")).is_err(), "the one-box still bakes");
+    let refused = f.with_driver(|d| d.approve("v1", "prod/fleet")).unwrap_err().to_string();
+    // It says what the revision waits for, and when approval becomes possible.
+    assert!(
+        refused.starts_with("nothing of revision v1 waits for approval at `prod/fleet` yet: prod/onebox/prod-a1/bake waits for bake until "),
+        "{refused}"
+    );
+    assert!(
+        refused.ends_with("; approval at `prod/fleet` becomes possible once the steps before it are through"),
+        "{refused}"
+    );
     f.advance(6);
     f.with_driver(|d| d.approve("v1", "prod/fleet")).expect("the bake is over: the gate waits");
     f.drive();
@@ -508,15 +517,21 @@ fn approval_opens_a_group_and_max_parallel_bounds_each_wave() {
     assert_eq!(waits.len(), 3);
     assert!(waits.iter().all(|w| w == "approval of prod/fleet (approve v1 at prod/fleet)"), "{waits:?}");
 
-    // An approval nothing waits for is refused.
-    for (revision, gate) in [("v1", "prod/onebox"), ("v9", "prod/fleet"), ("v1", "nowhere")] {
+    // An approval nothing waits for is refused, saying why.
+    for (revision, gate, why) in [
+        ("v1", "prod/onebox", ": group `prod/onebox` does not ask for approval"),
+        ("v9", "prod/fleet", " (no such revision is registered)"),
+    ] {
         let refused = f.with_driver(|d| d.approve(revision, gate)).unwrap_err();
         assert!(matches!(refused, PipelineError::Refused(_)), "{refused}");
-        assert!(
-            refused.to_string().contains(&format!("nothing of revision {revision} waits for approval at `{gate}`")),
-            "{refused}"
-        );
+        assert_eq!(refused.to_string(), format!("nothing of revision {revision} waits for approval at `{gate}`{why}"));
     }
+    // A gate that is no group: the closest that asks for approval.
+    let refused = f.with_driver(|d| d.approve("v1", "prod/flet")).unwrap_err().to_string();
+    assert!(
+        refused.ends_with("has no group or stage `prod/flet` that asks for approval (did you mean `prod/fleet`?); those that do: prod/fleet"),
+        "{refused}"
+    );
     f.with_driver(|d| d.approve("v1", "prod/fleet")).unwrap();
     f.drive();
     // Two at once, then the third.
