@@ -173,7 +173,9 @@ pub(super) async fn pass(
     .await?;
     progress.clear();
     if let (Some(out), Ended::Planned(plan)) = (&saved.out, &passed.ended) {
-        let saved = SavedPlan::new(plan, &manifest, &args.var_sources).in_workspace(args.state.named_workspace());
+        let saved = SavedPlan::new(plan, &manifest, &args.var_sources)
+            .with_parts(&manifest)
+            .in_workspace(args.state.named_workspace());
         save_plan(out, &saved, progress)?;
     }
     let mut exit = show(args.output, progress, &passed)?;
@@ -243,13 +245,19 @@ fn show(format: OutputFormat, progress: &ProgressView, passed: &Passed) -> Resul
             plan_exit(plan)
         }
         Ended::NotApplicable(plan) => {
-            json(plan, None, "failed");
+            json(plan, None, if passed.interrupted.is_some() { "interrupted" } else { "failed" });
             render::print_failures(&plan.manifest, &plan.entries);
-            progress.note("nothing was applied: the plan has failures");
+            progress.note(match passed.interrupted {
+                Some(_) => "nothing was applied: interrupted while planning",
+                None => "nothing was applied: the plan has failures",
+            });
             plan_exit(plan)
         }
         Ended::Applied { plan, .. } if !plan.has_changes() => {
-            progress.say(&format!("Nothing to do: all {} resources are VALID.", plan.entries.len()));
+            progress.say(&match plan.entries.len() {
+                1 => "Nothing to do: its one resource is VALID.".to_string(),
+                n => format!("Nothing to do: all {n} resources are VALID."),
+            });
             json(plan, None, "unchanged");
             ExitKind::Ok
         }
@@ -264,9 +272,14 @@ fn show(format: OutputFormat, progress: &ProgressView, passed: &Passed) -> Resul
             }
             let removed_ok = removed.as_ref().is_none_or(|r| r.succeeded());
             match format {
-                OutputFormat::Text => render::print_report(report),
+                OutputFormat::Text => render::print_report(report, passed.interrupted.is_some()),
                 OutputFormat::Json => {
-                    json(plan, Some(report), if report.succeeded() { "applied" } else { "failed" });
+                    let verdict = match (report.succeeded(), passed.interrupted.is_some()) {
+                        (true, _) => "applied",
+                        (false, true) => "interrupted",
+                        (false, false) => "failed",
+                    };
+                    json(plan, Some(report), verdict);
                     render::print_failures(report.manifest(), report.entries());
                 }
             }

@@ -6,15 +6,30 @@ use kube::api::{Api, Patch, PatchParams};
 use super::{ApproveArgs, CliError, ExitKind};
 use crate::crd::{APPROVE_ANNOTATION, Manifest};
 
+/// A client of the kubeconfig's cluster. One that cannot be reached fails the command (1), as
+/// an unreachable Docker daemon does.
+pub(super) async fn cluster_client() -> Result<kube::Client, CliError> {
+    let unreachable = |e: crate::client::ClientError| CliError::Unreachable(format!("cannot reach the cluster: {e}"));
+    let config = crate::client::Kubeconfig::default().load().await.map_err(unreachable)?;
+    crate::client::connect(config).map_err(unreachable)
+}
+
+/// An API error as the command's: the server's refusal (403, 422…) is a refusal (2), anything
+/// else (no answer) a failure to reach it (1).
+pub(super) fn api_error(what: &str, error: kube::Error) -> CliError {
+    match error {
+        kube::Error::Api(status) => CliError::Refused(format!("{what}: {}", status.message)),
+        other => CliError::Unreachable(format!("{what}: cannot reach the cluster: {other}")),
+    }
+}
+
 /// The Manifest `name` in `namespace` (default: the kubeconfig's), its API, and `ns/name`.
 pub(super) async fn fetch(name: &str, namespace: Option<&str>) -> Result<(Manifest, Api<Manifest>, String), CliError> {
-    let unreachable = |e: crate::client::ClientError| CliError::Refused(format!("cannot reach the cluster: {e}"));
-    let config = crate::client::Kubeconfig::default().load().await.map_err(unreachable)?;
-    let client = crate::client::connect(config).map_err(unreachable)?;
+    let client = cluster_client().await?;
     let namespace = namespace.map_or_else(|| client.default_namespace().to_string(), str::to_string);
     let api: Api<Manifest> = Api::namespaced(client, &namespace);
     let qualified = format!("{namespace}/{name}");
-    let obj = api.get_opt(name).await.map_err(|e| CliError::Refused(format!("manifest {qualified}: {e}")))?;
+    let obj = api.get_opt(name).await.map_err(|e| api_error(&format!("manifest {qualified}"), e))?;
     let obj = obj.ok_or_else(|| CliError::Refused(format!("manifest {qualified} does not exist")))?;
     Ok((obj, api, qualified))
 }
@@ -45,7 +60,7 @@ pub(super) async fn approve(args: ApproveArgs) -> Result<ExitKind, CliError> {
     let patch = serde_json::json!({"metadata": {"annotations": {APPROVE_ANNOTATION: pending.id}}});
     api.patch(&args.name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
-        .map_err(|e| CliError::Refused(format!("manifest {name}: cannot approve: {e}")))?;
+        .map_err(|e| api_error(&format!("manifest {name}: cannot approve"), e))?;
     outln!("Approved: the controller applies plan {} on its next pass, if it still holds.", pending.id);
     Ok(ExitKind::Ok)
 }

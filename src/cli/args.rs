@@ -519,6 +519,11 @@ pub struct HistoryArgs {
 
 #[derive(Debug, Args)]
 pub struct OutputsArgs {
+    /// Only this output.
+    pub name: Option<String>,
+    /// Its value as it is, for scripts: a string unquoted (strings, numbers and booleans only).
+    #[arg(long, requires = "name")]
+    pub raw: bool,
     #[command(flatten)]
     pub log: LogArgs,
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]

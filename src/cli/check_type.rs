@@ -37,6 +37,15 @@ pub(super) async fn check_type(args: CheckTypeArgs) -> Result<ExitKind, CliError
     #[cfg(not(feature = "docker"))]
     let images = ImagePlan::None;
     let executor = executor_with(images)?;
+    if !options.configs.is_empty() {
+        // Converging on a config runs the type's actions for real: said before they run.
+        errln!(
+            "note: check-type runs {}'s actions for real with each --config ({} of them): what they create, change \
+             or delete on this machine or its services is done; give configs that point at something disposable",
+            args.type_ref,
+            options.configs.len()
+        );
+    }
     let report = conformance::check(executor.as_ref(), &args.type_ref, &options).await;
     let _ = std::fs::remove_dir_all(&scratch);
     match args.output {

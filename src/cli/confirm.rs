@@ -75,9 +75,12 @@ impl Approver for Prompting {
         }
         let deleting = plan.removals.iter().filter(|r| r.removal == Removal::ToDelete).count();
         let mut question = match (plan.entries.is_empty(), deleting) {
+            (true, 1) => "Delete this resource? This cannot be undone.".into(),
             (true, n) => format!("Delete these {n} resources? This cannot be undone."),
             (false, 0) => "Apply these changes?".into(),
-            (false, n) => format!("Apply these changes, deleting {n} resources no longer declared?"),
+            (false, n) => {
+                format!("Apply these changes, deleting {} no longer declared?", super::render::count(n, "resource"))
+            }
         };
         // `destroy` (a plan of removals only) asked for every deletion by its name.
         let mass = plan.mass_deletion().filter(|_| !plan.entries.is_empty());

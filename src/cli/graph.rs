@@ -246,6 +246,13 @@ async fn live(args: &GraphArgs, manifest: ValidatedManifest, session: &Session) 
 }
 
 pub(super) async fn graph(args: GraphArgs, session: &Session) -> Result<ExitKind, CliError> {
+    if matches!(args.manifest.output, super::OutputFormat::Json) {
+        return Err(CliError::Refused(
+            "graph: --output json: a graph is drawn as --format mermaid, dot or svg; for the resources and their \
+             statuses as JSON: deployster plan --output json (or history --output json)"
+                .into(),
+        ));
+    }
     #[cfg(feature = "kube")]
     let graph = match &args.object {
         Some(name) => {

@@ -357,13 +357,37 @@ pub(super) fn outputs(args: OutputsArgs) -> Result<ExitKind, CliError> {
         errln!("error: the latest run (revision {}) could not render the outputs: {why}", entry.revision);
         return Ok(ExitKind::Failed);
     };
-    match args.output {
-        OutputFormat::Json => print_json(&Value::Object(values.clone())),
-        OutputFormat::Text => {
-            for (name, value) in values {
-                outln!("{name} = {value}");
+    let Some(name) = &args.name else {
+        match args.output {
+            OutputFormat::Json => print_json(&Value::Object(values.clone())),
+            OutputFormat::Text => {
+                for (name, value) in values {
+                    outln!("{name} = {value}");
+                }
             }
         }
+        return Ok(ExitKind::Ok);
+    };
+    let Some(value) = values.get(name) else {
+        let hint = crate::engine::suggest::hint(name, values.keys().map(String::as_str));
+        let names: Vec<&str> = values.keys().map(String::as_str).collect();
+        return Err(CliError::Refused(format!("no output `{name}`{hint}; the outputs: {}", names.join(", "))));
+    };
+    match (args.raw, value) {
+        (true, Value::String(text)) => outln!("{text}"),
+        (true, Value::Number(_) | Value::Bool(_)) => outln!("{value}"),
+        (true, _) => {
+            return Err(CliError::Refused(format!(
+                "output `{name}` is {}: --raw prints strings, numbers and booleans; use --output json",
+                match value {
+                    Value::Null => "null",
+                    Value::Array(_) => "a list",
+                    _ => "a mapping",
+                }
+            )));
+        }
+        (false, _) if args.output == OutputFormat::Json => print_json(value),
+        (false, _) => outln!("{value}"),
     }
     Ok(ExitKind::Ok)
 }

@@ -28,7 +28,9 @@ mod pipeline;
 mod preview;
 mod progress;
 mod reconcile;
+pub mod reference;
 mod render;
+mod style;
 mod watched;
 
 use std::io::IsTerminal;
@@ -44,13 +46,28 @@ pub use args::*;
 pub use confirm::ConfirmMode;
 pub use executors::BUILTINS_ENV;
 use executors::{Session, executor_with};
+pub use style::ColorWhen;
+
+/// Every command's exit code, said once (`deployster --help`, and the book's CLI reference).
+pub const EXIT_CODES: &str = "\
+Exit codes, for every command:
+  0  done, or nothing to do
+  1  it failed: a resource failed, the run was interrupted, or something it needs (the cluster,
+     the Docker daemon, a registry) could not be reached
+  2  refused before anything was done: the manifest, a variable, the command line or a plan
+     file is wrong, the state directory is locked, or there is nothing to approve
+  `plan --detailed-exitcode` and `preview`: 0 nothing to do, 2 changes pending, 1 any error";
 
 /// Deployster: plan and apply a manifest of resources.
 #[derive(Debug, Parser)]
-#[command(name = "deployster", version, about, propagate_version = true)]
+#[command(name = "deployster", version, about, propagate_version = true, after_help = EXIT_CODES)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// Colour and `+ ~ -` markers: `auto` on a terminal (without `NO_COLOR`), never in a pipe
+    /// or with `--output json`.
+    #[arg(long, global = true, value_enum, default_value_t = style::ColorWhen::Auto, value_name = "WHEN")]
+    pub color: style::ColorWhen,
 }
 
 #[derive(Debug, Subcommand)]
@@ -94,6 +111,19 @@ pub enum Command {
     /// request); exits 0 nothing to do, 2 changes pending, 1 any error.
     #[cfg(feature = "kube")]
     Preview(preview::PreviewArgs),
+    /// Print a shell completion script (`deployster completions bash >
+    /// ~/.local/share/bash-completion/completions/deployster`; zsh: into a directory of `$fpath`
+    /// as `_deployster`; fish: `~/.config/fish/completions/deployster.fish`).
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (`deployster man | man -l -`), or write one per command into a
+    /// directory (`--out-dir`).
+    Man {
+        #[arg(long, value_name = "DIR")]
+        out_dir: Option<std::path::PathBuf>,
+    },
     /// Run a built-in resource type (used by the engine itself).
     #[command(name = BUILTIN_SUBCOMMAND, hide = true)]
     BuiltinType {
@@ -106,8 +136,9 @@ pub enum Command {
 /// Parses the command line. `--var` and `--var-file` are interleaved in the order given,
 /// which clap's derive alone does not record.
 pub fn parse() -> Cli {
-    let matches = Cli::command().get_matches();
+    let matches = Cli::command().try_get_matches().unwrap_or_else(|e| foreign_flag(e).exit());
     let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    style::init(cli.color, wants_json(&matches));
     if let Some((_, sub)) = matches.subcommand() {
         let args = match &mut cli.command {
             Command::Plan(plan) => Some(&mut plan.manifest),
@@ -164,6 +195,10 @@ pub enum CliError {
     NotApplicable(#[from] crate::engine::run::NotApplicable),
     #[error("{0}")]
     Refused(String),
+    /// What the command needs could not be reached (the cluster, the Docker daemon): it failed,
+    /// as a resource whose service is down fails.
+    #[error("{0}")]
+    Unreachable(String),
     #[error("cannot find the deployster executable (needed to run built-in types): {0}")]
     SelfExe(std::io::Error),
     #[error(transparent)]
@@ -189,6 +224,7 @@ impl CliError {
             #[cfg(feature = "kube")]
             CliError::Controller(_) => ExitKind::Failed,
             CliError::Prepare(_)
+            | CliError::Unreachable(_)
             | CliError::NotApplicable(_)
             | CliError::SelfExe(_)
             | CliError::History(_)
@@ -232,10 +268,62 @@ async fn run_command(cli: Cli, session: &Session) -> Result<ExitKind, CliError> 
         Command::Approve(args) => approve::approve(args).await,
         #[cfg(feature = "kube")]
         Command::Preview(args) => preview::preview(args).await,
+        Command::Completions { shell } => {
+            let mut out = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "deployster", &mut out);
+            outln!("{}", String::from_utf8_lossy(&out).trim_end());
+            Ok(ExitKind::Ok)
+        }
+        Command::Man { out_dir } => man(out_dir.as_deref()),
         Command::BuiltinType { name, args } => {
             let code = crate::builtins::main(&name, &args);
             Ok(ExitKind::of(code == 0))
         }
+    }
+}
+
+fn man(out_dir: Option<&std::path::Path>) -> Result<ExitKind, CliError> {
+    let failed = |e: std::io::Error| CliError::Refused(format!("man: {e}"));
+    match out_dir {
+        Some(dir) => {
+            std::fs::create_dir_all(dir).map_err(failed)?;
+            clap_mangen::generate_to(Cli::command(), dir).map_err(failed)?;
+            outln!("Man pages written to {}.", dir.display());
+        }
+        None => {
+            let mut out = Vec::new();
+            clap_mangen::Man::new(Cli::command()).render(&mut out).map_err(failed)?;
+            outln!("{}", String::from_utf8_lossy(&out).trim_end());
+        }
+    }
+    Ok(ExitKind::Ok)
+}
+
+/// Whether the command (at any depth: `pipeline status --output json`) prints JSON.
+fn wants_json(matches: &clap::ArgMatches) -> bool {
+    let here = matches.try_get_one::<OutputFormat>("output").ok().flatten() == Some(&OutputFormat::Json);
+    here || matches.subcommand().is_some_and(|(_, sub)| wants_json(sub))
+}
+
+/// Flags the tools our users know taught them, and what deployster has instead.
+const FOREIGN_FLAGS: &[(&str, &str)] = &[
+    ("--auto-approve", "`--yes` (as Terraform's `-auto-approve`)"),
+    ("--dry-run", "`deployster plan`, which runs no action"),
+    ("--force", "`--yes` to apply without asking"),
+];
+
+/// clap's error for an unknown argument, or, for a flag another tool taught, ours named.
+fn foreign_flag(error: clap::Error) -> clap::Error {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if error.kind() != ErrorKind::UnknownArgument {
+        return error;
+    }
+    let Some(ContextValue::String(arg)) = error.get(ContextKind::InvalidArg) else { return error };
+    let flag = arg.split('=').next().unwrap_or_default();
+    match FOREIGN_FLAGS.iter().find(|(theirs, _)| *theirs == flag) {
+        Some((_, ours)) => Cli::command()
+            .error(ErrorKind::UnknownArgument, format!("unexpected argument '{arg}': deployster's is {ours}")),
+        None => error,
     }
 }
 
@@ -251,19 +339,33 @@ pub enum CrdKind {
 
 fn load(args: &ManifestArgs) -> Result<ValidatedManifest, CliError> {
     let manifest = load_validated(&args.files, &args.var_sources)?;
-    // Said once: `reconcile` loads the manifest again on every pass.
-    static WARNED: std::sync::Once = std::sync::Once::new();
-    WARNED.call_once(|| {
-        let texts: Vec<String> = manifest.files.iter().filter_map(|f| std::fs::read_to_string(f).ok()).collect();
-        let declared: Vec<String> = manifest.vars.keys().cloned().collect();
-        for (name, closest) in crate::engine::vars::unread_assignments(&args.var_sources, &texts, &declared) {
-            let hint = closest.map(|c| format!(" (did you mean `{c}`?)")).unwrap_or_default();
-            errln!(
-                "warning: --var {name}: {} never names a variable `{name}`; it changes nothing{hint}",
-                manifest.name
-            );
-        }
-    });
+    // A `--var` the manifest never names would change nothing, silently: refused, as Terraform
+    // refuses a value for an undeclared variable (a var file's extra keys are allowed).
+    let texts: Vec<String> = manifest.files.iter().filter_map(|f| std::fs::read_to_string(f).ok()).collect();
+    let declared: Vec<String> = manifest.vars.keys().cloned().collect();
+    let unread = crate::engine::vars::unread_assignments(&args.var_sources, &texts, &declared);
+    if !unread.is_empty() {
+        let names: Vec<String> = unread
+            .iter()
+            .map(|(name, closest)| {
+                let hint = closest.as_ref().map(|c| format!(" (did you mean `{c}`?)")).unwrap_or_default();
+                format!("`{name}`{hint}")
+            })
+            .collect();
+        let flags: Vec<String> = unread.iter().map(|(name, _)| format!("--var {name}")).collect();
+        return Err(CliError::Input(
+            crate::engine::vars::VarsError {
+                origin: flags.join(", "),
+                message: format!(
+                    "manifest {} never names {} {}: it would change nothing, so nothing was done",
+                    manifest.name,
+                    if unread.len() == 1 { "a variable" } else { "the variables" },
+                    names.join(", ")
+                ),
+            }
+            .into(),
+        ));
+    }
     Ok(manifest)
 }
 

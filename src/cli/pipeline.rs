@@ -34,7 +34,7 @@ pub enum PipelineCommand {
     Start(VarsArgs),
     /// Register a revision when vars are given, then drive every revision in flight until each
     /// is through, failed, or waiting on a gate (exit 0; 1 when a step failed; 2 for an
-    /// invalid pipeline). A later `run` goes on from the log.
+    /// invalid pipeline). A later `run` goes on from the log; `--wait` follows them to the end.
     Run(Box<RunArgs>),
     /// Approve the gate before a group (`stage/group`, or a stage) for a revision waiting there.
     Approve {
@@ -96,7 +96,18 @@ pub struct RunArgs {
     /// Where the steps' image types run (`--executor docker|pod`), as for `apply`.
     #[command(flatten)]
     pub images: super::ImageArgs,
+    /// Follow every revision in flight to its end — through bakes and windows, and approvals
+    /// given meanwhile (`pipeline approve` from another shell) — saying what each waits for as
+    /// it starts waiting; exit 0 once all are through, 1 if a step failed.
+    #[arg(long)]
+    pub wait: bool,
+    /// With `--wait`: stop waiting after this long (`30m`; exit 1) [default: no limit].
+    #[arg(long, requires = "wait", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub timeout: Option<std::time::Duration>,
 }
+
+/// How often `run --wait` drives again: a bake's end or an approval is acted on within it.
+const WAIT_POLL: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl FileArgs {
     fn state_dir(&self, pipeline: &Pipeline) -> PathBuf {
@@ -207,26 +218,66 @@ fn start(args: &VarsArgs) -> Result<ExitKind, CliError> {
 }
 
 async fn run(args: &RunArgs, session: &Session) -> Result<ExitKind, CliError> {
-    let (file, opened) = (&args.vars.file, Opened::writing(&args.vars.file)?);
+    let file = &args.vars.file;
     let stop = stop_on_signals()?;
     // Docker and the cluster are reached when a step needs one.
-    let driver = opened.driver(session.executor(&args.images, None).await?, &stop);
-    if !args.vars.vars.is_empty() {
-        let vars = vars_of(&opened.pipeline, &args.vars.vars)?;
-        let revision = opened.pipeline.revision_of(&vars)?;
-        if driver.register(&revision, &vars)? {
-            say(&format!("revision {revision} registered"));
+    let executor = session.executor(&args.images, None).await?;
+    let started = std::time::Instant::now();
+    let how = how_to_approve(&file.file);
+    let mut told = std::collections::HashSet::new();
+    let mut registering = !args.vars.vars.is_empty();
+    loop {
+        // Opened anew each round: the state directory is free between them, for `approve`.
+        let opened = Opened::writing(file)?;
+        let driver = opened.driver(executor.clone(), &stop);
+        if std::mem::take(&mut registering) {
+            let vars = vars_of(&opened.pipeline, &args.vars.vars)?;
+            let revision = opened.pipeline.revision_of(&vars)?;
+            if driver.register(&revision, &vars)? {
+                say(&format!("revision {revision} registered"));
+            }
+        }
+        let driven = driver.drive().await?;
+        let live = driven.progress.revisions.iter().any(|r| r.is_live());
+        if !args.wait || driven.interrupted || !driven.failed.is_empty() || !live {
+            show_driven(&opened.pipeline, &driven, file);
+            if driven.interrupted {
+                errln!(
+                    "interrupted by {}: the running steps were stopped and recorded as interrupted; `pipeline run` runs them again",
+                    stop.signal().unwrap_or("a signal")
+                );
+            }
+            return Ok(ExitKind::of(driven.failed.is_empty() && !driven.interrupted));
+        }
+        for waiting in &driven.waiting {
+            if let Some(why) = waiting.decision.waits_for(&how) {
+                let line = format!("{} {} waits for {why}", waiting.revision, opened.pipeline.steps[waiting.step].id);
+                if told.insert(line.clone()) {
+                    say(&line);
+                }
+            }
+        }
+        if let Some(limit) = args.timeout
+            && started.elapsed() >= limit
+        {
+            show_driven(&opened.pipeline, &driven, file);
+            errln!(
+                "error: pipeline {}: still in flight after --timeout {}: `pipeline run --wait` goes on from here",
+                opened.pipeline.name,
+                humantime::format_duration(limit)
+            );
+            return Ok(ExitKind::Failed);
+        }
+        drop(driver);
+        drop(opened);
+        tokio::select! {
+            () = tokio::time::sleep(WAIT_POLL) => {}
+            () = stop.requested.cancelled() => {
+                errln!("interrupted by {} while waiting: nothing was running", stop.signal().unwrap_or("a signal"));
+                return Ok(ExitKind::Failed);
+            }
         }
     }
-    let driven = driver.drive().await?;
-    show_driven(&opened.pipeline, &driven, file);
-    if driven.interrupted {
-        errln!(
-            "interrupted by {}: the running steps were stopped and recorded as interrupted; `pipeline run` runs them again",
-            stop.signal().unwrap_or("a signal")
-        );
-    }
-    Ok(ExitKind::of(driven.failed.is_empty() && !driven.interrupted))
 }
 
 fn approve(file: &FileArgs, revision: &str, gate: &str) -> Result<ExitKind, CliError> {

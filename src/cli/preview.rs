@@ -67,9 +67,7 @@ async fn run(args: &PreviewArgs) -> Result<ExitKind, CliError> {
     let read = std::fs::read_to_string(&args.file).map_err(|e| CliError::Refused(format!("{file}: {e}")))?;
     let proposed: Manifest = serde_norway::from_str(&read)
         .map_err(|e| CliError::Refused(format!("{file}: not a Manifest object (apiVersion, kind, spec): {e}")))?;
-    let unreachable = |e: crate::client::ClientError| CliError::Refused(format!("cannot reach the cluster: {e}"));
-    let config = crate::client::Kubeconfig::default().load().await.map_err(unreachable)?;
-    let client = crate::client::connect(config).map_err(unreachable)?;
+    let client = super::approve::cluster_client().await?;
     let namespace = args.namespace.clone().unwrap_or_else(|| client.default_namespace().to_string());
     let api: Api<ManifestPreview> = Api::namespaced(client, &namespace);
     let preview = ManifestPreview {
@@ -90,7 +88,7 @@ async fn run(args: &PreviewArgs) -> Result<ExitKind, CliError> {
             CliError::Refused(format!("{asked}: not allowed to create ManifestPreviews in {namespace}: {}", s.message))
         }
         kube::Error::Api(s) => CliError::Refused(format!("{asked}: refused: {}", s.message)),
-        e => CliError::Refused(format!("{asked}: {e}")),
+        e => super::approve::api_error(&asked, e),
     })?;
     let name = created.metadata.name.clone().unwrap_or_default();
     let answered = wait(&api, &name, args.timeout).await;

@@ -11,14 +11,22 @@ use crate::engine::plan::{Change, Plan, Removal, RemovalEntry, Report, ResourceE
 use crate::engine::protocol::{Action, StateResponse};
 use crate::pass::{Ended, Passed};
 
-/// A duration as people read it, to the millisecond.
+/// A duration as people read it, to the millisecond (`<1ms` below it, never `0s`).
 pub(super) fn elapsed(d: Duration) -> String {
+    if d < Duration::from_millis(1) {
+        return "<1ms".into();
+    }
     humantime::format_duration(Duration::from_millis(d.as_millis() as u64)).to_string()
+}
+
+/// `1 resource`, `3 resources`.
+pub(super) fn count(n: usize, what: &str) -> String {
+    if n == 1 { format!("1 {what}") } else { format!("{n} {what}s") }
 }
 
 /// The line printed for a resource: status, name (padded to `width`), detail, time.
 pub(super) fn settled_line(label: &str, name: &str, width: usize, detail: &str, took: Option<&str>) -> String {
-    let mut line = format!("  {label:<9} {name:<width$}");
+    let mut line = format!("{} {name:<width$}", super::style::status(label, 9));
     if !detail.is_empty() {
         line.push_str("  ");
         line.push_str(detail);
@@ -175,11 +183,17 @@ pub(super) fn print_deleted(report: &DeleteReport, verb: &str) {
     }
 }
 
-pub(super) fn print_report(report: &Report) {
+/// `interrupted`: a signal stopped it (the log says interrupted, and so does this).
+pub(super) fn print_report(report: &Report, interrupted: bool) {
     let c = report.counts();
-    let verdict = if report.succeeded() { "Apply complete" } else { "Apply failed" };
+    let verdict = match (report.succeeded(), interrupted) {
+        (true, _) => "Apply complete",
+        (false, true) => "Apply interrupted",
+        (false, false) => "Apply failed",
+    };
     outln!(
-        "{verdict}: {} applied, {} unchanged, {} failed, {} blocked{}.",
+        "{}: {} applied, {} unchanged, {} failed, {} blocked{}.",
+        super::style::bold(verdict),
         c.applied,
         c.valid,
         c.failed,

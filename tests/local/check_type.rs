@@ -53,6 +53,12 @@ fn the_fixture_type_conforms_on_the_process_executor() {
         text.stdout
     );
     assert!(text.stdout.contains("./fixture conforms:"), "{}", text.stdout);
+    // Before running them, it says the actions are run for real.
+    assert!(
+        text.stderr.starts_with("note: check-type runs ./fixture's actions for real with each --config (1 of them)"),
+        "{}",
+        text.stderr
+    );
 }
 
 #[test]

@@ -555,22 +555,40 @@ fn a_plug_of_the_cluster_is_refused_for_a_type_run_here() {
     assert!(!ws.exists("out/page.txt"));
 }
 
-/// A `--var` whose name the manifest never names changes nothing: said, with the closest
-/// declared name, and the run goes on (as Terraform warns of undeclared variables).
+/// A `--var` whose name the manifest never names would change nothing: refused, with the
+/// closest declared name (as Terraform refuses a value for an undeclared variable), before
+/// anything is run or recorded.
 #[test]
-fn a_var_the_manifest_never_names_is_warned_of_with_the_closest_name() {
+fn a_var_the_manifest_never_names_is_refused_with_the_closest_name() {
     let ws = Workspace::new();
-    ws.manifest(
-        "vars: {environment: dev}\nresources:\n  d: {type: builtin/directory, config: {path: \"out-{{ environment }}\"}}\n",
-    );
-    let run = ws.run(&["plan", "-f", "manifest.yaml", "--var", "enviroment=prod", "--var", "environment=qa"]);
-    assert_eq!(run.code, 0, "{}", run.all());
+    ws.manifest("vars: {env: dev}\nresources:\n  d: {type: builtin/directory, config: {path: \"out-{{ env }}\"}}\n");
+    let run = ws.run(&["apply", "-f", "manifest.yaml", "--yes", "--var", "enviroment=prod", "--var", "env=qa"]);
+    assert_eq!(run.code, 2, "{}", run.all());
     assert!(
         run.stderr.contains(
-            "warning: --var enviroment: manifest.yaml never names a variable `enviroment`; it changes nothing (did you mean `environment`?)"
+            "error: --var enviroment: manifest manifest.yaml never names a variable `enviroment` (did you mean `env`?): \
+             it would change nothing, so nothing was done"
         ),
         "{}",
         run.all()
     );
-    assert!(!run.stderr.contains("--var environment:"), "a var the manifest reads is not warned of: {}", run.all());
+    assert!(!run.stderr.contains("--var env:") && !run.stderr.contains("--var env,"), "{}", run.all());
+    assert!(!ws.exists("out-qa") && !ws.exists("out-prod"), "nothing was run");
+    let history = ws.run(&["history", "-f", "manifest.yaml", "--output", "json"]).json();
+    assert_eq!(history["events"], serde_json::json!([]), "nothing was recorded: {history}");
+    // Two, named together; one with nothing close.
+    let run = ws.run(&["plan", "-f", "manifest.yaml", "--var", "enviroment=prod", "--var", "colour=red"]);
+    assert_eq!(run.code, 2, "{}", run.all());
+    assert!(
+        run.stderr.contains(
+            "--var enviroment, --var colour: manifest manifest.yaml never names the variables \
+             `enviroment` (did you mean `env`?), `colour`:"
+        ),
+        "{}",
+        run.all()
+    );
+    // The variable it reads is taken.
+    let run = ws.run(&["apply", "-f", "manifest.yaml", "--yes", "--var", "env=qa"]);
+    assert_eq!(run.code, 0, "{}", run.all());
+    assert!(ws.exists("out-qa"));
 }

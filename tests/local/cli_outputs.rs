@@ -40,6 +40,20 @@ fn outputs_are_printed_after_apply_and_read_back_masked() {
     assert_eq!(read.json(), json!({"file_path": path, "size": 6, "auth": "Bearer ***"}));
     let text = ws.run(&["outputs"]);
     assert_eq!(text.stdout, format!("file_path = \"{path}\"\nsize = 6\nauth = \"Bearer ***\"\n"));
+    // One, and raw for scripts (`cat "$(deployster outputs --raw file_path)"`).
+    assert_eq!(ws.run(&["outputs", "file_path"]).stdout, format!("\"{path}\"\n"));
+    assert_eq!(ws.run(&["outputs", "file_path", "--raw"]).stdout, format!("{path}\n"));
+    assert_eq!(ws.run(&["outputs", "size", "--raw"]).stdout, "6\n");
+    assert_eq!(ws.run(&["outputs", "auth", "--raw"]).stdout, "Bearer ***\n", "masked, raw too");
+    let typo = ws.run(&["outputs", "file_pth", "--raw"]);
+    assert_eq!(typo.code, 2, "{}", typo.all());
+    assert!(
+        typo.stderr.contains("no output `file_pth` (did you mean `file_path`?); the outputs: file_path, size, auth"),
+        "{}",
+        typo.all()
+    );
+    let raw_alone = ws.run(&["outputs", "--raw"]);
+    assert_eq!(raw_alone.code, 2, "--raw names an output: {}", raw_alone.all());
     let log = ws.run(&["history", "--limit", "1000", "--output", "json"]);
     assert!(!log.stdout.contains("s3cr3t"), "{}", log.stdout);
 }

@@ -11,13 +11,84 @@ use serde_json::Value;
 
 /// The bundled example in a workspace, its bake shortened to nothing.
 fn example() -> Workspace {
+    example_baking("0s")
+}
+
+/// The bundled example in a workspace, its bake `bake` long.
+fn example_baking(bake: &str) -> Workspace {
     let ws = Workspace::new();
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/pipeline");
     for file in ["pipeline.yaml", "app.yaml", "smoke.yaml"] {
         let text = std::fs::read_to_string(root.join(file)).unwrap();
-        ws.write(file, &text.replace("bake: 5s", "bake: 0s"));
+        ws.write(file, &text.replace("bake: 5s", &format!("bake: {bake}")));
     }
     ws
+}
+
+/// `pipeline ARGS`, again while another command holds the pipeline's state directory for a
+/// moment (a `run --wait` between two of its rounds).
+fn pipeline_when_free(ws: &Workspace, args: &[&str]) -> Run {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let run = pipeline(ws, args);
+        if !run.stderr.contains("is in use by another deployster run") || Instant::now() > deadline {
+            return run;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The README's walkthrough with `run --wait`: one command follows the revision through
+/// staging, the one-box and its bake, then waits for the approval given from another shell, and
+/// ends when the fleet is through. An approval asked during the bake says what the revision
+/// waits for, and when approval becomes possible.
+#[test]
+fn run_wait_follows_a_revision_through_its_bake_and_an_approval_given_meanwhile() {
+    let ws = example_baking("3s");
+    let out = format!("root={}/out", ws.root());
+    let args = ["pipeline", "run", "-f", "pipeline.yaml", "--var", "version=1.4.2", "--var", &out, "--wait"];
+    let child = ws.spawn(&[&args[..], &["--timeout", "2m"]].concat());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !ws.exists("out/prod-a1/release.txt") {
+        assert!(Instant::now() < deadline, "the one-box was never deployed");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let approve = ["approve", "-f", "pipeline.yaml", "--revision", "1.4.2", "prod/fleet"];
+    let early = pipeline_when_free(&ws, &approve);
+    assert_eq!(early.code, 2, "{}", early.all());
+    assert!(
+        early.stderr.contains(
+            "nothing of revision 1.4.2 waits for approval at `prod/fleet` yet: prod/onebox/prod-a1/bake waits for bake until"
+        ) && early.stderr.contains("approval at `prod/fleet` becomes possible once the steps before it are through"),
+        "{}",
+        early.all()
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let frontier = status(&ws)["frontier"].to_string();
+        if frontier.contains("approval of prod/fleet") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the gate was never reached: {frontier}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let approved = pipeline_when_free(&ws, &approve);
+    assert_eq!(approved.code, 0, "{}", approved.all());
+    let waited = Run::from(child.wait_with_output().unwrap());
+    assert_eq!(waited.code, 0, "{}", waited.all());
+    assert!(waited.stdout.contains("Revision 1.4.2: through"), "{}", waited.all());
+    assert_eq!(ws.read("out/prod-b2/release.txt"), "1.4.2 in region b\n");
+    // What it waited for, each said once, as it began.
+    for said in
+        ["prod/onebox/prod-a1/bake waits for bake until", "prod/fleet/prod-a2/deploy waits for approval of prod/fleet"]
+    {
+        assert_eq!(waited.stderr.matches(said).count(), 1, "{said}: {}", waited.all());
+    }
+
+    // A gate that is no group: the closest named.
+    let typo = pipeline(&ws, &["approve", "-f", "pipeline.yaml", "--revision", "1.4.2", "prod/flet"]);
+    assert_eq!(typo.code, 2, "{}", typo.all());
+    assert!(typo.stderr.contains("(did you mean `prod/fleet`?)"), "{}", typo.all());
 }
 
 fn pipeline(ws: &Workspace, args: &[&str]) -> Run {

@@ -53,6 +53,9 @@ fn sigint_sigterm_and_sighup_stop_a_run_and_its_programs() {
         assert_eq!(output.status.code(), Some(1), "{name}: {stderr}");
         assert!(stderr.contains(&format!("interrupted by {name}: stopping running programs")), "{stderr}");
         assert!(stderr.contains("resource `stuck` failed in state") && stderr.contains("cancelled"), "{stderr}");
+        // It ends as what it was: interrupted, not failed.
+        assert!(stderr.contains("nothing was applied: interrupted while planning"), "{stderr}");
+        assert!(!String::from_utf8_lossy(&output.stdout).contains("Apply failed"), "{name}: {stderr}");
         assert!(processes_mentioning(&program).is_empty(), "{name}: the resource program outlived the signal");
 
         let history = ws.run(&["history", "--output", "json"]);

@@ -62,6 +62,23 @@ fn a_kubeconfig_that_points_nowhere_is_a_clear_error() {
     assert_eq!(code, 1, "{stderr}");
     let expected = format!("error: cannot reach the Kubernetes API server at https://127.0.0.1:{port}/");
     assert!(stderr.contains(&expected), "{stderr}");
+    // Every command that needs the cluster fails so, with the same code (one rule: what cannot
+    // be reached is a failure, 1; a refusal of the input is 2).
+    std::fs::write(
+        dir.path().join("app.yaml"),
+        "apiVersion: deployster.io/v1alpha1\nkind: Manifest\nmetadata: {name: app}\nspec: {resources: {}}\n",
+    )
+    .unwrap();
+    for args in [
+        &["approve", "app", "-n", "team"][..],
+        &["preview", "app", "-n", "team", "-f", dir.path().join("app.yaml").to_str().unwrap()],
+        &["graph", "--manifest", "app", "-n", "team"],
+    ] {
+        let output = Command::new(support::deployster()).args(args).env("KUBECONFIG", &config).output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(stderr.contains("cannot reach the cluster"), "{args:?}: {stderr}");
+    }
 }
 
 /// The fingerprint key is read before anything starts: a file missing or too short to be a key

@@ -272,6 +272,8 @@ pub fn on_terminal(ws: &Workspace, args: &[&str], answer: impl Fn(&str) -> &'sta
     let mut child = Command::new("script")
         .args(["-qec", &command, "/dev/null"])
         .current_dir(ws.dir.path())
+        // A terminal gets `+ ~ -` markers, and colour unless NO_COLOR: the words stay whole.
+        .env("NO_COLOR", "1")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
