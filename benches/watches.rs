@@ -253,7 +253,8 @@ fn main() {
     // Read off the controller's watch cache: a kubectl listing every 200 ms would slow the API
     // server it measures (on two cores), and `kubectl wait` is throttled to a few objects a second.
     wait_for("every Manifest to be Ready", Duration::from_secs(60 * 30), || {
-        running.metric(r#"deployster_manifests{ready="True"}"#) == Some(n as f64)
+        running.metric(&format!(r#"deployster_manifests{{namespace="{}",ready="True"}}"#, cluster.namespace))
+            == Some(n as f64)
     });
     let converged = started.elapsed();
     println!(

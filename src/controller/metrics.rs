@@ -41,6 +41,7 @@ pub struct VerdictLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReadyLabels {
+    pub namespace: String,
     pub ready: &'static str,
 }
 
@@ -162,7 +163,11 @@ impl Metrics {
             "Changes to managed objects seen by watches: changed (wakes a pass) or ours (Deployster's own write)",
             metrics.watch_events.clone(),
         );
-        r.register("manifests", "Manifests in the watch cache, by their Ready condition", metrics.manifests.clone());
+        r.register(
+            "manifests",
+            "Manifests in the watch cache, by namespace and their Ready condition",
+            metrics.manifests.clone(),
+        );
         r.register(
             "leader",
             "1 while this replica holds the leader lease (or runs without election)",
@@ -278,11 +283,11 @@ impl Metrics {
         self.reconciles.get_or_create(&ResultLabels { result }).inc();
     }
 
-    /// Counts `manifests` by Ready status ("True", "False", "Unknown").
-    pub fn set_manifests(&self, counts: &[(&'static str, i64)]) {
+    /// Counts `manifests` by namespace and Ready status ("True", "False", "Unknown").
+    pub fn set_manifests(&self, counts: &[(String, &'static str, i64)]) {
         self.manifests.clear();
-        for (ready, n) in counts {
-            self.manifests.get_or_create(&ReadyLabels { ready }).set(*n);
+        for (namespace, ready, n) in counts {
+            self.manifests.get_or_create(&ReadyLabels { namespace: namespace.clone(), ready }).set(*n);
         }
     }
 
@@ -443,7 +448,7 @@ mod tests {
     fn every_series_is_named_deployster() {
         let metrics = Metrics::new();
         metrics.reconciled("succeeded");
-        metrics.set_manifests(&[("True", 2), ("False", 1)]);
+        metrics.set_manifests(&[("a".into(), "True", 2), ("a".into(), "False", 1)]);
         {
             let _timer = Timer::start(&metrics);
             assert_eq!(metrics.reconciles_running.get(), 1);
@@ -453,9 +458,57 @@ mod tests {
         for line in text.lines().filter(|l| !l.starts_with('#')) {
             assert!(line.starts_with("deployster_"), "{line}");
         }
-        assert!(text.contains(r#"deployster_manifests{ready="True"} 2"#), "{text}");
+        assert!(text.contains(r#"deployster_manifests{namespace="a",ready="True"} 2"#), "{text}");
         assert!(text.contains("deployster_reconcile_duration_seconds_count 1"), "{text}");
-        metrics.set_manifests(&[("True", 3)]);
+        metrics.set_manifests(&[("a".into(), "True", 3)]);
         assert!(!metrics.encode().contains(r#"ready="False""#), "stale label sets are dropped");
+    }
+
+    /// The chart's alerts (files/prometheus-rules.yaml) and dashboard (files/grafana-dashboard.json)
+    /// read only series this controller exports: a renamed metric fails here, not silently in
+    /// a platform team's Prometheus.
+    #[test]
+    fn every_series_the_chart_s_alerts_and_dashboard_read_is_exported() {
+        // A family is exported once it has a series: give each one.
+        let metrics = Metrics::new();
+        metrics.reconciled("succeeded");
+        metrics.set_manifests(&[("a".into(), "True", 1)]);
+        metrics.set_shards_owned(1);
+        metrics.set_manifests_owned(1);
+        metrics.invoked("action", "succeeded", Duration::from_millis(5));
+        metrics.watch_events.get_or_create(&VerdictLabels { verdict: "changed" }).inc();
+        let call = ApiLabels { verb: "get", group: String::new(), resource: "pods".into(), code: "200".into() };
+        metrics.api_requests.get_or_create(&call).inc();
+        metrics.pipeline_reconciles.get_or_create(&ResultLabels { result: "through" }).inc();
+        metrics.pipeline_steps.get_or_create(&ResultLabels { result: "succeeded" }).inc();
+        metrics.runners.served.get_or_create(&crate::pod::runner::RunnerLabels { runner: "r".into() }).inc();
+        metrics.runners.starts.get_or_create(&crate::pod::runner::StartLabels { reason: "first".into() }).inc();
+        let text = metrics.encode();
+        let mut exported = std::collections::BTreeSet::new();
+        for line in text.lines() {
+            let Some(rest) = line.strip_prefix("# TYPE ") else { continue };
+            let (name, kind) = rest.split_once(' ').expect("# TYPE name kind");
+            match kind {
+                "counter" => exported.extend([format!("{}_total", name.trim_end_matches("_total"))]),
+                "histogram" => exported.extend(["_bucket", "_sum", "_count"].map(|s| format!("{name}{s}"))),
+                _ => exported.extend([name.to_string()]),
+            }
+        }
+        assert!(
+            exported.contains("deployster_reconciles_total") && exported.contains("deployster_manifests"),
+            "{text}"
+        );
+        let chart = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("charts/deployster/files");
+        let series = regex::Regex::new(r"deployster_[a-z_]+").unwrap();
+        for file in ["prometheus-rules.yaml", "grafana-dashboard.json"] {
+            let text = std::fs::read_to_string(chart.join(file)).unwrap();
+            let read: std::collections::BTreeSet<&str> = series.find_iter(&text).map(|m| m.as_str()).collect();
+            assert!(read.len() >= 5, "{file} reads {read:?}");
+            let unknown: Vec<&&str> = read.iter().filter(|s| !exported.contains(**s)).collect();
+            assert!(
+                unknown.is_empty(),
+                "{file} reads series the controller does not export: {unknown:?}\nexported: {exported:?}"
+            );
+        }
     }
 }

@@ -350,7 +350,7 @@ fn being_deleted(obj: &DeserializeGuard<Manifest>) -> Option<u64> {
 }
 
 /// An `Api` of the `K`s in `scope`: one namespace, or all of them.
-fn scoped<K>(client: &Client, scope: &Option<String>) -> Api<K>
+pub(crate) fn scoped<K>(client: &Client, scope: &Option<String>) -> Api<K>
 where
     K: Resource<DynamicType = (), Scope = NamespaceResourceScope>,
 {
@@ -442,8 +442,10 @@ fn owned_count(stores: &[Store<DeserializeGuard<Manifest>>], ownership: &Ownersh
 }
 
 /// Manifests in the caches by the status of their Ready condition.
-fn ready_counts(stores: &[Store<DeserializeGuard<Manifest>>]) -> Vec<(&'static str, i64)> {
-    let mut counts = [("True", 0), ("False", 0), ("Unknown", 0)];
+/// Manifests by namespace and Ready status: each namespace with a Manifest has all three
+/// statuses, 0 or not, so that a rule over `ready="False"` has a series to read.
+fn ready_counts(stores: &[Store<DeserializeGuard<Manifest>>]) -> Vec<(String, &'static str, i64)> {
+    let mut counts: std::collections::BTreeMap<String, [i64; 3]> = std::collections::BTreeMap::new();
     for object in stores.iter().flat_map(Store::state) {
         let ready = object.0.as_ref().ok().and_then(|m| m.status.as_ref()).and_then(|s| {
             s.conditions.iter().find(|c| c.type_ == ConditionType::Ready.as_str()).map(|c| c.status.as_str())
@@ -453,9 +455,14 @@ fn ready_counts(stores: &[Store<DeserializeGuard<Manifest>>]) -> Vec<(&'static s
             Some("False") => 1,
             _ => 2,
         };
-        counts[slot].1 += 1;
+        counts.entry(object.namespace().unwrap_or_default()).or_default()[slot] += 1;
     }
-    counts.to_vec()
+    counts
+        .into_iter()
+        .flat_map(|(namespace, [t, f, u])| {
+            [("True", t), ("False", f), ("Unknown", u)].map(|(ready, n)| (namespace.clone(), ready, n))
+        })
+        .collect()
 }
 
 async fn log_stop(stop: Stop) {

@@ -78,7 +78,8 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         let metrics = Arc::new(Metrics::new());
         let readiness = Arc::new(Readiness::new(1));
-        let refresh: Arc<dyn Fn(&Metrics) + Send + Sync> = Arc::new(|m: &Metrics| m.set_manifests(&[("True", 7)]));
+        let refresh: Arc<dyn Fn(&Metrics) + Send + Sync> =
+            Arc::new(|m: &Metrics| m.set_manifests(&[("a".into(), "True", 7)]));
         tokio::spawn(serve(listener, metrics, readiness.clone(), refresh));
         let get = |path: &'static str| async move {
             use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -95,6 +96,9 @@ mod tests {
         assert!(get("/readyz").await.starts_with("HTTP/1.0 200"));
         let scraped = get("/metrics").await;
         assert!(scraped.contains("application/openmetrics-text"), "{scraped}");
-        assert!(scraped.contains(r#"deployster_manifests{ready="True"} 7"#), "refreshed before the scrape: {scraped}");
+        assert!(
+            scraped.contains(r#"deployster_manifests{namespace="a",ready="True"} 7"#),
+            "refreshed before the scrape: {scraped}"
+        );
     }
 }

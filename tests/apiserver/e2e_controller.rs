@@ -83,7 +83,7 @@ fn a_manifest_is_applied_kept_and_deleted_by_the_controller() {
     at_least(r#"deployster_reconciles_total{result="succeeded"}"#, 2.0);
     at_least("deployster_reconcile_duration_seconds_count", 2.0);
     at_least("deployster_drift_corrections_total", 1.0);
-    at_least(r#"deployster_manifests{ready="True"}"#, 1.0);
+    at_least(&format!(r#"deployster_manifests{{namespace="{}",ready="True"}}"#, cluster.namespace), 1.0);
     at_least(r#"deployster_executor_invocations_total{phase="init",result="succeeded"}"#, 2.0);
     at_least(r#"deployster_executor_invocations_total{phase="state",result="succeeded"}"#, 4.0);
     at_least(r#"deployster_executor_invocations_total{phase="action",result="succeeded"}"#, 3.0);

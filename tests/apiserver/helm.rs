@@ -88,6 +88,8 @@ fn the_chart_lints_with_default_values_and_with_every_option() {
         values.to_str().unwrap(),
         "--set",
         "metrics.serviceMonitor.enabled=false",
+        "--set",
+        "metrics.prometheusRule.enabled=false",
     ];
     let (ok, out, err) = run_helm(&helm, &args);
     assert!(ok, "{out}{err}");
@@ -244,7 +246,8 @@ fn every_option_renders_and_the_binary_accepts_it() {
     let helm = helm();
     let values = chart().join("ci/all-options-values.yaml");
     let api = "monitoring.coreos.com/v1/ServiceMonitor";
-    let docs = render(&helm, &["-f", values.to_str().unwrap(), "--api-versions", api]);
+    let rules_api = "monitoring.coreos.com/v1/PrometheusRule";
+    let docs = render(&helm, &["-f", values.to_str().unwrap(), "--api-versions", api, "--api-versions", rules_api]);
     let deployment = deployment(&docs);
     let pod = &deployment["spec"]["template"]["spec"];
     assert_eq!(deployment["spec"]["replicas"], 2);
@@ -277,8 +280,19 @@ fn every_option_renders_and_the_binary_accepts_it() {
     assert!(container["env"].as_array().unwrap().iter().any(|e| e["name"] == "KUBECONFIG"), "extraEnv");
     assert!(volumes.iter().any(|v| v["secret"]["secretName"] == "controller-kubeconfig"), "extraVolumes");
     assert!(mounts.iter().any(|m| m["mountPath"] == "/etc/deployster/kubeconfig"), "extraVolumeMounts");
-    let pods_args =
-        render(&helm, &["-f", values.to_str().unwrap(), "--api-versions", api, "--set", "docker.enabled=false"]);
+    let pods_args = render(
+        &helm,
+        &[
+            "-f",
+            values.to_str().unwrap(),
+            "--api-versions",
+            api,
+            "--api-versions",
+            rules_api,
+            "--set",
+            "docker.enabled=false",
+        ],
+    );
     let args = args_of(of_kind(&pods_args, "Deployment")[0]);
     for expected in [
         "--executor=pod",
@@ -293,6 +307,20 @@ fn every_option_renders_and_the_binary_accepts_it() {
     assert_eq!(monitor["spec"]["endpoints"][0]["interval"], "15s");
     assert_eq!(monitor["metadata"]["labels"]["release"], "prometheus");
     assert_eq!(of_kind(&docs, "Service")[0]["spec"]["type"], "NodePort");
+    // The alerts are the chart's rule file as promtool checked and tested it, whole.
+    let rule = of_kind(&docs, "PrometheusRule")[0];
+    assert_eq!(rule["metadata"]["labels"]["release"], "prometheus");
+    let file: Value =
+        serde_norway::from_str(&std::fs::read_to_string(chart().join("files/prometheus-rules.yaml")).unwrap()).unwrap();
+    assert_eq!(rule["spec"]["groups"], file["groups"]);
+    // The dashboard, where Grafana's sidecar finds it.
+    let dashboard =
+        of_kind(&docs, "ConfigMap").into_iter().find(|c| c["metadata"]["name"] == "rel-deployster-dashboard");
+    let dashboard = dashboard.expect("the dashboard's ConfigMap");
+    assert_eq!(dashboard["metadata"]["namespace"], "monitoring");
+    assert_eq!(dashboard["metadata"]["labels"]["grafana_dashboard"], "1");
+    let json: Value = serde_json::from_str(dashboard["data"]["deployster.json"].as_str().unwrap()).unwrap();
+    assert_eq!(json["title"], "Deployster");
 }
 
 #[ignore = "needs helm: DEPLOYSTER_HELM=$(../shared/tools/install-helm $PWD/target/tools | tail -1) cargo test --test apiserver helm:: -- --include-ignored"]
@@ -320,6 +348,7 @@ fn bad_values_are_refused_at_install_time() {
         (&["--set", "sharding.shards=0"], "sharding.shards: Must be greater than or equal to 1"),
         (&["--set-json", r#"extraArgs=["--namespace=other"]"#], "give namespaces in watchNamespaces"),
         (&["--set", "metrics.serviceMonitor.enabled=true"], "needs the Prometheus operator's monitoring.coreos.com/v1"),
+        (&["--set", "metrics.prometheusRule.enabled=true"], "monitoring.coreos.com/v1 PrometheusRule API"),
     ];
     for (extra, expected) in cases {
         let args = [&["template", "rel", chart.to_str().unwrap()], *extra].concat();

@@ -119,6 +119,9 @@ refused there: say which. `lookup` answers only when helm talks to a cluster (no
 {{- if and .Values.metrics.serviceMonitor.enabled (not (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1/ServiceMonitor")) -}}
 {{- fail "metrics.serviceMonitor.enabled needs the Prometheus operator's monitoring.coreos.com/v1 ServiceMonitor API, which this cluster does not serve" -}}
 {{- end -}}
+{{- if and .Values.metrics.prometheusRule.enabled (not (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1/PrometheusRule")) -}}
+{{- fail "metrics.prometheusRule.enabled needs the Prometheus operator's monitoring.coreos.com/v1 PrometheusRule API, which this cluster does not serve (the rules are also files/prometheus-rules.yaml of the chart, for a plain Prometheus)" -}}
+{{- end -}}
 {{- end -}}
 
 {{/* A duration of the form Ns, Nm or Nh (values.schema.json allows no other), in seconds. */}}
