@@ -3,14 +3,17 @@
 use serde_json::{Value, json};
 
 use super::error::BuiltinError;
-use super::{Request, format_mode, mode_of, mode_schema, needs, plugs, set_mode};
+use super::{PATH_DESCRIPTION, Request, format_mode, mode_of, mode_schema, needs, plugs, set_mode};
 
 pub(super) fn init() -> Value {
     json!({
         "label": "Local directory",
         "config_schema": {
             "type": "object",
-            "properties": {"path": {"type": "string", "minLength": 1}, "mode": mode_schema()},
+            "properties": {
+                "path": {"type": "string", "minLength": 1, "description": PATH_DESCRIPTION},
+                "mode": mode_schema()
+            },
             "required": ["path"],
             "additionalProperties": false
         },

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use super::error::BuiltinError;
-use super::{Request, format_mode, mode_of, mode_schema, needs, plugs, set_mode};
+use super::{PATH_DESCRIPTION, Request, format_mode, mode_of, mode_schema, needs, plugs, set_mode};
 
 pub(super) fn init() -> Value {
     json!({
@@ -15,8 +15,8 @@ pub(super) fn init() -> Value {
         "config_schema": {
             "type": "object",
             "properties": {
-                "path": {"type": "string", "minLength": 1},
-                "content": {"type": "string"},
+                "path": {"type": "string", "minLength": 1, "description": PATH_DESCRIPTION},
+                "content": {"type": "string", "description": "the file's whole content, as text"},
                 "mode": mode_schema()
             },
             "required": ["path", "content"],

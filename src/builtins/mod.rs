@@ -15,6 +15,7 @@ mod in_process;
 #[cfg(feature = "kube")]
 pub mod kubernetes;
 mod package;
+pub mod reference;
 
 use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
@@ -209,6 +210,9 @@ fn plugs() -> Value {
 }
 
 /// The schema fragment for `mode`: an octal string.
+/// What `path` means to the file built-ins.
+const PATH_DESCRIPTION: &str = "where it is; a relative path is taken from the `files` plug when the resource has one, else from the manifest's directory";
+
 fn mode_schema() -> Value {
     json!({"type": "string", "pattern": "^0?[0-7]{3,4}$", "description": "octal permission bits, e.g. \"0755\""})
 }

@@ -28,18 +28,18 @@ const NAME_CONVENTION: &str =
 pub(super) fn init() -> Value {
     let name = json!({"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]*$"});
     json!({
-        "label": "Seed-004 package",
+        "label": "A service's package (a .cronus tarball), installed, activated and started",
         "config_schema": {
             "type": "object",
             "properties": {
-                "service": name,
+                "service": with(&name, "the service; its root is `{home}/{service}`"),
                 "home": {"type": "string", "minLength": 1, "description": "the directory holding service roots"},
-                "version": name,
+                "version": with(&name, "the version to install, activate and start"),
                 "package": {"type": "string", "minLength": 1, "description": "path to the .cronus tarball"},
                 "prop": {"type": "string", "minLength": 1, "description": "path to its .prop file (md5 checked)"},
-                "env": {"type": "object", "additionalProperties": {"type": "string"}},
-                "active": {"type": "boolean", "default": true},
-                "running": {"type": "boolean", "default": true}
+                "env": {"type": "object", "additionalProperties": {"type": "string"}, "description": "environment given to the package's scripts"},
+                "active": {"type": "boolean", "default": true, "description": "whether this version is the active one"},
+                "running": {"type": "boolean", "default": true, "description": "whether the service runs (its startup script ran, not its shutdown)"}
             },
             "required": ["service", "home", "version", "package"],
             "additionalProperties": false
@@ -48,6 +48,13 @@ pub(super) fn init() -> Value {
         "state_action": {"args": ["state"]},
         "delete_action": {"args": ["delete"]}
     })
+}
+
+/// `schema` with `description`.
+fn with(schema: &Value, description: &str) -> Value {
+    let mut schema = schema.clone();
+    schema["description"] = json!(description);
+    schema
 }
 
 /// A package as configured, its paths resolved.

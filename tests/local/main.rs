@@ -6,6 +6,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod book;
 mod builtins;
 mod check_type;
 mod cli_apply;
@@ -15,6 +16,7 @@ mod cli_errors;
 mod cli_graph;
 mod cli_history;
 mod cli_messages;
+mod cli_newcomer;
 mod cli_outputs;
 mod cli_pipeline;
 mod cli_progress;

@@ -284,7 +284,7 @@ impl Said {
     }
 }
 
-fn init() -> Value {
+pub(super) fn init() -> Value {
     let object = json!({
         "type": "object",
         "description": "one Kubernetes object, of any kind the server knows",
@@ -326,7 +326,7 @@ fn init() -> Value {
                     "type": "object",
                     "description": "wait until the objects are ready (kstatus rules) after applying them; a dependent waits too",
                     "properties": {
-                        "ready": {"type": "boolean"},
+                        "ready": {"type": "boolean", "description": "wait until every object is ready"},
                         "timeout": {"type": "string", "description": "how long, e.g. 5m (default 5m)"}
                     },
                     "additionalProperties": false

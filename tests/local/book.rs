@@ -1,0 +1,269 @@
+//! The book (docs/, an mdBook) and the README: every page listed in SUMMARY.md and every page
+//! listed, every relative link and `#anchor` resolving, the README one screen, and the pages a
+//! newcomer reads free of the project's internal words.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use crate::support::{Workspace, on_terminal};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn pages() -> Vec<PathBuf> {
+    let mut pages: Vec<PathBuf> = std::fs::read_dir(root().join("docs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    pages.sort();
+    pages
+}
+
+/// The anchor a heading gets (GitHub's and mdBook's rule): lower case, spaces to `-`, other
+/// punctuation dropped.
+fn slug(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Outside fenced code: the text's headings' anchors, and its links' targets.
+fn headings_and_links(text: &str) -> (BTreeSet<String>, Vec<String>) {
+    let link = regex::Regex::new(r"\]\(([^)\s]+)\)").unwrap();
+    let (mut anchors, mut links, mut code) = (BTreeSet::new(), Vec::new(), false);
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            code = !code;
+            continue;
+        }
+        if code {
+            continue;
+        }
+        if let Some(heading) = line.strip_prefix('#').map(|h| h.trim_start_matches('#'))
+            && heading.starts_with(' ')
+        {
+            anchors.insert(slug(heading));
+        }
+        links.extend(link.captures_iter(line).map(|c| c[1].to_string()));
+    }
+    (anchors, links)
+}
+
+#[test]
+fn every_page_is_in_the_summary_and_every_link_resolves() {
+    let summary = std::fs::read_to_string(root().join("docs/SUMMARY.md")).unwrap();
+    let (_, listed) = headings_and_links(&summary);
+    let listed: BTreeSet<String> = listed.into_iter().collect();
+    for page in pages() {
+        let name = page.file_name().unwrap().to_str().unwrap().to_string();
+        assert!(name == "SUMMARY.md" || listed.contains(&name), "docs/{name} is in no chapter of docs/SUMMARY.md");
+    }
+    let mut checked = 0;
+    for file in pages().into_iter().chain([root().join("README.md")]) {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let (own, links) = headings_and_links(&text);
+        for target in links {
+            if target.starts_with("http://") || target.starts_with("https://") || target.starts_with("mailto:") {
+                continue;
+            }
+            let (path, anchor) = target.split_once('#').map_or((target.as_str(), None), |(p, a)| (p, Some(a)));
+            let at = if path.is_empty() { file.clone() } else { file.parent().unwrap().join(path) };
+            assert!(at.exists(), "{}: the link `{target}` leads nowhere ({})", file.display(), at.display());
+            if let Some(anchor) = anchor {
+                let anchors = if path.is_empty() {
+                    own.clone()
+                } else {
+                    headings_and_links(&std::fs::read_to_string(&at).unwrap()).0
+                };
+                assert!(
+                    anchors.contains(anchor),
+                    "{}: `{target}`: no heading has the anchor #{anchor}",
+                    file.display()
+                );
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked > 50, "{checked} links checked");
+}
+
+#[test]
+fn the_readme_is_one_screen_that_opens_with_the_two_commands() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    assert!(readme.lines().count() <= 50, "the README is {} lines", readme.lines().count());
+    let commands: Vec<&str> = readme.lines().skip_while(|l| *l != "```sh").skip(1).take(2).collect();
+    assert!(commands[0].starts_with("cargo run --release -- apply -f examples/local/manifest.yaml"), "{commands:?}");
+    assert!(commands[1].starts_with("cargo test "), "{commands:?}");
+    let ci = std::fs::read_to_string(root().join(".ci/run")).unwrap();
+    assert!(ci.contains("cargo test --no-fail-fast"), ".ci/run runs the README's test command");
+}
+
+/// What a newcomer reads says nothing of the project's issues, design seeds or test harness.
+#[test]
+fn the_pages_for_users_use_no_internal_words() {
+    let internal = regex::Regex::new(r"issue \d|seed-\d|tests/|\.ci/run|\.\./shared").unwrap();
+    for name in
+        ["getting-started.md", "concepts.md", "manifests.md", "cli.md", "plans.md", "removal.md", "troubleshooting.md"]
+    {
+        let text = std::fs::read_to_string(Path::new(&root()).join("docs").join(name)).unwrap();
+        let found: Vec<&str> = internal.find_iter(&text).map(|m| m.as_str()).collect();
+        assert!(found.is_empty(), "docs/{name} says {found:?}");
+    }
+}
+
+/// A page written from the code (`DEPLOYSTER_BLESS=1` rewrites it): current.
+fn generated(page: &str, text: &str) {
+    let path = root().join("docs").join(page);
+    if std::env::var_os("DEPLOYSTER_BLESS").is_some() {
+        std::fs::write(&path, text).unwrap();
+    }
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(committed == text, "{} is not current: DEPLOYSTER_BLESS=1 cargo test --test local book::", path.display());
+}
+
+/// The built-in types' reference is written from their config schemas.
+#[test]
+fn the_builtin_types_reference_is_current() {
+    let text = deployster::builtins::reference::markdown();
+    generated("builtin-types.md", &text);
+    for expected in ["## `builtin/file`", "| `content` | string | yes |", "| `wait.timeout` |"] {
+        assert!(text.contains(expected), "{expected}");
+    }
+}
+
+/// The command reference is written from the command definitions.
+#[test]
+fn the_command_reference_is_current() {
+    let text = deployster::cli::reference::markdown();
+    generated("cli-reference.md", &text);
+    for expected in ["### `deployster apply`", "### `deployster pipeline run`", "`--detailed-exitcode`", "Exit codes"] {
+        assert!(text.contains(expected), "{expected}");
+    }
+}
+
+/// The custom resources' reference is written from crds/*.yaml (themselves written from the
+/// Rust types): every field of spec and status, with its type and description.
+#[test]
+fn the_custom_resources_reference_is_current() {
+    let mut text = String::from(
+        "# Custom resources\n\n<!-- Written by `DEPLOYSTER_BLESS=1 cargo test --test local book::` from crds/*.yaml: \
+         do not edit. -->\n\nThe controller's custom resources, group `deployster.io`. Install them with the chart, or \
+         `deployster crd [manifest|pipeline|preview] | kubectl apply -f -`.\n",
+    );
+    for crd in ["manifest", "pipeline", "preview"] {
+        let yaml = std::fs::read_to_string(root().join(format!("crds/{crd}.yaml"))).unwrap();
+        let crd: serde_json::Value = serde_norway::from_str(&yaml).unwrap();
+        let spec = &crd["spec"];
+        let version = &spec["versions"][0];
+        let schema = &version["schema"]["openAPIV3Schema"];
+        text.push_str(&format!(
+            "\n## {} (`{}/{}`)\n\n{}\n\nShort names: {}.\n",
+            spec["names"]["kind"].as_str().unwrap(),
+            spec["group"].as_str().unwrap(),
+            version["name"].as_str().unwrap(),
+            schema["description"].as_str().unwrap_or_default(),
+            spec["names"]["shortNames"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|s| format!("`{}`", s.as_str().unwrap()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+        for part in ["spec", "status"] {
+            if schema["properties"][part].is_null() {
+                continue;
+            }
+            text.push_str(&format!("\n### `{part}`\n\n| field | type | what |\n|---|---|---|\n"));
+            fields(&mut text, &schema["properties"][part], part, 0);
+        }
+    }
+    generated("crd-reference.md", &text);
+    assert!(
+        text.contains("## ManifestPreview (`deployster.io/v1alpha1`)") && text.contains("| `spec.manifest` |"),
+        "{text}"
+    );
+}
+
+/// A table row for each field under `schema`, three levels deep (a Manifest's proposed spec
+/// inside a preview is the Manifest's own, listed there).
+fn fields(text: &mut String, schema: &serde_json::Value, path: &str, depth: usize) {
+    let Some(properties) = schema["properties"].as_object() else { return };
+    for (name, field) in properties {
+        let here = format!("{path}.{name}");
+        let kind = match (field["type"].as_str(), field["items"]["type"].as_str()) {
+            (Some("array"), Some(item)) => format!("list of {item}"),
+            (Some(kind), _) => kind.to_string(),
+            (None, _) => "any".into(),
+        };
+        let what = field["description"].as_str().unwrap_or_default().replace('\n', " ").replace('|', "\\|");
+        text.push_str(&format!("| `{here}` | {kind} | {what} |\n"));
+        if depth < 2 {
+            fields(text, field, &here, depth + 1);
+            fields(text, &field["items"], &format!("{here}[]"), depth + 1);
+        }
+    }
+}
+
+/// The getting-started page, run as a newcomer would: each command of its shell blocks in order,
+/// on a copy of the example whose paths are this test's own; an `apply` that asks is answered
+/// yes on a terminal; each result quoted in a command's comment is found in what it said.
+#[test]
+fn the_getting_started_commands_run_as_written() {
+    let ws = Workspace::new();
+    let demo = format!("{}/demo-", ws.root());
+    let example = std::fs::read_to_string(root().join("examples/local/manifest.yaml")).unwrap();
+    ws.write("examples/local/manifest.yaml", &example.replace("/tmp/deployster-demo-", &demo));
+    let page = std::fs::read_to_string(root().join("docs/getting-started.md")).unwrap();
+    let quoted = regex::Regex::new(r#""([^"]+)""#).unwrap();
+    let (mut ran, mut in_block) = (0, false);
+    for line in page.lines() {
+        match line.trim() {
+            "```sh" => in_block = true,
+            "```" => in_block = false,
+            _ => {}
+        }
+        let line = line.trim();
+        if !in_block || line.is_empty() || line.starts_with("```") || line.starts_with("cargo build") {
+            continue;
+        }
+        let (command, comment) = line.split_once("  #").unwrap_or((line, ""));
+        let command = command.trim().replace("/tmp/deployster-demo-", &demo);
+        let said = match command.strip_prefix("deployster ") {
+            Some(args) => {
+                let args: Vec<&str> = args.split_whitespace().collect();
+                if args[0] == "apply" && !args.contains(&"--yes") {
+                    let (code, out) = on_terminal(&ws, &args, |_| "y");
+                    assert_eq!(code, 0, "{command}: {out}");
+                    out
+                } else {
+                    let run = ws.run(&args);
+                    assert_eq!(run.code, 0, "{command}: {}", run.all());
+                    run.all()
+                }
+            }
+            None => {
+                let out =
+                    std::process::Command::new("bash").args(["-c", &command]).current_dir(ws.root()).output().unwrap();
+                assert!(out.status.success(), "{command}: {}", String::from_utf8_lossy(&out.stderr));
+                String::from_utf8_lossy(&out.stdout).to_string()
+            }
+        };
+        for expected in quoted.captures_iter(comment) {
+            for piece in expected[1].split('…').map(str::trim).filter(|p| !p.is_empty()) {
+                assert!(said.contains(piece), "{command}: `{piece}` is not in what it said:\n{said}");
+            }
+        }
+        ran += 1;
+    }
+    assert!(ran >= 8, "{ran} commands ran");
+}
