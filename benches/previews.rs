@@ -11,9 +11,9 @@
 //! (median of 5 each; target: at most 1.5× slower).
 //!
 //! On the cluster: the same `app` with 2 image types beside its 4 ConfigMaps (the test fixture,
-//! run in warm runners by `--executor pod`, writing to a claim): how long a preview takes to
-//! answer once the Manifest is applied (median of 5; target ≤ 5 s), its image types' states read
-//! in their runners.
+//! run in runners by `--executor pod`, writing to a claim): how long a preview takes to answer
+//! once the Manifest is applied (median of 5; target ≤ 5 s). A preview's Pods are its own (so
+//! that neither it nor the Manifest sweeps the other's): its runners start for it, cold.
 
 // `pods` reaches `docker` as `super::docker`, as in the tests' `support`.
 #[path = "../tests/support/docker.rs"]
@@ -243,7 +243,8 @@ fn on_cluster(env: &pods::PodEnv) {
     let proposed = scene.file("proposed.yaml", &manifest_with("app", 4, "z", (plugs, &images)));
     let one = one_at_a_time(kubeconfig, &scene.namespace, &proposed);
     println!(
-        "one preview of 4 ConfigMaps and 2 image types (warm runners) answered in {:.2} s (median of 5; target ≤ 5 s)",
+        "one preview of 4 ConfigMaps and 2 image types answered in {:.2} s (median of 5; target ≤ 5 s; its image types \
+         read in runners of its own, started for it: the Manifest's warm runners are not shared with previews)",
         one.as_secs_f64()
     );
     drop(scene);

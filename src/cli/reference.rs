@@ -80,5 +80,23 @@ fn help(arg: &clap::Arg) -> String {
     if let Some(env) = arg.get_env() {
         let _ = write!(text, " Environment: `{}`.", env.to_string_lossy());
     }
-    text.replace('\n', " ").replace('|', "\\|").trim().to_string()
+    escaped(text.replace('\n', " ").replace('|', "\\|").trim())
+}
+
+/// `<` and `>` outside code spans as entities: Markdown would take `<FILE>` for a tag.
+fn escaped(text: &str) -> String {
+    let mut code = false;
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '`' => {
+                code = !code;
+                out.push(c);
+            }
+            '<' if !code => out.push_str("&lt;"),
+            '>' if !code => out.push_str("&gt;"),
+            c => out.push(c),
+        }
+    }
+    out
 }

@@ -221,8 +221,28 @@ fn fields(text: &mut String, schema: &serde_json::Value, path: &str, depth: usiz
 fn the_getting_started_commands_run_as_written() {
     let ws = Workspace::new();
     let demo = format!("{}/demo-", ws.root());
-    let example = std::fs::read_to_string(root().join("examples/local/manifest.yaml")).unwrap();
-    ws.write("examples/local/manifest.yaml", &example.replace("/tmp/deployster-demo-", &demo));
+    let releases = format!("{}/pipeline", ws.root());
+    for (file, from, to) in [
+        ("examples/local/manifest.yaml", "/tmp/deployster-demo-", &demo),
+        ("examples/pipeline/pipeline.yaml", "/tmp/deployster-pipeline", &releases),
+        ("examples/pipeline/app.yaml", "/tmp/deployster-pipeline", &releases),
+        ("examples/pipeline/smoke.yaml", "/tmp/deployster-pipeline", &releases),
+    ] {
+        ws.write(file, &std::fs::read_to_string(root().join(file)).unwrap().replace(from, to));
+    }
+    // The page puts the example back with git, as a reader in their checkout would.
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+            .args(args)
+            .current_dir(ws.root())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    git(&["init", "-q"]);
+    git(&["add", "examples"]);
+    git(&["commit", "-qm", "the examples"]);
     let page = std::fs::read_to_string(root().join("docs/getting-started.md")).unwrap();
     let quoted = regex::Regex::new(r#""([^"]+)""#).unwrap();
     let (mut ran, mut in_block) = (0, false);
@@ -265,5 +285,28 @@ fn the_getting_started_commands_run_as_written() {
         }
         ran += 1;
     }
-    assert!(ran >= 8, "{ran} commands ran");
+    assert!(ran >= 16, "{ran} commands ran");
+    assert_eq!(ws.read("pipeline/prod-b2/release.txt"), "1.4.2 in region b\n", "the pipeline's revision went through");
+}
+
+/// The manifests a newcomer is shown first — the README's, getting started's, and the first of
+/// Manifests — apply as written (their `/tmp` paths made this test's own), and again to nothing.
+#[test]
+fn the_manifests_shown_first_apply_as_written() {
+    let mut shown = Vec::new();
+    for (file, all) in [("README.md", true), ("docs/getting-started.md", true), ("docs/manifests.md", false)] {
+        let text = std::fs::read_to_string(root().join(file)).unwrap();
+        let blocks: Vec<String> =
+            text.split("```yaml\n").skip(1).map(|b| b[..b.find("```").unwrap()].to_string()).collect();
+        assert!(!blocks.is_empty(), "{file} shows a manifest");
+        shown.extend(blocks.into_iter().take(if all { usize::MAX } else { 1 }).map(|b| (file, b)));
+    }
+    for (file, yaml) in shown {
+        let ws = Workspace::new();
+        ws.manifest(&yaml.replace("/tmp/", &format!("{}/", ws.root())));
+        let run = ws.apply(&[]);
+        assert_eq!(run.code, 0, "{file}:\n{yaml}\n{}", run.all());
+        let again = ws.apply(&[]);
+        assert!(again.stdout.contains("Nothing to do"), "{file}: {}", again.all());
+    }
 }
