@@ -111,9 +111,21 @@ fn the_readme_is_one_screen_that_opens_with_the_two_commands() {
 #[test]
 fn the_pages_for_users_use_no_internal_words() {
     let internal = regex::Regex::new(r"issue \d|seed-\d|tests/|\.ci/run|\.\./shared").unwrap();
-    for name in
-        ["getting-started.md", "concepts.md", "manifests.md", "cli.md", "plans.md", "removal.md", "troubleshooting.md"]
-    {
+    let pages = [
+        "getting-started.md",
+        "concepts.md",
+        "manifests.md",
+        "cli.md",
+        "plans.md",
+        "removal.md",
+        "troubleshooting.md",
+        "controller.md",
+        "kubernetes.md",
+        "graph.md",
+        "packages.md",
+        "pipelines.md",
+    ];
+    for name in pages {
         let text = std::fs::read_to_string(Path::new(&root()).join("docs").join(name)).unwrap();
         let found: Vec<&str> = internal.find_iter(&text).map(|m| m.as_str()).collect();
         assert!(found.is_empty(), "docs/{name} says {found:?}");
@@ -309,4 +321,38 @@ fn the_manifests_shown_first_apply_as_written() {
         let again = ws.apply(&[]);
         assert!(again.stdout.contains("Nothing to do"), "{file}: {}", again.all());
     }
+}
+
+/// Every key a manifest may have — the Manifest object's spec as the CRD gives it, its
+/// resources' and its plugs' — is in the Manifests chapter (a key of the object alone may be
+/// in the controller's), under its name or, for the file's plugs, its snake_case one.
+#[test]
+fn every_key_of_a_manifest_is_in_the_book() {
+    let yaml = std::fs::read_to_string(root().join("crds/manifest.yaml")).unwrap();
+    let crd: serde_json::Value = serde_norway::from_str(&yaml).unwrap();
+    let spec = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"];
+    let manifests = std::fs::read_to_string(root().join("docs/manifests.md")).unwrap();
+    let controller = std::fs::read_to_string(root().join("docs/controller.md")).unwrap();
+    let named = |text: &str, key: &str| text.contains(&format!("`{key}`")) || text.contains(&format!("{key}:"));
+    let snake = |key: &str| {
+        key.chars()
+            .flat_map(|c| if c.is_uppercase() { vec!['_', c.to_ascii_lowercase()] } else { vec![c] })
+            .collect::<String>()
+    };
+    let mut checked = 0;
+    for key in spec.as_object().unwrap().keys() {
+        assert!(named(&manifests, key), "docs/manifests.md does not name the Manifest's `{key}`");
+        assert!(named(&manifests, key) || named(&controller, key), "`{key}` is in no chapter");
+        checked += 1;
+    }
+    for part in ["resources", "plugs"] {
+        for key in spec[part]["additionalProperties"]["properties"].as_object().unwrap().keys() {
+            assert!(
+                named(&manifests, key) || named(&manifests, &snake(key)),
+                "docs/manifests.md does not name {part}' `{key}`"
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked > 20, "{checked} keys");
 }
