@@ -160,7 +160,7 @@ impl Package {
         let expected_name = format!("{}.prop", self.file);
         if prop.file_name().and_then(|f| f.to_str()) != Some(expected_name.as_str()) {
             return Err(BuiltinError::Package(format!(
-                "property file {} must be named {expected_name} (seed 004)",
+                "property file {} must be named {expected_name} (the .cronus package format)",
                 prop.display()
             )));
         }
@@ -359,7 +359,7 @@ pub(super) fn act(args: &[String], request: &Request) -> Result<(), Failure> {
         Some("startup") => {
             if !p.run(&p.version, "startup")? {
                 return Err(Failure::Other(BuiltinError::Package(format!(
-                    "{} {} has no cronus/scripts/startup (seed 004 requires one)",
+                    "{} {} has no cronus/scripts/startup (a package must have one)",
                     p.name, p.version
                 ))));
             }
@@ -392,7 +392,7 @@ fn install(p: &Package) -> Result<(), Failure> {
     let placed = unpacked.and_then(|root| {
         if !root.join("cronus/scripts/startup").is_file() {
             return Err(BuiltinError::Package(format!(
-                "{} has no cronus/scripts/startup (seed 004 requires one); nothing was installed",
+                "{} has no cronus/scripts/startup (a package must have one); nothing was installed",
                 p.file
             )));
         }

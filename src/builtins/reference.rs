@@ -16,7 +16,7 @@ pub fn markdown() -> String {
     for (name, init) in inits() {
         let _ = writeln!(out, "## `builtin/{name}`\n\n{}.\n", init["label"].as_str().unwrap_or_default());
         out.push_str("| key | type | required | what |\n|---|---|---|---|\n");
-        keys(&mut out, &init["config_schema"], "");
+        schema_rows(&mut out, &init["config_schema"], "", 1);
         out.push('\n');
     }
     out
@@ -31,11 +31,14 @@ pub fn inits() -> Vec<(&'static str, Value)> {
     inits
 }
 
-fn keys(out: &mut String, schema: &Value, prefix: &str) {
+/// A row `| key | type | required | what |` for each key of `schema`, its path after `prefix`;
+/// the keys of an object or of a list's items are listed below it, `levels` deep. The table
+/// every reference page shares: the built-in types' configs and the custom resources.
+pub fn schema_rows(out: &mut String, schema: &Value, prefix: &str, levels: usize) {
     let required: Vec<&str> = schema["required"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
     for (key, property) in schema["properties"].as_object().into_iter().flatten() {
         let path = format!("{prefix}{key}");
-        let mut what = property["description"].as_str().unwrap_or_default().to_string();
+        let mut what = property["description"].as_str().unwrap_or_default().replace('\n', " ");
         if let Some(default) = property.get("default") {
             let _ = write!(what, " (default `{default}`)");
         }
@@ -44,12 +47,11 @@ fn keys(out: &mut String, schema: &Value, prefix: &str) {
             "| `{path}` | {} | {} | {} |",
             type_of(property),
             if required.contains(&key.as_str()) { "yes" } else { "" },
-            what.replace('|', "\\|")
+            what.trim().replace('|', "\\|")
         );
-        // An object of named keys is listed key by key below it (a Kubernetes object is not: its
-        // keys are the server's).
-        if property["type"] == "object" && property["properties"].is_object() && property.get("required").is_none() {
-            keys(out, property, &format!("{path}."));
+        if levels > 0 {
+            schema_rows(out, property, &format!("{path}."), levels - 1);
+            schema_rows(out, &property["items"], &format!("{path}[]."), levels - 1);
         }
     }
 }

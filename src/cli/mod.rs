@@ -39,6 +39,7 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::engine::executor::process::BUILTIN_SUBCOMMAND;
 use crate::engine::validate::ValidatedManifest;
+use crate::engine::vars::VarSource;
 use crate::engine::{InputError, PrepareError, load_validated};
 use crate::history::HistoryError;
 
@@ -339,19 +340,16 @@ pub enum CrdKind {
 
 fn load(args: &ManifestArgs) -> Result<ValidatedManifest, CliError> {
     let manifest = load_validated(&args.files, &args.var_sources)?;
+    if !args.var_sources.iter().any(|s| matches!(s, VarSource::Assignment { .. } | VarSource::Sensitive { .. })) {
+        return Ok(manifest);
+    }
     // A `--var` the manifest never names would change nothing, silently: refused, as Terraform
     // refuses a value for an undeclared variable (a var file's extra keys are allowed).
     let texts: Vec<String> = manifest.files.iter().filter_map(|f| std::fs::read_to_string(f).ok()).collect();
     let declared: Vec<String> = manifest.vars.keys().cloned().collect();
     let unread = crate::engine::vars::unread_assignments(&args.var_sources, &texts, &declared);
     if !unread.is_empty() {
-        let names: Vec<String> = unread
-            .iter()
-            .map(|(name, closest)| {
-                let hint = closest.as_ref().map(|c| format!(" (did you mean `{c}`?)")).unwrap_or_default();
-                format!("`{name}`{hint}")
-            })
-            .collect();
+        let names: Vec<String> = unread.iter().map(|(name, hint)| format!("`{name}`{hint}")).collect();
         let flags: Vec<String> = unread.iter().map(|(name, _)| format!("--var {name}")).collect();
         return Err(CliError::Input(
             crate::engine::vars::VarsError {

@@ -20,6 +20,7 @@ pub use crate::engine::manifest::ResourceSpec;
 
 pub mod pipeline;
 pub mod preview;
+pub mod reference;
 
 /// The desired state: a manifest, plus how the controller keeps it.
 // Each `printcolumn(...)` repeats `type_ = "string"`; clippy reads those macro arguments as
@@ -433,7 +434,7 @@ pub struct ResourceStatus {
 #[serde(rename_all = "camelCase")]
 pub struct ActionProgress {
     pub action: String,
-    /// The percentage it last reported (seed-004 messages); absent until it reports one.
+    /// The percentage it last reported (agent messages); absent until it reports one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub percent: Option<f64>,
     /// When it started (RFC 3339).

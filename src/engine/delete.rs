@@ -69,6 +69,7 @@ pub async fn remove_some(
     let mut removals: Vec<Option<Removal>> = vec![None; plan.entries.len()];
     for &i in manifest.graph.topological().iter().rev().filter(|&&i| removed[i]) {
         let name = &manifest.resources[i].name;
+        let started = std::time::Instant::now();
         let removal = match needed.get(&i) {
             Some((reason, true)) => Removal::Forgotten { reason: reason.clone() },
             Some((reason, false)) => Removal::Kept { reason: reason.clone() },
@@ -96,7 +97,7 @@ pub async fn remove_some(
             prepared.ctx.emit(RunEvent::Settled {
                 resource: name.clone(),
                 label: removal.label(),
-                elapsed: std::time::Duration::ZERO,
+                elapsed: started.elapsed(),
                 message: removal.message(),
             });
         }

@@ -52,15 +52,11 @@ impl VarSource {
 }
 
 /// The variables `--var` or `--sensitive-var` set that no manifest text (`texts`) so much as
-/// names — neither declares under `vars:` nor reads in an expression — each with the closest
-/// name of `declared`, when one is close: a misspelt `--var` would otherwise change nothing,
-/// silently.
-pub fn unread_assignments(
-    sources: &[VarSource],
-    texts: &[String],
-    declared: &[String],
-) -> Vec<(String, Option<String>)> {
-    let mut unread: Vec<(String, Option<String>)> = Vec::new();
+/// names — neither declares under `vars:` nor reads in an expression — each with its
+/// [`hint`](super::suggest::hint) among `declared`: a misspelt `--var` would otherwise change
+/// nothing, silently.
+pub fn unread_assignments(sources: &[VarSource], texts: &[String], declared: &[String]) -> Vec<(String, String)> {
+    let mut unread: Vec<(String, String)> = Vec::new();
     for source in sources {
         let (VarSource::Assignment { key, .. } | VarSource::Sensitive { key, .. }) = source else { continue };
         let name = key.split('.').next().unwrap_or_default();
@@ -69,8 +65,7 @@ pub fn unread_assignments(
         if texts.iter().any(|t| word.is_match(t)) || unread.iter().any(|(n, _)| n == name) {
             continue;
         }
-        let closest = super::suggest::closest(name, declared.iter().map(String::as_str)).map(str::to_string);
-        unread.push((name.to_string(), closest));
+        unread.push((name.to_string(), super::suggest::hint(name, declared.iter().map(String::as_str))));
     }
     unread
 }
@@ -282,7 +277,10 @@ mod tests {
         let sources = [var("enviroment"), var("environment"), var("region.zone"), var("colour"), var("enviroment")];
         assert_eq!(
             unread_assignments(&sources, &texts, &declared),
-            vec![("enviroment".to_string(), Some("environment".to_string())), ("colour".to_string(), None)]
+            vec![
+                ("enviroment".to_string(), " (did you mean `environment`?)".to_string()),
+                ("colour".to_string(), String::new())
+            ]
         );
         // A name inside a longer word is not a mention.
         let texts = vec!["{{ environments }}".to_string()];

@@ -78,6 +78,13 @@ fn every_page_is_in_the_summary_and_every_link_resolves() {
             let (path, anchor) = target.split_once('#').map_or((target.as_str(), None), |(p, a)| (p, Some(a)));
             let at = if path.is_empty() { file.clone() } else { file.parent().unwrap().join(path) };
             assert!(at.exists(), "{}: the link `{target}` leads nowhere ({})", file.display(), at.display());
+            // The book is built from docs/ alone: a link out of it is a 404 in the rendered pages.
+            let docs = root().join("docs").canonicalize().unwrap();
+            assert!(
+                !file.canonicalize().unwrap().starts_with(&docs) || at.canonicalize().unwrap().starts_with(&docs),
+                "{}: the link `{target}` leaves the book: name the repository's file as a path instead",
+                file.display()
+            );
             if let Some(anchor) = anchor {
                 let anchors = if path.is_empty() {
                     own.clone()
@@ -124,6 +131,11 @@ fn the_pages_for_users_use_no_internal_words() {
         "graph.md",
         "packages.md",
         "pipelines.md",
+        "gitops.md",
+        "history.md",
+        "types.md",
+        "protocol.md",
+        "check-type.md",
     ];
     for name in pages {
         let text = std::fs::read_to_string(Path::new(&root()).join("docs").join(name)).unwrap();
@@ -162,68 +174,16 @@ fn the_command_reference_is_current() {
     }
 }
 
-/// The custom resources' reference is written from crds/*.yaml (themselves written from the
-/// Rust types): every field of spec and status, with its type and description.
+/// The custom resources' reference is written from the CRDs: every field of spec and status,
+/// with its type and description.
 #[test]
 fn the_custom_resources_reference_is_current() {
-    let mut text = String::from(
-        "# Custom resources\n\n<!-- Written by `DEPLOYSTER_BLESS=1 cargo test --test local book::` from crds/*.yaml: \
-         do not edit. -->\n\nThe controller's custom resources, group `deployster.io`. Install them with the chart, or \
-         `deployster crd [manifest|pipeline|preview] | kubectl apply -f -`.\n",
-    );
-    for crd in ["manifest", "pipeline", "preview"] {
-        let yaml = std::fs::read_to_string(root().join(format!("crds/{crd}.yaml"))).unwrap();
-        let crd: serde_json::Value = serde_norway::from_str(&yaml).unwrap();
-        let spec = &crd["spec"];
-        let version = &spec["versions"][0];
-        let schema = &version["schema"]["openAPIV3Schema"];
-        text.push_str(&format!(
-            "\n## {} (`{}/{}`)\n\n{}\n\nShort names: {}.\n",
-            spec["names"]["kind"].as_str().unwrap(),
-            spec["group"].as_str().unwrap(),
-            version["name"].as_str().unwrap(),
-            schema["description"].as_str().unwrap_or_default(),
-            spec["names"]["shortNames"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|s| format!("`{}`", s.as_str().unwrap()))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ));
-        for part in ["spec", "status"] {
-            if schema["properties"][part].is_null() {
-                continue;
-            }
-            text.push_str(&format!("\n### `{part}`\n\n| field | type | what |\n|---|---|---|\n"));
-            fields(&mut text, &schema["properties"][part], part, 0);
-        }
-    }
+    let text = deployster::crd::reference::markdown();
     generated("crd-reference.md", &text);
     assert!(
         text.contains("## ManifestPreview (`deployster.io/v1alpha1`)") && text.contains("| `spec.manifest` |"),
         "{text}"
     );
-}
-
-/// A table row for each field under `schema`, three levels deep (a Manifest's proposed spec
-/// inside a preview is the Manifest's own, listed there).
-fn fields(text: &mut String, schema: &serde_json::Value, path: &str, depth: usize) {
-    let Some(properties) = schema["properties"].as_object() else { return };
-    for (name, field) in properties {
-        let here = format!("{path}.{name}");
-        let kind = match (field["type"].as_str(), field["items"]["type"].as_str()) {
-            (Some("array"), Some(item)) => format!("list of {item}"),
-            (Some(kind), _) => kind.to_string(),
-            (None, _) => "any".into(),
-        };
-        let what = field["description"].as_str().unwrap_or_default().replace('\n', " ").replace('|', "\\|");
-        text.push_str(&format!("| `{here}` | {kind} | {what} |\n"));
-        if depth < 2 {
-            fields(text, field, &here, depth + 1);
-            fields(text, &field["items"], &format!("{here}[]"), depth + 1);
-        }
-    }
 }
 
 /// The getting-started page, run as a newcomer would: each command of its shell blocks in order,
@@ -256,9 +216,18 @@ fn the_getting_started_commands_run_as_written() {
     git(&["add", "examples"]);
     git(&["commit", "-qm", "the examples"]);
     let page = std::fs::read_to_string(root().join("docs/getting-started.md")).unwrap();
+    let ran = run_commands(&ws, &page, ("/tmp/deployster-demo-", &demo));
+    assert!(ran >= 16, "{ran} commands ran");
+    assert_eq!(ws.read("pipeline/prod-b2/release.txt"), "1.4.2 in region b\n", "the pipeline's revision went through");
+}
+
+/// Runs each command of `text`'s shell blocks in order, as a reader would, in `ws` with
+/// `paths.0` made `paths.1`: an `apply` that asks is answered yes on a terminal; each result
+/// quoted in a command's comment (`…` between pieces) must be in what it said. How many ran.
+fn run_commands(ws: &Workspace, text: &str, paths: (&str, &str)) -> usize {
     let quoted = regex::Regex::new(r#""([^"]+)""#).unwrap();
     let (mut ran, mut in_block) = (0, false);
-    for line in page.lines() {
+    for line in text.lines() {
         match line.trim() {
             "```sh" => in_block = true,
             "```" => in_block = false,
@@ -269,12 +238,12 @@ fn the_getting_started_commands_run_as_written() {
             continue;
         }
         let (command, comment) = line.split_once("  #").unwrap_or((line, ""));
-        let command = command.trim().replace("/tmp/deployster-demo-", &demo);
+        let (command, comment) = (command.trim().replace(paths.0, paths.1), comment.replace(paths.0, paths.1));
         let said = match command.strip_prefix("deployster ") {
             Some(args) => {
                 let args: Vec<&str> = args.split_whitespace().collect();
                 if args[0] == "apply" && !args.contains(&"--yes") {
-                    let (code, out) = on_terminal(&ws, &args, |_| "y");
+                    let (code, out) = on_terminal(ws, &args, |_| "y");
                     assert_eq!(code, 0, "{command}: {out}");
                     out
                 } else {
@@ -290,15 +259,46 @@ fn the_getting_started_commands_run_as_written() {
                 String::from_utf8_lossy(&out.stdout).to_string()
             }
         };
-        for expected in quoted.captures_iter(comment) {
+        for expected in quoted.captures_iter(&comment) {
             for piece in expected[1].split('…').map(str::trim).filter(|p| !p.is_empty()) {
                 assert!(said.contains(piece), "{command}: `{piece}` is not in what it said:\n{said}");
             }
         }
         ran += 1;
     }
-    assert!(ran >= 16, "{ran} commands ran");
-    assert_eq!(ws.read("pipeline/prod-b2/release.txt"), "1.4.2 in region b\n", "the pipeline's revision went through");
+    ran
+}
+
+/// The types chapter's first type is the example's, checked, applied, drifted and destroyed as
+/// the page says; its manifest is the example's too.
+#[test]
+fn the_first_type_runs_as_written() {
+    let page = std::fs::read_to_string(root().join("docs/types.md")).unwrap();
+    let section = &page[page.find("## Your first type").unwrap()..];
+    let section = &section[..section[3..].find("\n## ").unwrap()];
+    let block = |fence: &str| {
+        let from = section.find(fence).unwrap_or_else(|| panic!("no {fence} block")) + fence.len();
+        section[from..from + section[from..].find("```").unwrap()].to_string()
+    };
+    let program = std::fs::read_to_string(root().join("examples/first-type/line")).unwrap();
+    assert_eq!(block("```python\n"), program, "the page shows examples/first-type/line as it is");
+    let manifest = std::fs::read_to_string(root().join("examples/first-type/manifest.yaml")).unwrap();
+    assert_eq!(block("```yaml\n"), manifest, "the page shows examples/first-type/manifest.yaml as it is");
+
+    let ws = Workspace::new();
+    let here = format!("{}/first-type", ws.root());
+    for file in ["line", "manifest.yaml", "case.yaml"] {
+        let text = std::fs::read_to_string(root().join("examples/first-type").join(file)).unwrap();
+        ws.write(&format!("examples/first-type/{file}"), &text.replace("/tmp/deployster-first-type", &here));
+    }
+    let line = ws.path("examples/first-type/line");
+    std::fs::set_permissions(&line, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    assert_eq!(run_commands(&ws, section, ("/tmp/deployster-first-type", &here)), 8);
+    // Once more: a delete is timed as it ran (a program's start is never under a millisecond).
+    assert_eq!(ws.run(&["apply", "-f", "examples/first-type/manifest.yaml", "--yes"]).code, 0);
+    let destroy = ws.run(&["destroy", "-f", "examples/first-type/manifest.yaml", "--yes"]);
+    let deleted = destroy.stdout.lines().find(|l| l.contains("DELETED")).unwrap_or_else(|| panic!("{}", destroy.all()));
+    assert!(deleted.ends_with("ms)") && !deleted.contains("<1ms"), "{deleted}");
 }
 
 /// The manifests a newcomer is shown first — the README's, getting started's, and the first of

@@ -289,10 +289,11 @@ pub(super) fn init() -> Value {
         "type": "object",
         "description": "one Kubernetes object, of any kind the server knows",
         "properties": {
-            "apiVersion": {"type": "string", "minLength": 1},
-            "kind": {"type": "string", "minLength": 1},
+            "apiVersion": {"type": "string", "minLength": 1, "description": "the kind's group and version: `v1`, `apps/v1`"},
+            "kind": {"type": "string", "minLength": 1, "description": "as the server names it: `ConfigMap`, `Deployment`"},
             "metadata": {
                 "type": "object",
+                "description": "`name`, and `namespace` for a namespaced kind (default: the kubeconfig's, or the Manifest's in a cluster)",
                 "properties": {"name": {"type": "string", "minLength": 1}, "namespace": {"type": "string"}},
                 "required": ["name"]
             }
