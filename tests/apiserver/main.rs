@@ -6,6 +6,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod book;
 mod e2e_controller;
 mod e2e_pipeline;
 mod e2e_shards;

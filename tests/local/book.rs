@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use crate::support::{Workspace, on_terminal};
+use crate::support::{Workspace, assert_said, on_terminal, page_commands};
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -225,20 +225,9 @@ fn the_getting_started_commands_run_as_written() {
 /// `paths.0` made `paths.1`: an `apply` that asks is answered yes on a terminal; each result
 /// quoted in a command's comment (`…` between pieces) must be in what it said. How many ran.
 fn run_commands(ws: &Workspace, text: &str, paths: (&str, &str)) -> usize {
-    let quoted = regex::Regex::new(r#""([^"]+)""#).unwrap();
-    let (mut ran, mut in_block) = (0, false);
-    for line in text.lines() {
-        match line.trim() {
-            "```sh" => in_block = true,
-            "```" => in_block = false,
-            _ => {}
-        }
-        let line = line.trim();
-        if !in_block || line.is_empty() || line.starts_with("```") || line.starts_with("cargo build") {
-            continue;
-        }
-        let (command, comment) = line.split_once("  #").unwrap_or((line, ""));
-        let (command, comment) = (command.trim().replace(paths.0, paths.1), comment.replace(paths.0, paths.1));
+    let commands = page_commands(text);
+    for (command, comment) in commands.iter().filter(|(c, _)| !c.starts_with("cargo build")) {
+        let (command, comment) = (command.replace(paths.0, paths.1), comment.replace(paths.0, paths.1));
         let said = match command.strip_prefix("deployster ") {
             Some(args) => {
                 let args: Vec<&str> = args.split_whitespace().collect();
@@ -259,14 +248,9 @@ fn run_commands(ws: &Workspace, text: &str, paths: (&str, &str)) -> usize {
                 String::from_utf8_lossy(&out.stdout).to_string()
             }
         };
-        for expected in quoted.captures_iter(&comment) {
-            for piece in expected[1].split('…').map(str::trim).filter(|p| !p.is_empty()) {
-                assert!(said.contains(piece), "{command}: `{piece}` is not in what it said:\n{said}");
-            }
-        }
-        ran += 1;
+        assert_said(&command, &comment, &said);
     }
-    ran
+    commands.iter().filter(|(c, _)| !c.starts_with("cargo build")).count()
 }
 
 /// The types chapter's first type is the example's, checked, applied, drifted and destroyed as

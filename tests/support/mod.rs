@@ -366,3 +366,34 @@ fn lua_literal(value: &Value) -> String {
         }
     }
 }
+
+/// The commands of `text`'s shell blocks (```` ```sh ````), in order, each with its comment
+/// (what follows `  #`): the commands a page asks its reader to run.
+pub fn page_commands(text: &str) -> Vec<(String, String)> {
+    let mut in_block = false;
+    let mut commands = Vec::new();
+    for line in text.lines().map(str::trim) {
+        match line {
+            "```sh" => in_block = true,
+            "```" => in_block = false,
+            "" => {}
+            _ if in_block => {
+                let (command, comment) = line.split_once("  #").unwrap_or((line, ""));
+                commands.push((command.trim().to_string(), comment.trim().to_string()));
+            }
+            _ => {}
+        }
+    }
+    commands
+}
+
+/// Each result a page's comment quotes (`"…"`; a `…` inside separates pieces found in order or
+/// not) is in what `command` said.
+pub fn assert_said(command: &str, comment: &str, said: &str) {
+    let quoted = Regex::new(r#""([^"]+)""#).unwrap();
+    for expected in quoted.captures_iter(comment) {
+        for piece in expected[1].split('…').map(str::trim).filter(|p| !p.is_empty()) {
+            assert!(said.contains(piece), "{command}: `{piece}` is not in what it said:\n{said}");
+        }
+    }
+}

@@ -1,0 +1,71 @@
+//! The book's controller chapter, run as a reader would on a real API server: each command of
+//! its "Try it" section in order, its namespace made the test's own.
+
+use std::process::{Child, Command, Stdio};
+
+use crate::support::cluster::{Cluster, free_port};
+use crate::support::{assert_said, deployster, page_commands};
+
+/// Kills the commands a page runs in the background (`… &`) when the test ends, as the page
+/// asks the reader to (`kill %1`).
+struct Background(Vec<Child>);
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+#[ignore = "needs a Kubernetes API server: DEPLOYSTER_E2E_KUBECONFIG=<kubeconfig ../shared/apiserver/up.sh prints> cargo test --test apiserver book:: -- --include-ignored"]
+#[test]
+fn the_controller_chapter_s_first_manifest_runs_as_written() {
+    let cluster = Cluster::new("tour");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let page = std::fs::read_to_string(root.join("docs/controller.md")).unwrap();
+    let from = page.find("## Try it").expect("the chapter has a Try it section");
+    let section = &page[from..from + page[from + 3..].find("\n## ").unwrap()];
+    // The page's namespace and metrics port, made this test's own.
+    let namespace = regex::Regex::new(r"\bdemo\b").unwrap();
+    let port = free_port().to_string();
+    let own = |text: &str| namespace.replace_all(text, cluster.namespace.as_str()).replace("9090", &port);
+    let work = tempfile::tempdir().unwrap();
+    let example = std::fs::read_to_string(root.join("examples/k8s/first.yaml")).unwrap();
+    std::fs::create_dir_all(work.path().join("examples/k8s")).unwrap();
+    std::fs::write(work.path().join("examples/k8s/first.yaml"), own(&example)).unwrap();
+    let path = format!("{}:{}", deployster().parent().unwrap().display(), std::env::var("PATH").unwrap_or_default());
+    let shell = |command: &str| {
+        let mut shell = Command::new("bash");
+        shell.args(["-c", command]).current_dir(work.path()).env("KUBECONFIG", &cluster.kubeconfig).env("PATH", &path);
+        shell
+    };
+    let mut background = Background(Vec::new());
+    let mut ran = 0;
+    for (command, comment) in page_commands(section) {
+        // The test's namespace exists already: the cluster made it.
+        if command.starts_with("kubectl create namespace") {
+            continue;
+        }
+        let command = own(&command);
+        if let Some(command) = command.strip_suffix('&') {
+            // `exec`: the process killed at the end is the command's own, not a shell's.
+            let command = format!("exec {command}");
+            background.0.push(shell(&command).stdin(Stdio::null()).stdout(Stdio::null()).spawn().unwrap());
+            continue;
+        }
+        let out = shell(&command).output().unwrap();
+        let said = String::from_utf8_lossy(&out.stdout).to_string();
+        let log = std::fs::read_to_string(work.path().join("controller.log")).unwrap_or_default();
+        assert!(
+            out.status.success(),
+            "{command}: {}\n{said}\nthe controller's log:\n{log}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_said(&command, &comment, &said);
+        ran += 1;
+    }
+    assert_eq!((background.0.len(), ran), (1, 11), "the controller in the background, and the commands");
+    assert!(cluster.get(&["dm", "hello"]).is_none(), "the Manifest is gone");
+}
