@@ -178,8 +178,11 @@ impl Runners {
     }
 
     /// Runs the scope's invocations as a Pod each from now on, saying why once; the runner the
-    /// cluster would not let it use is deleted.
+    /// cluster would not let it use is deleted. Under the runner's gate, so that an invocation
+    /// that began beside this one never finds the runner going and makes it again.
     async fn refuse(&self, pods: &Api<Pod>, invocation: &PodInvocation, why: String) {
+        let gate = self.gate(&invocation.name);
+        let _starting = gate.lock().await;
         let first = {
             let mut refused = self.refused.lock().expect("refused lock");
             let first = !refused.contains_key(&scope_key(invocation));
@@ -266,6 +269,10 @@ impl Runners {
         let name = &invocation.name;
         let gate = self.gate(name);
         let _starting = gate.lock().await;
+        // Refused while this invocation waited at the gate: a Pod per invocation, as for the one refused.
+        if let Some(why) = self.refusal(invocation) {
+            return Ok(Err(why));
+        }
         let mut reason = "first";
         if let Some(found) = pods.get_opt(name).await.map_err(|e| api_error("reading the runner Pod", e))? {
             let uid = found.metadata.uid.clone().unwrap_or_default();
