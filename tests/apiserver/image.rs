@@ -22,7 +22,10 @@ use futures::StreamExt;
 /// Builds the image with the project's script; its name.
 fn build_image() -> String {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let output = Command::new(root.join("image/build.sh")).output().expect("run image/build.sh");
+    let output = Command::new(root.join("image/build.sh"))
+        .env("PROFILE", support::docker::static_profile())
+        .output()
+        .expect("run image/build.sh");
     assert!(output.status.success(), "image/build.sh failed:\n{}", String::from_utf8_lossy(&output.stderr));
     String::from_utf8_lossy(&output.stdout).lines().last().expect("the script prints the image").to_string()
 }

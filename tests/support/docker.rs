@@ -74,6 +74,12 @@ pub fn try_env() -> Result<&'static DockerEnv, &'static str> {
     .map_err(String::as_str)
 }
 
+/// The cargo profile the static binaries are built in: the test's own (a test run builds no
+/// release, which took CI ten minutes), and release for a bench, whose figures are release's.
+pub fn static_profile() -> &'static str {
+    if cfg!(debug_assertions) { "dev" } else { "release" }
+}
+
 /// The deployster and fixture binaries, statically linked so that they run in `FROM scratch`.
 pub fn static_binaries() -> (PathBuf, PathBuf) {
     let rustc = Command::new("rustc").arg("-vV").output().expect("run rustc -vV");
@@ -82,13 +88,19 @@ pub fn static_binaries() -> (PathBuf, PathBuf) {
         .find_map(|l| l.strip_prefix("host: ").map(str::to_string))
         .expect("rustc reports its host");
     let status = Command::new(env!("CARGO"))
-        .args(["build", "--quiet", "--release", "--target", &host, "-p", "deployster", "-p", "deployster-fixture-type"])
+        .args(["build", "--quiet", "--profile", static_profile(), "--target", &host])
+        .args(["-p", "deployster", "-p", "deployster-fixture-type"])
         .env("RUSTFLAGS", "-C target-feature=+crt-static")
         .status()
         .expect("run cargo");
     assert!(status.success(), "building the static binaries failed");
     let deployster = PathBuf::from(env!("CARGO_BIN_EXE_deployster"));
-    let target = deployster.ancestors().nth(2).expect("target directory").join(&host).join("release");
+    let target = deployster
+        .ancestors()
+        .nth(2)
+        .expect("target directory")
+        .join(&host)
+        .join(if static_profile() == "dev" { "debug" } else { "release" });
     (target.join("deployster"), target.join("deployster-fixture-type"))
 }
 

@@ -58,7 +58,11 @@ pub fn env() -> Option<&'static PodEnv> {
         };
         let helper = format!("{registry}/deployster/controller:test");
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let built = Command::new(root.join("image/build.sh")).env("IMAGE", &helper).output().expect("image/build.sh");
+        let built = Command::new(root.join("image/build.sh"))
+            .env("IMAGE", &helper)
+            .env("PROFILE", docker::static_profile())
+            .output()
+            .expect("image/build.sh");
         assert!(built.status.success(), "image/build.sh: {}", String::from_utf8_lossy(&built.stderr));
         push(&helper, &helper);
         let fixture = format!("{registry}/deployster/fixture:test");
