@@ -160,7 +160,11 @@ impl Drop for Release<'_> {
 /// `examples/k8s/push.sh`, pushing to the cluster's registry, applied as a cluster user would.
 fn apply_the_example(cluster: &Cluster, registry: &str) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let out = std::process::Command::new(root.join("examples/k8s/push.sh")).arg(registry).output().unwrap();
+    let out = std::process::Command::new(root.join("examples/k8s/push.sh"))
+        .arg(registry)
+        .env("PROFILE", crate::support::docker::static_profile())
+        .output()
+        .unwrap();
     assert!(out.status.success(), "examples/k8s/push.sh: {}", String::from_utf8_lossy(&out.stderr));
     let example = String::from_utf8(out.stdout).unwrap();
     assert!(example.contains(&format!("type: {registry}/deployster/file:local")), "{example}");
