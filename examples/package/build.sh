@@ -1,5 +1,5 @@
 #!/bin/sh
-# Builds dist/hello-VERSION.unix.cronus, a small seed-004 package, and its .prop file (md5).
+# Builds dist/hello-VERSION.unix.cronus, a small package of the .cronus format, and its .prop file (md5).
 #   ./build.sh 1.0.0 && ./build.sh 1.1.0
 # The application is a shell loop that writes a heartbeat into the service's shared .appdata/.
 set -eu

@@ -66,6 +66,6 @@ fn the_controller_chapter_s_first_manifest_runs_as_written() {
         assert_said(&command, &comment, &said);
         ran += 1;
     }
-    assert_eq!((background.0.len(), ran), (1, 11), "the controller in the background, and the commands");
+    assert_eq!((background.0.len(), ran), (1, 12), "the controller in the background, and the commands");
     assert!(cluster.get(&["dm", "hello"]).is_none(), "the Manifest is gone");
 }
