@@ -35,7 +35,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use deployster::builtins::InProcess;
-use deployster::controller::manifest::{Next, reconcile};
+use deployster::controller::manifest::{ManifestContext, Next, reconcile};
 use deployster::controller::{Context, Settings};
 use deployster::crd::{Manifest, ManifestSpec};
 use deployster::engine::executor::process::ProcessExecutor;
@@ -116,14 +116,14 @@ fn cpu(who: UsageWho) -> Duration {
 /// One pass over `names`. Like the controller's watch cache, it keeps every object it fetched
 /// (typed, pruned as the cache prunes) until the pass ends, so that their memory counts as the
 /// controller's. Returns how each was requeued and the objects (with the resourceVersion read).
-async fn pass(api: &Api<Manifest>, ctx: &Context, names: &[String]) -> Vec<(Next, Arc<Manifest>)> {
+async fn pass(api: &Api<Manifest>, ctx: &ManifestContext, names: &[String]) -> Vec<(Next, Arc<Manifest>)> {
     futures::stream::iter(names)
         .map(|name| async move {
             // As the controller does: the object read afresh, a lean copy kept in the cache.
             let obj = api.get(name).await.expect("get");
             let next = reconcile(&obj, ctx).await.expect("reconcile");
             let mut cached = obj;
-            deployster::controller::prune_for_cache(&mut cached);
+            deployster::controller::manifest::prune_for_cache(&mut cached);
             (next, Arc::new(cached))
         })
         .buffer_unordered(CONCURRENCY)
@@ -294,7 +294,7 @@ struct Simulation<'a> {
 impl Simulation<'_> {
     /// A context whose executor runs the built-ins as programs, counting state reads into
     /// `states`; and that executor, which counts the programs it started.
-    fn as_programs(&self, states: &Arc<std::sync::atomic::AtomicU64>) -> (Context, Arc<ProcessExecutor>) {
+    fn as_programs(&self, states: &Arc<std::sync::atomic::AtomicU64>) -> (ManifestContext, Arc<ProcessExecutor>) {
         let programs = Arc::new(ProcessExecutor::new(env!("CARGO_BIN_EXE_deployster").into()));
         let router = Arc::new(Router { local_programs: false, ..Router::programs(programs.clone()) });
         let executor = Arc::new(CountingStates { inner: router, states: states.clone() });
@@ -358,13 +358,13 @@ fn context(
     executor: Arc<dyn Executor>,
     dir: &std::path::Path,
     clock: &Arc<AtomicI64>,
-) -> Context {
+) -> ManifestContext {
     let settings = Settings { plug_root: dir.join("plugs"), parallelism: 5, ..Settings::default() };
     let mut ctx = Context::new(client.clone(), executor, settings);
     let now = clock.clone();
     ctx.clock = Box::new(move || now.load(Ordering::SeqCst));
     ctx.jitter = Box::new(|d| d);
-    ctx
+    ManifestContext::new(ctx)
 }
 
 fn main() {

@@ -1,10 +1,24 @@
 //! Deployster: a reconciliation engine for infrastructure.
 //!
 //! Users describe resources in a manifest; each resource *type* is a program that speaks a small
-//! JSON protocol (`init` → `state` → actions → `state`). The [`engine`] validates the manifest,
-//! orders resources by dependency, renders expressions over dependencies' state and runs what
-//! is needed. [`history`] is the append-only deployment log of what every run did. [`builtins`]
-//! are the resource types the binary carries itself; [`cli`] is the command line.
+//! JSON protocol (`init` → `state` → actions → `state`). The house, one module a line, the
+//! model first and the front ends after:
+//!
+//! - [`engine`]: the model — manifests validated, the graph, expressions, plans, the protocol,
+//!   runs and the executor trait; it knows nothing of Kubernetes or the command line.
+//! - [`history`]: the append-only deployment log of what every run did, its queries, the recorder.
+//! - [`pass`]: one recorded pass (recover, plan, decide, apply or delete) for every front end.
+//! - [`pipeline`]: revisions through stages, groups and steps, from the pipeline's log alone.
+//! - [`builtins`]: the resource types the binary carries itself (`builtin/…`).
+//! - [`executors`]: a pass's executor stack, assembled once from a plan both front ends fill.
+//! - [`stop`]: SIGINT, SIGTERM and SIGHUP, handled alike by every command.
+//! - [`client`]: Kubernetes clients — which cluster, as whom, over which TLS.
+//! - [`crd`]: the custom resources (Manifest, Pipeline, ManifestPreview) as Rust types.
+//! - [`watches`]: watches of the objects a manifest applied, shared by both front ends.
+//! - [`pod`]: resource types run as Pods (the client side: Pods, runners, registries).
+//! - [`pod_helper`]: what runs inside those Pods, in front of the type's program.
+//! - [`controller`]: the Kubernetes controller — each kind reconciled in the same shape.
+//! - [`cli`]: the command line.
 #![forbid(unsafe_code)]
 
 pub mod builtins;
@@ -24,3 +38,5 @@ pub mod pipeline;
 pub mod pod;
 pub mod pod_helper;
 pub mod stop;
+#[cfg(feature = "kube")]
+pub mod watches;

@@ -3,6 +3,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::values::*;
+
 use clap::{ArgMatches, Args, CommandFactory, ValueEnum};
 
 use super::confirm::ConfirmMode;
@@ -103,18 +105,6 @@ impl StateArgs {
     }
 }
 
-/// A workspace's name: a directory's name, and nothing that could leave the state directory.
-fn parse_workspace(name: &str) -> Result<String, String> {
-    let valid = !name.is_empty()
-        && name.len() <= 64
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-        && !name.starts_with('-');
-    match valid {
-        true => Ok(name.to_string()),
-        false => Err("a workspace's name is 1 to 64 letters, digits, '-' and '_', not starting with '-'".into()),
-    }
-}
-
 /// Where resource types that are images run.
 #[derive(Debug, Args)]
 pub struct ImageArgs {
@@ -166,12 +156,6 @@ pub struct PodMakingArgs {
     pub runner_idle: Option<Duration>,
 }
 
-/// A runner's idle time: a duration, or `0` for none.
-#[cfg(feature = "kube")]
-fn parse_idle(text: &str) -> Result<Duration, String> {
-    if text == "0" { Ok(Duration::ZERO) } else { parse_duration(text) }
-}
-
 #[cfg(feature = "kube")]
 impl PodMakingArgs {
     pub fn settings(&self) -> crate::pod::executor::PodSettings {
@@ -217,15 +201,6 @@ pub struct PodArgs {
     /// The kubeconfig's context to use [default: its current context].
     #[arg(long, value_name = "NAME")]
     pub context: Option<String>,
-}
-
-/// `KEY=VALUE`, both non-empty.
-#[cfg(feature = "kube")]
-fn parse_label(text: &str) -> Result<(String, String), String> {
-    match text.split_once('=') {
-        Some((key, value)) if !key.is_empty() && !value.is_empty() => Ok((key.into(), value.into())),
-        _ => Err(format!("`{text}` is not KEY=VALUE")),
-    }
 }
 
 /// How long programs may run; past it a program gets SIGTERM, then SIGKILL.
@@ -429,16 +404,6 @@ pub struct ControllerArgs {
     pub docker: DockerArgs,
 }
 
-/// A lease duration: whole seconds (the Lease stores seconds), at least 2.
-#[cfg(feature = "kube")]
-fn parse_lease_duration(text: &str) -> Result<Duration, String> {
-    let duration = humantime::parse_duration(text).map_err(|e| e.to_string())?;
-    if duration < Duration::from_secs(2) || duration.subsec_nanos() != 0 {
-        return Err("a whole number of seconds, at least 2s".into());
-    }
-    Ok(duration)
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
     Text,
@@ -570,11 +535,6 @@ pub struct CheckTypeArgs {
     #[cfg(feature = "docker")]
     #[command(flatten)]
     pub docker: DockerArgs,
-}
-
-/// A time limit or interval: see [`crate::engine::positive_duration`].
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    crate::engine::positive_duration(text)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

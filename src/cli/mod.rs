@@ -31,6 +31,7 @@ mod reconcile;
 pub mod reference;
 mod render;
 mod style;
+mod values;
 mod watched;
 
 use std::io::IsTerminal;

@@ -17,10 +17,10 @@ use crate::engine::vars::VarSource;
 use crate::history::History;
 use crate::history::store::{SqliteLog, StateLock};
 use crate::pass::{Ended, Mode, Pass, Passed};
-use crate::pipeline::PipelineError;
 use crate::pipeline::drive::{Driven, Driver, Job, StepRunner};
 use crate::pipeline::query::status;
 use crate::pipeline::spec::{Pipeline, load};
+use crate::pipeline::{PipelineError, StepError};
 
 #[derive(Debug, Args)]
 pub struct PipelineArgs {
@@ -402,17 +402,21 @@ struct Passes {
 
 #[async_trait]
 impl StepRunner for Passes {
-    async fn run(&self, job: Job) -> Result<(), String> {
+    async fn run(&self, job: Job) -> Result<(), StepError> {
         let shown = job.manifest.display().to_string();
-        std::fs::create_dir_all(&job.state_dir).map_err(|e| format!("cannot make {}: {e}", job.state_dir.display()))?;
+        let state = |what: String, e: &dyn std::fmt::Display| StepError::State { what, why: e.to_string() };
+        let dir = job.state_dir.display();
+        std::fs::create_dir_all(&job.state_dir).map_err(|e| state(format!("cannot make {dir}"), &e))?;
         let vars_file = job.state_dir.join("vars.json");
         std::fs::write(&vars_file, Value::Object(job.vars.clone()).to_string())
-            .map_err(|e| format!("cannot write {}: {e}", vars_file.display()))?;
-        let _lock = StateLock::acquire(&job.state_dir).map_err(|e| e.to_string())?;
-        let log: Arc<dyn History> = Arc::new(SqliteLog::open(&job.state_dir).map_err(|e| e.to_string())?);
+            .map_err(|e| state(format!("cannot write {}", vars_file.display()), &e))?;
+        let _lock = StateLock::acquire(&job.state_dir).map_err(|e| state(format!("the state directory {dir}"), &e))?;
+        let log = SqliteLog::open(&job.state_dir).map_err(|e| state(format!("the state directory {dir}"), &e))?;
+        let log: Arc<dyn History> = Arc::new(log);
+        let failed = |why: String| StepError::Manifest { manifest: shown.clone(), why };
         let manifest =
             crate::engine::load_validated(std::slice::from_ref(&job.manifest), &[VarSource::File(vars_file)])
-                .map_err(|e| format!("manifest {shown} does not load: {e}"))?;
+                .map_err(|e| failed(format!(" does not load: {e}")))?;
         let why = || "the pipeline's drive was stopped by a signal".to_string();
         let passed = Pass {
             manifest: Arc::new(manifest),
@@ -431,13 +435,13 @@ impl StepRunner for Passes {
         }
         .run()
         .await
-        .map_err(|e| format!("manifest {shown}: {e}"))?;
+        .map_err(|e| failed(format!(": {e}")))?;
         if let Some(why) = &passed.interrupted {
-            return Err(format!("manifest {shown}: {why}"));
+            return Err(failed(format!(": {why}")));
         }
         match passed.succeeded() {
             true => Ok(()),
-            false => Err(format!("manifest {shown}: {}", failures(&passed))),
+            false => Err(failed(format!(": {}", failures(&passed)))),
         }
     }
 }

@@ -33,7 +33,7 @@ pub(super) struct Watched {
 }
 
 #[cfg(feature = "kube")]
-use crate::controller::watches::{Subject, Watches, Woken, declared};
+use crate::watches::{Subject, Watches, Woken, declared};
 
 #[cfg(feature = "kube")]
 impl Watched {
@@ -85,7 +85,7 @@ impl Watched {
 
     /// Counts the corrections of resources a change woke (a fight, when they go on).
     fn count_corrections(&mut self, passed: &Passed) {
-        let quiet = self.interval.saturating_mul(crate::controller::checks::QUIET);
+        let quiet = self.interval.saturating_mul(crate::watches::fights::QUIET);
         for drift in &passed.drifts {
             if self.woken.contains(&drift.resource) {
                 let streak = self.streaks.entry(drift.resource.clone()).or_insert((0, Instant::now()));
@@ -104,7 +104,7 @@ impl Watched {
         let Some(change) = changes.next().await else { return std::future::pending().await };
         let corrections = self.streaks.get(&change.resource).map_or(0, |(n, _)| *n);
         self.woken.insert(change.resource.clone());
-        let wait = crate::controller::checks::correction_delay(corrections, self.interval);
+        let wait = crate::watches::fights::correction_delay(corrections, self.interval);
         ServerChange { resource: change.resource, wait }
     }
 

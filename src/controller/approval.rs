@@ -209,7 +209,7 @@ impl Approver for DeletionGuard<'_> {
 /// controller's plan of the merged spec are one id when they know the same.
 pub fn plan_digest(plan: &Plan, manifest: &ValidatedManifest) -> String {
     let mut saved = SavedPlan::new(plan, manifest, &[]);
-    saved.revision = super::inputs::content_of(&saved.revision).to_string();
+    saved.revision = super::manifest::inputs::content_of(&saved.revision).to_string();
     saved.digest()
 }
 

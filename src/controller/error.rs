@@ -1,11 +1,12 @@
-//! The controller's own troubles, of two kinds: why it could not start ([`StartError`]: a clear
-//! message and a non-zero exit), and why one reconcile could not finish ([`Error`]: retried by
-//! the error policy).
+//! The controller's own troubles that are not one kind's: why it could not start
+//! ([`StartError`]: a clear message and a non-zero exit), and why a status was not written
+//! ([`StatusWriteError`], for every kind). Why one reconcile could not finish is each kind's
+//! own error, retried by its error policy.
 
 use std::net::SocketAddr;
 
 /// Why the controller could not start (or go on running as a whole): a clear message and a
-/// non-zero exit. Never an object's trouble: those are [`Error`]s, retried per object.
+/// non-zero exit. Never an object's trouble: those are each kind's errors, retried per object.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     #[error("Kubernetes API: {0}")]
@@ -79,31 +80,6 @@ impl StatusWriteError {
             StatusWriteError::Fence(e) => e.reason(),
             StatusWriteError::Conflict(_) => "StatusConflict",
             StatusWriteError::Kube(_) => "KubernetesApi",
-        }
-    }
-}
-
-/// Why a Pipeline's reconcile could not finish: retried by its error policy. A step that fails
-/// is no error: the Pipeline's status and log record it.
-#[derive(Debug, thiserror::Error)]
-pub enum PipelineReconcileError {
-    #[error("Kubernetes API: {0}")]
-    Kube(#[from] kube::Error),
-    #[error(transparent)]
-    Status(#[from] StatusWriteError),
-    #[error(transparent)]
-    Pipeline(#[from] crate::pipeline::PipelineError),
-    #[error(transparent)]
-    Client(#[from] crate::client::ClientError),
-}
-
-impl PipelineReconcileError {
-    pub fn reason(&self) -> &'static str {
-        match self {
-            PipelineReconcileError::Kube(_) => "KubernetesApi",
-            PipelineReconcileError::Status(e) => e.reason(),
-            PipelineReconcileError::Pipeline(e) => e.reason(),
-            PipelineReconcileError::Client(e) => e.reason(),
         }
     }
 }

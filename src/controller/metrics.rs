@@ -35,11 +35,6 @@ pub struct InvocationSeries {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct VerdictLabels {
-    pub verdict: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReadyLabels {
     pub namespace: String,
     pub ready: &'static str,
@@ -76,8 +71,8 @@ pub struct Metrics {
     pub drift_corrections: Counter,
     /// From a change a watch saw to the pass that corrected it.
     pub drift_corrected_seconds: Histogram,
-    pub watches_open: Gauge,
-    pub watch_events: Family<VerdictLabels, Counter>,
+    /// The watches of managed objects' figures, counted by the watches.
+    pub watches: crate::watches::WatchMetrics,
     pub manifests: Family<ReadyLabels, Gauge>,
     pub leader: Gauge,
     pub shards_owned: Family<ReplicaLabels, Gauge>,
@@ -112,8 +107,7 @@ impl Metrics {
             work_queue_depth: Gauge::default(),
             drift_corrections: Counter::default(),
             drift_corrected_seconds: seconds_histogram(),
-            watches_open: Gauge::default(),
-            watch_events: Family::default(),
+            watches: Default::default(),
             manifests: Family::default(),
             leader: Gauge::default(),
             shards_owned: Family::default(),
@@ -156,12 +150,12 @@ impl Metrics {
         watch.register(
             "open",
             "Watches of managed objects open now: one per ServiceAccount, namespace and kind",
-            metrics.watches_open.clone(),
+            metrics.watches.open.clone(),
         );
         watch.register(
             "events",
             "Changes to managed objects seen by watches: changed (wakes a pass) or ours (Deployster's own write)",
-            metrics.watch_events.clone(),
+            metrics.watches.events.clone(),
         );
         r.register(
             "manifests",
@@ -476,7 +470,7 @@ mod tests {
         metrics.set_shards_owned(1);
         metrics.set_manifests_owned(1);
         metrics.invoked("action", "succeeded", Duration::from_millis(5));
-        metrics.watch_events.get_or_create(&VerdictLabels { verdict: "changed" }).inc();
+        metrics.watches.events.get_or_create(&crate::watches::VerdictLabels { verdict: "changed" }).inc();
         let call = ApiLabels { verb: "get", group: String::new(), resource: "pods".into(), code: "200".into() };
         metrics.api_requests.get_or_create(&call).inc();
         metrics.pipeline_reconciles.get_or_create(&ResultLabels { result: "through" }).inc();

@@ -152,7 +152,12 @@ words! {
         TooManyPreviews,
         /// Its types could not be inited, or the pass could not run.
         PlanFailed,
+        /// Being planned now.
+        Planning,
         /// Planned; the plan is in `status.plan`.
         PlanReady,
+        /// The object does not match the ManifestPreview schema (written with `--validate=false`,
+        /// or under an older CRD): nothing is planned until it changes.
+        MalformedObject,
     }
 }

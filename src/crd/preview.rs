@@ -14,7 +14,7 @@ use super::ManifestSpec;
 /// A proposed spec, planned and not applied. Deleted by the controller `ttlSecondsAfterFinished`
 /// after its plan was written.
 #[allow(clippy::duplicated_attributes)]
-#[derive(CustomResource, Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(CustomResource, Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "deployster.io",
     version = "v1alpha1",
@@ -24,6 +24,7 @@ use super::ManifestSpec;
     category = "deployster",
     namespaced,
     status = "PreviewStatus",
+    derive = "Default",
     derive = "PartialEq",
     doc = "A proposed spec for a Manifest, planned against live state; nothing is applied.",
     printcolumn(name = "Manifest", type_ = "string", json_path = ".spec.manifest"),

@@ -146,7 +146,7 @@ impl TypeChecker<'_> {
         case: Option<&str>,
     ) -> Result<Outcome, String> {
         let program = match &invocable.image {
-            Some(image) => TypeRef::parse(image, &self.options.workspace)?,
+            Some(image) => TypeRef::parse(image, &self.options.workspace).map_err(|e| e.to_string())?,
             None => self.program.clone(),
         };
         let invocation = Invocation {
@@ -450,7 +450,7 @@ pub async fn check(executor: &dyn Executor, type_name: &str, options: &CheckOpti
                 id: "P001",
                 title: title("P001"),
                 level: Level::Fail,
-                message: e,
+                message: e.to_string(),
                 case: None,
             });
             return report;

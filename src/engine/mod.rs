@@ -55,19 +55,28 @@ impl InputError {
     }
 }
 
-/// Reads manifest files, resolves variables (defaults, auto var files, then `sources` in order)
-/// and validates the result.
+/// A duration no limit or interval may be, as written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DurationError {
+    #[error("`{0}` is zero: give a duration longer than 0, such as 90s or 30m")]
+    Zero(String),
+    #[error("`{0}` is not a duration such as 90s or 30m")]
+    NotADuration(String),
+}
+
 /// A time limit or interval as written (`90s`, `30m`, `1h 30m`): zero is refused, since a
 /// limit of 0 would stop every program at once and an interval of 0 would pass without pause.
 /// One rule and one message for the command line, manifests and Manifest objects.
-pub fn positive_duration(text: &str) -> Result<std::time::Duration, String> {
+pub fn positive_duration(text: &str) -> Result<std::time::Duration, DurationError> {
     match humantime::parse_duration(text.trim()) {
-        Ok(d) if d.is_zero() => Err(format!("`{text}` is zero: give a duration longer than 0, such as 90s or 30m")),
+        Ok(d) if d.is_zero() => Err(DurationError::Zero(text.to_string())),
         Ok(d) => Ok(d),
-        Err(_) => Err(format!("`{text}` is not a duration such as 90s or 30m")),
+        Err(_) => Err(DurationError::NotADuration(text.to_string())),
     }
 }
 
+/// Reads manifest files, resolves variables (defaults, auto var files, then `sources` in order)
+/// and validates the result.
 pub fn load_validated(
     files: &[PathBuf],
     sources: &[vars::VarSource],

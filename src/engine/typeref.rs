@@ -20,15 +20,34 @@ pub enum TypeRef {
     Image(ImageRef),
 }
 
+/// Why a `type` (or an action's `image`) names no type.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TypeRefError {
+    #[error("unknown built-in type `{text}`{hint} (known: {})", builtin_list())]
+    UnknownBuiltin { text: String, hint: String },
+    #[error(
+        "unknown type `{text}` (did you mean `builtin/{meant}`?): it would be taken for a Docker image and pulled \
+         from Docker Hub; if that is what you mean, name its registry: `docker.io/{text}`"
+    )]
+    MisspeltBuiltin { text: String, meant: String },
+    #[error(
+        "`{0}` is not a valid type: expected builtin/<name>, a local program path (./x, ../x, /x) or a Docker image \
+         reference ([registry[:port]/]name[:tag][@digest])"
+    )]
+    NotAType(String),
+    #[error("`{0}`: repository names must be lowercase")]
+    UppercaseRepository(String),
+}
+
 impl TypeRef {
     /// Parses a `type` (or an action's `image`). Relative local paths resolve against `base`.
-    pub fn parse(text: &str, base: &Path) -> Result<TypeRef, String> {
+    pub fn parse(text: &str, base: &Path) -> Result<TypeRef, TypeRefError> {
         if let Some(name) = text.strip_prefix("builtin/") {
             return if BUILTIN_TYPES.contains(&name) {
                 Ok(TypeRef::Builtin(name.to_string()))
             } else {
                 let hint = closest_builtin(name).map(|b| format!(" (did you mean `builtin/{b}`?)")).unwrap_or_default();
-                Err(format!("unknown built-in type `{text}`{hint} (known: {})", builtin_list()))
+                Err(TypeRefError::UnknownBuiltin { text: text.to_string(), hint })
             };
         }
         if text.starts_with("./") || text.starts_with("../") || text.starts_with('/') {
@@ -43,10 +62,7 @@ impl TypeRef {
             && strsim::osa_distance(first, "builtin") <= 2
             && let Some(meant) = closest_builtin(rest)
         {
-            return Err(format!(
-                "unknown type `{text}` (did you mean `builtin/{meant}`?): it would be taken for a Docker image and \
-                 pulled from Docker Hub; if that is what you mean, name its registry: `docker.io/{text}`"
-            ));
+            return Err(TypeRefError::MisspeltBuiltin { text: text.to_string(), meant: meant.to_string() });
         }
         ImageRef::parse(text).map(TypeRef::Image)
     }
@@ -125,13 +141,8 @@ fn reference_regex() -> &'static Regex {
 }
 
 impl ImageRef {
-    pub fn parse(text: &str) -> Result<ImageRef, String> {
-        let caps = reference_regex().captures(text).ok_or_else(|| {
-            format!(
-                "`{text}` is not a valid type: expected builtin/<name>, a local program path \
-                 (./x, ../x, /x) or a Docker image reference ([registry[:port]/]name[:tag][@digest])"
-            )
-        })?;
+    pub fn parse(text: &str) -> Result<ImageRef, TypeRefError> {
+        let caps = reference_regex().captures(text).ok_or_else(|| TypeRefError::NotAType(text.to_string()))?;
         let mut registry = caps.name("registry").map(|m| m.as_str().to_string());
         let mut repository = caps["repo"].to_string();
         // A first component without `.`, `:` or `localhost` is a path component, not a registry
@@ -140,7 +151,7 @@ impl ImageRef {
             && !(r.contains('.') || r.contains(':') || r == "localhost")
         {
             if r.chars().any(|c| c.is_ascii_uppercase()) {
-                return Err(format!("`{text}`: repository names must be lowercase"));
+                return Err(TypeRefError::UppercaseRepository(text.to_string()));
             }
             repository = format!("{r}/{repository}");
             registry = None;
@@ -225,15 +236,15 @@ mod tests {
     fn type_kinds() {
         let base = Path::new("/work/m");
         assert_eq!(TypeRef::parse("builtin/file", base).unwrap(), TypeRef::Builtin("file".into()));
-        assert!(TypeRef::parse("builtin/nope", base).unwrap_err().contains("builtin/directory"));
-        let misspelt = TypeRef::parse("builtin/fiel", base).unwrap_err();
+        assert!(TypeRef::parse("builtin/nope", base).unwrap_err().to_string().contains("builtin/directory"));
+        let misspelt = TypeRef::parse("builtin/fiel", base).unwrap_err().to_string();
         assert!(
             misspelt.starts_with("unknown built-in type `builtin/fiel` (did you mean `builtin/file`?)"),
             "{misspelt}"
         );
         // A misspelt `builtin/` is not an image to pull.
         for (typo, meant) in [("bulitin/file", "builtin/file"), ("biultin/kubernetes", "builtin/kubernetes")] {
-            let err = TypeRef::parse(typo, base).unwrap_err();
+            let err = TypeRef::parse(typo, base).unwrap_err().to_string();
             assert!(err.starts_with(&format!("unknown type `{typo}` (did you mean `{meant}`?)")), "{err}");
             assert!(err.contains(&format!("`docker.io/{typo}`")), "{err}");
             assert!(matches!(TypeRef::parse(&format!("docker.io/{typo}"), base), Ok(TypeRef::Image(_))));

@@ -364,7 +364,7 @@ fn check_resource(
         Some(text) => match TypeRef::parse(text, &workspace) {
             Ok(t) => check_program(&t, name, checker).then_some(t),
             Err(e) => {
-                checker.report(at, e);
+                checker.report(at, e.to_string());
                 None
             }
         },

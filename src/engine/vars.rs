@@ -22,23 +22,34 @@ pub enum VarSource {
     File(PathBuf),
 }
 
+/// Why a `--var` (or `--sensitive-var`) is not `key=value`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AssignmentError {
+    #[error("`{0}` is not of the form key=value (no `=` found)")]
+    NoEquals(String),
+    #[error("`{0}` has an empty variable name")]
+    EmptyName(String),
+    /// A sensitive one: said without its text, which may hold the value.
+    #[error("is not of the form key=value with a variable name")]
+    Sensitive,
+}
+
 impl VarSource {
     /// Parses `key=value`; the value may itself contain `=`.
-    pub fn parse_assignment(text: &str) -> Result<VarSource, String> {
-        let (key, value) =
-            text.split_once('=').ok_or_else(|| format!("`{text}` is not of the form key=value (no `=` found)"))?;
+    pub fn parse_assignment(text: &str) -> Result<VarSource, AssignmentError> {
+        let (key, value) = text.split_once('=').ok_or_else(|| AssignmentError::NoEquals(text.to_string()))?;
         let key = key.trim();
         if key.is_empty() || key.split('.').any(str::is_empty) {
-            return Err(format!("`{text}` has an empty variable name"));
+            return Err(AssignmentError::EmptyName(text.to_string()));
         }
         Ok(VarSource::Assignment { key: key.to_string(), value: value.to_string() })
     }
 
     /// Parses `key=value` of a sensitive variable; errors never show the value.
-    pub fn parse_sensitive(text: &str) -> Result<VarSource, String> {
+    pub fn parse_sensitive(text: &str) -> Result<VarSource, AssignmentError> {
         match Self::parse_assignment(text) {
             Ok(VarSource::Assignment { key, value }) => Ok(VarSource::Sensitive { key, value }),
-            _ => Err("is not of the form key=value with a variable name".to_string()),
+            _ => Err(AssignmentError::Sensitive),
         }
     }
 
@@ -194,8 +205,8 @@ mod tests {
 
     #[test]
     fn assignments_need_an_equals_sign_and_a_name() {
-        assert!(VarSource::parse_assignment("novalue").unwrap_err().contains("no `=`"));
-        assert!(VarSource::parse_assignment("=x").unwrap_err().contains("empty variable name"));
+        assert!(VarSource::parse_assignment("novalue").unwrap_err().to_string().contains("no `=`"));
+        assert!(VarSource::parse_assignment("=x").unwrap_err().to_string().contains("empty variable name"));
         assert_eq!(
             VarSource::parse_assignment("a=b=c").unwrap(),
             VarSource::Assignment { key: "a".into(), value: "b=c".into() }

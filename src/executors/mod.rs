@@ -23,6 +23,7 @@ use crate::engine::executor::budget::SharedBudget;
 use crate::pod::executor::PodRuntime;
 #[cfg(feature = "kube")]
 pub use plan::Acting;
+use plan::Images;
 pub use plan::{Builtins, Connection, ExecutorPlan, ImagePlan, PlanError};
 use route::Router;
 
@@ -34,18 +35,6 @@ pub use crate::pod::executor::PodScope as PassScope;
 #[cfg(not(feature = "kube"))]
 #[derive(Debug, Clone, Default)]
 pub struct PassScope;
-
-/// Where the passes' image types run, once assembled.
-enum Images {
-    /// Nowhere: this build or configuration has none.
-    None,
-    /// On one executor for every pass (the Docker engine).
-    #[cfg_attr(not(feature = "docker"), allow(dead_code))]
-    Here(Arc<dyn Executor>),
-    /// As Pods of each pass's scope ([`ImagePlan::Pods`]).
-    #[cfg(feature = "kube")]
-    Pods { runtime: Arc<PodRuntime>, builtins_too: bool, check_access: bool },
-}
 
 /// A wrapper around each pass's whole stack (the controller counts and times invocations).
 pub type Layer = Arc<dyn Fn(Arc<dyn Executor>) -> Arc<dyn Executor> + Send + Sync>;

@@ -137,11 +137,11 @@ impl ExecutorPlan {
             }
         });
         let images = match self.images {
-            ImagePlan::None => super::Images::None,
+            ImagePlan::None => Images::None,
             #[cfg(feature = "docker")]
-            ImagePlan::Docker { pull, network } => super::Images::Here(Arc::new(
-                crate::engine::executor::docker::DockerExecutor::new(pull).with_network(network),
-            )),
+            ImagePlan::Docker { pull, network } => {
+                Images::Here(Arc::new(crate::engine::executor::docker::DockerExecutor::new(pull).with_network(network)))
+            }
             #[cfg(feature = "kube")]
             ImagePlan::Pods { settings, builtins_too, check_access } => {
                 let connection = needs("running image types as Pods")?;
@@ -150,7 +150,7 @@ impl ExecutorPlan {
                     *settings,
                     connection.runners,
                 );
-                super::Images::Pods { runtime, builtins_too, check_access }
+                Images::Pods { runtime, builtins_too, check_access }
             }
         };
         #[cfg(not(feature = "kube"))]
@@ -166,4 +166,16 @@ impl ExecutorPlan {
             layer: None,
         })))
     }
+}
+
+/// Where the passes' image types run, once assembled.
+pub(super) enum Images {
+    /// Nowhere: this build or configuration has none.
+    None,
+    /// On one executor for every pass (the Docker engine).
+    #[cfg_attr(not(feature = "docker"), allow(dead_code))]
+    Here(Arc<dyn Executor>),
+    /// As Pods of each pass's scope ([`ImagePlan::Pods`]).
+    #[cfg(feature = "kube")]
+    Pods { runtime: Arc<crate::pod::executor::PodRuntime>, builtins_too: bool, check_access: bool },
 }

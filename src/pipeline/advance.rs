@@ -10,10 +10,10 @@
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
-use super::PipelineError;
 use super::drive::{Driver, Job};
 use super::progress::{Progress, Scheduled, StepDecision, target_of};
 use super::spec::Work;
+use super::{PipelineError, StepError};
 use crate::history::Event;
 
 /// How many of a step's newest entries are looked at for its run's start.
@@ -36,7 +36,7 @@ pub enum StepState {
 pub trait Steps: Send + Sync {
     /// Starts `job`: `Ok` with what its `step-started` entry records (what [`Steps::state`]
     /// is given back) once it is under way, `Err` with why it could not start.
-    async fn start(&self, job: &Job) -> Result<Value, String>;
+    async fn start(&self, job: &Job) -> Result<Value, StepError>;
 
     /// Where `job`, started with `started` at `since` (ms since the epoch), stands now.
     async fn state(&self, job: &Job, started: &Value, since: i64) -> StepState;
@@ -58,7 +58,11 @@ impl Driver<'_> {
     /// One step forward: records the steps that ended since the last advance, then starts the
     /// steps that are due (and passes the bakes whose time has come) — none once cancelled.
     pub async fn advance(&self, steps: &dyn Steps) -> Result<Advanced, PipelineError> {
-        let mut progress = super::drive::read(self.pipeline, self.log.as_ref())?;
+        self.advance_from(super::drive::read(self.pipeline, self.log.as_ref())?, steps).await
+    }
+
+    /// As [`Driver::advance`], from `progress` as the log now stands (read once by the caller).
+    pub async fn advance_from(&self, mut progress: Progress, steps: &dyn Steps) -> Result<Advanced, PipelineError> {
         self.introduce(&mut progress)?;
         let mut failed = Vec::new();
         let mut running = self.record_ended(&mut progress, steps, &mut failed).await?;
@@ -84,6 +88,7 @@ impl Driver<'_> {
                         running += 1;
                     }
                     Err(why) => {
+                        let why = why.to_string();
                         self.mark_starts(&mut progress, revision, s)?;
                         (self.say)(&format!("{revision} {step_id}: failed: {why}"));
                         failed.push((revision.clone(), step_id, why.clone()));

@@ -10,9 +10,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::{Map, Value, json};
 
-use super::PipelineError;
 use super::progress::{Progress, Scheduled, StepDecision, target_of};
 use super::spec::{Pipeline, Work};
+use super::{PipelineError, StepError};
 use crate::history::{Entry, Event, History};
 
 /// One step's work: apply `manifest` with `vars` — the revision's, `pipeline` (`revision`,
@@ -32,7 +32,7 @@ pub struct Job {
 #[async_trait]
 pub trait StepRunner: Send + Sync {
     /// `Err` says why the step failed.
-    async fn run(&self, job: Job) -> Result<(), String>;
+    async fn run(&self, job: Job) -> Result<(), StepError>;
 }
 
 /// A drive's result.
@@ -99,7 +99,16 @@ impl Driver<'_> {
     /// run ended (through, failed, superseded) is registered again as a new run: a rollback
     /// to it, or a retry. `false` when a run of it is in flight.
     pub fn register(&self, revision: &str, vars: &Map<String, Value>) -> Result<bool, PipelineError> {
-        let mut progress = read(self.pipeline, self.log.as_ref())?;
+        self.register_in(&mut read(self.pipeline, self.log.as_ref())?, revision, vars)
+    }
+
+    /// As [`Driver::register`], on `progress` as the log now stands (read once by the caller).
+    pub fn register_in(
+        &self,
+        progress: &mut Progress,
+        revision: &str,
+        vars: &Map<String, Value>,
+    ) -> Result<bool, PipelineError> {
         if progress.revision(revision).is_some_and(|r| r.is_live()) {
             return Ok(false);
         }
@@ -111,13 +120,23 @@ impl Driver<'_> {
             at: (self.now)(),
             detail: json!({"vars": vars}),
         };
-        self.append(&mut progress, vec![entry])?;
+        self.append(progress, vec![entry])?;
         Ok(true)
     }
 
     /// Registers an artifact a stage requires.
     pub fn register_artifact(&self, revision: &str, stage: &str, artifact: &str) -> Result<(), PipelineError> {
-        let mut progress = read(self.pipeline, self.log.as_ref())?;
+        self.register_artifact_in(&mut read(self.pipeline, self.log.as_ref())?, revision, stage, artifact)
+    }
+
+    /// As [`Driver::register_artifact`], on `progress` as the log now stands.
+    pub fn register_artifact_in(
+        &self,
+        progress: &mut Progress,
+        revision: &str,
+        stage: &str,
+        artifact: &str,
+    ) -> Result<(), PipelineError> {
         if progress.revision(revision).is_none() {
             return Err(PipelineError::Refused(format!("revision {revision} is not registered")));
         }
@@ -131,8 +150,8 @@ impl Driver<'_> {
             )));
         }
         let entry =
-            self.entry(&progress, revision, target_of(stage), Event::ArtifactRegistered, json!({"artifact": artifact}));
-        self.append(&mut progress, vec![entry])
+            self.entry(progress, revision, target_of(stage), Event::ArtifactRegistered, json!({"artifact": artifact}));
+        self.append(progress, vec![entry])
     }
 
     /// The progress the next drive acts on, recording nothing: read from the log, then what a
@@ -140,7 +159,11 @@ impl Driver<'_> {
     /// or withdraws, skips, older runs superseded, and the bakes whose time has come. `approve`
     /// and `status` answer from it, so that they, and `run`, see one frontier.
     pub fn settled(&self) -> Result<Progress, PipelineError> {
-        let mut progress = read(self.pipeline, self.log.as_ref())?;
+        self.settle(read(self.pipeline, self.log.as_ref())?)
+    }
+
+    /// `progress` as [`Driver::settled`] has it, recording nothing.
+    pub fn settle(&self, mut progress: Progress) -> Result<Progress, PipelineError> {
         let in_memory = Driver {
             pipeline: self.pipeline,
             log: Arc::new(crate::history::MemoryLog::new()),
@@ -173,7 +196,13 @@ impl Driver<'_> {
     /// Approves the gate before `gate` (`stage/group`, or a stage) for `revision`: refused
     /// unless a step of that revision waits for it in the [`Driver::settled`] progress.
     pub fn approve(&self, revision: &str, gate: &str) -> Result<(), PipelineError> {
-        let mut progress = self.settled()?;
+        self.approve_in(&mut read(self.pipeline, self.log.as_ref())?, revision, gate)
+    }
+
+    /// As [`Driver::approve`], on `progress` as the log now stands; the approval is recorded in
+    /// it too.
+    pub fn approve_in(&self, progress: &mut Progress, revision: &str, gate: &str) -> Result<(), PipelineError> {
+        let settled = self.settle(progress.clone())?;
         let group = self
             .pipeline
             .stages
@@ -200,7 +229,7 @@ impl Driver<'_> {
                 }
             )));
         };
-        let schedule = progress.schedule(self.pipeline, (self.now)());
+        let schedule = settled.schedule(self.pipeline, (self.now)());
         let waiting = schedule.iter().any(|s| {
             s.revision == revision
                 && group.steps.contains(&s.step)
@@ -221,7 +250,7 @@ impl Driver<'_> {
                     }
                 })
                 .collect();
-            let now = match progress.revision(revision) {
+            let now = match settled.revision(revision) {
                 None => " (no such revision is registered)".to_string(),
                 Some(_) if !group.approval => format!(": group `{}` does not ask for approval", group.id),
                 Some(r) if group.steps.iter().all(|s| r.done.contains(*s)) => {
@@ -242,8 +271,8 @@ impl Driver<'_> {
                 "nothing of revision {revision} waits for approval at `{gate}`{now}"
             )));
         }
-        let entry = self.entry(&progress, revision, target_of(&group.id), Event::Approved, json!({}));
-        self.append(&mut progress, vec![entry])
+        let entry = self.entry(&settled, revision, target_of(&group.id), Event::Approved, json!({}));
+        self.append(progress, vec![entry])
     }
 
     /// Records the steps to skip until none is left; then the steps to start, the older runs

@@ -7,9 +7,9 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
-use super::PipelineError;
 use super::advance::{StepState, Steps};
 use super::drive::{Driven, Driver, Job, StepRunner};
+use super::{PipelineError, StepError};
 
 /// Steps this process runs.
 pub struct Here {
@@ -17,7 +17,7 @@ pub struct Here {
     /// Started, not yet run.
     started: Mutex<Vec<Job>>,
     /// Ended, not yet told: by (revision, step).
-    ended: Mutex<HashMap<(String, String), Result<(), String>>>,
+    ended: Mutex<HashMap<(String, String), Result<(), StepError>>>,
 }
 
 impl Here {
@@ -37,7 +37,7 @@ impl Here {
 
 #[async_trait]
 impl Steps for Here {
-    async fn start(&self, job: &Job) -> Result<Value, String> {
+    async fn start(&self, job: &Job) -> Result<Value, StepError> {
         self.started.lock().expect("started lock").push(job.clone());
         Ok(json!({}))
     }
@@ -47,7 +47,7 @@ impl Steps for Here {
         if let Some(result) = self.ended.lock().expect("ended lock").remove(&key) {
             return match result {
                 Ok(()) => StepState::Succeeded,
-                Err(why) => StepState::Failed(why),
+                Err(why) => StepState::Failed(why.to_string()),
             };
         }
         let started = self.started.lock().expect("started lock");

@@ -10,8 +10,10 @@ use fixedbitset::FixedBitSet;
 use indexmap::IndexMap;
 use serde_json::{Map, Value};
 
-use super::PipelineError;
 pub use super::document::{Concurrency, GroupSpec, GroupTarget, PipelineSpec, StageSpec, TargetSpec, TestSpec};
+pub use super::gates::DenyWindow;
+use super::gates::{approval, windows};
+use super::{PipelineError, SpecError};
 
 /// What a step does.
 #[derive(Debug, Clone, PartialEq)]
@@ -64,25 +66,6 @@ pub struct Stage {
     pub windows: Vec<DenyWindow>,
     pub groups: Vec<Group>,
     pub steps: Vec<usize>,
-}
-
-/// A time when a stage starts nothing: each time `cron` matches (UTC), for `duration`.
-#[derive(Debug, Clone)]
-pub struct DenyWindow {
-    pub cron: croner::Cron,
-    pub duration: Duration,
-    /// As written: `0 17 * * 5` for 64h.
-    pub said: String,
-}
-
-impl DenyWindow {
-    /// When the window that holds `now` (milliseconds since the epoch) ends, if one does.
-    pub fn holds(&self, now: i64) -> Option<i64> {
-        let span = self.duration.as_millis() as i64;
-        let since = chrono::DateTime::from_timestamp_millis(now - span)?;
-        let opened = self.cron.find_next_occurrence(&since, false).ok()?.timestamp_millis();
-        (opened <= now).then_some(opened + span)
-    }
 }
 
 /// A batch: once a revision has started a step of `from`, no other revision starts one until
@@ -140,11 +123,16 @@ impl Pipeline {
     }
 }
 
+/// `Err` of a broken rule, said as `why`.
+fn invalid<T>(why: String) -> Result<T, SpecError> {
+    Err(SpecError::Invalid(why))
+}
+
 /// Where a pipeline's manifests are, and whether each loads.
 pub trait Manifests {
     /// The manifest a step of `target` in `stage` applies, as written (`written`): checked.
     /// `what` names the step in an error.
-    fn resolve(&self, written: &Path, stage: &str, target: &TargetSpec, what: &str) -> Result<PathBuf, String>;
+    fn resolve(&self, written: &Path, stage: &str, target: &TargetSpec, what: &str) -> Result<PathBuf, SpecError>;
 }
 
 /// Manifest files, beside the pipeline's file; each loaded once.
@@ -160,11 +148,12 @@ impl Files {
 }
 
 impl Manifests for Files {
-    fn resolve(&self, written: &Path, _: &str, _: &TargetSpec, what: &str) -> Result<PathBuf, String> {
+    fn resolve(&self, written: &Path, _: &str, _: &TargetSpec, what: &str) -> Result<PathBuf, SpecError> {
         let manifest = self.dir.join(written);
         if !self.loaded.borrow().contains(&manifest) {
-            crate::engine::manifest::load(std::slice::from_ref(&manifest))
-                .map_err(|e| format!("{what}: its manifest {} does not load: {e}", manifest.display()))?;
+            crate::engine::manifest::load(std::slice::from_ref(&manifest)).map_err(|e| {
+                SpecError::ManifestUnloadable { at: what.to_string(), manifest: manifest.clone(), why: e.to_string() }
+            })?;
             self.loaded.borrow_mut().insert(manifest.clone());
         }
         Ok(manifest)
@@ -185,7 +174,7 @@ pub fn load(file: &Path) -> Result<Pipeline, PipelineError> {
 }
 
 /// Checks `spec` and builds its steps; each manifest is resolved by `manifests` and must load.
-pub fn compile(name: &str, spec: &PipelineSpec, manifests: &dyn Manifests) -> Result<Pipeline, String> {
+pub fn compile(name: &str, spec: &PipelineSpec, manifests: &dyn Manifests) -> Result<Pipeline, SpecError> {
     let order = stage_order(spec)?;
     let mut pipeline = Pipeline {
         name: name.to_string(),
@@ -233,16 +222,16 @@ pub fn compile(name: &str, spec: &PipelineSpec, manifests: &dyn Manifests) -> Re
 
 /// The stages in an order where each comes after those it names; a cycle is an error that
 /// shows it.
-fn stage_order(spec: &PipelineSpec) -> Result<Vec<usize>, String> {
+fn stage_order(spec: &PipelineSpec) -> Result<Vec<usize>, SpecError> {
     if spec.stages.is_empty() {
-        return Err("a pipeline needs at least one stage".into());
+        return invalid("a pipeline needs at least one stage".into());
     }
     let mut graph = petgraph::graph::DiGraph::<usize, ()>::new();
     let nodes: Vec<_> = (0..spec.stages.len()).map(|s| graph.add_node(s)).collect();
     for (s, stage) in spec.stages.iter().enumerate() {
         check_name("stage", &stage.name)?;
         if spec.stages[..s].iter().any(|t| t.name == stage.name) {
-            return Err(format!("two stages are named `{}`", stage.name));
+            return invalid(format!("two stages are named `{}`", stage.name));
         }
         let after = match &stage.after {
             Some(after) => after.clone(),
@@ -251,7 +240,7 @@ fn stage_order(spec: &PipelineSpec) -> Result<Vec<usize>, String> {
         };
         for name in after {
             let Some(t) = spec.stages.iter().position(|t| t.name == name) else {
-                return Err(format!("stage `{}` comes after `{name}`, which is not a stage", stage.name));
+                return invalid(format!("stage `{}` comes after `{name}`, which is not a stage", stage.name));
             };
             graph.add_edge(nodes[t], nodes[s], ());
         }
@@ -267,7 +256,7 @@ fn stage_order(spec: &PipelineSpec) -> Result<Vec<usize>, String> {
         }
         path.push(first);
         let names: Vec<&str> = path.iter().map(|&n| spec.stages[graph[n]].name.as_str()).collect();
-        format!("the stages form a cycle: {}", names.join(" → "))
+        SpecError::Invalid(format!("the stages form a cycle: {}", names.join(" → ")))
     })
 }
 
@@ -296,9 +285,9 @@ fn round(
     false
 }
 
-fn check_name(what: &str, name: &str) -> Result<(), String> {
+fn check_name(what: &str, name: &str) -> Result<(), SpecError> {
     if name.is_empty() || name.contains('/') || name.chars().any(char::is_whitespace) {
-        return Err(format!("{what} name `{name}` must be non-empty, without `/` or spaces"));
+        return invalid(format!("{what} name `{name}` must be non-empty, without `/` or spaces"));
     }
     Ok(())
 }
@@ -309,12 +298,12 @@ fn compile_stage(
     s: usize,
     stage: &StageSpec,
     manifests: &dyn Manifests,
-) -> Result<(Stage, Vec<usize>, Vec<usize>), String> {
+) -> Result<(Stage, Vec<usize>, Vec<usize>), SpecError> {
     let at = format!("stage `{}`", stage.name);
     let works = step_works(stage, &at)?;
     let approval = approval(stage, &at)?;
     let groups: Vec<GroupSpec> = match (stage.groups.is_empty(), stage.targets.is_empty()) {
-        (true, true) => return Err(format!("{at} has no targets")),
+        (true, true) => return invalid(format!("{at} has no targets")),
         (true, false) => vec![GroupSpec {
             name: "all".into(),
             targets: stage.targets.iter().cloned().map(GroupTarget::Written).collect(),
@@ -334,10 +323,10 @@ fn compile_stage(
     for (g, group) in groups.iter().enumerate() {
         check_name("group", &group.name)?;
         if groups[..g].iter().any(|h| h.name == group.name) {
-            return Err(format!("{at} has two groups named `{}`", group.name));
+            return invalid(format!("{at} has two groups named `{}`", group.name));
         }
         if group.max_parallel == Some(0) {
-            return Err(format!("{at}, group `{}`: maxParallel must be at least 1", group.name));
+            return invalid(format!("{at}, group `{}`: maxParallel must be at least 1", group.name));
         }
         let waits = approval.as_ref().is_some_and(|a| a.iter().any(|n| n == &group.name) || (a.is_empty() && g == 0));
         let id = format!("{}/{}", stage.name, group.name);
@@ -347,7 +336,7 @@ fn compile_stage(
             let target = resolve_target(stage, target, &at)?;
             check_name("target", &target.name)?;
             if seen_targets.contains(&target.name) {
-                return Err(format!("{at} has two targets named `{}`", target.name));
+                return invalid(format!("{at} has two targets named `{}`", target.name));
             }
             seen_targets.push(target.name.clone());
             let what = format!("{at}, target `{}`", target.name);
@@ -403,7 +392,7 @@ fn compile_stage(
     }
     if let Some(named) = &approval {
         if let Some(name) = named.iter().find(|n| !groups.iter().any(|g| &&g.name == n)) {
-            return Err(format!("{at}: gates.approval names `{name}`, which is not a group of the stage"));
+            return invalid(format!("{at}: gates.approval names `{name}`, which is not a group of the stage"));
         }
     }
     Ok((compiled, firsts, previous))
@@ -411,13 +400,13 @@ fn compile_stage(
 
 /// Each step name of the stage and its work (`None`: deploy the target's manifest; a test's
 /// manifest as written, resolved for each target).
-fn step_works(stage: &StageSpec, at: &str) -> Result<Vec<(String, Option<Work>)>, String> {
+fn step_works(stage: &StageSpec, at: &str) -> Result<Vec<(String, Option<Work>)>, SpecError> {
     if stage.steps.is_empty() {
-        return Err(format!("{at} has no steps"));
+        return invalid(format!("{at} has no steps"));
     }
     for gate in stage.gates.keys().filter(|g| *g != "approval" && *g != "windows") {
         if !stage.steps.contains(gate) {
-            return Err(format!(
+            return invalid(format!(
                 "{at}: gates names `{gate}`, which is not one of its steps ({})",
                 stage.steps.join(", ")
             ));
@@ -425,7 +414,7 @@ fn step_works(stage: &StageSpec, at: &str) -> Result<Vec<(String, Option<Work>)>
     }
     for test in stage.tests.keys() {
         if !stage.steps.contains(test) {
-            return Err(format!(
+            return invalid(format!(
                 "{at}: tests names `{test}`, which is not one of its steps ({})",
                 stage.steps.join(", ")
             ));
@@ -435,21 +424,22 @@ fn step_works(stage: &StageSpec, at: &str) -> Result<Vec<(String, Option<Work>)>
     for (i, name) in stage.steps.iter().enumerate() {
         check_name("step", name)?;
         if stage.steps[..i].contains(name) {
-            return Err(format!("{at} has two steps named `{name}`"));
+            return invalid(format!("{at} has two steps named `{name}`"));
         }
         let work = match (name.as_str(), stage.tests.get(name), stage.gates.get(name)) {
             ("deploy", None, None) => None,
             (_, Some(test), None) => Some(Work::Apply(test.manifest.clone())),
-            (_, None, Some(Value::String(duration))) => Some(Work::Wait(
-                humantime::parse_duration(duration)
-                    .map_err(|e| format!("{at}: gates.{name} `{duration}` is not a duration such as 30m: {e}"))?,
-            )),
-            (_, None, Some(other)) => {
-                return Err(format!("{at}: gates.{name} must be a duration such as 30m, not {other}"));
+            (_, None, Some(Value::String(duration))) => {
+                Some(Work::Wait(humantime::parse_duration(duration).map_err(|e| {
+                    SpecError::Invalid(format!("{at}: gates.{name} `{duration}` is not a duration such as 30m: {e}"))
+                })?))
             }
-            (_, Some(_), Some(_)) => return Err(format!("{at}: `{name}` is both a test and a gate")),
+            (_, None, Some(other)) => {
+                return invalid(format!("{at}: gates.{name} must be a duration such as 30m, not {other}"));
+            }
+            (_, Some(_), Some(_)) => return invalid(format!("{at}: `{name}` is both a test and a gate")),
             (_, None, None) => {
-                return Err(format!(
+                return invalid(format!(
                     "{at}: step `{name}` is neither `deploy`, a test (`tests.{name}`) nor a timed gate (`gates.{name}: 30m`)"
                 ));
             }
@@ -459,52 +449,17 @@ fn step_works(stage: &StageSpec, at: &str) -> Result<Vec<(String, Option<Work>)>
     Ok(works)
 }
 
-/// `gates.windows: [{deny: "0 17 * * 5", duration: 64h}]`: cron expressions (UTC) and how long
-/// each window lasts.
-fn windows(stage: &StageSpec, at: &str) -> Result<Vec<DenyWindow>, String> {
-    let Some(listed) = stage.gates.get("windows") else { return Ok(Vec::new()) };
-    let shape = || format!("{at}: gates.windows must be a list of {{deny: <cron expression>, duration: <such as 2h>}}");
-    let listed = listed.as_array().ok_or_else(shape)?;
-    listed
-        .iter()
-        .map(|window| {
-            let (Some(deny), Some(duration)) = (window["deny"].as_str(), window["duration"].as_str()) else {
-                return Err(shape());
-            };
-            let cron: croner::Cron =
-                deny.parse().map_err(|e| format!("{at}: gates.windows: `{deny}` is not a cron expression: {e}"))?;
-            let duration = humantime::parse_duration(duration)
-                .map_err(|e| format!("{at}: gates.windows: duration `{duration}` is not one such as 2h: {e}"))?;
-            if duration.is_zero() {
-                return Err(format!("{at}: gates.windows: duration is zero: give a duration longer than 0"));
-            }
-            Ok(DenyWindow { cron, duration, said: format!("{deny} for {}", humantime::format_duration(duration)) })
-        })
-        .collect()
-}
-
-/// `gates.approval`: `None` when absent or false; an empty list for `true` (the stage's first
-/// group); else the groups named.
-fn approval(stage: &StageSpec, at: &str) -> Result<Option<Vec<String>>, String> {
-    match stage.gates.get("approval") {
-        None | Some(Value::Bool(false)) => Ok(None),
-        Some(Value::Bool(true)) => Ok(Some(Vec::new())),
-        Some(Value::Array(names)) if !names.is_empty() && names.iter().all(Value::is_string) => {
-            Ok(Some(names.iter().filter_map(Value::as_str).map(str::to_string).collect()))
-        }
-        Some(other) => Err(format!("{at}: gates.approval must be true or a list of its groups, not {other}")),
-    }
-}
-
-fn resolve_target(stage: &StageSpec, target: &GroupTarget, at: &str) -> Result<TargetSpec, String> {
+fn resolve_target(stage: &StageSpec, target: &GroupTarget, at: &str) -> Result<TargetSpec, SpecError> {
     match target {
         GroupTarget::Written(target) => Ok(target.clone()),
         GroupTarget::Named(name) if !stage.groups.is_empty() => {
             stage.targets.iter().find(|t| &t.name == name).cloned().ok_or_else(|| {
-                format!("{at}: a group names target `{name}`, which is not one of the stage's `targets`")
+                SpecError::Invalid(format!(
+                    "{at}: a group names target `{name}`, which is not one of the stage's `targets`"
+                ))
             })
         }
-        GroupTarget::Named(name) => Err(format!("{at}: target `{name}` needs a manifest")),
+        GroupTarget::Named(name) => invalid(format!("{at}: target `{name}` needs a manifest")),
     }
 }
 
@@ -536,12 +491,12 @@ fn after_sets(steps: &[Step]) -> Vec<FixedBitSet> {
 /// `[from, to]`: each end is `stage/step` (that step on each of the stage's targets) or a
 /// step's id. Within one stage, `stage/step` ranges are one batch per target: a revision on
 /// one target does not hold the others.
-fn batch(pipeline: &Pipeline, range: &[String]) -> Result<Vec<Batch>, String> {
+fn batch(pipeline: &Pipeline, range: &[String]) -> Result<Vec<Batch>, SpecError> {
     let said = format!("[{}]", range.join(", "));
     let [from, to] = range else {
-        return Err(format!("batch {said} must name two steps: [from, to]"));
+        return invalid(format!("batch {said} must name two steps: [from, to]"));
     };
-    let ends = |end: &str| -> Result<Vec<usize>, String> {
+    let ends = |end: &str| -> Result<Vec<usize>, SpecError> {
         if let Some(step) = pipeline.step(end) {
             return Ok(vec![step]);
         }
@@ -556,14 +511,16 @@ fn batch(pipeline: &Pipeline, range: &[String]) -> Result<Vec<Batch>, String> {
             _ => Vec::new(),
         };
         if found.is_empty() {
-            return Err(format!("batch {said}: `{end}` is no step (write `stage/step` or `stage/group/target/step`)"));
+            return invalid(format!(
+                "batch {said}: `{end}` is no step (write `stage/step` or `stage/group/target/step`)"
+            ));
         }
         Ok(found)
     };
     let (from_steps, to_steps) = (ends(from)?, ends(to)?);
     let on_path = |a: usize, b: usize| a == b || pipeline.after[a].contains(b);
     if !to_steps.iter().all(|&b| from_steps.iter().any(|&a| on_path(a, b))) {
-        return Err(format!("batch {said} is not a path in the pipeline: `{to}` does not come after `{from}`"));
+        return invalid(format!("batch {said} is not a path in the pipeline: `{to}` does not come after `{from}`"));
     }
     let target_of = |steps: &[usize]| steps.iter().map(|&s| pipeline.steps[s].target).collect::<Vec<_>>();
     if from_steps.len() > 1 && target_of(&from_steps) == target_of(&to_steps) {

@@ -27,14 +27,14 @@ struct Runner {
 
 #[async_trait]
 impl StepRunner for Runner {
-    async fn run(&self, job: Job) -> Result<(), String> {
+    async fn run(&self, job: Job) -> Result<(), super::StepError> {
         self.ran.lock().unwrap().push(format!("{} {}", job.revision, job.step));
         if let Some((step, cancel)) = self.stopping.lock().unwrap().take_if(|(step, _)| *step == job.step) {
             cancel.cancel();
-            return Err(format!("{step} stopped"));
+            return Err(super::StepError::Failed(format!("{step} stopped")));
         }
         if self.failing.lock().unwrap().contains(&job.step) {
-            return Err("the smoke test failed".into());
+            return Err(super::StepError::Failed("the smoke test failed".into()));
         }
         Ok(())
     }
@@ -58,7 +58,7 @@ struct Fixture {
 
 fn pipeline_in(dir: &Path, yaml: &str) -> Result<Pipeline, String> {
     let spec: PipelineSpec = serde_norway::from_str(yaml).map_err(|e| e.to_string())?;
-    compile("p", &spec, &Files::new(dir))
+    compile("p", &spec, &Files::new(dir)).map_err(|e| e.to_string())
 }
 
 impl Fixture {
@@ -843,7 +843,7 @@ struct Elsewhere {
 
 #[async_trait]
 impl super::advance::Steps for Elsewhere {
-    async fn start(&self, job: &Job) -> Result<serde_json::Value, String> {
+    async fn start(&self, job: &Job) -> Result<serde_json::Value, super::StepError> {
         let detail = serde_json::json!({"generation": self.started.lock().unwrap().len() + 1});
         self.started.lock().unwrap().push((job.step.clone(), detail.clone()));
         Ok(detail)

@@ -20,13 +20,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 
+use super::api::{api_error, delete_and_wait, is_not_found, pod_error};
 use super::log::LogFollower;
 use super::progress::{PodProgress, ended, observed, progress};
 use super::registry::{Credentials, ImageRun, Registry, read_docker_config};
 use super::runner::{self, Runners};
 pub use super::settings::{PodScope, PodSettings};
 use super::spec::{self, OWNER_LABEL, PlugSource, PodInvocation, PodPlug};
-use super::{api_error, is_not_found, pod_error};
 use crate::engine::executor::init_cache::{InitAnswers, InitKey};
 use crate::engine::executor::process::BUILTIN_SUBCOMMAND;
 use crate::engine::executor::{ExecError, Executor, Exit, Invocation, Outcome};
@@ -496,7 +496,7 @@ impl PodRuntime {
 
     /// Deletes the Pod with `grace` for its program to end, and waits until it is gone.
     async fn delete_and_wait(&self, namespace: &str, name: &str, grace: Duration) {
-        super::delete_and_wait(&self.pods(namespace), name, grace).await
+        delete_and_wait(&self.pods(namespace), name, grace).await
     }
 }
 

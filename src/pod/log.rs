@@ -8,7 +8,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::LogParams;
 
-use super::{api_error, pod_error};
+use super::api::{api_error, pod_error};
 use crate::engine::executor::output::Capture;
 use crate::engine::executor::{ExecError, Exit, Invocation, Stream};
 use crate::pod_helper::frames::{self, FrameError, Record, Split};

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 
-use super::pod_error;
+use super::api::pod_error;
 use super::settings::PodSettings;
 use crate::engine::executor::ExecError;
 

@@ -37,11 +37,11 @@ use prometheus_client::metrics::gauge::Gauge;
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 
+use super::api::{api_error, delete_and_wait, is_not_found, pod_error};
 use super::log::LogFollower;
 use super::progress::{PodProgress, ended, observed, progress};
 use super::settings::PodSettings;
 use super::spec::{self, OWNER_LABEL, OWNER_VALUE, PodInvocation};
-use super::{api_error, delete_and_wait, is_not_found, pod_error};
 use crate::engine::executor::{ExecError, Exit, Invocation};
 use crate::pod_helper::entry::STOP_GRACE;
 use crate::pod_helper::serve::{RETIRING, ServeHeader, ServeMode};

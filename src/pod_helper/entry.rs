@@ -28,6 +28,7 @@ use sha2::{Digest, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
+use super::UsageError;
 use super::frames::{FRAME_BYTES, Record, frame, record_line};
 // As long as the process executor lets a program's output stay open once it has exited.
 use crate::engine::executor::process::PIPE_GRACE;
@@ -75,21 +76,17 @@ impl HelperCommand {
     }
 
     /// Reads [`HelperCommand::args`] back.
-    pub fn parse(args: &[String]) -> Result<HelperCommand, String> {
+    pub fn parse(args: &[String]) -> Result<HelperCommand, UsageError> {
         let (options, program) = match args.iter().position(|a| a == "--") {
             Some(at) => (&args[..at], args[at + 1..].to_vec()),
-            None => {
-                return Err("usage: __pod-entry --nonce N --request FILE --termination-log FILE [--done FILE] \
-                     -- PROGRAM [ARGS]"
-                    .into());
-            }
+            None => return Err(UsageError::NoSeparator),
         };
         let value = |name: &str| {
-            let at = options.iter().position(|a| a == name).ok_or_else(|| format!("{name} is missing"))?;
-            options.get(at + 1).cloned().ok_or_else(|| format!("{name} has no value"))
+            let at = options.iter().position(|a| a == name).ok_or_else(|| UsageError::Missing(name.to_string()))?;
+            options.get(at + 1).cloned().ok_or_else(|| UsageError::NoValue(name.to_string()))
         };
         if program.is_empty() {
-            return Err("no program to run after --".into());
+            return Err(UsageError::NoProgram);
         }
         Ok(HelperCommand {
             nonce: value("--nonce")?,

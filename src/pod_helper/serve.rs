@@ -36,6 +36,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt};
 
 use super::entry::{Program, emit, run_program};
 use super::frames::{Record, record_line};
+use super::{LockError, UsageError};
 
 /// The subcommand an exec into a runner runs.
 pub const SERVE_SUBCOMMAND: &str = "__pod-serve";
@@ -106,7 +107,7 @@ pub fn args(mode: &ServeMode, locks: &Path) -> Vec<String> {
 }
 
 /// Reads [`args`] back: the mode and where the locks are.
-pub fn parse(args: &[String]) -> Result<(ServeMode, PathBuf), String> {
+pub fn parse(args: &[String]) -> Result<(ServeMode, PathBuf), UsageError> {
     let mut options = std::collections::BTreeMap::new();
     let mut hold = false;
     let mut rest = args.iter();
@@ -114,25 +115,26 @@ pub fn parse(args: &[String]) -> Result<(ServeMode, PathBuf), String> {
         match flag.as_str() {
             "--hold" => hold = true,
             "--locks" | "--idle" | "--done" | "--wait-for" | "--within" => {
-                let value = rest.next().ok_or_else(|| format!("{flag} has no value"))?;
+                let value = rest.next().ok_or_else(|| UsageError::NoValue(flag.clone()))?;
                 options.insert(flag.as_str(), value.clone());
             }
-            other => return Err(format!("unknown argument `{other}`")),
+            other => return Err(UsageError::Unknown(other.to_string())),
         }
     }
-    let seconds = |name: &str| -> Result<Duration, String> {
-        let value = options.get(name).ok_or_else(|| format!("{name} is missing"))?;
-        value.parse().map(Duration::from_secs).map_err(|_| format!("{name} takes whole seconds, not `{value}`"))
+    let seconds = |name: &str| -> Result<Duration, UsageError> {
+        let value = options.get(name).ok_or_else(|| UsageError::Missing(name.to_string()))?;
+        let not_seconds = || UsageError::NotSeconds { flag: name.to_string(), value: value.clone() };
+        value.parse().map(Duration::from_secs).map_err(|_| not_seconds())
     };
     let locks = options.get("--locks").map_or_else(|| PathBuf::from(DEFAULT_LOCKS), PathBuf::from);
     let mode = match (hold, options.get("--wait-for")) {
         (true, None) => ServeMode::Hold {
             idle: seconds("--idle")?,
-            done: options.get("--done").map(PathBuf::from).ok_or("--done is missing")?,
+            done: options.get("--done").map(PathBuf::from).ok_or_else(|| UsageError::Missing("--done".into()))?,
         },
         (false, Some(resource)) => ServeMode::WaitFor { resource: resource.clone(), within: seconds("--within")? },
         (false, None) => ServeMode::Invocation,
-        (true, Some(_)) => return Err("--hold and --wait-for exclude each other".into()),
+        (true, Some(_)) => return Err(UsageError::Exclusive("--hold", "--wait-for")),
     };
     Ok((mode, locks))
 }
@@ -184,11 +186,11 @@ async fn serve(locks: &Path) -> i32 {
     // Shared with every other invocation; the runner's idle end takes it exclusively.
     let runner = match enter(locks) {
         Ok(runner) => runner,
-        Err(why) => return refuse(&header.nonce, &why),
+        Err(why) => return refuse(&header.nonce, &why.to_string()),
     };
     let _held = match hold(locks, &header) {
         Ok(held) => held,
-        Err(why) => return refuse(&header.nonce, &why),
+        Err(why) => return refuse(&header.nonce, &why.to_string()),
     };
     // The caller keeps stdin open while it waits; its end is the invocation's cancellation.
     let cancelled = async move {
@@ -220,30 +222,30 @@ fn runner_files(locks: &Path) -> (PathBuf, PathBuf) {
 
 /// Takes the runner's lock shared for one invocation and marks the runner used; refuses once
 /// the runner is retiring.
-fn enter(locks: &Path) -> Result<nix::fcntl::Flock<std::fs::File>, String> {
+fn enter(locks: &Path) -> Result<nix::fcntl::Flock<std::fs::File>, LockError> {
     use nix::fcntl::{Flock, FlockArg};
     let (path, retired) = runner_files(locks);
     let file = open_lock(&path)?;
     let held = match Flock::lock(file, FlockArg::LockSharedNonblock) {
         Ok(held) => held,
-        Err((_, nix::errno::Errno::EWOULDBLOCK)) => return Err(format!("{RETIRING} (idle)")),
-        Err((_, e)) => return Err(format!("cannot lock {}: {e}", path.display())),
+        Err((_, nix::errno::Errno::EWOULDBLOCK)) => return Err(LockError::Retiring),
+        Err((_, source)) => return Err(LockError::Lock { path, source }),
     };
     if retired.exists() {
-        return Err(format!("{RETIRING} (idle)"));
+        return Err(LockError::Retiring);
     }
-    held.set_modified(SystemTime::now()).map_err(|e| format!("cannot mark {} used: {e}", path.display()))?;
+    held.set_modified(SystemTime::now()).map_err(|source| LockError::Mark { path, source })?;
     Ok(held)
 }
 
-fn open_lock(path: &Path) -> Result<std::fs::File, String> {
+fn open_lock(path: &Path) -> Result<std::fs::File, LockError> {
     std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(false)
         .open(path)
-        .map_err(|e| format!("cannot open the lock {}: {e}", path.display()))
+        .map_err(|source| LockError::Open { path: path.to_path_buf(), source })
 }
 
 /// The runner's own process: holds until idle for `idle` or SIGTERM, then creates `done`.
@@ -252,7 +254,7 @@ async fn hold_runner(locks: &Path, idle: Duration, done: &Path) -> i32 {
     let (path, retired) = runner_files(locks);
     // Made now: a runner no invocation reached is idle from its start.
     if let Err(why) = open_lock(&path).and_then(|f| {
-        f.set_modified(SystemTime::now()).map_err(|e| format!("cannot mark {} used: {e}", path.display()))
+        f.set_modified(SystemTime::now()).map_err(|source| LockError::Mark { path: path.clone(), source })
     }) {
         let _ = writeln!(std::io::stderr(), "deployster {SERVE_SUBCOMMAND}: {why}");
         return 1;
@@ -323,7 +325,7 @@ fn resource_lock(locks: &Path, resource: &str) -> PathBuf {
 }
 
 /// The lock of `header`'s resource, held (with the invocation's id in it) while it runs.
-fn hold(locks: &Path, header: &ServeHeader) -> Result<nix::fcntl::Flock<std::fs::File>, String> {
+fn hold(locks: &Path, header: &ServeHeader) -> Result<nix::fcntl::Flock<std::fs::File>, LockError> {
     use nix::fcntl::{Flock, FlockArg};
     let path = resource_lock(locks, &header.resource);
     let file = open_lock(&path)?;
@@ -331,17 +333,14 @@ fn hold(locks: &Path, header: &ServeHeader) -> Result<nix::fcntl::Flock<std::fs:
         Ok(mut held) => {
             held.set_len(0)
                 .and_then(|()| held.write_all(header.invocation.as_bytes()))
-                .map_err(|e| format!("cannot write the lock {}: {e}", path.display()))?;
+                .map_err(|source| LockError::Write { path: path.clone(), source })?;
             Ok(held)
         }
         Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
             let running = std::fs::read_to_string(&path).unwrap_or_default();
-            Err(format!(
-                "another invocation of resource `{}` is running in this runner ({running}); refusing to overlap it",
-                header.resource
-            ))
+            Err(LockError::Overlap { resource: header.resource.clone(), running })
         }
-        Err((_, e)) => Err(format!("cannot lock {}: {e}", path.display())),
+        Err((_, source)) => Err(LockError::Lock { path, source }),
     }
 }
 

@@ -331,7 +331,7 @@ fn the_cli_reconcile_corrects_an_edit_at_once() {
 #[ignore = "needs a Kubernetes API server: DEPLOYSTER_E2E_KUBECONFIG=<kubeconfig ../shared/apiserver/up.sh prints> cargo test --test apiserver watches:: -- --include-ignored"]
 fn a_change_between_the_apply_and_the_watch_s_first_listing_wakes() {
     use deployster::builtins::kubernetes::{FIELD_MANAGER, MANAGED_LABEL, OWNER_ANNOTATION, written};
-    use deployster::controller::watches::{Declared, Subject, Watches};
+    use deployster::watches::{Declared, Subject, Watches};
     use futures::StreamExt;
     use k8s_openapi::api::core::v1::ConfigMap;
     use kube::api::{Api, Patch, PatchParams};

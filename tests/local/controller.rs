@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use deployster::builtins::kubernetes::KubeObjects;
-use deployster::controller::manifest::{FINALIZER, Next, reconcile};
+use deployster::controller::manifest::{FINALIZER, ManifestContext, Next, reconcile};
 use deployster::controller::{Context, Settings};
 use deployster::crd::{Manifest, ManifestSpec, ManifestStatus};
 use deployster::engine::executor::process::ProcessExecutor;
@@ -72,7 +72,22 @@ async fn client_with(objects: Vec<Manifest>, extra: impl FnOnce(ClientBuilder) -
 
 const CLOCK_STEP_MS: i64 = 301_000;
 
-fn context(client: Client, executor: Arc<dyn Executor>, plug_root: &std::path::Path, allow_local: bool) -> Context {
+fn context(
+    client: Client,
+    executor: Arc<dyn Executor>,
+    plug_root: &std::path::Path,
+    allow_local: bool,
+) -> ManifestContext {
+    ManifestContext::new(shared_context(client, executor, plug_root, allow_local))
+}
+
+/// The context every kind shares, for a test that sets more of it.
+fn shared_context(
+    client: Client,
+    executor: Arc<dyn Executor>,
+    plug_root: &std::path::Path,
+    allow_local: bool,
+) -> Context {
     let settings = Settings {
         allow_local_programs: allow_local,
         plug_root: plug_root.to_path_buf(),
@@ -158,7 +173,7 @@ async fn create_then_ready_then_a_no_op_then_drift_corrected() {
     // conditions, each resource's status line — not the managed fields, history or states.
     let version = obj.resource_version();
     let mut cached = obj.clone();
-    deployster::controller::prune_for_cache(&mut cached);
+    deployster::controller::manifest::prune_for_cache(&mut cached);
     assert!(!obj.managed_fields().is_empty() && cached.managed_fields().is_empty(), "managed fields are dropped");
     let (full, lean) = (status(&obj), status(&cached));
     assert_eq!((&cached.spec, &lean.conditions), (&obj.spec, &full.conditions));
@@ -775,10 +790,11 @@ async fn steady_resources_are_checked_less_often_and_drift_resets_them() {
     let dir = tempfile::tempdir().unwrap();
     let client = client_with(vec![object("site", &builtins(dir.path()))], |b| b).await;
     let executor = Counting::new(false);
-    let mut ctx = context(client.clone(), executor.clone(), &dir.path().join("plugs"), false);
+    let mut ctx = shared_context(client.clone(), executor.clone(), &dir.path().join("plugs"), false);
     let now = Arc::new(std::sync::atomic::AtomicI64::new(T0));
     let clock = now.clone();
     ctx.clock = Box::new(move || clock.load(std::sync::atomic::Ordering::SeqCst));
+    let ctx = ManifestContext::new(ctx);
     let advance = |d: Duration| now.fetch_add(d.as_millis() as i64, std::sync::atomic::Ordering::SeqCst);
     let states = |calls: &[(String, String)]| calls.iter().filter(|(_, p)| p == "state").count();
     let minutes = |n: u64| Duration::from_secs(60 * n);

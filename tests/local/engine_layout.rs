@@ -431,22 +431,231 @@ fn nothing_in_src_blocks_a_runtime_worker() {
     assert!(blocking.is_empty(), "block_in_place in {blocking:?}");
 }
 
-/// Issue 51: one writer of a Manifest's status in a reconcile — `manifest::report::StatusWriter`,
-/// through which the journal writes the pass's progress and the report its outcome.
+/// Issues 51 and 70: one writer of every status, of every kind — `controller::report::StatusWriter`,
+/// fenced by the replica's term — through which a Manifest's journal writes the pass's
+/// progress and its report the outcome, and Pipelines and previews their statuses: no other
+/// module of `src/` writes a status.
 #[test]
-fn a_manifest_s_status_has_one_writer() {
+fn every_status_has_one_writer() {
     let writers: Vec<String> = src_modules()
         .into_iter()
-        .filter(|(module, _)| module.starts_with("controller::manifest"))
         .filter(|(_, path)| {
             let text = std::fs::read_to_string(path).unwrap();
-            text.split("#[cfg(test)]\nmod tests").next().unwrap().contains("write_status_to(")
+            let code = text.split("#[cfg(test)]\nmod tests").next().unwrap().to_string();
+            code.contains("patch_status(") || code.contains("replace_status(")
         })
         .map(|(module, _)| module)
         .collect();
-    assert_eq!(writers, ["controller::manifest::report"], "status writes outside the StatusWriter");
+    assert_eq!(writers, ["controller::report"], "status writes outside the StatusWriter");
     let report =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/controller/manifest/report.rs"))
-            .unwrap();
-    assert_eq!(report.matches("write_status_to(").count(), 1, "one call, in StatusWriter::write_with");
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/controller/report.rs")).unwrap();
+    assert_eq!(report.matches("patch_status(").count(), 1, "one call, in StatusWriter::apply");
+    let fenced = report.split("async fn apply(").nth(1).expect("StatusWriter::apply");
+    assert!(fenced.find(".confirm(").unwrap() < fenced.find("patch_status(").unwrap(), "the fence before the write");
+}
+
+/// The code of `path`: comments and its `#[cfg(test)] mod tests` aside, grouped imports
+/// written out.
+fn code_of(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap();
+    let code = text.split("#[cfg(test)]\nmod tests").next().unwrap();
+    let code: String = code.lines().map(|l| l.split("//").next().unwrap()).collect::<Vec<_>>().join("\n");
+    ungroup(&code)
+}
+
+/// The lines of the function `name` in `code` (its signature to its closing brace at the start of a line).
+fn function_lines(code: &str, name: &str) -> Option<usize> {
+    let start = code.find(&format!("fn {name}("))?;
+    let body = &code[start..];
+    let end = body.find("\n}")?;
+    Some(body[..end].lines().count() + 1)
+}
+
+/// Issue 70: `controller::run()` is the one place things start — `controller/mod.rs` holds the
+/// start-up checks, the shared context and the admin server, and joins the kinds; it builds no
+/// kube `Controller` of its own (each kind builds its own, in its `controllers()`).
+#[test]
+fn the_controller_s_mod_only_starts_things() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/controller/mod.rs");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let lines = text.split("#[cfg(test)]\nmod tests").next().unwrap().lines().count();
+    assert!(lines <= 200, "controller/mod.rs is {lines} lines: it starts things, the kinds do the rest");
+    let code = code_of(&path);
+    for building in ["Controller::new(", "Controller::for_stream(", "watcher(", ".watches_stream("] {
+        assert!(!code.contains(building), "controller/mod.rs has {building}: a kind's controllers() does that");
+    }
+}
+
+/// The kinds the controller reconciles: the folders whose `controllers()` `controller::run` joins.
+fn kinds() -> Vec<String> {
+    let code = code_of(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src/controller/mod.rs"));
+    let joined = regex::Regex::new(r"\b([a-z_]+)::controllers\(").unwrap();
+    let kinds: Vec<String> = joined.captures_iter(&code).map(|c| c[1].to_string()).collect();
+    assert!(kinds.len() >= 3, "the walk finds the kinds run() joins: {kinds:?}");
+    kinds
+}
+
+/// Issue 70: every kind has one shape — its folder's `mod.rs` holds `controllers()` (its watches
+/// through `DeserializeGuard`, so that one malformed object stalls nothing), a `reconcile()` of
+/// at most 40 lines that calls named steps, and `error_policy()`; and no kube `Controller` is
+/// built anywhere else.
+#[test]
+fn every_kind_has_the_same_shape() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/controller");
+    let mut misshapen = Vec::new();
+    for kind in kinds() {
+        let path = root.join(&kind).join("mod.rs");
+        assert!(path.exists(), "the kind {kind} is a folder with a mod.rs");
+        let code = code_of(&path);
+        for function in ["controllers", "reconcile", "error_policy"] {
+            if function_lines(&code, function).is_none() {
+                misshapen.push(format!("{kind}: no {function}()"));
+            }
+        }
+        match function_lines(&code, "reconcile") {
+            Some(lines) if lines > 40 => misshapen.push(format!("{kind}: reconcile() is {lines} lines (at most 40)")),
+            _ => {}
+        }
+        if !code.contains("DeserializeGuard<") {
+            misshapen.push(format!("{kind}: its watch is not through DeserializeGuard"));
+        }
+    }
+    for (module, path) in src_modules() {
+        let code = code_of(&path);
+        let builds = code.contains("Controller::new(") || code.contains("Controller::for_stream(");
+        let kind_root =
+            module.strip_prefix("controller::").is_some_and(|k| !k.contains("::") && kinds().contains(&k.to_string()));
+        if builds && !kind_root {
+            misshapen.push(format!("{module} builds a kube Controller: only a kind's controllers() does"));
+        }
+    }
+    assert!(misshapen.is_empty(), "{misshapen:#?}");
+}
+
+/// The items a module's file defines for itself and does not make `pub`: fns, types, consts.
+fn private_items(code: &str) -> BTreeSet<String> {
+    let item = regex::Regex::new(
+        r"(?m)^(pub\([a-z: ]+\) )?(?:async )?(?:fn|struct|enum|const|static|type|trait) ([A-Za-z_][A-Za-z0-9_]*)",
+    )
+    .unwrap();
+    item.captures_iter(code).map(|c| c[2].to_string()).collect()
+}
+
+/// Issue 70: a room takes from its parent only what the parent makes `pub` — never its
+/// private items (`pub(crate)`, `pub(super)` or none), which are the parent's own business.
+/// A private child module (`mod task;`) is the parent's own implementation and may.
+#[test]
+fn no_child_module_imports_its_parent_s_private_items() {
+    let modules = src_modules();
+    let mut leaning = Vec::new();
+    let mut checked = 0;
+    for (module, path) in &modules {
+        let segments: Vec<&str> = module.split("::").collect();
+        for up in 1..segments.len() {
+            let ancestor = segments[..segments.len() - up].join("::");
+            let Some(ancestor_path) = modules.get(&ancestor) else { continue };
+            let ancestor_text = std::fs::read_to_string(ancestor_path).unwrap();
+            // The child of the ancestor this module is in (or is): a private one is exempt.
+            let child = segments[segments.len() - up];
+            if ancestor_text.lines().any(|l| l.trim() == format!("mod {child};")) {
+                break;
+            }
+            let private = private_items(ancestor_text.split("#[cfg(test)]\nmod tests").next().unwrap());
+            let code = code_of(path);
+            let prefix = "super::".repeat(up);
+            checked += 1;
+            for name in &private {
+                let used = regex::Regex::new(&format!(r"\b{prefix}{name}\b")).unwrap();
+                if used.is_match(&code) {
+                    leaning.push(format!("{module} takes {ancestor}'s private {name}"));
+                }
+            }
+        }
+    }
+    assert!(checked > 80, "the walk sees the modules ({checked})");
+    assert!(leaning.is_empty(), "make these pub in their room, or move them where they are used: {leaning:#?}");
+}
+
+/// Issue 70: the command line uses the controller through what it exports at its root
+/// (`crate::controller::run`, `RunConfig`, …), never through its rooms: what both front ends
+/// need sits beside them at the top of `src/` (as `watches` does).
+#[test]
+fn no_module_of_the_cli_imports_controller_internals() {
+    let mut reaching = Vec::new();
+    let mut read = 0;
+    let inside = regex::Regex::new(r"crate::controller::([a-z_]+)::").unwrap();
+    for (module, path) in src_modules() {
+        if module != "cli" && !module.starts_with("cli::") {
+            continue;
+        }
+        read += 1;
+        let code = code_of(&path);
+        for room in inside.captures_iter(&code) {
+            reaching.push(format!("{module}: crate::controller::{}::", &room[1]));
+        }
+    }
+    assert!(read > 10, "the walk reads the cli ({read} files)");
+    assert!(reaching.is_empty(), "the cli reaches into the controller: {reaching:#?}");
+}
+
+/// The error types of the `Result`s the functions in `code` return (`-> Result<T, E>`: `E`).
+fn returned_errors(code: &str) -> Vec<String> {
+    let mut errors = Vec::new();
+    for (at, _) in code.match_indices("-> Result<") {
+        let args = &code[at + "-> Result<".len()..];
+        // The two type arguments, split at the comma outside any brackets.
+        let (mut depth, mut comma, mut end) = (0, None, None);
+        for (i, c) in args.char_indices() {
+            match c {
+                '<' | '(' | '[' => depth += 1,
+                '>' | ')' | ']' if depth == 0 => {
+                    end = Some(i);
+                    break;
+                }
+                '>' | ')' | ']' => depth -= 1,
+                ',' if depth == 0 => comma = Some(i),
+                _ => {}
+            }
+        }
+        if let (Some(comma), Some(end)) = (comma, end) {
+            errors.push(args[comma + 1..end].trim().to_string());
+        }
+    }
+    errors
+}
+
+/// Issue 70: errors a caller branches on are enum variants, not strings: at most 15 functions
+/// of `src/` return `Result<_, String>` (tests aside), and none in `pipeline/spec.rs`.
+#[test]
+fn few_functions_return_a_string_error() {
+    assert_eq!(
+        returned_errors("fn a() -> Result<IndexMap<String, String>, Vec<String>> {} fn b() -> Result<(), String>"),
+        ["Vec<String>", "String"]
+    );
+    let mut found = Vec::new();
+    for (module, path) in src_modules() {
+        if module.ends_with("::tests") || module.ends_with("_tests") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let code = text.split("#[cfg(test)]\nmod tests").next().unwrap();
+        found.extend(returned_errors(code).into_iter().filter(|e| e == "String").map(|_| module.clone()));
+    }
+    assert!(found.len() > 3, "the walk finds what it looks for: {found:?}");
+    assert!(!found.iter().any(|m| m == "pipeline::spec"), "pipeline::spec returns strings as errors");
+    assert!(found.len() <= 15, "{} functions return Result<_, String> (at most 15): {found:#?}", found.len());
+}
+
+/// Issue 70: `src/lib.rs`'s documentation is the map of the house: it names every top-level
+/// module, one line each.
+#[test]
+fn the_crate_doc_names_every_top_level_module() {
+    let lib = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/lib.rs")).unwrap();
+    let doc: Vec<&str> = lib.lines().filter(|l| l.starts_with("//!")).collect();
+    let declared: Vec<String> =
+        regex::Regex::new(r"(?m)^pub mod ([a-z_]+);").unwrap().captures_iter(&lib).map(|c| c[1].to_string()).collect();
+    assert!(declared.len() > 10, "the walk reads lib.rs's modules: {declared:?}");
+    let unnamed: Vec<&String> =
+        declared.iter().filter(|m| !doc.iter().any(|l| l.contains(&format!("[`{m}`]")))).collect();
+    assert!(unnamed.is_empty(), "lib.rs's doc does not name {unnamed:?}");
 }

@@ -2,20 +2,20 @@
 //! dependents first, and keeps the finalizer while anything failed.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use kube::ResourceExt;
 use kube::runtime::events::EventType;
 use tokio_util::sync::CancellationToken;
 
-use super::super::context::Context;
-use super::super::inputs::{self, ManifestInputError};
-use super::super::reasons::{EventAction, Reason};
-use super::super::status::Observed;
-use super::fetch::{FINALIZER, set_finalizer};
-use super::report::{ReportError, finish_unrun, publish};
-use super::run::{MANIFEST_LABEL, PassRequest, memory_log, run_pass};
-use super::{Next, backoff};
+use super::fetch::{FINALIZER, prepare, set_finalizer};
+use super::inputs::{self, ManifestInputError};
+use super::report::{self, ReportError};
+use super::run::{MANIFEST_LABEL, PassRequest, memory_log, pod_scope, run_pass};
+use super::validate::MANIFEST_FILE;
+use super::{ManifestContext, Next};
+use crate::controller::context::Context;
+use crate::controller::reasons::{EventAction, Reason};
+use crate::controller::report::publish;
 use crate::crd::{DeletionPolicy, Manifest};
 use crate::engine::PrepareError;
 use crate::engine::events::ApproveAll;
@@ -25,37 +25,18 @@ use crate::history::{HistoryError, MemoryLog};
 use crate::pass::{Ended, Inventory, Mode, PassError};
 
 /// Deletes `obj` as its deletion policy says.
-pub async fn cleanup(obj: &Manifest, ctx: &Context, term: &CancellationToken) -> Result<Next, DeleteError> {
+pub async fn cleanup(obj: &Manifest, ctx: &ManifestContext, term: &CancellationToken) -> Result<Next, DeleteError> {
+    // Its delete actions' deletions wake nothing.
+    ctx.watches.forget(&obj.namespace().unwrap_or_default(), &obj.name_any());
     if !obj.finalizers().iter().any(|f| f == FINALIZER) {
         return Ok(Next::AwaitChange);
     }
     if obj.spec.deletion_policy == DeletionPolicy::Delete {
-        let retry = inputs::intervals(obj).map_or(Duration::from_secs(30), |i| i.retry);
         if let Err(problem) = delete_resources(obj, ctx, term).await {
-            let problem = problem.to_string();
-            publish(
-                ctx,
-                obj,
-                EventType::Warning,
-                Reason::DeleteFailed.as_str(),
-                EventAction::Delete.as_str(),
-                &problem,
-            )
-            .await;
-            let old = obj.status.clone().unwrap_or_default();
-            let observed = Observed::NotRun { reason: Reason::DeleteFailed.as_str(), message: problem };
-            let new = finish_unrun(obj, ctx, &old, observed).await?;
-            return Ok(Next::Requeue(backoff(retry, new.consecutive_failures, Duration::from_secs(300))));
+            return Ok(report::not_deleted(obj, ctx, problem.to_string()).await?);
         }
-        publish(
-            ctx,
-            obj,
-            EventType::Normal,
-            Reason::ResourcesDeleted.as_str(),
-            EventAction::Delete.as_str(),
-            "every resource that could be deleted was",
-        )
-        .await;
+        let (reason, action) = (Reason::ResourcesDeleted.as_str(), EventAction::Delete.as_str());
+        publish(ctx, obj, EventType::Normal, reason, action, "every resource that could be deleted was").await;
     }
     // Its runners (those of its delete actions have no owner to go with).
     let selector = format!("{MANIFEST_LABEL}={}", obj.uid().unwrap_or_default());
@@ -105,7 +86,7 @@ enum NotDeleted {
 async fn delete_resources(obj: &Manifest, ctx: &Context, term: &CancellationToken) -> Result<(), NotDeleted> {
     let log = memory_log(ctx, &obj.status.clone().unwrap_or_default());
     let Some(held) = holding(obj, &log)? else { return Ok(()) };
-    let (manifest, _) = inputs::prepare(&ctx.client, &held, &ctx.settings).await?;
+    let (manifest, _) = prepare(&ctx.client, &held, &ctx.settings).await?;
     let assumed = AssumeValid::default();
     let request = PassRequest {
         manifest: Arc::new(manifest),
@@ -115,7 +96,7 @@ async fn delete_resources(obj: &Manifest, ctx: &Context, term: &CancellationToke
         observers: Vec::new(),
         approver: &ApproveAll,
         assume_valid: &assumed,
-        scope: super::run::pod_scope(obj),
+        scope: pod_scope(obj),
     };
     let passed = run_pass(ctx, obj, request, term).await?;
     match passed.ended {
@@ -135,10 +116,10 @@ async fn delete_resources(obj: &Manifest, ctx: &Context, term: &CancellationToke
 /// A log kept before the inventory existed (resources found VALID, nothing inventoried) holds
 /// what the spec declares.
 fn holding(obj: &Manifest, log: &MemoryLog) -> Result<Option<Manifest>, HistoryError> {
-    if predates(log, inputs::MANIFEST_FILE)? {
+    if predates(log, MANIFEST_FILE)? {
         return Ok(Some(obj.clone()));
     }
-    let held = inventory(log, inputs::MANIFEST_FILE)?;
+    let held = inventory(log, MANIFEST_FILE)?;
     if held.is_empty() {
         return Ok(None);
     }

@@ -1,13 +1,15 @@
 //! Fetch (I/O): the object ready for a pass — read as it is now, the finalizer set, its inputs
 //! read (Secrets, ConfigMaps, files) and the manifest validated with them.
 
+use kube::Client;
 use kube::ResourceExt;
-use kube::api::{Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
-use super::super::context::Context;
-use super::super::inputs::{self, ManifestInputError};
-use super::api;
+use super::inputs::{self, ManifestInputError};
+use super::validate;
+use crate::controller::config::Settings;
+use crate::controller::context::Context;
 use crate::crd::Manifest;
 use crate::engine::validate::ValidatedManifest;
 
@@ -32,6 +34,10 @@ impl FetchError {
             FetchError::Inputs(e) => e.reason(),
         }
     }
+}
+
+fn api(ctx: &Context, obj: &Manifest) -> Api<Manifest> {
+    Api::namespaced(ctx.client.clone(), &obj.namespace().unwrap_or_default())
 }
 
 /// `cached` as the server holds it now (the watch cache's copy is pruned: `prune_for_cache`);
@@ -59,10 +65,22 @@ pub async fn with_finalizer(obj: &Manifest, ctx: &Context) -> Result<Option<Mani
     set_finalizer(obj, ctx, true).await.map(Some).map_err(FetchError::Finalizer)
 }
 
+/// The object as a validated engine manifest with its plugs materialized (or handed to the
+/// Pods as volumes): what a pass (or a deletion) runs on.
+pub async fn prepare(
+    client: &Client,
+    obj: &Manifest,
+    settings: &Settings,
+) -> Result<(ValidatedManifest, inputs::Materialized), ManifestInputError> {
+    let inputs = inputs::materialize(client, obj, &settings.plug_root, settings.plugs).await?;
+    let manifest = validate::manifest(obj, &inputs, settings)?;
+    Ok((manifest, inputs))
+}
+
 /// The manifest of `obj` with its inputs read (Secrets, ConfigMaps, files), its revision named
 /// as the status names it.
 pub async fn inputs(ctx: &Context, obj: &Manifest) -> Result<ValidatedManifest, ManifestInputError> {
-    let (manifest, inputs) = inputs::prepare(&ctx.client, obj, &ctx.settings).await?;
+    let (manifest, inputs) = prepare(&ctx.client, obj, &ctx.settings).await?;
     // The deployment log names the pass's revision as the status does.
     Ok(ValidatedManifest { revision: inputs::revision(obj, &inputs), ..manifest })
 }

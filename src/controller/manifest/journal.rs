@@ -7,9 +7,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
-use super::super::error::StatusWriteError;
-use super::super::status::{self, bound};
-use super::report::StatusWriter;
+use crate::controller::error::StatusWriteError;
+use crate::controller::report::StatusWriter;
+use crate::controller::status::{self, bound};
 use crate::crd::{ActionProgress, Manifest, ManifestStatus, ResourceStatus};
 use crate::engine::events::{IntentError, Observer, RunEvent};
 use crate::history::MemoryLog;
@@ -21,7 +21,7 @@ use crate::history::MemoryLog;
 /// [`PROGRESS_WRITE_EVERY`] by [`StatusJournal::keep_writing`]. It writes through the
 /// reconcile's one [`StatusWriter`], which writes the pass's outcome after it.
 pub(in crate::controller) struct StatusJournal {
-    writer: Arc<StatusWriter>,
+    writer: Arc<StatusWriter<Manifest>>,
     old: ManifestStatus,
     log: Arc<MemoryLog>,
     /// Each resource's type, for resources the old status does not list yet.
@@ -40,7 +40,12 @@ const GATHER_INTENTS: Duration = Duration::from_millis(10);
 pub const PROGRESS_WRITE_EVERY: Duration = Duration::from_secs(5);
 
 impl StatusJournal {
-    pub(super) fn new(writer: Arc<StatusWriter>, obj: &Manifest, old: &ManifestStatus, log: &Arc<MemoryLog>) -> Self {
+    pub(super) fn new(
+        writer: Arc<StatusWriter<Manifest>>,
+        obj: &Manifest,
+        old: &ManifestStatus,
+        log: &Arc<MemoryLog>,
+    ) -> Self {
         let types =
             obj.spec.resources.iter().map(|(name, r)| (name.clone(), r.type_ref.clone().unwrap_or_default())).collect();
         Self {

@@ -1,49 +1,143 @@
-//! One reconcile of one Manifest, as named steps:
+//! Manifests: each object's spec is a manifest, reconciled on an interval and whenever
+//! something it depends on changes. One reconcile is named steps:
 //!
-//! 1. [`fetch`] (I/O): the finalizer set, the inputs read, the manifest validated with them;
+//! 1. [`fetch`] (I/O): the object as it is now, the finalizer set, its inputs read;
 //! 2. [`validate`] (pure): what only a change of the spec can fix;
 //! 3. [`run`] (I/O): the engine's pass, its progress written as it goes;
 //! 4. [`observe`] (pure): what the pass did, as the status and the events will say it;
-//! 5. [`report`] (I/O): the outputs written, then the status, then the events.
+//! 5. [`report`] (I/O): everything after the pass — outputs, watches, checks, status, events.
 //!
 //! Deletion takes its own path ([`delete`]). What the controller does next comes back as
 //! [`Next`]; each step that can fail has its own error type, and [`ManifestError`] is one of
-//! them.
+//! them. What only Manifests keep — when each resource is next read ([`checks`]), the watches
+//! of what they applied, the bound on passes at once — is [`ManifestContext`]'s.
 
+pub mod checks;
 pub mod delete;
 pub mod fetch;
+pub mod inputs;
+pub mod invalid;
 mod journal;
+mod malformed;
 pub mod observe;
+pub mod outputs;
 pub mod report;
 pub mod run;
+mod triggers;
 pub mod validate;
 
+use std::ops::Deref;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube::api::Api;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::ResourceExt;
 use kube::core::DeserializeGuard;
-use kube::runtime::controller::Action;
-use kube::runtime::events::EventType;
-use kube::{Resource, ResourceExt};
-use tokio_util::sync::CancellationToken;
+use kube::runtime::Controller;
+use kube::runtime::controller::{Action, Config as ControllerConfig};
+use tokio::sync::Semaphore;
 use tracing::Instrument;
 
 use super::context::Context;
-use super::inputs::ManifestInputError;
-use super::metrics::Timer;
-use super::outputs::{OutputsTarget, Written};
-use super::reasons::{ConditionType, EventAction, Reason};
-use super::status::{self, Observed, PassResult};
-use crate::crd::{Manifest, ManifestStatus};
-use crate::engine::validate::ValidatedManifest;
-use crate::pass::Passed;
+use super::kinds::{Controllers, Start, said};
+use super::metrics::{Metrics, Timer};
+use super::readiness::Readiness;
+use super::replicas::ownership::{self, Ownership};
+use super::stream::NoPause;
+use crate::crd::Manifest;
+use crate::watches::Watches;
 use delete::DeleteError;
 pub use fetch::FINALIZER;
 use fetch::FetchError;
-use observe::PassEvent;
-use report::{ReportError, finish, finish_unrun, publish};
+use report::ReportError;
 use run::RunError;
+pub use triggers::{ManifestCache, prune_for_cache};
+
+/// What a Manifest's reconcile has: the shared context, and what only Manifests keep.
+pub struct ManifestContext {
+    shared: Arc<Context>,
+    /// When each object's resources are next read (adaptive drift checks).
+    pub checks: checks::Checks,
+    /// Watches of the objects Manifests applied: a change starts a pass.
+    pub watches: Watches,
+    /// Reconciles run at once (`--concurrency`); those waiting are the work queue's depth.
+    pub workers: Semaphore,
+}
+
+impl ManifestContext {
+    /// With no watches of what Manifests apply, and no bound on passes at once.
+    pub fn new(shared: impl Into<Arc<Context>>) -> Self {
+        let shared = shared.into();
+        Self {
+            shared,
+            checks: Default::default(),
+            watches: Watches::disabled(),
+            workers: Semaphore::new(Semaphore::MAX_PERMITS),
+        }
+    }
+}
+
+impl Deref for ManifestContext {
+    type Target = Context;
+
+    fn deref(&self) -> &Context {
+        &self.shared
+    }
+}
+
+/// What the Manifests' controllers are started with besides what every kind has.
+pub struct Own {
+    pub watches: Watches,
+    pub concurrency: u16,
+    pub readiness: Arc<Readiness>,
+}
+
+/// A controller of Manifests for each scope, and the watch caches they fill (the Pipelines read
+/// their Manifests there).
+pub fn controllers(start: &Start, own: Own) -> (Controllers, Vec<ManifestCache>) {
+    let ctx = Arc::new(ManifestContext {
+        shared: start.ctx.clone(),
+        checks: Default::default(),
+        watches: own.watches,
+        workers: Semaphore::new(usize::from(own.concurrency.max(1))),
+    });
+    let client = &start.client;
+    let mut controllers: Controllers = Vec::new();
+    let mut caches = Vec::new();
+    for (index, scope) in start.scopes.iter().enumerate() {
+        let (cache, manifests) = triggers::watch(client, scope, own.readiness.clone(), index);
+        let secrets = triggers::input_changes::<Secret>(client, scope);
+        let config_maps = triggers::input_changes::<ConfigMap>(client, scope);
+        let (of_secret, of_config_map, gained) = (cache.store.clone(), cache.store.clone(), cache.store.clone());
+        let controller = Controller::for_stream(manifests, cache.store.clone())
+            // Concurrency is bounded by `workers`, so that waiting work can be counted.
+            .with_config(ControllerConfig::default())
+            .trigger_backoff(NoPause)
+            .watches_stream(secrets, move |s| triggers::readers(&of_secret, inputs::Source::Secret, &s.metadata))
+            .watches_stream(config_maps, move |c| {
+                triggers::readers(&of_config_map, inputs::Source::ConfigMap, &c.metadata)
+            })
+            .reconcile_on(ownership::gained_objects(ctx.ownership.clone(), gained))
+            .reconcile_on(triggers::woken(&ctx, scope))
+            .graceful_shutdown_on(start.stopping.clone().cancelled_owned())
+            .run(reconcile_guarded, error_policy, ctx.clone())
+            .for_each(|result| said("Manifest", result));
+        controllers.push(Box::pin(controller));
+        caches.push(cache);
+    }
+    (controllers, caches)
+}
+
+/// What the admin server refreshes from the caches before each scrape: Manifests by Ready
+/// condition, and those this replica reconciles.
+pub fn counts(caches: &[ManifestCache], ownership: Arc<Ownership>) -> Arc<dyn Fn(&Metrics) + Send + Sync> {
+    let caches = caches.to_vec();
+    Arc::new(move |m: &Metrics| {
+        m.set_manifests(&triggers::ready_counts(&caches));
+        m.set_manifests_owned(triggers::owned_count(&caches, &ownership));
+    })
+}
 
 /// What the controller should do next with the object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,185 +173,43 @@ impl ManifestError {
     }
 }
 
-pub(super) fn api(ctx: &Context, obj: &Manifest) -> Api<Manifest> {
-    Api::namespaced(ctx.client.clone(), &obj.namespace().unwrap_or_default())
-}
-
 /// Reconciles one Manifest.
-pub async fn reconcile(obj: &Manifest, ctx: &Context) -> Result<Next, ManifestError> {
+pub async fn reconcile(obj: &Manifest, ctx: &ManifestContext) -> Result<Next, ManifestError> {
     // Passes run under this replica's term for the object (its leadership, or its shard):
     // losing it cancels them; a shard is not handed over while the ticket lives.
     let Some(ticket) = ctx.ownership.begin(&obj.namespace().unwrap_or_default(), &obj.name_any()) else {
         return Ok(Next::AwaitChange);
     };
-    let term = ticket.term.clone();
-    if obj.meta().deletion_timestamp.is_some() {
-        // Its delete actions' deletions wake nothing.
-        ctx.watches.forget(&obj.namespace().unwrap_or_default(), &obj.name_any());
-        return Ok(delete::cleanup(obj, ctx, &term).await?);
+    if obj.metadata.deletion_timestamp.is_some() {
+        return Ok(delete::cleanup(obj, ctx, &ticket.term).await?);
     }
     // Go on with the object as the patch left it, not as it was.
     let updated = fetch::with_finalizer(obj, ctx).await?;
     let obj = updated.as_ref().unwrap_or(obj);
     let old = obj.status.clone().unwrap_or_default();
     if obj.spec.suspend {
-        finish_unrun(obj, ctx, &old, Observed::Suspended).await?;
-        return Ok(Next::AwaitChange);
+        return Ok(report::suspended(obj, ctx, &old).await?);
     }
     let checked = match validate::check(obj) {
         Ok(checked) => checked,
-        Err(e) => return Ok(invalid(obj, ctx, &old, e).await?),
+        Err(e) => return Ok(report::invalid(obj, ctx, &old, e.into()).await?),
     };
-    let (interval, retry) = (checked.intervals.check, checked.intervals.retry);
     let manifest = match fetch::inputs(ctx, obj).await {
         Ok(manifest) => manifest,
-        Err(e) if e.is_invalid() => return Ok(invalid(obj, ctx, &old, e).await?),
-        Err(e) if e.is_unavailable() => {
-            let (reason, message) = (e.reason(), e.to_string());
-            publish(ctx, obj, EventType::Warning, reason, EventAction::Fetch.as_str(), &message).await;
-            let observed = Observed::NotRun { reason, message };
-            let new = finish_unrun(obj, ctx, &old, observed).await?;
-            return Ok(Next::Requeue(backoff(retry, new.consecutive_failures, interval)));
-        }
+        Err(e) if e.is_invalid() => return Ok(report::invalid(obj, ctx, &old, e).await?),
+        Err(e) if e.is_unavailable() => return Ok(report::unavailable(obj, ctx, &old, &checked, e).await?),
         Err(e) => return Err(FetchError::Inputs(e).into()),
     };
-    let (new, next_pass) = pass(obj, ctx, &old, manifest, checked, &term).await?;
-    Ok(match new.conditions.iter().find(|c| c.type_ == ConditionType::Stalled.as_str()) {
-        Some(c) if c.status == "True" => Next::AwaitChange,
-        _ if new.consecutive_failures == 0 => Next::Requeue((ctx.jitter)(next_pass)),
-        _ => Next::Requeue(backoff(retry, new.consecutive_failures, interval)),
-    })
-}
-
-/// `retry × 2^(failures − 1)`, at most `interval`.
-pub fn backoff(retry: Duration, failures: u32, interval: Duration) -> Duration {
-    let factor = 2u32.saturating_pow(failures.saturating_sub(1).min(20));
-    retry.saturating_mul(factor).min(interval.max(retry))
-}
-
-/// A spec only a change can fix: Stalled, with why, and not retried.
-async fn invalid(
-    obj: &Manifest,
-    ctx: &Context,
-    old: &ManifestStatus,
-    error: ManifestInputError,
-) -> Result<Next, ReportError> {
-    let (reason, message) = (error.reason(), error.to_string());
-    let observed = Observed::Invalid { reason, message: message.clone() };
-    let new = finish_unrun(obj, ctx, old, observed).await?;
-    if status::changed(old, &new) {
-        publish(ctx, obj, EventType::Warning, reason, EventAction::Validate.as_str(), &message).await;
-    }
-    Ok(Next::AwaitChange)
-}
-
-/// The engine pass and what came of it: run it, observe what it did, write the outputs, and
-/// report. Also returns when the next pass is due.
-async fn pass(
-    obj: &Manifest,
-    ctx: &Context,
-    old: &ManifestStatus,
-    manifest: ValidatedManifest,
-    checked: validate::Checked,
-    term: &CancellationToken,
-) -> Result<(ManifestStatus, Duration), ManifestError> {
-    let ran = run::engine_pass(obj, ctx, old, manifest, checked.intervals, term).await?;
-    let Passed { manifest, ended, drifts, interrupted, outputs, .. } = ran.passed;
-    let revision = manifest.revision.clone();
-    let log = ran.log.clone();
-    let asked = observe::Asked { manual: ran.manual.as_ref(), guarded: ran.guarded.clone() };
-    let seen = observe::observe(ended, drifts, interrupted, asked, old, &revision, || log.entries());
-    let mut events = seen.done;
-    let entries = if let Observed::Applied(report) = &seen.observed { Some(report.entries()) } else { None };
-    let next = ctx.checks.record(obj, run::system_now(ctx), &revision, &ran.assumed, entries);
-    next.corrected_after.iter().for_each(|after| ctx.metrics.drift_corrected_seconds.observe(after.as_secs_f64()));
-    // What it applied is watched from now on (a pass that did not apply keeps what was).
-    let unwatched = match entries {
-        Some(entries) => {
-            let watching = ctx.watches.register(obj, &super::watches::declared(entries)).await;
-            if let (true, Some(why)) = (watching.newly_refused, &watching.refused) {
-                events.push((EventType::Warning, Reason::WatchRefused.as_str(), watch_refusal(why)));
-            }
-            watching.refused
-        }
-        None => ctx.watches.refused(obj),
-    };
-    let outputs_failed = write_outputs(ctx, obj, &manifest, outputs, checked.outputs.as_ref(), &mut events).await;
-    events.extend(seen.asked);
-    let result = PassResult {
-        generation: obj.meta().generation,
-        revision,
-        observed: seen.observed,
-        drifts: seen.drifts,
-        history: seen.history,
-        now_ms: (ctx.clock)(),
-        approved_plan: seen.approved_plan,
-        next_checks: next.by_resource,
-        outputs_failed,
-        unwatched,
-        removals: seen.removals,
-        fights: next
-            .fights
-            .into_iter()
-            .map(|f| status::FoughtResource {
-                detail: seen.drift_details.get(&f.resource).cloned(),
-                resource: f.resource,
-                corrections: f.corrections,
-            })
-            .collect(),
-    };
-    let new = finish(obj, ctx, &ran.writer, old, result).await?;
-    report::pass_events(ctx, obj, old, &new, events).await;
-    Ok((new, next.next_pass))
-}
-
-/// The event of a Manifest whose objects' changes are not watched.
-pub fn watch_refusal(why: &str) -> String {
-    format!(
-        "changes to its objects are read on its interval only, not as they happen: the server refuses \
-         to let its ServiceAccount watch them ({why}); grant it `list` and `watch` on their kinds"
-    )
-}
-
-/// Writes the pass's outputs where the spec says, telling what happened in `events`; returns
-/// why they failed, if they did. Outputs that fail keep the object from Ready: a consumer of
-/// the outputs Secret would otherwise read stale values while the object says all is well.
-async fn write_outputs(
-    ctx: &Context,
-    obj: &Manifest,
-    manifest: &ValidatedManifest,
-    outputs: Option<Result<serde_json::Value, String>>,
-    target: Option<&OutputsTarget>,
-    events: &mut Vec<PassEvent>,
-) -> Option<(&'static str, String)> {
-    let mask = &manifest.mask;
-    let failed = match (&outputs, target) {
-        (Some(Ok(values)), Some(target)) => match super::outputs::write(ctx, obj, target, values).await {
-            Ok(Written::Unchanged) => None,
-            Ok(written) => {
-                let verb = if written == Written::Created { "created" } else { "updated" };
-                let note = format!("outputs {verb}: {}", target.describe());
-                events.push((EventType::Normal, Reason::OutputsWritten.as_str(), note));
-                None
-            }
-            Err(e) => Some((Reason::OutputsNotWritten.as_str(), mask.text(&e.to_string()))),
-        },
-        (Some(Err(why)), _) => {
-            Some((Reason::OutputsFailed.as_str(), format!("the outputs could not be rendered: {}", mask.text(why))))
-        }
-        _ => None,
-    };
-    if let Some((reason, message)) = &failed {
-        events.push((EventType::Warning, reason, message.clone()));
-    }
-    failed
+    let (passed, with) = run::engine_pass(obj, ctx, &old, manifest, checked.intervals, &ticket.term).await?;
+    let seen = observe::observe(obj, passed, &with, &old);
+    Ok(report::pass(obj, ctx, &old, seen, with, &checked).await?)
 }
 
 /// Reconciles what the watch read: a Manifest (read anew: the cache's copy is pruned), or
 /// what failed to deserialize as one.
 pub async fn reconcile_guarded(
     object: Arc<DeserializeGuard<Manifest>>,
-    ctx: Arc<Context>,
+    ctx: Arc<ManifestContext>,
 ) -> Result<Action, ManifestError> {
     let meta = match &object.0 {
         Ok(manifest) => &manifest.metadata,
@@ -290,7 +242,7 @@ pub async fn reconcile_guarded(
                 })
             }
             Err(invalid) => {
-                super::malformed::malformed(&ctx, invalid).await;
+                malformed::malformed(&ctx, invalid).await;
                 ctx.metrics.reconciled("invalid");
                 Ok(Action::await_change())
             }
@@ -301,11 +253,21 @@ pub async fn reconcile_guarded(
 }
 
 /// A reconcile that failed is retried in 30 s.
-pub fn error_policy(object: Arc<DeserializeGuard<Manifest>>, error: &ManifestError, ctx: Arc<Context>) -> Action {
+pub fn error_policy(
+    object: Arc<DeserializeGuard<Manifest>>,
+    error: &ManifestError,
+    ctx: Arc<ManifestContext>,
+) -> Action {
     let name = object.0.as_ref().map(|m| m.name_any()).unwrap_or_default();
     ctx.metrics.reconciled("error");
     tracing::warn!(object = %name, reason = error.reason(), error = %error, "reconcile failed; retrying");
     Action::requeue(Duration::from_secs(30))
+}
+
+/// `retry × 2^(failures − 1)`, at most `interval`.
+pub fn backoff(retry: Duration, failures: u32, interval: Duration) -> Duration {
+    let factor = 2u32.saturating_pow(failures.saturating_sub(1).min(20));
+    retry.saturating_mul(factor).min(interval.max(retry))
 }
 
 #[cfg(test)]

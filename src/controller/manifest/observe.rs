@@ -2,25 +2,47 @@
 //! pass's ending, the approval asked, and the status the object had. No I/O here.
 
 use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
 
 use kube::runtime::events::EventType;
 
-use super::super::approval::ManualApproval;
-use super::super::reasons::{ConditionType, Reason};
-use super::super::status::{Observed, history_entries};
-use crate::crd::{APPROVE_ANNOTATION, ManifestStatus};
+use super::run::RanWith;
+use crate::controller::approval::ManualApproval;
+use crate::controller::reasons::{ConditionType, Reason};
+use crate::controller::status::{Observed, history_entries};
+use crate::crd::{APPROVE_ANNOTATION, Manifest, ManifestStatus};
 use crate::engine::mask::Mask;
 use crate::engine::plan::{Plan, Removal, RemovalEntry, Standing, action_names};
+use crate::engine::validate::ValidatedManifest;
 use crate::history::Entry;
 use crate::history::inventory::marks;
 use crate::history::recorder::Drift;
-use crate::pass::Ended;
+use crate::pass::{Ended, Passed};
 
 /// An event the pass deserves: its type, reason and note.
 pub type PassEvent = (EventType, &'static str, String);
 
-/// What a pass did, ready for the status and the events.
+/// What a pass of a Manifest did, and what the report does after it: what was seen, and what
+/// the pass leaves to write (the outputs it rendered, with the manifest whose mask hides them).
 pub struct ObservedPass {
+    pub generation: Option<i64>,
+    pub revision: String,
+    pub seen: SeenPass,
+    pub manifest: Arc<ValidatedManifest>,
+    pub outputs: Option<Result<serde_json::Value, String>>,
+}
+
+/// What the pass `passed` of `obj`, run `with`, did: what the status and the events will say.
+pub fn observe(obj: &Manifest, passed: Passed, with: &RanWith, old: &ManifestStatus) -> ObservedPass {
+    let Passed { manifest, ended, drifts, interrupted, outputs, .. } = passed;
+    let revision = manifest.revision.clone();
+    let asked = Asked { manual: with.manual.as_ref(), guarded: with.guarded.clone() };
+    let seen = ended_as(ended, drifts, interrupted, asked, old, &revision, || with.log.entries());
+    ObservedPass { generation: obj.metadata.generation, revision, seen, manifest, outputs }
+}
+
+/// What a pass did, ready for the status and the events.
+pub struct SeenPass {
     pub observed: Observed,
     pub drifts: Vec<Drift>,
     /// The history the status keeps: the log's entries, or the old ones for a pass that found
@@ -46,7 +68,7 @@ pub struct Asked<'a> {
 }
 
 /// What the pass that ended as `ended` observed, as a status and events tell it.
-pub fn observe(
+pub fn ended_as(
     ended: Ended,
     drifts: Vec<Drift>,
     interrupted: Option<String>,
@@ -54,7 +76,7 @@ pub fn observe(
     old: &ManifestStatus,
     revision: &str,
     log_entries: impl FnOnce() -> Vec<Entry>,
-) -> ObservedPass {
+) -> SeenPass {
     let mut details = BTreeMap::new();
     let removals = match &ended {
         Ended::Applied { removed: Some(removed), plan, .. } => masked(&removed.entries, &plan.mask),
@@ -127,7 +149,7 @@ pub fn observe(
         (Observed::Applied(_), Some(manual)) => manual.asked().map(|p| p.id),
         _ => None,
     };
-    ObservedPass { observed, drifts, history, approved_plan, done, asked, drift_details: details, removals }
+    SeenPass { observed, drifts, history, approved_plan, done, asked, drift_details: details, removals }
 }
 
 /// `entries` with what they say masked.
@@ -328,7 +350,7 @@ mod tests {
         let report = crate::engine::plan::Report::new("team/app".into(), "r".into(), Vec::new(), plan.mask.clone());
         let ended = Ended::Applied { plan, report, removed: Some(removed) };
         let asked = Asked { manual: None, guarded: None };
-        let seen = observe(ended, Vec::new(), None, asked, &ManifestStatus::default(), "1-a", Vec::new);
+        let seen = ended_as(ended, Vec::new(), None, asked, &ManifestStatus::default(), "1-a", Vec::new);
         let said: Vec<(&str, &str)> = seen.done.iter().map(|(_, reason, note)| (*reason, note.as_str())).collect();
         assert_eq!(said.len(), 5, "none for what is kept: {said:#?}");
         assert_eq!(said[0], ("ResourceDeleted", "deleted gone (builtin/kubernetes): no longer declared"));
@@ -349,7 +371,7 @@ mod tests {
         let guarded = |old: &ManifestStatus| {
             let ended = Ended::Refused { plan: empty_plan(2), why: why.clone() };
             let asked = Asked { manual: None, guarded: Some(why.clone()) };
-            observe(ended, Vec::new(), None, asked, old, "2-b", || vec![entry("manifest", Event::RunDeclined)])
+            ended_as(ended, Vec::new(), None, asked, old, "2-b", || vec![entry("manifest", Event::RunDeclined)])
         };
         let first = guarded(&ManifestStatus::default());
         assert!(matches!(&first.observed, Observed::Guarded { message, .. } if *message == why));
@@ -383,7 +405,7 @@ mod tests {
         let quiet = |entries: Vec<Entry>| {
             let ended = Ended::Applied { plan: plan.clone(), report: report.clone(), removed: None };
             let asked = Asked { manual: None, guarded: None };
-            observe(ended, Vec::new(), None, asked, &old, "1-a", move || entries).history
+            ended_as(ended, Vec::new(), None, asked, &old, "1-a", move || entries).history
         };
         assert!(quiet(vec![entry("manifest", Event::RunStarted)]).is_empty(), "found as it was: nothing kept");
         let inventoried = vec![entry("manifest", Event::RunStarted), entry("resource/a", Event::ResourceInventoried)];

@@ -8,14 +8,14 @@ use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
-use super::super::approval::{DeletionGuard, ManualApproval};
-use super::super::context::Context;
-use super::super::inputs;
-use super::super::reasons::{EventAction, Reason};
-use super::super::status::history_entries;
+use super::ManifestContext;
 use super::journal::StatusJournal;
-use super::report::StatusWriter;
-use super::report::publish;
+use super::validate::Intervals;
+use crate::controller::approval::{DeletionGuard, ManualApproval};
+use crate::controller::context::Context;
+use crate::controller::reasons::{EventAction, Reason};
+use crate::controller::report::{StatusWriter, publish};
+use crate::controller::status::history_entries;
 use crate::crd::{DeletionPolicy, Manifest, ManifestStatus};
 use crate::engine::context::{RunOptions, new_run_id};
 use crate::engine::events::{ApproveAll, Approver, Observer};
@@ -40,13 +40,12 @@ impl RunError {
     }
 }
 
-/// A pass that ran, and what it ran with.
-pub struct RanPass {
-    pub passed: Passed,
+/// What a pass ran with, which the steps after it read.
+pub struct RanWith {
     /// Its deployment log (the object's history, and what the pass added).
     pub log: Arc<MemoryLog>,
     /// What wrote the pass's progress, and writes its outcome: the reconcile's one writer.
-    pub writer: Arc<StatusWriter>,
+    pub writer: Arc<StatusWriter<Manifest>>,
     /// The approval the spec asks for, if it does.
     pub manual: Option<ManualApproval>,
     /// The resources not due for a check, assumed VALID.
@@ -59,14 +58,14 @@ pub struct RanPass {
 /// lets, and records; progress is written while it runs.
 pub async fn engine_pass(
     obj: &Manifest,
-    ctx: &Context,
+    ctx: &ManifestContext,
     old: &ManifestStatus,
     manifest: ValidatedManifest,
-    intervals: inputs::Intervals,
+    intervals: Intervals,
     term: &CancellationToken,
-) -> Result<RanPass, RunError> {
+) -> Result<(Passed, RanWith), RunError> {
     let log = memory_log(ctx, old);
-    let writer = Arc::new(StatusWriter::new(ctx, obj));
+    let writer = Arc::new(StatusWriter::new(ctx, &obj.metadata));
     let journal = Arc::new(StatusJournal::new(writer.clone(), obj, old, &log));
     let manifest = Arc::new(manifest);
     let manual = ManualApproval::of(obj, &manifest, (ctx.clock)());
@@ -103,7 +102,7 @@ pub async fn engine_pass(
             .await;
     }
     let guarded = guard.tripped();
-    Ok(RanPass { passed, log, writer, manual, assumed, guarded })
+    Ok((passed, RanWith { log, writer, manual, assumed, guarded }))
 }
 
 /// The controller's clock as a time.

@@ -14,7 +14,6 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{ListParams, ObjectMeta, PostParams};
@@ -22,20 +21,6 @@ use kube::{Api, Resource, ResourceExt};
 
 use crate::crd::pipeline::Pipeline;
 use crate::history::{Entry, Event, History, HistoryError, MemoryLog};
-
-/// What drives Pipelines besides the Manifest controller's context.
-pub struct Pipelines {
-    pub logs: Logs,
-    /// A live revision's Pipeline is looked at again every five of these (besides the wakes
-    /// its Manifests' changes give): a bake's time, a step's timeout.
-    pub poll: Duration,
-}
-
-impl Default for Pipelines {
-    fn default() -> Self {
-        Self { logs: Logs::default(), poll: Duration::from_secs(2) }
-    }
-}
 
 /// The label every ConfigMap of a Pipeline's log carries: the Pipeline's uid.
 pub const LOG_LABEL: &str = "deployster.io/pipeline-log";
@@ -102,17 +87,26 @@ fn base_parts(annotations: &BTreeMap<String, String>) -> Option<u32> {
     Some(if value == "true" { 1 } else { value.parse().unwrap_or(1).max(1) })
 }
 
+/// Why the log's ConfigMaps are not a log: its base names parts that are not there.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum BrokenLog {
+    #[error("the base at {head} claims {parts} parts")]
+    TooManyParts { head: u32, parts: u32 },
+    #[error("part {part} of the log's base (ConfigMap {head}) is missing")]
+    PartMissing { part: u32, head: u32 },
+}
+
 /// Which of the log's ConfigMaps (by index, with their annotations) are the log, in order: the
 /// newest base's parts and what follows them; everything when there is no base. An error names
 /// a part of the base that is missing.
-fn the_log(chunks: &BTreeMap<u32, BTreeMap<String, String>>) -> Result<Vec<u32>, String> {
+fn the_log(chunks: &BTreeMap<u32, BTreeMap<String, String>>) -> Result<Vec<u32>, BrokenLog> {
     let base = chunks.iter().rev().find_map(|(&i, a)| Some((i, base_parts(a)?)));
     let Some((head, parts)) = base else { return Ok(chunks.keys().copied().collect()) };
-    let first = (head + 1).checked_sub(parts).ok_or_else(|| format!("the base at {head} claims {parts} parts"))?;
+    let first = (head + 1).checked_sub(parts).ok_or(BrokenLog::TooManyParts { head, parts })?;
     let of_base = |a: &BTreeMap<String, String>| a.get(PART_ANNOTATION).and_then(|v| v.parse::<u32>().ok());
     for part in first..head {
         if chunks.get(&part).and_then(of_base) != Some(head) {
-            return Err(format!("part {part} of the log's base (ConfigMap {head}) is missing"));
+            return Err(BrokenLog::PartMissing { part, head });
         }
     }
     // Parts of a base never finished (its last ConfigMap was not written) are not the log.
@@ -177,7 +171,7 @@ impl ConfigMapLog {
             chunks.insert(index, config_map);
         }
         let annotations = chunks.iter().map(|(&i, c)| (i, c.annotations().clone())).collect();
-        let order = the_log(&annotations).map_err(store)?;
+        let order = the_log(&annotations).map_err(|e| store(e.to_string()))?;
         let mut entries = Vec::new();
         let mut newest = None;
         for index in order {
@@ -499,6 +493,7 @@ mod tests {
         chunks.extend([(8, mark(PART_ANNOTATION, "10")), (9, mark(PART_ANNOTATION, "10")), (11, plain())]);
         assert_eq!(log(chunks.clone()), Ok(vec![4, 5, 6, 7, 11]), "the unfinished base's parts are skipped");
         chunks.retain(|(i, _)| *i != 5);
-        assert_eq!(log(chunks), Err("part 5 of the log's base (ConfigMap 6) is missing".to_string()));
+        let missing = log(chunks).unwrap_err();
+        assert_eq!(missing.to_string(), "part 5 of the log's base (ConfigMap 6) is missing");
     }
 }

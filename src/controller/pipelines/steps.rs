@@ -17,10 +17,11 @@ use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::{Map, Value, json};
 
-use crate::controller::context::ManifestCache;
+use crate::controller::manifest::ManifestCache;
 use crate::controller::metrics::{Metrics, ResultLabels};
 use crate::controller::reasons::{ConditionType, Reason};
 use crate::crd::Manifest;
+use crate::pipeline::StepError;
 use crate::pipeline::advance::{StepState, Steps};
 use crate::pipeline::drive::Job;
 use kube::core::DeserializeGuard;
@@ -123,11 +124,15 @@ pub fn outcome(manifest: &Manifest, generation: i64) -> StepOutcome {
 impl Steps for ManifestSteps {
     /// Sets the step's vars on its Manifest: the step is under way once the Manifest has them,
     /// at the generation recorded in its `step-started` entry.
-    async fn start(&self, job: &Job) -> Result<Value, String> {
+    async fn start(&self, job: &Job) -> Result<Value, StepError> {
         let name = job.manifest.to_string_lossy().into_owned();
         let shown = format!("Manifest {}/{name}", self.namespace);
         let api: Api<Manifest> = Api::namespaced(self.client.clone(), &self.namespace);
-        let cannot = |e: kube::Error| format!("{shown}: cannot set its vars for revision {}: {e}", job.revision);
+        let cannot = |e: kube::Error| StepError::Vars {
+            manifest: shown.clone(),
+            revision: job.revision.clone(),
+            why: e.to_string(),
+        };
         let mut attempt = 0;
         let patched = loop {
             let current = api.get(&name).await.map_err(cannot)?;
@@ -181,5 +186,75 @@ impl ManifestSteps {
             return Ok(cache.store.get(&key).and_then(|guard| guard.0.as_ref().ok().cloned()));
         }
         Api::<Manifest>::namespaced(self.client.clone(), &self.namespace).get_opt(name).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::{Condition, ManifestStatus};
+
+    fn manifest(status: &str, reason: &str, observed: i64) -> Manifest {
+        let ready = Condition {
+            type_: "Ready".into(),
+            status: status.into(),
+            reason: reason.into(),
+            message: "why".into(),
+            observed_generation: Some(observed),
+            ..Default::default()
+        };
+        let mut m = Manifest::new("app", Default::default());
+        m.status = Some(ManifestStatus { conditions: vec![ready], ..Default::default() });
+        m
+    }
+
+    #[test]
+    fn a_step_s_result_is_the_manifest_s_ready_condition_at_its_generation() {
+        assert_eq!(outcome(&manifest("True", "Applied", 3), 3), StepOutcome::Ready);
+        assert_eq!(
+            outcome(&manifest("True", "Applied", 2), 3),
+            StepOutcome::Pending,
+            "an older generation says nothing"
+        );
+        assert_eq!(
+            outcome(&manifest("False", "ProgramFailed", 3), 3),
+            StepOutcome::Failed("ProgramFailed: why".into())
+        );
+        assert_eq!(outcome(&manifest("False", "AwaitingApproval", 3), 3), StepOutcome::Pending);
+        assert_eq!(outcome(&manifest("Unknown", "Suspended", 4), 3), StepOutcome::Pending);
+        assert_eq!(outcome(&Manifest::new("app", Default::default()), 1), StepOutcome::Pending);
+    }
+
+    #[test]
+    fn a_step_s_vars_replace_what_the_last_step_set_and_keep_the_manifest_s_own() {
+        let mut m = Manifest::new("app", Default::default());
+        m.metadata.resource_version = Some("41".into());
+        let vars = |v: serde_json::Value| v.as_object().unwrap().clone();
+        m.spec.vars = serde_json::from_value(serde_json::json!({
+            "dir": "/srv", "version": "none", "channel": "beta", "limits": {"cpu": 1, "memory": 2}
+        }))
+        .unwrap();
+        // The first step: nothing set before, so nothing removed; an object replaces key by key.
+        let first =
+            vars_patch(&m, &vars(serde_json::json!({"version": "1.0", "channel": "beta", "limits": {"cpu": 2}})));
+        assert_eq!(
+            first,
+            serde_json::json!({
+                "metadata": {"resourceVersion": "41", "annotations": {VARS_ANNOTATION: "[\"version\",\"channel\",\"limits\"]"}},
+                "spec": {"vars": {"version": "1.0", "channel": "beta", "limits": {"cpu": 2, "memory": null}}}
+            })
+        );
+        // The next step no longer sets `channel` or `limits`: both go, `dir` (never set) stays.
+        m.metadata.annotations =
+            Some([(VARS_ANNOTATION.to_string(), "[\"version\",\"channel\",\"limits\"]".to_string())].into());
+        let next = vars_patch(&m, &vars(serde_json::json!({"version": "2.0"})));
+        assert_eq!(next["spec"]["vars"], serde_json::json!({"version": "2.0", "channel": null, "limits": null}));
+        assert_eq!(next["metadata"]["annotations"][VARS_ANNOTATION], "[\"version\"]");
+        // An annotation that is not a list of names (edited by hand) removes nothing.
+        m.metadata.annotations = Some([(VARS_ANNOTATION.to_string(), "channel".to_string())].into());
+        assert_eq!(
+            vars_patch(&m, &vars(serde_json::json!({"version": "3.0"})))["spec"]["vars"],
+            serde_json::json!({"version": "3.0"})
+        );
     }
 }

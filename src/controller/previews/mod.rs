@@ -3,42 +3,88 @@
 //! in their runners — and nothing applied. The Manifest's own deployment log (its status) is
 //! read for drift, changes and what leaves it; nothing is written back to it.
 //!
-//! A reconcile is named steps: [`expire`] (a preview kept past its TTL is deleted), [`bound`]
-//! (its size, how many plan at once in the namespace), [`plan`] (the pass), [`write`] (the
-//! status). What the plan becomes in the status is pure ([`summary::of`]).
+//! A reconcile is named steps: [`expire`] (a preview kept past its TTL is deleted),
+//! [`plan::bound`] (its size, and how many plan at once in the namespace: the slots),
+//! [`plan::plan`] (the pass; `Planning` is written as it starts) and [`report`] (the status,
+//! through the fenced writer). What the plan becomes in the status is pure ([`summary::of`]).
+//! What only previews keep — the slots — is [`PreviewContext`]'s.
 
+pub mod expire;
+pub mod plan;
+pub mod report;
 pub mod slots;
 pub mod summary;
 
+use std::ops::Deref;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::ServiceAccount;
-use kube::api::{Patch, PatchParams};
+use futures::StreamExt;
+use kube::core::DeserializeGuard;
+use kube::core::error_boundary::InvalidObject;
 use kube::runtime::controller::Action;
-use kube::{Api, Resource, ResourceExt};
-use tokio_util::sync::CancellationToken;
+use kube::runtime::events::EventType;
+use kube::runtime::{Controller, WatchStreamExt, predicates};
+use kube::{Api, ResourceExt};
 
 use super::context::Context;
-use super::inputs;
-use super::manifest::run::{PassRequest, memory_log, run_pass};
-use super::reasons::{ConditionType, PreviewPhase, PreviewReason};
-use crate::crd::preview::{ManifestPreview, PreviewPlan, PreviewStatus};
-use crate::crd::{Condition, Manifest, ManifestSpec};
-use crate::engine::events::ApproveAll;
-use crate::engine::schedule::AssumeValid;
-use crate::engine::validate::ValidatedManifest;
-use crate::history::format_time;
-use crate::pass::{Ended, Inventory, Mode};
+use super::error::StatusWriteError;
+use super::kinds::{Controllers, Crd, Start, guarded, listable, said, scoped};
+use super::reasons::{EventAction, PreviewPhase, PreviewReason};
+use super::report::{STATUS_WRITE_PATIENCE, StatusWriter, publish_to, reference_to};
+use crate::crd::preview::{ManifestPreview, PreviewPlan};
 
-/// The largest proposal planned (its spec as JSON); a larger one fails, said so.
-pub const MAX_PROPOSAL_BYTES: usize = 256 * 1024;
 /// Previews planned at once in one namespace; the rest wait, `Queued`.
 pub const PLANNING_PER_NAMESPACE: usize = 4;
-/// How long a preview is kept once planned, unless its spec says.
-pub const DEFAULT_TTL: Duration = Duration::from_secs(3600);
-/// How often a queued preview asks again for a slot.
-const QUEUED_RETRY: Duration = Duration::from_millis(500);
+
+/// What a preview's reconcile has: the shared context, and what only previews keep.
+pub struct PreviewContext {
+    shared: Arc<Context>,
+    /// ManifestPreviews planning now, by namespace.
+    pub slots: slots::Slots,
+}
+
+impl PreviewContext {
+    pub fn new(shared: impl Into<Arc<Context>>) -> Self {
+        Self { shared: shared.into(), slots: Default::default() }
+    }
+}
+
+impl Deref for PreviewContext {
+    type Target = Context;
+
+    fn deref(&self) -> &Context {
+        &self.shared
+    }
+}
+
+const PREVIEWS: Crd =
+    Crd { what: "ManifestPreviews are not planned", name: "manifestpreviews.deployster.io", kind: "preview" };
+
+/// A controller of ManifestPreviews for each scope, when their CRD is installed (without it,
+/// previews are not planned, said once).
+pub async fn controllers(start: &Start) -> Controllers {
+    let ctx = Arc::new(PreviewContext::new(start.ctx.clone()));
+    let mut controllers: Controllers = Vec::new();
+    for scope in &start.scopes {
+        let api: Api<DeserializeGuard<ManifestPreview>> = scoped(&start.client, scope);
+        match listable(&api, scope, &PREVIEWS).await {
+            None => return Vec::new(),
+            Some(false) => continue,
+            Some(true) => {}
+        }
+        let (store, previews) = guarded::<ManifestPreview>(&start.client, scope);
+        // Its own status writes start nothing (a reconcile requeues itself while it waits);
+        // a new proposal (generation) does.
+        let previews = previews.predicate_filter(predicates::generation, Default::default());
+        let controller = Controller::for_stream(previews, store)
+            .graceful_shutdown_on(start.stopping.clone().cancelled_owned())
+            .run(reconcile_guarded, error_policy, ctx.clone())
+            .for_each(|result| said("ManifestPreview", result));
+        controllers.push(Box::pin(controller));
+    }
+    controllers
+}
 
 /// Why a reconcile of a preview could not finish (a plan that failed is no error: the status
 /// says why).
@@ -46,265 +92,190 @@ const QUEUED_RETRY: Duration = Duration::from_millis(500);
 pub enum PreviewError {
     #[error("cannot reach the API: {0}")]
     Kube(#[from] kube::Error),
+    #[error(transparent)]
+    Report(#[from] StatusWriteError),
 }
 
-/// The status a preview ends with, or waits with: the controller's answer.
-struct Answer {
-    phase: PreviewPhase,
-    reason: PreviewReason,
-    message: Option<String>,
-    plan: Option<PreviewPlan>,
-}
-
-impl Answer {
-    fn failed(reason: PreviewReason, message: String) -> Answer {
-        Answer { phase: PreviewPhase::Failed, reason, message: Some(message), plan: None }
+impl PreviewError {
+    pub fn reason(&self) -> &'static str {
+        match self {
+            PreviewError::Kube(_) => "KubernetesApi",
+            PreviewError::Report(e) => e.reason(),
+        }
     }
 }
 
-/// One reconcile of a preview.
-pub async fn reconcile(obj: Arc<ManifestPreview>, ctx: Arc<Context>) -> Result<Action, PreviewError> {
-    let now = (ctx.clock)();
-    let namespace = obj.namespace().unwrap_or_default();
+/// The status a preview ends with, or waits with: the controller's answer.
+pub struct Answer {
+    pub phase: PreviewPhase,
+    pub reason: PreviewReason,
+    pub message: Option<String>,
+    pub plan: Option<PreviewPlan>,
+}
+
+impl Answer {
+    pub fn failed(reason: PreviewReason, message: String) -> Answer {
+        Answer { phase: PreviewPhase::Failed, reason, message: Some(message), plan: None }
+    }
+
+    fn waiting(phase: PreviewPhase, reason: PreviewReason, message: String) -> Answer {
+        Answer { phase, reason, message: Some(message), plan: None }
+    }
+}
+
+/// One reconcile of a preview: expire, bound, plan, report.
+pub async fn reconcile(obj: &ManifestPreview, ctx: &PreviewContext) -> Result<Action, PreviewError> {
+    let (now, namespace) = ((ctx.clock)(), obj.namespace().unwrap_or_default());
     if !ctx.ownership.owns(&namespace, &obj.spec.manifest) {
         // Planned by the replica that reconciles its Manifest; asked again in a while.
         return Ok(Action::requeue(Duration::from_secs(30)));
     }
-    if let Some(action) = expire(&obj, &ctx, now).await? {
+    if let Some(action) = expire::expire(obj, ctx, now).await? {
         return Ok(action);
     }
-    if let Err(outcome) = bound(&obj) {
-        return write(&obj, &ctx, *outcome, now).await;
+    if let Err(answer) = plan::bound(obj) {
+        return Ok(report::report(obj, ctx, *answer, now).await?);
     }
-    let Some(_slot) = ctx.previews.take(&namespace, PLANNING_PER_NAMESPACE) else {
+    let phase = obj.status.as_ref().and_then(|s| s.phase.as_deref()).and_then(PreviewPhase::parse);
+    let Some(_slot) = ctx.slots.take(&namespace, PLANNING_PER_NAMESPACE) else {
         let message = format!(
             "{PLANNING_PER_NAMESPACE} previews are being planned in namespace {namespace} (at most \
              {PLANNING_PER_NAMESPACE} at once); this one waits for a slot"
         );
-        let queued = Answer {
-            phase: PreviewPhase::Queued,
-            reason: PreviewReason::TooManyPreviews,
-            message: Some(message),
-            plan: None,
-        };
-        if obj.status.as_ref().and_then(|s| s.phase.as_deref()) != Some(PreviewPhase::Queued.as_str()) {
-            write(&obj, &ctx, queued, now).await?;
+        if phase != Some(PreviewPhase::Queued) {
+            report::report(
+                obj,
+                ctx,
+                Answer::waiting(PreviewPhase::Queued, PreviewReason::TooManyPreviews, message),
+                now,
+            )
+            .await?;
         }
-        return Ok(Action::requeue(QUEUED_RETRY));
+        return Ok(Action::requeue(report::QUEUED_RETRY));
     };
-    let mut outcome = plan(&obj, &ctx).await?;
-    let waited = obj.status.as_ref().and_then(|s| s.phase.as_deref()) == Some(PreviewPhase::Queued.as_str());
-    if waited && outcome.message.is_none() {
-        outcome.message = Some(format!(
+    let planning = format!("planning the proposal for Manifest {namespace}/{}", obj.spec.manifest);
+    report::report(obj, ctx, Answer::waiting(PreviewPhase::Planning, PreviewReason::Planning, planning), now).await?;
+    let mut answer = plan::plan(obj, ctx).await?;
+    if phase == Some(PreviewPhase::Queued) && answer.message.is_none() {
+        answer.message = Some(format!(
             "planned after waiting for a slot (at most {PLANNING_PER_NAMESPACE} previews are planned at once in a namespace)"
         ));
     }
-    write(&obj, &ctx, outcome, (ctx.clock)()).await
+    Ok(report::report(obj, ctx, answer, (ctx.clock)()).await?)
+}
+
+/// Reconciles what the watch read: a preview, or what failed to deserialize as one (Failed
+/// with the reason on its status, and a Warning event; nothing is planned until it changes).
+pub async fn reconcile_guarded(
+    object: Arc<DeserializeGuard<ManifestPreview>>,
+    ctx: Arc<PreviewContext>,
+) -> Result<Action, PreviewError> {
+    match &object.0 {
+        Ok(preview) => reconcile(preview, &ctx).await,
+        Err(invalid) => malformed(&ctx, invalid).await,
+    }
+}
+
+/// A preview that does not deserialize: said on the object, by the replica whose shard its own
+/// name falls in (its Manifest's name cannot be read).
+async fn malformed(ctx: &PreviewContext, invalid: &InvalidObject) -> Result<Action, PreviewError> {
+    let meta = &invalid.metadata;
+    let (Some(namespace), Some(name)) = (meta.namespace.as_deref(), meta.name.as_deref()) else {
+        return Ok(Action::await_change());
+    };
+    if !ctx.ownership.owns(namespace, name) {
+        return Ok(Action::await_change());
+    }
+    let message = format!("the ManifestPreview does not match its schema: {}", invalid.error);
+    tracing::warn!(%namespace, %name, error = %invalid.error, "malformed ManifestPreview");
+    let reason = PreviewReason::MalformedObject;
+    let reference = reference_to::<ManifestPreview>(meta);
+    let action = EventAction::Validate.as_str();
+    publish_to(ctx, &reference, EventType::Warning, reason.as_str(), action, &message).await;
+    let status = report::status(Answer::failed(reason, message), meta.generation, (ctx.clock)());
+    StatusWriter::<ManifestPreview>::new(ctx, meta).write(&status, STATUS_WRITE_PATIENCE).await?;
+    Ok(Action::await_change())
 }
 
 /// The requeue after an error: soon, as the error is the API's.
-pub fn error_policy(obj: Arc<ManifestPreview>, error: &PreviewError, _: Arc<Context>) -> Action {
-    tracing::warn!(preview = %obj.name_any(), error = %error, "a preview's reconcile failed; retrying");
+pub fn error_policy(
+    object: Arc<DeserializeGuard<ManifestPreview>>,
+    error: &PreviewError,
+    _: Arc<PreviewContext>,
+) -> Action {
+    tracing::warn!(preview = %object.name_any(), reason = error.reason(), error = %error, "a preview's reconcile failed; retrying");
     Action::requeue(Duration::from_secs(5))
 }
 
-/// How long `obj` is kept once planned.
-fn ttl(obj: &ManifestPreview) -> Duration {
-    obj.spec.ttl_seconds_after_finished.map_or(DEFAULT_TTL, |s| Duration::from_secs(u64::from(s)))
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::Settings;
+    use crate::controller::replicas::fence::FenceError;
+    use crate::controller::replicas::ownership::Ownership;
+    use crate::controller::replicas::shards::{ShardSettings, Shards};
+    use crate::engine::executor::Executor;
+    use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+    use kube::api::PostParams;
 
-/// A preview planned for this generation: deleted once its TTL passed, else looked at again
-/// then. `None`: it is to be planned.
-async fn expire(obj: &ManifestPreview, ctx: &Context, now: i64) -> Result<Option<Action>, PreviewError> {
-    let Some(status) = &obj.status else { return Ok(None) };
-    let finished = matches!(status.phase.as_deref(), Some(p) if p == PreviewPhase::Planned.as_str() || p == PreviewPhase::Failed.as_str());
-    if !finished || status.observed_generation != obj.meta().generation {
-        return Ok(None);
-    }
-    let at = status.finished_at.as_deref().and_then(|t| humantime::parse_rfc3339(t).ok());
-    let at_ms = at.and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()).map_or(now, |d| d.as_millis() as i64);
-    let left = (at_ms + ttl(obj).as_millis() as i64) - now;
-    if left > 0 {
-        return Ok(Some(Action::requeue(Duration::from_millis(left as u64))));
-    }
-    let api: Api<ManifestPreview> = Api::namespaced(ctx.client.clone(), &obj.namespace().unwrap_or_default());
-    match api.delete(&obj.name_any(), &Default::default()).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(e)) if e.code == 404 => {}
-        Err(e) => return Err(e.into()),
-    }
-    Ok(Some(Action::await_change()))
-}
+    /// A preview's status is written as its Manifest's shard allows: by the replica that holds
+    /// that shard (not the shard the preview's own name falls in), and never once the shard's
+    /// Lease names another — the fence every kind's status goes through.
+    #[tokio::test]
+    async fn a_replica_that_lost_the_shard_of_its_manifest_writes_no_status() {
+        use crate::controller::replicas::shards::assign::shard_of;
+        let shard = shard_of("default", "app", 2);
+        // A preview whose own name falls in the other shard, which this replica does not hold.
+        let name = (0..).map(|i| format!("pr-{i}")).find(|n| shard_of("default", n, 2) != shard).unwrap();
+        let mut stored = ManifestPreview::new(&name, Default::default());
+        stored.metadata.namespace = Some("default".into());
+        stored.metadata.generation = Some(1);
+        stored.spec.manifest = "app".into();
+        let client = kube_fake_client::ClientBuilder::new()
+            .with_resource::<ManifestPreview>()
+            .with_status_subresource::<ManifestPreview>()
+            .with_object(stored.clone())
+            .build()
+            .await
+            .unwrap();
+        let leases: Api<Lease> = Api::namespaced(client.clone(), "default");
+        let lease_name = format!("deployster-shard-{shard}");
+        let lease = Lease {
+            metadata: kube::api::ObjectMeta { name: Some(lease_name.clone()), ..Default::default() },
+            spec: Some(LeaseSpec { holder_identity: Some("me".into()), ..Default::default() }),
+        };
+        leases.create(&PostParams::default(), &lease).await.unwrap();
+        let settings = ShardSettings {
+            count: 2,
+            group: "deployster".into(),
+            namespace: "default".into(),
+            duration: Duration::from_secs(2),
+            watched: Vec::new(),
+            identity: "me".into(),
+            owner: None,
+        };
+        let shards = Shards::holding(client.clone(), settings, &[shard]);
+        let executor: Arc<dyn Executor> =
+            Arc::new(crate::engine::executor::fake::FakeExecutor::new(|_| Default::default()));
+        let mut ctx = Context::new(client.clone(), executor, Settings::default());
+        ctx.ownership = Arc::new(Ownership::Shards(shards));
+        ctx.clock = Box::new(|| 1_700_000_000_000);
+        let ctx = PreviewContext::new(ctx);
+        let previews: Api<ManifestPreview> = Api::namespaced(client.clone(), "default");
+        let phase = || async { previews.get(&name).await.unwrap().status.and_then(|s| s.phase) };
 
-/// A proposal over [`MAX_PROPOSAL_BYTES`] is not planned.
-fn bound(obj: &ManifestPreview) -> Result<(), Box<Answer>> {
-    let size = serde_json::to_vec(&obj.spec.proposed).map_or(0, |b| b.len());
-    if size > MAX_PROPOSAL_BYTES {
-        let message = format!(
-            "the proposal is {size} bytes; a preview plans at most {MAX_PROPOSAL_BYTES} bytes of spec: propose less"
-        );
-        return Err(Box::new(Answer::failed(PreviewReason::ProposalTooLarge, message)));
-    }
-    Ok(())
-}
+        let failed = Answer::failed(PreviewReason::ProposalTooLarge, "too large".into());
+        report::report(&stored, &ctx, failed, 1).await.expect("the holder of its Manifest's shard writes");
+        assert_eq!(phase().await.as_deref(), Some("Failed"));
 
-/// The proposal planned as the Manifest it is for would be, against its deployment log.
-async fn plan(obj: &ManifestPreview, ctx: &Context) -> Result<Answer, PreviewError> {
-    let namespace = obj.namespace().unwrap_or_default();
-    let manifests: Api<Manifest> = Api::namespaced(ctx.client.clone(), &namespace);
-    let existing = manifests.get_opt(&obj.spec.manifest).await?;
-    let old = existing.as_ref().and_then(|m| m.status.clone()).unwrap_or_default();
-    if let Some(account) = &obj.spec.proposed.service_account_name {
-        let accounts: Api<ServiceAccount> = Api::namespaced(ctx.client.clone(), &namespace);
-        if accounts.get_opt(account).await?.is_none() {
-            let message = format!(
-                "spec.proposed.serviceAccountName: ServiceAccount `{account}` not found in namespace `{namespace}`"
-            );
-            return Ok(Answer::failed(PreviewReason::ServiceAccountMissing, message));
+        let mut taken = leases.get(&lease_name).await.unwrap();
+        taken.spec.as_mut().unwrap().holder_identity = Some("intruder".into());
+        leases.replace(&lease_name, &PostParams::default(), &taken).await.unwrap();
+        let queued = Answer::waiting(PreviewPhase::Queued, PreviewReason::TooManyPreviews, "waits".into());
+        match report::report(&stored, &ctx, queued, 2).await {
+            Err(StatusWriteError::Fence(FenceError::NotOwner(why))) => assert!(why.contains("intruder"), "{why}"),
+            other => panic!("the write was not fenced: {other:?}"),
         }
+        assert_eq!(phase().await.as_deref(), Some("Failed"), "nothing written once the shard is another's");
     }
-    let proposed = proposed_manifest(obj, existing.as_ref());
-    // Its plug files apart from the Manifest's own.
-    let mut settings = ctx.settings.clone();
-    settings.plug_root = settings.plug_root.join("previews").join(obj.uid().unwrap_or_default());
-    let prepared = inputs::prepare(&ctx.client, &proposed, &settings).await;
-    let _ = std::fs::remove_dir_all(&settings.plug_root);
-    let manifest = match prepared {
-        // Its revision as the controller's pass of the merged spec will have it (its content).
-        Ok((manifest, inputs)) => {
-            Arc::new(ValidatedManifest { revision: inputs::revision(&proposed, &inputs), ..manifest })
-        }
-        Err(e) => return Ok(Answer::failed(PreviewReason::ProposalInvalid, format!("spec.proposed: {e}"))),
-    };
-    let assumed = AssumeValid::default();
-    let request = PassRequest {
-        manifest: manifest.clone(),
-        mode: Mode::Plan,
-        inventory: Inventory::Keep,
-        // The Manifest's log, copied: what the plan records stays here.
-        log: memory_log(ctx, &old),
-        observers: Vec::new(),
-        approver: &ApproveAll,
-        assume_valid: &assumed,
-        scope: pod_scope(obj),
-    };
-    let passed = match run_pass(ctx, &proposed, request, &CancellationToken::new()).await {
-        Ok(passed) => passed,
-        Err(e) => return Ok(Answer::failed(PreviewReason::PlanFailed, e.to_string())),
-    };
-    Ok(match &passed.ended {
-        Ended::Planned(plan) => Answer {
-            phase: PreviewPhase::Planned,
-            reason: PreviewReason::PlanReady,
-            message: None,
-            plan: Some(summary::of(plan, &manifest, &passed.drifts, &passed.changes)),
-        },
-        Ended::NotPrepared(e) => Answer::failed(PreviewReason::PlanFailed, manifest.mask.text(&e.to_string())),
-        other => Answer::failed(PreviewReason::PlanFailed, format!("the pass ended unplanned: {other:?}")),
-    })
-}
-
-/// The Manifest the proposal would make: the existing one's metadata (its name and uid, which
-/// its objects' ownership names) with the proposed spec, or a new one of that name.
-fn proposed_manifest(obj: &ManifestPreview, existing: Option<&Manifest>) -> Manifest {
-    let mut proposed = Manifest::new(&obj.spec.manifest, ManifestSpec::default());
-    if let Some(existing) = existing {
-        proposed.metadata = existing.metadata.clone();
-    }
-    proposed.metadata.namespace = obj.namespace();
-    proposed.spec = obj.spec.proposed.clone();
-    proposed
-}
-
-/// Where and as whom the proposal's image types run: as the Manifest's would, but owned by the
-/// preview and labelled by its uid, so that the Manifest's own passes and the preview never
-/// stop each other's Pods.
-fn pod_scope(obj: &ManifestPreview) -> crate::pod::executor::PodScope {
-    crate::pod::executor::PodScope {
-        namespace: obj.namespace().unwrap_or_default(),
-        service_account: obj.spec.proposed.service_account_name.clone(),
-        owner: obj.controller_owner_ref(&()),
-        options: obj.spec.proposed.pod.clone().unwrap_or_default(),
-        labels: [(PREVIEW_LABEL.to_string(), obj.uid().unwrap_or_default())].into(),
-    }
-}
-
-/// The label that names the preview (its uid) on the Pods of its plan.
-pub const PREVIEW_LABEL: &str = "deployster.io/preview-uid";
-
-/// Writes `outcome` into the preview's status (a merge patch), and says when to look again.
-async fn write(obj: &ManifestPreview, ctx: &Context, outcome: Answer, now: i64) -> Result<Action, PreviewError> {
-    let done = matches!(outcome.phase, PreviewPhase::Planned | PreviewPhase::Failed);
-    let ready = Condition {
-        type_: ConditionType::Ready.as_str().into(),
-        status: match outcome.phase {
-            PreviewPhase::Planned => "True",
-            PreviewPhase::Failed => "False",
-            PreviewPhase::Queued | PreviewPhase::Planning => "Unknown",
-        }
-        .into(),
-        reason: outcome.reason.as_str().into(),
-        message: outcome
-            .message
-            .clone()
-            .or_else(|| outcome.plan.as_ref().map(|p| p.summary.clone()))
-            .unwrap_or_default(),
-        last_transition_time: format_time(now),
-        observed_generation: obj.meta().generation,
-    };
-    let status = PreviewStatus {
-        conditions: vec![ready],
-        phase: Some(outcome.phase.as_str().into()),
-        reason: Some(outcome.reason.as_str().into()),
-        message: outcome.message,
-        plan: outcome.plan,
-        observed_generation: obj.meta().generation,
-        finished_at: done.then(|| format_time(now)),
-    };
-    let api: Api<ManifestPreview> = Api::namespaced(ctx.client.clone(), &obj.namespace().unwrap_or_default());
-    // A merge patch: what this outcome lacks is cleared (an earlier plan, an earlier message).
-    let mut written = serde_json::to_value(&status).expect("statuses serialize");
-    for key in ["message", "plan", "finishedAt"] {
-        written.as_object_mut().expect("an object").entry(key).or_insert(serde_json::Value::Null);
-    }
-    let patch = serde_json::json!({"status": written});
-    match api.patch_status(&obj.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await {
-        Ok(_) => {}
-        // Deleted meanwhile (abandoned): nothing to keep.
-        Err(kube::Error::Api(e)) if e.code == 404 => return Ok(Action::await_change()),
-        Err(e) => return Err(e.into()),
-    }
-    Ok(if done { Action::requeue(ttl(obj)) } else { Action::requeue(QUEUED_RETRY) })
-}
-
-/// A controller of ManifestPreviews for each scope, when their CRD is installed (without it,
-/// previews are not planned, said once).
-pub async fn controllers(
-    client: &kube::Client,
-    scopes: &[Option<String>],
-    ctx: &Arc<Context>,
-    stopping: &CancellationToken,
-) -> super::Controllers {
-    use futures::StreamExt;
-    use kube::runtime::{Controller, watcher};
-    let mut controllers: super::Controllers = Vec::new();
-    for scope in scopes {
-        let api: Api<ManifestPreview> = super::scoped(client, scope);
-        let what = "ManifestPreviews are not planned";
-        match super::listable(&api, scope, what, "manifestpreviews.deployster.io", "preview").await {
-            None => return Vec::new(),
-            Some(false) => continue,
-            Some(true) => {}
-        }
-        let controller = Controller::new(api, watcher::Config::default())
-            .graceful_shutdown_on(stopping.clone().cancelled_owned())
-            .run(reconcile, error_policy, ctx.clone())
-            .for_each(|result| async move {
-                if let Ok((object, _)) = result {
-                    tracing::debug!(preview = %object.name, "reconciled");
-                }
-            });
-        controllers.push(Box::pin(controller));
-    }
-    controllers
 }

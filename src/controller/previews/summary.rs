@@ -90,7 +90,7 @@ pub fn of(plan: &Plan, manifest: &ValidatedManifest, drifts: &[Drift], changes: 
     }
     PreviewPlan {
         id: plan_digest(plan, manifest),
-        revision: crate::controller::inputs::content_of(&manifest.revision).to_string(),
+        revision: crate::controller::manifest::inputs::content_of(&manifest.revision).to_string(),
         changes: plan.has_changes(),
         summary,
         resources,

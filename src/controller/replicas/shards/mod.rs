@@ -158,6 +158,17 @@ impl Shards {
         Self { settings, api, held: Mutex::default(), gained: broadcast::channel(1024).0, metrics }
     }
 
+    /// Shards of `settings` of which this replica holds `held` already, as after a campaign:
+    /// for tests of what the fence does to writes.
+    #[cfg(test)]
+    pub(crate) fn holding(client: Client, settings: ShardSettings, held: &[u32]) -> Arc<Self> {
+        let shards = Arc::new(Self::new(client, settings, Arc::new(Metrics::new())));
+        for &shard in held {
+            shards.hold(shard, CancellationToken::new());
+        }
+        shards
+    }
+
     pub fn settings(&self) -> &ShardSettings {
         &self.settings
     }

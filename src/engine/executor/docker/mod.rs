@@ -12,6 +12,7 @@
 //! network stack each, which is most of what a container start costs; [`ContainerNetwork`]
 //! chooses otherwise.
 
+mod daemon;
 pub mod sandbox;
 
 use std::collections::HashMap;
@@ -25,8 +26,8 @@ use bollard::container::LogOutput;
 use bollard::errors::Error as DockerError;
 use bollard::models::{ContainerCreateBody, HostConfig, HostConfigLogConfig, Mount as DockerMount, MountType};
 use bollard::query_parameters::{
-    AttachContainerOptionsBuilder, CreateImageOptionsBuilder, KillContainerOptionsBuilder,
-    ListContainersOptionsBuilder, RemoveContainerOptionsBuilder, StartContainerOptions, WaitContainerOptions,
+    AttachContainerOptionsBuilder, KillContainerOptionsBuilder, ListContainersOptionsBuilder, StartContainerOptions,
+    WaitContainerOptions,
 };
 use futures::StreamExt;
 use tokio::io::AsyncWriteExt;
@@ -36,6 +37,7 @@ use super::init_cache::{InitAnswers, InitKey};
 use super::output::Capture;
 use super::{DEFAULT_OUTPUT_LIMIT, ExecError, Executor, Exit, Invocation, Outcome, Stream};
 use crate::engine::typeref::{ImageRef, TypeRef};
+use daemon::{describe, pull, remove_container};
 
 pub const LABEL_MANIFEST: &str = "deployster.io/manifest";
 pub const LABEL_RESOURCE: &str = "deployster.io/resource";
@@ -454,12 +456,12 @@ impl Drop for DockerExecutor {
 }
 
 async fn start_sandbox(docker: &Docker, owner: &str) -> Result<Sandbox, ExecError> {
-    let image = sandbox::ensure_image(docker).await.map_err(ExecError::Sandbox)?;
+    let image = sandbox::ensure_image(docker).await.map_err(|e| ExecError::Sandbox(e.to_string()))?;
     let Some(image) = image else {
         tracing::warn!("no network sandbox for this daemon's architecture: each container gets a network of its own");
         return Ok(Sandbox::Unsupported);
     };
-    let id = sandbox::start(docker, &image, owner).await.map_err(ExecError::Sandbox)?;
+    let id = sandbox::start(docker, &image, owner).await.map_err(|e| ExecError::Sandbox(e.to_string()))?;
     tracing::debug!(sandbox = %id, "started the network sandbox");
     Ok(Sandbox::Running(id))
 }
@@ -474,44 +476,6 @@ async fn wait_for_exit(docker: &Docker, id: &str) -> Result<Exit, ExecError> {
             Err(ExecError::Container { step: "wait for", message: "the daemon ended the wait without a status".into() })
         }
     }
-}
-
-async fn remove_container(docker: &Docker, id: &str) {
-    let options = RemoveContainerOptionsBuilder::default().force(true).v(true).build();
-    match docker.remove_container(id, Some(options)).await {
-        Ok(()) | Err(DockerError::DockerResponseServerError { status_code: 404, .. }) => {}
-        Err(e) => tracing::warn!(container = id, error = %describe(&e), "could not remove a container"),
-    }
-}
-
-/// Pulls `image`, consuming the progress stream; returns the first error reported.
-async fn pull(docker: &Docker, image: &ImageRef) -> Result<(), String> {
-    let repository = match &image.registry {
-        Some(registry) => format!("{registry}/{}", image.repository),
-        None => image.repository.clone(),
-    };
-    // An empty tag would pull every tag of the repository.
-    let tag = image.digest.clone().or_else(|| image.tag.clone()).unwrap_or_else(|| "latest".into());
-    let options = CreateImageOptionsBuilder::default().from_image(&repository).tag(&tag).build();
-    image_progress(docker.create_image(Some(options), None, None)).await
-}
-
-/// Consumes the progress stream of a pull or import; returns the first error it reports.
-async fn image_progress(
-    progress: impl futures::Stream<Item = Result<bollard::models::CreateImageInfo, DockerError>>,
-) -> Result<(), String> {
-    let mut progress = std::pin::pin!(progress);
-    while let Some(item) = progress.next().await {
-        match item {
-            Ok(info) if info.error_detail.is_some() => {
-                let detail = info.error_detail.and_then(|d| d.message).unwrap_or_default();
-                return Err(detail);
-            }
-            Ok(_) => {}
-            Err(e) => return Err(describe(&e)),
-        }
-    }
-    Ok(())
 }
 
 /// Removes every container carrying our labels whose owning process, on this host, is gone.
@@ -563,25 +527,6 @@ fn owner_is_gone(owner: &str) -> bool {
 /// Where the daemon is expected, for messages.
 fn docker_host() -> String {
     std::env::var("DOCKER_HOST").unwrap_or_else(|_| "unix:///var/run/docker.sock".to_string())
-}
-
-/// A bollard error as one line: the daemon's own message when it gave one, else the error and
-/// its causes.
-fn describe(error: &DockerError) -> String {
-    if let DockerError::DockerResponseServerError { message, .. } = error {
-        return message.trim().to_string();
-    }
-    let mut text = error.to_string();
-    let mut next = std::error::Error::source(error);
-    while let Some(cause) = next {
-        let line = cause.to_string();
-        if !text.contains(&line) {
-            text.push_str(": ");
-            text.push_str(&line);
-        }
-        next = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]

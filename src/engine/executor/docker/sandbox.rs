@@ -20,7 +20,8 @@ use bollard::models::{ContainerCreateBody, HostConfig, HostConfigLogConfig};
 use bollard::query_parameters::{CreateImageOptionsBuilder, StartContainerOptions};
 use sha2::{Digest, Sha256};
 
-use super::{LABEL_OWNER, LABEL_PHASE, describe, image_progress};
+use super::daemon::{DaemonError, image_progress, remove_container};
+use super::{LABEL_OWNER, LABEL_PHASE};
 
 /// The `deployster.io/phase` label of sandbox containers.
 pub const SANDBOX_PHASE: &str = "sandbox";
@@ -93,8 +94,8 @@ pub fn pause_program(architecture: &str) -> Option<Vec<u8>> {
 
 /// The sandbox image for the daemon's architecture, imported when absent. `Ok(None)` when there
 /// is no pause program for that architecture.
-pub async fn ensure_image(docker: &Docker) -> Result<Option<String>, String> {
-    let info = docker.info().await.map_err(|e| describe(&e))?;
+pub async fn ensure_image(docker: &Docker) -> Result<Option<String>, DaemonError> {
+    let info = docker.info().await?;
     let architecture = info.architecture.unwrap_or_default();
     let Some(program) = pause_program(&architecture) else {
         return Ok(None);
@@ -105,7 +106,7 @@ pub async fn ensure_image(docker: &Docker) -> Result<Option<String>, String> {
     match docker.inspect_image(&reference).await {
         Ok(_) => return Ok(Some(reference)),
         Err(DockerError::DockerResponseServerError { status_code: 404, .. }) => {}
-        Err(e) => return Err(describe(&e)),
+        Err(e) => return Err(e.into()),
     }
     let options = CreateImageOptionsBuilder::default()
         .from_src("-")
@@ -132,7 +133,7 @@ fn root_filesystem(program: &[u8]) -> Vec<u8> {
 
 /// Creates and starts a sandbox container of `image`; returns its ID. It has the daemon's
 /// default network, so the programs that join it reach what that network reaches.
-pub async fn start(docker: &Docker, image: &str, owner: &str) -> Result<String, String> {
+pub async fn start(docker: &Docker, image: &str, owner: &str) -> Result<String, DaemonError> {
     let labels = HashMap::from([
         (LABEL_OWNER.to_string(), owner.to_string()),
         (LABEL_PHASE.to_string(), SANDBOX_PHASE.to_string()),
@@ -147,10 +148,10 @@ pub async fn start(docker: &Docker, image: &str, owner: &str) -> Result<String, 
         }),
         ..ContainerCreateBody::default()
     };
-    let id = docker.create_container(None, body).await.map_err(|e| describe(&e))?.id;
+    let id = docker.create_container(None, body).await?.id;
     if let Err(e) = docker.start_container(&id, None::<StartContainerOptions>).await {
-        super::remove_container(docker, &id).await;
-        return Err(describe(&e));
+        remove_container(docker, &id).await;
+        return Err(e.into());
     }
     Ok(id)
 }

@@ -1,12 +1,12 @@
 //! A Manifest that does not deserialize (it does not match the CRD's Rust types): Stalled on
 //! the object with the reason, by the same status function as every pass, and a Warning event.
 
-use super::reasons::{EventAction, Reason};
-use kube::Api;
 use kube::runtime::events::EventType;
 
-use super::context::Context;
-use super::{report, status};
+use crate::controller::context::Context;
+use crate::controller::reasons::{EventAction, Reason};
+use crate::controller::report::{self, STATUS_WRITE_PATIENCE, StatusWriter};
+use crate::controller::status;
 use crate::crd::Manifest;
 
 /// A Manifest that does not deserialize: say so on the object (status and an event).
@@ -32,10 +32,8 @@ pub(super) async fn malformed(ctx: &Context, invalid: &kube::core::error_boundar
         removals: Vec::new(),
     };
     let new = status::next_status(&crate::crd::ManifestStatus::default(), &result);
-    let api: Api<Manifest> = Api::namespaced(ctx.client.clone(), &namespace);
-    if let Err(e) =
-        report::write_status_to(&ctx.ownership, &api, &namespace, &name, &new, report::STATUS_WRITE_PATIENCE).await
-    {
+    let writer = StatusWriter::<Manifest>::new(ctx, &invalid.metadata);
+    if let Err(e) = writer.write(&new, STATUS_WRITE_PATIENCE).await {
         tracing::warn!(error = %e, "could not record a malformed Manifest's status");
     }
     let reference = report::reference_to::<Manifest>(&invalid.metadata);
@@ -86,14 +84,14 @@ mod tests {
             kube::core::error_boundary::InvalidObject { error: "spec.interval: expected a string".into(), metadata };
         malformed(&ctx, &invalid).await;
 
-        let api: Api<Manifest> = Api::namespaced(client.clone(), "default");
+        let api: kube::Api<Manifest> = kube::Api::namespaced(client.clone(), "default");
         let status = api.get("broken").await.unwrap().status.expect("a status was written");
         let condition = |t: &str| status.conditions.iter().find(|c| c.type_ == t).cloned().unwrap();
         assert_eq!((condition("Stalled").status.as_str(), condition("Ready").status.as_str()), ("True", "False"));
         assert_eq!(condition("Ready").reason, "MalformedObject");
         assert!(condition("Ready").message.contains("spec.interval: expected a string"), "{status:?}");
         assert_eq!(status.observed_generation, Some(3));
-        let events = Api::<KubeEvent>::namespaced(client, "default").list(&Default::default()).await.unwrap();
+        let events = kube::Api::<KubeEvent>::namespaced(client, "default").list(&Default::default()).await.unwrap();
         assert!(events.items.iter().any(|e| e.reason.as_deref() == Some("MalformedObject")));
     }
 }

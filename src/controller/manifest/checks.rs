@@ -8,10 +8,11 @@ use std::time::{Duration, Instant, SystemTime};
 
 use kube::ResourceExt;
 
-use super::inputs::Intervals;
+use super::validate::Intervals;
 use crate::crd::Manifest;
 use crate::engine::plan::{ResourceEntry, Standing};
 use crate::engine::schedule::{AssumeValid, Schedule};
+use crate::watches::fights::{FREE_CORRECTIONS, QUIET, correction_delay};
 
 #[derive(Default)]
 pub struct Checks {
@@ -29,25 +30,6 @@ pub struct Checks {
 struct Streak {
     corrections: usize,
     last: Instant,
-}
-
-/// Intervals without a correction after which a resource's streak starts again.
-pub const QUIET: u32 = 2;
-
-/// Corrections in a row made at once; after them each waits longer.
-pub const FREE_CORRECTIONS: usize = 3;
-
-/// The wait before the first correction past [`FREE_CORRECTIONS`], doubled for each after it,
-/// up to the Manifest's interval.
-pub const FIRST_WAIT: Duration = Duration::from_secs(10);
-
-/// How long to wait before correcting a resource corrected `corrections` times in a row: at
-/// once at first, then growing, never longer than `interval`.
-pub fn correction_delay(corrections: usize, interval: Duration) -> Duration {
-    match corrections.checked_sub(FREE_CORRECTIONS) {
-        None => Duration::ZERO,
-        Some(past) => FIRST_WAIT.saturating_mul(1 << past.min(16)).min(interval),
-    }
 }
 
 /// A resource whose corrections look like a fight with another writer.

@@ -53,13 +53,13 @@ fn one_watch_is_shared_by_the_manifests_that_need_it_and_stops_with_the_last() {
     );
     assert_eq!(seen, Watching::default());
     assert!(duplicate.is_cancelled() && !stop.is_cancelled());
-    assert_eq!(watches.shared.open.get(), 1);
+    assert_eq!(watches.shared.metrics.open.get(), 1);
     watches.forget("team", "a");
     assert!(!stop.is_cancelled(), "b still needs it");
     // b no longer declares a ConfigMap: its last user is gone.
     watches.settle(&Subject::manifest(&b), BTreeSet::new(), Vec::new());
     assert!(stop.is_cancelled());
-    assert_eq!(watches.shared.open.get(), 0);
+    assert_eq!(watches.shared.metrics.open.get(), 0);
     assert!(watches.shared.state.lock().unwrap().watches.is_empty());
 }
 
@@ -76,7 +76,7 @@ fn a_refused_watch_is_told_once_and_in_every_pass_s_message() {
     assert_eq!(again.refused, first.refused);
     assert!(!again.newly_refused, "told once");
     assert_eq!(watches.refused(&a), first.refused);
-    assert_eq!(watches.shared.open.get(), 1, "a refused watch is not open");
+    assert_eq!(watches.shared.metrics.open.get(), 1, "a refused watch is not open");
 }
 
 #[test]

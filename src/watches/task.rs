@@ -11,7 +11,7 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio_util::sync::CancellationToken;
 
-use super::super::metrics::VerdictLabels;
+use super::VerdictLabels;
 use super::judge::{self, Seen, Verdict};
 use super::{WatchKey, WatchShared, selector};
 use crate::builtins::kubernetes::written::{object_key, written};
@@ -41,7 +41,7 @@ pub(super) async fn watch(
             Verdict::Ours => "ours",
             Verdict::Changed => "changed",
         };
-        shared.events.get_or_create(&VerdictLabels { verdict: word }).inc();
+        shared.metrics.events.get_or_create(&VerdictLabels { verdict: word }).inc();
         if verdict == Verdict::Changed {
             shared.wake(&key, meta.name.as_deref().unwrap_or_default(), judge::owner(meta));
         }
@@ -85,7 +85,7 @@ pub(super) async fn watch(
                     let gone: Vec<String> = known.keys().filter(|name| !listed.contains(*name)).cloned().collect();
                     for name in gone {
                         let owner = known.remove(&name).and_then(|k| k.owner);
-                        shared.events.get_or_create(&VerdictLabels { verdict: "changed" }).inc();
+                        shared.metrics.events.get_or_create(&VerdictLabels { verdict: "changed" }).inc();
                         shared.wake(&key, &name, owner);
                     }
                 }

@@ -18,6 +18,7 @@
 //! [`Watches::forget`] when a Manifest goes (or goes to another replica).
 
 pub mod declared;
+pub mod fights;
 pub mod judge;
 mod task;
 
@@ -30,6 +31,9 @@ use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::core::{ApiResource, GroupVersionKind, PartialObjectMeta};
 use kube::discovery::Scope;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
@@ -141,11 +145,20 @@ struct WatchBook {
 struct WatchShared {
     state: Mutex<WatchBook>,
     woken: broadcast::Sender<Woken>,
-    open: Gauge,
-    events: prometheus_client::metrics::family::Family<
-        super::metrics::VerdictLabels,
-        prometheus_client::metrics::counter::Counter,
-    >,
+    metrics: WatchMetrics,
+}
+
+/// The watches' figures: how many are open, and what their events were judged.
+#[derive(Debug, Clone, Default)]
+pub struct WatchMetrics {
+    pub open: Gauge,
+    pub events: Family<VerdictLabels, Counter>,
+}
+
+/// A watch event's verdict, as a metric label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct VerdictLabels {
+    pub verdict: &'static str,
 }
 
 /// The registry of watches (see the module's documentation).
@@ -174,19 +187,17 @@ impl Default for Watches {
 
 impl Watches {
     /// Watches acting as each Manifest's ServiceAccount, by impersonation from `config`.
-    pub fn new(config: kube::Config, metrics: &super::metrics::Metrics) -> Self {
+    pub fn new(config: kube::Config, metrics: WatchMetrics) -> Self {
         let mut watches = Self::disabled();
         watches.config = Some(config);
-        let shared = Arc::get_mut(&mut watches.shared).expect("not shared yet");
-        shared.open = metrics.watches_open.clone();
-        shared.events = metrics.watch_events.clone();
+        Arc::get_mut(&mut watches.shared).expect("not shared yet").metrics = metrics;
         watches
     }
 
     /// Watches nothing.
     pub fn disabled() -> Self {
         let (woken, _) = broadcast::channel(4096);
-        let shared = WatchShared { state: Mutex::default(), woken, open: Gauge::default(), events: Default::default() };
+        let shared = WatchShared { state: Mutex::default(), woken, metrics: WatchMetrics::default() };
         Self { config: None, user: None, shared: Arc::new(shared) }
     }
 
@@ -356,7 +367,7 @@ impl Watches {
     }
 
     fn count(&self, state: &WatchBook) {
-        self.shared.open.set(state.watches.values().filter(|w| w.stop.is_some()).count() as i64);
+        self.shared.metrics.open.set(state.watches.values().filter(|w| w.stop.is_some()).count() as i64);
     }
 
     /// The client acting as ServiceAccount `identity`, made once.

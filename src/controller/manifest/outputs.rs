@@ -11,8 +11,8 @@ use kube::api::PostParams;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::Value;
 
-use super::context::Context;
-use super::inputs::ManifestInputError;
+use super::invalid::InvalidSpec;
+use crate::controller::context::Context;
 use crate::crd::Manifest;
 
 /// Where outputs are written.
@@ -24,10 +24,10 @@ pub enum OutputsTarget {
 
 impl OutputsTarget {
     /// The Manifest's outputs target; `None` when it declares no outputs.
-    pub fn of(obj: &Manifest) -> Result<Option<OutputsTarget>, ManifestInputError> {
+    pub fn of(obj: &Manifest) -> Result<Option<OutputsTarget>, InvalidSpec> {
         let Some(outputs) = obj.spec.outputs.as_ref().filter(|o| !o.values.is_empty()) else { return Ok(None) };
         match (&outputs.secret_name, &outputs.config_map_name) {
-            (Some(_), Some(_)) => Err(ManifestInputError::OutputsTarget),
+            (Some(_), Some(_)) => Err(InvalidSpec::OutputsTarget),
             (_, Some(name)) => Ok(Some(OutputsTarget::ConfigMap(name.clone()))),
             (Some(name), None) => Ok(Some(OutputsTarget::Secret(name.clone()))),
             (None, None) => Ok(Some(OutputsTarget::Secret(format!("{}-outputs", obj.name_any())))),
