@@ -19,22 +19,24 @@ impl Drop for Background {
     }
 }
 
-#[ignore = "needs a Kubernetes API server: DEPLOYSTER_E2E_KUBECONFIG=<kubeconfig ../shared/apiserver/up.sh prints> cargo test --test apiserver book:: -- --include-ignored"]
-#[test]
-fn the_controller_chapter_s_first_manifest_runs_as_written() {
-    let cluster = Cluster::new("tour");
+/// Runs the commands of `page`'s section under `heading` as a reader would, with the page's
+/// namespace (`demo`) and metrics port made the test's own and `example` (a file of the
+/// repository the commands apply) copied so; returns the test's cluster and how many commands
+/// ran in the foreground and in the background.
+fn run_section(name: &str, page: &str, heading: &str, example: &str, port_on_page: &str) -> (Cluster, usize, usize) {
+    let cluster = Cluster::new(name);
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let page = std::fs::read_to_string(root.join("docs/controller.md")).unwrap();
-    let from = page.find("## Try it").expect("the chapter has a Try it section");
-    let section = &page[from..from + page[from + 3..].find("\n## ").unwrap()];
+    let page = std::fs::read_to_string(root.join("docs").join(page)).unwrap();
+    let from = page.find(heading).unwrap_or_else(|| panic!("the page has a section {heading}"));
+    let section = &page[from..from + page[from + 3..].find("\n## ").map_or(page.len() - from, |at| at + 3)];
     // The page's namespace and metrics port, made this test's own.
     let namespace = regex::Regex::new(r"\bdemo\b").unwrap();
     let port = free_port().to_string();
-    let own = |text: &str| namespace.replace_all(text, cluster.namespace.as_str()).replace("9090", &port);
+    let own = |text: &str| namespace.replace_all(text, cluster.namespace.as_str()).replace(port_on_page, &port);
     let work = tempfile::tempdir().unwrap();
-    let example = std::fs::read_to_string(root.join("examples/k8s/first.yaml")).unwrap();
-    std::fs::create_dir_all(work.path().join("examples/k8s")).unwrap();
-    std::fs::write(work.path().join("examples/k8s/first.yaml"), own(&example)).unwrap();
+    let copy = work.path().join(example);
+    std::fs::create_dir_all(copy.parent().unwrap()).unwrap();
+    std::fs::write(&copy, own(&std::fs::read_to_string(root.join(example)).unwrap())).unwrap();
     let path = format!("{}:{}", deployster().parent().unwrap().display(), std::env::var("PATH").unwrap_or_default());
     let shell = |command: &str| {
         let mut shell = Command::new("bash");
@@ -66,6 +68,35 @@ fn the_controller_chapter_s_first_manifest_runs_as_written() {
         assert_said(&command, &comment, &said);
         ran += 1;
     }
-    assert_eq!((background.0.len(), ran), (1, 12), "the controller in the background, and the commands");
+    let in_background = background.0.len();
+    drop(background);
+    (cluster, ran, in_background)
+}
+
+#[ignore = "needs a Kubernetes API server: DEPLOYSTER_E2E_KUBECONFIG=<kubeconfig ../shared/apiserver/up.sh prints> cargo test --test apiserver book:: -- --include-ignored"]
+#[test]
+fn the_controller_chapter_s_first_manifest_runs_as_written() {
+    let (cluster, ran, in_background) =
+        run_section("tour", "controller.md", "## Try it", "examples/k8s/first.yaml", "9090");
+    assert_eq!((in_background, ran), (1, 12), "the controller in the background, and the commands");
     assert!(cluster.get(&["dm", "hello"]).is_none(), "the Manifest is gone");
+    assert!(cluster.get(&["configmap", "hello"]).is_none(), "and its ConfigMap with it");
+}
+
+/// The Pipelines chapter's walk through a `Pipeline` in a cluster, on a bare API server: the
+/// revision through staging and the one-box, waiting for the fleet's approval, approved by
+/// annotation, through, and the next revision started.
+#[ignore = "needs a Kubernetes API server: DEPLOYSTER_E2E_KUBECONFIG=<kubeconfig ../shared/apiserver/up.sh prints> cargo test --test apiserver book:: -- --include-ignored"]
+#[test]
+fn the_pipelines_chapter_s_cluster_walkthrough_runs_as_written() {
+    let (cluster, ran, in_background) = run_section(
+        "pipeline-tour",
+        "pipelines.md",
+        "## A `Pipeline` in a cluster",
+        "examples/pipeline/k8s.yaml",
+        "9091",
+    );
+    assert_eq!((in_background, ran), (1, 13), "the controller in the background, and the commands");
+    let tested = cluster.get(&["configmap", "smoke-stg"]).unwrap();
+    assert_eq!(tested["data"]["tested"], "1.1", "the smoke test of 1.1 ran first: {tested}");
 }

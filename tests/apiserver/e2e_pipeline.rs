@@ -10,10 +10,10 @@ use std::time::Duration;
 use crate::support::cluster::{Cluster, ControllerProcess, assert_api_calls_are_listed, wait_for};
 use serde_json::Value;
 
-/// `examples/pipeline/k8s.yaml`, its files in `dir`: four Manifests of the built-in `file`
+/// The Pipeline of `examples/pipeline/k8s.yaml` over Manifests of files in `dir`: four Manifests of the built-in `file`
 /// type (each writes `<dir>/<its name>.txt` with the version), and the Pipeline `release`.
 fn example(dir: &Path) -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/pipeline/k8s.yaml");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/apiserver/fixtures/pipeline-files.yaml");
     std::fs::read_to_string(path).unwrap().replace("/tmp/deployster-pipeline-demo", dir.to_str().unwrap())
 }
 
