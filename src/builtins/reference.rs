@@ -31,28 +31,48 @@ pub fn inits() -> Vec<(&'static str, Value)> {
     inits
 }
 
-/// A row `| key | type | required | what |` for each key of `schema`, its path after `prefix`;
-/// the keys of an object or of a list's items are listed below it, `levels` deep. The table
-/// every reference page shares: the built-in types' configs and the custom resources.
-pub fn schema_rows(out: &mut String, schema: &Value, prefix: &str, levels: usize) {
+/// One key a config schema declares: its path, its type, whether it is required, what it is.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SchemaKey {
+    pub path: String,
+    #[serde(rename = "type")]
+    pub type_: String,
+    pub required: bool,
+    /// Its description, and its default when it has one.
+    pub what: String,
+}
+
+/// Each key of `schema`, its path after `prefix`; the keys of an object or of a list's items
+/// follow it, `levels` deep.
+pub fn schema_keys(schema: &Value, prefix: &str, levels: usize) -> Vec<SchemaKey> {
     let required: Vec<&str> = schema["required"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+    let mut keys = Vec::new();
     for (key, property) in schema["properties"].as_object().into_iter().flatten() {
         let path = format!("{prefix}{key}");
         let mut what = property["description"].as_str().unwrap_or_default().replace('\n', " ");
         if let Some(default) = property.get("default") {
             let _ = write!(what, " (default `{default}`)");
         }
-        let _ = writeln!(
-            out,
-            "| `{path}` | {} | {} | {} |",
-            type_of(property),
-            if required.contains(&key.as_str()) { "yes" } else { "" },
-            what.trim().replace('|', "\\|")
-        );
+        keys.push(SchemaKey {
+            path: path.clone(),
+            type_: type_of(property),
+            required: required.contains(&key.as_str()),
+            what: what.trim().to_string(),
+        });
         if levels > 0 {
-            schema_rows(out, property, &format!("{path}."), levels - 1);
-            schema_rows(out, &property["items"], &format!("{path}[]."), levels - 1);
+            keys.extend(schema_keys(property, &format!("{path}."), levels - 1));
+            keys.extend(schema_keys(&property["items"], &format!("{path}[]."), levels - 1));
         }
+    }
+    keys
+}
+
+/// A row `| key | type | required | what |` for each of [`schema_keys`]: the table every
+/// reference page shares (the built-in types' configs and the custom resources).
+pub fn schema_rows(out: &mut String, schema: &Value, prefix: &str, levels: usize) {
+    for key in schema_keys(schema, prefix, levels) {
+        let required = if key.required { "yes" } else { "" };
+        let _ = writeln!(out, "| `{}` | {} | {required} | {} |", key.path, key.type_, key.what.replace('|', "\\|"));
     }
 }
 

@@ -178,8 +178,7 @@ pub struct PodArgs {
     /// `pod` (short-lived Pods of the current kubeconfig's cluster).
     #[arg(long, value_enum, value_name = "KIND", default_value_t = ExecutorArg::Docker)]
     pub executor: ExecutorArg,
-    /// The cluster's namespace: where the Pods run with `--executor pod`, and where `graph
-    /// --manifest` finds the Manifest [default: the kubeconfig's].
+    /// With `--executor pod`: the namespace the Pods run in [default: the kubeconfig's].
     #[arg(short, long, value_name = "NAMESPACE")]
     pub namespace: Option<String>,
     /// With `--executor pod`: the ServiceAccount the Pods run as [default: the namespace's `default`].
@@ -505,8 +504,8 @@ pub struct GraphArgs {
     /// Plan now (running state actions) instead of reading the latest statuses from the log.
     #[arg(long)]
     pub live: bool,
-    /// Draw the Manifest custom resource of this name, with the status the controller wrote,
-    /// instead of a manifest file.
+    /// Draw the Manifest custom resource of this name (in the namespace `-n` names, else the
+    /// kubeconfig's), with the status the controller wrote, instead of a manifest file.
     #[cfg(feature = "kube")]
     #[arg(long = "manifest", value_name = "NAME", conflicts_with = "live")]
     pub object: Option<String>,

@@ -6,6 +6,7 @@ use serde_json::Value;
 
 use super::render::print_json;
 use super::{CheckTypeArgs, CliError, ExitKind, OutputFormat, executor_with};
+use crate::builtins::reference::{SchemaKey, schema_keys};
 use crate::engine::conformance::{self, CheckOptions, Level};
 #[cfg(not(feature = "docker"))]
 use crate::executors::ImagePlan;
@@ -52,6 +53,7 @@ pub(super) async fn check_type(args: CheckTypeArgs) -> Result<ExitKind, CliError
         OutputFormat::Json => {
             let mut doc = serde_json::to_value(&report).expect("reports serialize");
             doc["conforms"] = Value::Bool(report.conforms());
+            doc["config_keys"] = serde_json::to_value(config_keys(&report)).expect("keys serialize");
             print_json(&doc);
         }
         OutputFormat::Text => {
@@ -65,6 +67,17 @@ pub(super) async fn check_type(args: CheckTypeArgs) -> Result<ExitKind, CliError
                 let case = f.case.as_deref().map(|c| format!(" [{c}]")).unwrap_or_default();
                 let message = if f.message.is_empty() { String::new() } else { format!(": {}", f.message) };
                 outln!("  {level} {} {}{case}{message}", f.id, f.title);
+            }
+            let keys = config_keys(&report);
+            match (&report.config_schema, keys.is_empty()) {
+                (None, _) => outln!("config keys: none declared (no config_schema)"),
+                (Some(_), true) => outln!("config keys: none (its config_schema declares no properties)"),
+                (Some(_), false) => outln!("config keys (from its config_schema):"),
+            }
+            for key in &keys {
+                let required = if key.required { ", required" } else { "" };
+                let what = if key.what.is_empty() { String::new() } else { format!(": {}", key.what) };
+                outln!("  {} ({}{required}){what}", key.path, key.type_);
             }
             for call in &report.calls {
                 let case = call.case.as_deref().map(|c| format!(" [{c}]")).unwrap_or_default();
@@ -81,6 +94,12 @@ pub(super) async fn check_type(args: CheckTypeArgs) -> Result<ExitKind, CliError
         }
     }
     Ok(ExitKind::of(report.conforms()))
+}
+
+/// The keys the type's `config_schema` declares, two levels deep (an object's keys, a list's
+/// items' keys): what a resource of it may configure.
+fn config_keys(report: &conformance::ConformanceReport) -> Vec<SchemaKey> {
+    report.config_schema.as_ref().map(|schema| schema_keys(schema, "", 1)).unwrap_or_default()
 }
 
 /// A fresh scratch directory for the plugs a type asks for.

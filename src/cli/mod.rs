@@ -54,8 +54,8 @@ pub use style::ColorWhen;
 pub const EXIT_CODES: &str = "\
 Exit codes, for every command:
   0  done, or nothing to do
-  1  it failed: a resource failed, the run was interrupted, or something it needs (the cluster,
-     the Docker daemon, a registry) could not be reached
+  1  it failed: a resource failed, the run was interrupted, you declined the prompt, or
+     something it needs (the cluster, the Docker daemon, a registry) could not be reached
   2  refused before anything was done: the manifest, a variable, the command line or a plan
      file is wrong, the state directory is locked, or there is nothing to approve
   `plan --detailed-exitcode` and `preview`: 0 nothing to do, 2 changes pending, 1 any error";
@@ -96,8 +96,8 @@ pub enum Command {
     /// Run a resource type (program, built-in or image) through the protocol's conformance
     /// checks; exit 0 only if it conforms.
     CheckType(CheckTypeArgs),
-    /// Print a CustomResourceDefinition: Manifest's, or Pipeline's (`deployster crd | kubectl
-    /// apply -f -`).
+    /// Print a CustomResourceDefinition: Manifest's, Pipeline's or ManifestPreview's
+    /// (`deployster crd preview | kubectl apply -f -`).
     #[cfg(feature = "kube")]
     Crd {
         #[arg(value_enum, default_value = "manifest")]
@@ -123,6 +123,7 @@ pub enum Command {
     /// Print the man page (`deployster man | man -l -`), or write one per command into a
     /// directory (`--out-dir`).
     Man {
+        /// Write one page per command (`deployster.1`, `deployster-plan.1`, …) into this directory.
         #[arg(long, value_name = "DIR")]
         out_dir: Option<std::path::PathBuf>,
     },

@@ -40,6 +40,7 @@ pub enum PipelineCommand {
     Approve {
         #[command(flatten)]
         file: FileArgs,
+        /// The revision to let through (as `pipeline status` lists it).
         #[arg(long)]
         revision: String,
         /// `stage/group`, or `stage` for a stage's approval.
@@ -49,9 +50,12 @@ pub enum PipelineCommand {
     Register {
         #[command(flatten)]
         file: FileArgs,
+        /// The revision the artifact is of.
         #[arg(long)]
         revision: String,
+        /// The stage that requires it.
         stage: String,
+        /// The artifact, as the stage's `requires` names it.
         artifact: String,
     },
     /// For the pipeline and every stage, group and target: latest revision through, latest

@@ -52,6 +52,9 @@ pub struct ConformanceReport {
     pub run_id: String,
     pub findings: Vec<Finding>,
     pub calls: Vec<CheckedCall>,
+    /// The `config_schema` the type's init answered with: what a resource of it may configure.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub config_schema: Option<Value>,
 }
 
 impl ConformanceReport {
@@ -262,6 +265,7 @@ impl TypeChecker<'_> {
         self.pass("P003", None);
         let init = protocol::parse_init(&reply).map_err(|e| self.fail("P004", e.to_string(), None))?;
         self.pass("P004", None);
+        self.report.config_schema = init.config_schema.clone();
         match &init.config_schema {
             Some(schema) => match compile_schema(schema) {
                 Ok(_) => self.pass("P005", None),
@@ -440,8 +444,13 @@ fn schema_refusal(init: &InitResponse, config: &Value) -> Option<String> {
 /// Checks `type_name` (resolved against `options.workspace`) on `executor`.
 pub async fn check(executor: &dyn Executor, type_name: &str, options: &CheckOptions) -> ConformanceReport {
     let run_id = super::context::new_run_id();
-    let report =
-        ConformanceReport { type_name: type_name.to_string(), run_id, findings: Vec::new(), calls: Vec::new() };
+    let report = ConformanceReport {
+        type_name: type_name.to_string(),
+        run_id,
+        findings: Vec::new(),
+        calls: Vec::new(),
+        config_schema: None,
+    };
     let program = match TypeRef::parse(type_name, &options.workspace) {
         Ok(program) => program,
         Err(e) => {

@@ -351,3 +351,36 @@ fn every_key_of_a_manifest_is_in_the_book() {
     }
     assert!(checked > 20, "{checked} keys");
 }
+
+/// The commands at a glance (`docs/cli.md`) name every command, and every `pipeline`
+/// subcommand, the binary has; the reference describes every flag and argument.
+#[test]
+fn every_command_is_at_a_glance_and_every_flag_described() {
+    use clap::CommandFactory;
+    let glance = std::fs::read_to_string(root().join("docs/cli.md")).unwrap();
+    let table: Vec<&str> = glance.lines().filter(|l| l.starts_with("| `deployster ")).collect();
+    let mut missing = Vec::new();
+    let cli = deployster::cli::Cli::command();
+    let mut named = 0;
+    for command in cli.get_subcommands().filter(|c| !c.is_hide_set()) {
+        let name = command.get_name();
+        let subcommands: Vec<&str> = command.get_subcommands().map(|c| c.get_name()).collect();
+        let words: Vec<String> = if subcommands.is_empty() {
+            vec![format!("deployster {name}")]
+        } else {
+            subcommands.iter().map(|sub| format!("{name} {sub}")).collect()
+        };
+        for word in words {
+            named += 1;
+            if !table.iter().any(|row| row.contains(&word)) {
+                missing.push(word);
+            }
+        }
+    }
+    assert!(named > 15, "the walk sees the commands ({named})");
+    assert!(missing.is_empty(), "docs/cli.md's table lacks {missing:?}");
+    let reference = std::fs::read_to_string(root().join("docs/cli-reference.md")).unwrap();
+    let bare: Vec<&str> =
+        reference.lines().filter(|l| l.starts_with("| `") && l.trim_end().ends_with("|  |")).collect();
+    assert!(bare.is_empty(), "flags and arguments without a description: {bare:#?}");
+}

@@ -171,3 +171,24 @@ fn a_missing_hanging_or_crashing_type_and_a_bad_config_file_are_reported() {
     assert_eq!(run.code, 2, "{}", run.all());
     assert!(run.stderr.contains("config broken.yaml: not YAML or JSON"), "{}", run.all());
 }
+
+/// `check-type TYPE` lists the keys a resource of the type may configure, from the
+/// `config_schema` its init answers with: each with its type, whether it is required, and
+/// what it is; in JSON too.
+#[test]
+fn check_type_lists_the_type_s_config_keys() {
+    let ws = Workspace::new();
+    let text = ws.run(&["check-type", "builtin/file"]);
+    assert_eq!(text.code, 0, "{}", text.all());
+    assert!(text.stdout.contains("config keys (from its config_schema):"), "{}", text.stdout);
+    assert!(text.stdout.contains("\n  path (string, required): where it is"), "{}", text.stdout);
+    assert!(text.stdout.contains("\n  mode (string (pattern)): octal permission bits"), "{}", text.stdout);
+    let json = check(&ws, "builtin/kubernetes", &[]).json();
+    let keys: Vec<&str> = json["config_keys"].as_array().unwrap().iter().filter_map(|k| k["path"].as_str()).collect();
+    assert!(keys.contains(&"object") && keys.contains(&"ignore"), "{keys:?}");
+    let object = json["config_keys"].as_array().unwrap().iter().find(|k| k["path"] == "object").unwrap();
+    assert_eq!(object["type"], "object", "{object}");
+    let file = check(&ws, "builtin/file", &[]).json();
+    let path = file["config_keys"].as_array().unwrap().iter().find(|k| k["path"] == "path").cloned().unwrap();
+    assert_eq!((&path["type"], &path["required"]), (&Value::from("string"), &Value::from(true)), "{path}");
+}
