@@ -69,8 +69,10 @@ impl ManualApproval {
     }
 
     /// The pending plan for `plan`: the one already pending when it knew the same, else a new
-    /// one, whose id also depends on when it was first recorded — so that the same change,
-    /// planned again after it was applied, needs a new approval.
+    /// one. Its id is the digest of what it knew — the id a preview of the same spec showed —
+    /// unless that plan was applied on approval before: the same change planned again then
+    /// gets an id of its own (the digest and when it was first recorded), so that it needs a
+    /// new approval, and the approval left on the object approves nothing.
     fn pending_for(&self, plan: &Plan) -> PendingPlan {
         let digest = plan_digest(plan, &self.manifest);
         let reusable = |p: &&PendingPlan| p.digest == digest && Some(&p.id) != self.used.as_ref();
@@ -100,13 +102,11 @@ impl ManualApproval {
                 actions: if r.removal == Removal::ToDelete { vec!["delete".into()] } else { Vec::new() },
             }))
             .collect();
-        PendingPlan {
-            id: content_hash(&serde_json::json!({"digest": digest, "created_at": created_at})),
-            digest,
-            revision: self.manifest.revision.clone(),
-            created_at,
-            changes,
-        }
+        let id = match self.used.as_deref() == Some(digest.as_str()) {
+            false => digest.clone(),
+            true => content_hash(&serde_json::json!({"digest": digest, "created_at": created_at})),
+        };
+        PendingPlan { id, digest, revision: self.manifest.revision.clone(), created_at, changes }
     }
 }
 
@@ -120,7 +120,7 @@ impl Approver for ManualApproval {
             Decision::Apply
         } else {
             Decision::Decline(format!(
-                "plan {id} awaits approval: kubectl annotate manifest.deployster.io {} {APPROVE_ANNOTATION}={id} (or deployster approve)",
+                "plan {id} awaits approval: kubectl annotate manifest.deployster.io {} {APPROVE_ANNOTATION}={id} --overwrite (or deployster approve)",
                 self.manifest.name.rsplit('/').next().unwrap_or_default()
             ))
         }
@@ -283,5 +283,34 @@ mod tests {
             changes,
             [PlannedChange { name: "r0".into(), status: "DELETE".into(), actions: vec!["delete".into()] }]
         );
+    }
+
+    /// One id for a plan, wherever it is said: the pending plan's id is the digest a preview of
+    /// the same spec shows, and either route approves it; once applied, the same change planned
+    /// again gets an id of its own, which the approval left on the object does not approve.
+    #[tokio::test]
+    async fn a_plan_s_id_is_its_digest_until_it_was_applied_once() {
+        let spec = "resources: {}\napproval: Manual\n";
+        let (mut obj, manifest) = object(spec, None);
+        let digest = plan_digest(&plan(1, 4), &manifest);
+        let manual = ManualApproval::of(&obj, &manifest, 0).expect("manual");
+        let Decision::Decline(why) = manual.approve_plan(&plan(1, 4)).await else { panic!("asked first") };
+        let pending = manual.asked().unwrap();
+        assert_eq!((pending.id.as_str(), pending.digest.as_str()), (digest.as_str(), digest.as_str()));
+        assert!(why.contains(&format!("{APPROVE_ANNOTATION}={digest} --overwrite")), "{why}");
+
+        // Approved by the previewed id: applied.
+        obj.metadata.annotations = Some([(APPROVE_ANNOTATION.to_string(), digest.clone())].into());
+        let manual = ManualApproval::of(&obj, &manifest, 0).unwrap();
+        assert_eq!(manual.approve_plan(&plan(1, 4)).await, Decision::Apply);
+
+        // Applied: the same change again, the annotation still there, waits under a new id.
+        obj.status =
+            Some(crate::crd::ManifestStatus { last_approved_plan: Some(digest.clone()), ..Default::default() });
+        let manual = ManualApproval::of(&obj, &manifest, 60_000).unwrap();
+        assert!(matches!(manual.approve_plan(&plan(1, 4)).await, Decision::Decline(_)), "used once");
+        let again = manual.asked().unwrap();
+        assert_ne!(again.id, digest, "a new id for the same change planned again");
+        assert_eq!(again.digest, digest);
     }
 }
