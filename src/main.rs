@@ -27,6 +27,10 @@ fn init_logging(cli: &cli::Cli) {
         let _ = cli;
         ("warn", false)
     };
+    // kube's client warns of every error answer that is not a Status ("Unsuccessful data error
+    // parse: 404 page not found", a CRD not installed): the error is returned all the same, and
+    // said by us, with its cure, where it matters. Its own warnings are kept off by default.
+    let default = format!("{default},kube_client::client=error");
     let filter = tracing_subscriber::EnvFilter::try_from_env("DEPLOYSTER_LOG").unwrap_or_else(|_| default.into());
     // Colour codes only for a terminal: not in files, CI logs or a collector's pipe.
     let builder = tracing_subscriber::fmt()

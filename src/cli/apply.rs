@@ -179,6 +179,20 @@ pub(super) async fn pass(
         save_plan(out, &saved, progress)?;
     }
     let mut exit = show(args.output, progress, &passed)?;
+    let empty = |plan: &Plan| plan.entries.is_empty() && plan.removals.is_empty();
+    let nothing_held = match &passed.ended {
+        Ended::Deleted { plan, .. } | Ended::Planned(plan) => saved.destroy && empty(plan),
+        _ => false,
+    };
+    if nothing_held {
+        // A copy of the manifest in another directory has a deployment log of its own.
+        let dir = args.state.dir(&args.files);
+        progress.note(&format!(
+            "the inventory read is the deployment log in {}; a manifest applied from another directory is \
+             recorded beside it there (--state-dir names it)",
+            dir.display()
+        ));
+    }
     match (&passed.unrecorded, confirm) {
         // What an apply did must be in the log: one whose end could not be recorded is not a
         // success, whatever it applied (the next run will find it unfinished).
@@ -335,7 +349,14 @@ pub(super) async fn apply(mut args: ApplyArgs, session: &Session) -> Result<Exit
             let shown = path.display().to_string();
             let text = std::fs::read_to_string(path)
                 .map_err(|e| CliError::Refused(format!("plan file {shown}: cannot read it: {e}")))?;
-            let saved = SavedPlan::parse(&text, &shown)?;
+            let saved = SavedPlan::parse(&text, &shown).map_err(|e| match serde_json::from_str::<serde_json::Value>(&text) {
+                // Not JSON at all: most likely a manifest, given where a plan goes.
+                Err(_) => CliError::Refused(format!(
+                    "{e}\n  hint: `deployster apply FILE` applies a plan saved by `plan --out`; to apply a manifest, \
+                     name it with -f: deployster apply -f {shown}"
+                )),
+                Ok(_) => e.into(),
+            })?;
             if !args.manifest.files_given {
                 args.manifest.files = saved.files.clone();
             }

@@ -15,6 +15,15 @@ pub(super) fn history(args: HistoryArgs) -> Result<ExitKind, CliError> {
     let dir = args.log.dir();
     let subject = args.resource.as_deref().map_or("the manifest".to_string(), |r| format!("resource `{r}`"));
     if !dir.join(DATABASE).exists() {
+        // A manifest not there, and no log beside where it would be: a mistyped path, most
+        // likely — not a manifest never applied.
+        if let Some(missing) = args.log.files.iter().find(|f| !f.exists()) {
+            return Err(CliError::Refused(format!(
+                "manifest {}: no such file, and no deployment log in {}: give the manifest's path with -f",
+                missing.display(),
+                dir.display()
+            )));
+        }
         if let Some(number) = args.revision.or_else(|| args.diff.as_ref().and_then(|d| d.first().copied())) {
             let none = format!("there is no revision {number}: no deployment log in {} yet", dir.display());
             return Err(CliError::Refused(none));

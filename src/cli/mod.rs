@@ -139,7 +139,11 @@ pub enum Command {
 /// Parses the command line. `--var` and `--var-file` are interleaved in the order given,
 /// which clap's derive alone does not record.
 pub fn parse() -> Cli {
-    let matches = Cli::command().try_get_matches().unwrap_or_else(|e| foreign_flag(e).exit());
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(error) = single_dash(&args) {
+        error.exit();
+    }
+    let matches = Cli::command().try_get_matches_from(&args).unwrap_or_else(|e| foreign_flag(e).exit());
     let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     style::init(cli.color, wants_json(&matches));
     if let Some((_, sub)) = matches.subcommand() {
@@ -328,6 +332,30 @@ fn foreign_flag(error: clap::Error) -> clap::Error {
             .error(ErrorKind::UnknownArgument, format!("unexpected argument '{arg}': deployster's is {ours}")),
         None => error,
     }
+}
+
+/// A long flag written with one dash, as Terraform writes its own (`-var`, `-auto-approve`):
+/// clap would read `-v -a -r`. Said with the flag deployster has: the command's own flag of
+/// that name (`--var`), or the one [`FOREIGN_FLAGS`] names.
+fn single_dash(args: &[String]) -> Option<clap::Error> {
+    let cli = Cli::command();
+    let mut command = &cli;
+    for arg in args.iter().skip(1).take_while(|a| *a != "--") {
+        if let Some(sub) = command.find_subcommand(arg) {
+            command = sub;
+            continue;
+        }
+        let Some(word) = arg.strip_prefix('-').filter(|w| !w.starts_with('-') && w.len() > 1) else { continue };
+        let word = word.split('=').next().unwrap_or_default();
+        let ours = match FOREIGN_FLAGS.iter().find(|(theirs, _)| theirs.strip_prefix("--") == Some(word)) {
+            Some((_, ours)) => ours.to_string(),
+            None if command.get_arguments().any(|a| a.get_long() == Some(word)) => format!("`--{word}`"),
+            None => continue,
+        };
+        let message = format!("unexpected argument '{arg}': deployster's long flags take two dashes: {ours}");
+        return Some(cli.clone().error(clap::error::ErrorKind::UnknownArgument, message));
+    }
+    None
 }
 
 /// The custom resources `deployster crd` prints.

@@ -8,6 +8,7 @@ use async_trait::async_trait;
 use clap::{Args, Subcommand};
 use serde_json::{Map, Value};
 
+use super::render::{print_json, snake_keys};
 use super::{CliError, ExitKind, OutputFormat, Session};
 use crate::engine::context::RunOptions;
 use crate::engine::events::ApproveAll;
@@ -304,7 +305,7 @@ fn show_status(file: &FileArgs) -> Result<ExitKind, CliError> {
     let progress = opened.driver(offline()?, &stop_on_signals()?).settled()?;
     let status = status(&opened.pipeline, &progress, crate::history::now_ms(), &how_to_approve(&file.file));
     match file.output {
-        OutputFormat::Json => outln!("{}", serde_json::to_string_pretty(&status).expect("status serializes")),
+        OutputFormat::Json => print_json(&snake_keys(serde_json::to_value(&status).expect("status serializes"))),
         OutputFormat::Text => print_status(&status),
     }
     Ok(ExitKind::Ok)
@@ -313,7 +314,7 @@ fn show_status(file: &FileArgs) -> Result<ExitKind, CliError> {
 fn history(file: &FileArgs, limit: usize) -> Result<ExitKind, CliError> {
     let entries = Opened::reading(file)?.log.recent("pipeline", limit)?;
     match file.output {
-        OutputFormat::Json => outln!("{}", serde_json::to_string_pretty(&entries).expect("entries serialize")),
+        OutputFormat::Json => print_json(&serde_json::to_value(&entries).expect("entries serialize")),
         OutputFormat::Text => {
             for e in &entries {
                 let detail = match e.detail.as_object().is_some_and(|d| !d.is_empty()) {
@@ -338,7 +339,7 @@ fn show_driven(pipeline: &Pipeline, driven: &Driven, file: &FileArgs) {
     let how = how_to_approve(&file.file);
     if file.output == OutputFormat::Json {
         let status = status(pipeline, &driven.progress, crate::history::now_ms(), &how);
-        outln!("{}", serde_json::to_string_pretty(&status).expect("status serializes"));
+        print_json(&snake_keys(serde_json::to_value(&status).expect("status serializes")));
         return;
     }
     let runs = crate::pipeline::query::run_numbers(&driven.progress);

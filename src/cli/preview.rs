@@ -11,6 +11,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
+use super::render::{print_json, snake_keys};
 use super::{CliError, ExitKind};
 use crate::crd::Manifest;
 use crate::crd::preview::{ManifestPreview, PreviewSpec, PreviewStatus};
@@ -98,13 +99,10 @@ async fn run(args: &PreviewArgs) -> Result<ExitKind, CliError> {
     let status = answered.map_err(|why| CliError::Refused(format!("preview {namespace}/{name}: {why}")))?;
     let qualified = format!("{namespace}/{}", args.name);
     match args.output {
-        PreviewFormat::Json => outln!(
-            "{}",
-            serde_json::to_string_pretty(
-                &serde_json::json!({"preview": name, "manifest": qualified, "status": status})
-            )
-            .expect("statuses serialize")
-        ),
+        PreviewFormat::Json => {
+            let status = serde_json::to_value(&status).expect("statuses serialize");
+            print_json(&serde_json::json!({"preview": name, "manifest": qualified, "status": snake_keys(status)}))
+        }
         PreviewFormat::Markdown => outln!("{}", markdown(&qualified, &status)),
         PreviewFormat::Text => outln!("{}", text(&qualified, &status)),
     }

@@ -340,3 +340,27 @@ pub(super) fn document(plan: &Plan, report: Option<&Report>, status: &str, passe
 pub(super) fn print_json(value: &Value) {
     outln!("{}", serde_json::to_string_pretty(value).expect("JSON values serialize"));
 }
+
+/// `value` with every key in snake_case: what the command line prints is snake_case throughout
+/// (`run_id`, `latest_through`), while what it shows of a custom resource's status is written
+/// camelCase, as Kubernetes objects are. Only for documents whose keys are all field names.
+pub(super) fn snake_keys(value: Value) -> Value {
+    match value {
+        Value::Object(fields) => Value::Object(fields.into_iter().map(|(k, v)| (snake(&k), snake_keys(v))).collect()),
+        Value::Array(items) => Value::Array(items.into_iter().map(snake_keys).collect()),
+        other => other,
+    }
+}
+
+fn snake(key: &str) -> String {
+    let mut out = String::with_capacity(key.len() + 4);
+    for c in key.chars() {
+        if c.is_ascii_uppercase() {
+            out.push('_');
+            out.push(c.to_ascii_lowercase());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}

@@ -708,3 +708,53 @@ spec:
     // The intent, at most three progress writes, the pass's own: never one per report.
     assert!((2.0..=6.0).contains(&patches), "{patches} status writes");
 }
+
+/// A cluster without the controller's CRDs: the controller says which is missing and how to
+/// install it — the Manifest's stops it, the Pipeline's and the ManifestPreview's are said once
+/// and the rest runs — and kube's own warning of an error answer it cannot parse ("Unsuccessful
+/// data error parse: 404 page not found") is not shown with them.
+#[ignore = "needs API servers of its own: DEPLOYSTER_E2E_APISERVER=../shared/apiserver cargo test --test apiserver e2e_controller:: -- --include-ignored"]
+#[test]
+fn a_missing_crd_is_said_with_its_cure_and_no_parse_warning() {
+    let server = ApiServer::start("nocrd");
+    let work = tempfile::tempdir().unwrap();
+    let start = |log: &Path| {
+        Command::new(support::deployster())
+            .args(["controller", "--metrics-addr", &format!("127.0.0.1:{}", crate::support::cluster::free_port())])
+            .env("KUBECONFIG", &server.kubeconfig)
+            .env_remove("DEPLOYSTER_LOG")
+            .stdin(std::process::Stdio::null())
+            .stderr(std::fs::File::create(log).unwrap())
+            .spawn()
+            .unwrap()
+    };
+    let first = work.path().join("first.log");
+    let status = start(&first).wait().unwrap();
+    let said = std::fs::read_to_string(&first).unwrap();
+    assert_eq!(status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("the Manifest CRD is not installed") && said.contains("deployster crd | kubectl apply -f -"),
+        "{said}"
+    );
+    assert!(!said.contains("Unsuccessful data error parse"), "{said}");
+
+    let kubectl = |args: &[&str]| {
+        let out = Command::new("kubectl").args(args).env("KUBECONFIG", &server.kubeconfig).output().unwrap();
+        assert!(out.status.success(), "kubectl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    let crd = Path::new(env!("CARGO_MANIFEST_DIR")).join("crds/manifest.yaml");
+    kubectl(&["apply", "-f", crd.to_str().unwrap()]);
+    kubectl(&["wait", "--for", "condition=established", "--timeout=60s", "crd/manifests.deployster.io"]);
+    let second = work.path().join("second.log");
+    let mut controller = start(&second);
+    let log = || std::fs::read_to_string(&second).unwrap_or_default();
+    wait_for("the missing CRDs said", Duration::from_secs(30), || {
+        log().contains("Pipelines are not driven") && log().contains("ManifestPreviews are not planned")
+    });
+    let said = log();
+    let _ = controller.kill();
+    let _ = controller.wait();
+    assert!(said.contains("deployster crd pipeline | kubectl apply -f -"), "{said}");
+    assert!(said.contains("deployster crd preview | kubectl apply -f -"), "{said}");
+    assert!(!said.contains("Unsuccessful data error parse"), "{said}");
+}

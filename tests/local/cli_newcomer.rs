@@ -126,3 +126,50 @@ fn markers_and_colour_are_for_terminals_only() {
     assert!(!json.all().contains('\u{1b}'), "{}", json.all());
     json.json();
 }
+
+/// What a user of Terraform, or of `kubectl apply FILE`, types first gets what was meant:
+/// a manifest given where a plan file goes, and single-dash long flags.
+#[test]
+fn a_manifest_without_f_and_terraform_s_flags_are_answered_with_ours() {
+    let ws = Workspace::new();
+    ws.manifest("resources:\n  f: {type: builtin/file, config: {path: \"$WS/f\", content: x}}\n");
+    let run = ws.run(&["apply", "manifest.yaml"]);
+    assert_eq!(run.code, 2, "{}", run.all());
+    assert!(
+        run.stderr.contains("to apply a manifest, name it with -f: deployster apply -f manifest.yaml"),
+        "{}",
+        run.all()
+    );
+    for (theirs, ours) in [("-auto-approve", "`--yes`"), ("-var=x=1", "`--var`"), ("-out=p.json", "`--out`")] {
+        let command = if theirs.starts_with("-out") { "plan" } else { "apply" };
+        let run = ws.run(&[command, theirs, "-f", "manifest.yaml"]);
+        assert_eq!(run.code, 2, "{theirs}: {}", run.all());
+        assert!(run.stderr.contains(&format!("unexpected argument '{theirs}'")), "{}", run.all());
+        assert!(run.stderr.contains(&format!("two dashes: {ours}")), "{theirs}: {}", run.all());
+    }
+    assert!(!ws.exists("f"), "nothing ran");
+}
+
+/// `history -f` of a manifest that is not there, with no log beside it: a mistyped path, said
+/// so, and no state directory made; `destroy` of a copy elsewhere says which log it read.
+#[test]
+fn history_of_a_missing_file_and_destroy_of_a_copy_say_where_they_looked() {
+    let ws = Workspace::new();
+    let run = ws.run(&["history", "-f", "nothere.yaml"]);
+    assert_eq!(run.code, 2, "{}", run.all());
+    assert!(run.stderr.contains("manifest nothere.yaml: no such file, and no deployment log in"), "{}", run.all());
+    assert!(!ws.exists(".deployster"), "no empty log directory made");
+
+    ws.write("applied/m.yaml", "resources:\n  f: {type: builtin/file, config: {path: f.txt, content: x}}\n");
+    assert_eq!(ws.run(&["apply", "-f", "applied/m.yaml", "--yes"]).code, 0);
+    ws.write("copy/m.yaml", &std::fs::read_to_string(ws.path("applied/m.yaml")).unwrap());
+    let run = ws.run(&["destroy", "-f", "copy/m.yaml", "--yes"]);
+    assert_eq!(run.code, 0, "{}", run.all());
+    assert!(run.stdout.contains("Nothing to destroy"), "{}", run.all());
+    assert!(
+        run.stderr.contains("the inventory read is the deployment log in") && run.stderr.contains("copy/.deployster"),
+        "{}",
+        run.all()
+    );
+    assert!(ws.exists("applied/f.txt"), "what the other copy applied stays");
+}

@@ -134,7 +134,7 @@ fn the_example_goes_through_staging_then_waves_of_prod_after_approval() {
     assert_eq!(ws.read("out/prod-b2/release.txt"), "1.4.2 in region b\n", "the target's own vars");
     let status = status(&ws);
     for name in ["pipeline", "staging", "prod", "prod/fleet", "prod/fleet/prod-b1"] {
-        assert_eq!(node(&status, name)["latestThrough"], "1.4.2", "{name}: {status}");
+        assert_eq!(node(&status, name)["latest_through"], "1.4.2", "{name}: {status}");
     }
     assert_eq!(node(&status, "prod/fleet/prod-b1")["current"], "1.4.2");
 
@@ -169,7 +169,7 @@ fn a_failed_step_stops_its_revision_and_is_reported() {
     assert!(run.stderr.contains("does not exist"), "and the cause: {}", run.all());
     assert!(!ws.exists("out/prod-a1"), "nothing after the failed step ran");
     let status = status(&ws);
-    assert_eq!(node(&status, "staging")["latestFailed"], "2.0.0");
+    assert_eq!(node(&status, "staging")["latest_failed"], "2.0.0");
     assert_eq!(status["revisions"][0]["status"], "failed");
     // A later run does not try again: the revision is over.
     let again = pipeline(&ws, &["run", "-f", "pipeline.yaml"]);
@@ -193,7 +193,7 @@ fn approve_after_the_bake_needs_no_run_and_the_hints_and_runs_are_told_apart() {
 
     let settled = status(&ws);
     let waiting = settled["frontier"].as_array().unwrap().iter().find(|s| s["step"] == "prod/fleet/prod-a2/deploy");
-    let waits_for = waiting.map(|s| s["waitsFor"].as_str().unwrap_or_default()).unwrap_or_default();
+    let waits_for = waiting.map(|s| s["waits_for"].as_str().unwrap_or_default()).unwrap_or_default();
     assert!(
         waits_for.contains("`deployster pipeline approve -f pipeline.yaml --revision 1.4.2 prod/fleet`"),
         "status sees the bake over, and its hint names the file: {settled}"
