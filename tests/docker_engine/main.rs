@@ -6,3 +6,4 @@
 mod support;
 
 mod docker;
+mod release;
