@@ -42,11 +42,13 @@ use readiness::Readiness;
 use replicas::ownership;
 
 /// Lists Manifests once in every scope: fails with a hint when the CRD is not installed
-/// (404) or the controller's RBAC does not cover a namespace (403).
+/// (404) or the controller's RBAC does not cover a namespace (403). Their metadata only: a
+/// Manifest that does not deserialize is reported on itself once the watch reads it, never a
+/// reason not to start.
 pub async fn check_access(client: &Client, namespaces: &[String]) -> Result<(), StartError> {
     for scope in kinds::scopes(namespaces) {
         let api: Api<Manifest> = scoped(client, &scope);
-        match api.list(&ListParams::default().limit(1)).await {
+        match api.list_metadata(&ListParams::default().limit(1)).await {
             Ok(_) => {}
             Err(kube::Error::Api(status)) if status.code == 404 => return Err(StartError::CrdMissing),
             Err(kube::Error::Api(status)) if status.code == 403 => {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::api::{ObjectMeta, Patch, PatchParams};
+use kube::api::{ApiResource, DynamicObject, ObjectMeta, Patch, PatchParams};
 use kube::core::object::HasStatus;
 use kube::runtime::events::{Event as KubeEvent, EventType};
 use kube::{Api, Resource};
@@ -26,7 +26,9 @@ pub use super::context::FIELD_MANAGER;
 /// server-side under one field manager, one write at a time. It knows the status it last
 /// wrote (what the object holds now), and writes nothing when asked for that again.
 pub struct StatusWriter<K: HasStatus> {
-    api: Api<K>,
+    /// The kind's API, answering as any object: what a status write answers is not read back
+    /// as `K`, whose spec may not deserialize (a malformed object's status is written too).
+    api: Api<DynamicObject>,
     ownership: Arc<Ownership>,
     namespace: String,
     name: String,
@@ -47,7 +49,7 @@ where
         let namespace = meta.namespace.clone().unwrap_or_default();
         let name = meta.name.clone().unwrap_or_default();
         Self {
-            api: Api::namespaced(ctx.client.clone(), &namespace),
+            api: Api::namespaced_with(ctx.client.clone(), &namespace, &ApiResource::erase::<K>(&())),
             ownership: ctx.ownership.clone(),
             fenced_by: name.clone(),
             namespace,

@@ -220,9 +220,12 @@ fn woken_by(
             .state()
             .iter()
             .filter(|guard| guard.meta().namespace.as_deref() == Some(namespace.as_str()))
+            // One that does not deserialize waits for its own change, not for its Manifests'.
             .filter(|guard| {
-                let ready = guard.0.as_ref().ok().and_then(|p| p.status.as_ref()).and_then(|s| s.conditions.first());
-                ready.is_none_or(|ready| ready.status != "True")
+                guard.0.as_ref().is_ok_and(|p| {
+                    let ready = p.status.as_ref().and_then(|s| s.conditions.first());
+                    ready.is_none_or(|ready| ready.status != "True")
+                })
             })
             .map(|guard| ObjectRef::from_obj(&**guard))
             .collect();

@@ -58,8 +58,9 @@ pub async fn plan(obj: &ManifestPreview, ctx: &Context) -> Result<Answer, kube::
     // Its plug files apart from the Manifest's own.
     let mut settings = ctx.settings.clone();
     settings.plug_root = settings.plug_root.join("previews").join(obj.uid().unwrap_or_default());
+    // Its files (plugs, the workspace its programs run in) go once it is planned, whatever came of it.
+    let _files = RemovedWhenDropped(settings.plug_root.clone());
     let prepared = fetch::prepare(&ctx.client, &proposed, &settings).await;
-    let _ = std::fs::remove_dir_all(&settings.plug_root);
     let manifest = match prepared {
         // Its revision as the controller's pass of the merged spec will have it (its content).
         Ok((manifest, inputs)) => {
@@ -93,6 +94,15 @@ pub async fn plan(obj: &ManifestPreview, ctx: &Context) -> Result<Answer, kube::
         Ended::NotPrepared(e) => Answer::failed(PreviewReason::PlanFailed, manifest.mask.text(&e.to_string())),
         other => Answer::failed(PreviewReason::PlanFailed, format!("the pass ended unplanned: {other:?}")),
     })
+}
+
+/// A directory removed when this is dropped.
+struct RemovedWhenDropped(std::path::PathBuf);
+
+impl Drop for RemovedWhenDropped {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// The Manifest the proposal would make: the existing one's metadata (its name and uid, which
