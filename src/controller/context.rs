@@ -59,3 +59,25 @@ impl Context {
 pub fn jitter(d: Duration) -> Duration {
     d.mul_f64(1.0 - fastrand::f64() / f64::from(crate::engine::schedule::EARLY))
 }
+
+/// What the controller's unit tests start from: an in-memory API holding `stored` (with its
+/// kind's status subresource), and a context on it whose clock stands still.
+#[cfg(test)]
+pub(crate) async fn on_fake_api<K>(stored: K) -> (Client, Context)
+where
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>,
+    K: Clone + Default + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+{
+    let client = kube_fake_client::ClientBuilder::new()
+        .with_resource::<K>()
+        .with_status_subresource::<K>()
+        .with_object(stored)
+        .build()
+        .await
+        .expect("the in-memory API starts");
+    let executor: Arc<dyn crate::engine::executor::Executor> =
+        Arc::new(crate::engine::executor::fake::FakeExecutor::new(|_| Default::default()));
+    let mut ctx = Context::new(client.clone(), executor, Settings::default());
+    ctx.clock = Box::new(|| 1_700_000_000_000);
+    (client, ctx)
+}

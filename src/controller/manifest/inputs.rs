@@ -233,10 +233,11 @@ pub fn content_of(revision: &str) -> &str {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn manifest(namespace: &str, spec: &str) -> Manifest {
+    /// A Manifest `app` of `namespace` with `spec` (YAML).
+    pub(in crate::controller::manifest) fn manifest(namespace: &str, spec: &str) -> Manifest {
         let mut obj = Manifest::new("app", serde_norway::from_str(spec).unwrap());
         obj.metadata.namespace = Some(namespace.into());
         obj

@@ -51,10 +51,7 @@ pub(super) async fn malformed(ctx: &Context, invalid: &kube::core::error_boundar
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::Settings;
-    use crate::engine::executor::Executor;
     use k8s_openapi::api::events::v1::Event as KubeEvent;
-    use std::sync::Arc;
 
     /// An object the controller cannot read is Stalled with the reason — by the same status
     /// function as every pass — and gets a Warning event.
@@ -63,17 +60,7 @@ mod tests {
         let spec: crate::crd::ManifestSpec = serde_norway::from_str("resources: {}").unwrap();
         let mut stored = Manifest::new("broken", spec);
         stored.metadata.namespace = Some("default".into());
-        let client = kube_fake_client::ClientBuilder::new()
-            .with_resource::<Manifest>()
-            .with_status_subresource::<Manifest>()
-            .with_object(stored)
-            .build()
-            .await
-            .unwrap();
-        let executor: Arc<dyn Executor> =
-            Arc::new(crate::engine::executor::fake::FakeExecutor::new(|_| Default::default()));
-        let mut ctx = Context::new(client.clone(), executor, Settings::default());
-        ctx.clock = Box::new(|| 1_700_000_000_000);
+        let (client, ctx) = crate::controller::context::on_fake_api(stored).await;
         let metadata = kube::api::ObjectMeta {
             name: Some("broken".into()),
             namespace: Some("default".into()),

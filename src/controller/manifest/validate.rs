@@ -177,14 +177,9 @@ pub struct Intervals {
 
 #[cfg(test)]
 mod tests {
+    use super::super::inputs::tests::manifest;
     use super::*;
     use std::path::PathBuf;
-
-    fn manifest(namespace: &str, spec: &str) -> Manifest {
-        let mut obj = Manifest::new("app", serde_norway::from_str(spec).unwrap());
-        obj.metadata.namespace = Some(namespace.into());
-        obj
-    }
 
     fn inputs() -> Materialized {
         let plug_paths = [("db".to_string(), PathBuf::from("/plugs/db"))].into_iter().collect();

@@ -236,8 +236,6 @@ fn woken_by(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::Settings;
-    use crate::engine::executor::Executor;
     use k8s_openapi::api::events::v1::Event as KubeEvent;
     use kube::core::error_boundary::InvalidObject;
 
@@ -247,17 +245,7 @@ mod tests {
     async fn a_malformed_pipeline_is_stalled_with_the_reason_and_an_event() {
         let mut stored = Pipeline::new("broken", Default::default());
         stored.metadata.namespace = Some("default".into());
-        let client = kube_fake_client::ClientBuilder::new()
-            .with_resource::<Pipeline>()
-            .with_status_subresource::<Pipeline>()
-            .with_object(stored)
-            .build()
-            .await
-            .unwrap();
-        let executor: Arc<dyn Executor> =
-            Arc::new(crate::engine::executor::fake::FakeExecutor::new(|_| Default::default()));
-        let mut ctx = Context::new(client.clone(), executor, Settings::default());
-        ctx.clock = Box::new(|| 1_700_000_000_000);
+        let (client, ctx) = crate::controller::context::on_fake_api(stored).await;
         let ctx = PipelineContext::new(ctx);
         let metadata = kube::api::ObjectMeta {
             name: Some("broken".into()),

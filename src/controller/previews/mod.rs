@@ -210,11 +210,9 @@ pub fn error_policy(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::Settings;
     use crate::controller::replicas::fence::FenceError;
     use crate::controller::replicas::ownership::Ownership;
     use crate::controller::replicas::shards::{ShardSettings, Shards};
-    use crate::engine::executor::Executor;
     use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
     use kube::api::PostParams;
 
@@ -231,13 +229,7 @@ mod tests {
         stored.metadata.namespace = Some("default".into());
         stored.metadata.generation = Some(1);
         stored.spec.manifest = "app".into();
-        let client = kube_fake_client::ClientBuilder::new()
-            .with_resource::<ManifestPreview>()
-            .with_status_subresource::<ManifestPreview>()
-            .with_object(stored.clone())
-            .build()
-            .await
-            .unwrap();
+        let (client, mut ctx) = crate::controller::context::on_fake_api(stored.clone()).await;
         let leases: Api<Lease> = Api::namespaced(client.clone(), "default");
         let lease_name = format!("deployster-shard-{shard}");
         let lease = Lease {
@@ -255,11 +247,7 @@ mod tests {
             owner: None,
         };
         let shards = Shards::holding(client.clone(), settings, &[shard]);
-        let executor: Arc<dyn Executor> =
-            Arc::new(crate::engine::executor::fake::FakeExecutor::new(|_| Default::default()));
-        let mut ctx = Context::new(client.clone(), executor, Settings::default());
         ctx.ownership = Arc::new(Ownership::Shards(shards));
-        ctx.clock = Box::new(|| 1_700_000_000_000);
         let ctx = PreviewContext::new(ctx);
         let previews: Api<ManifestPreview> = Api::namespaced(client.clone(), "default");
         let phase = || async { previews.get(&name).await.unwrap().status.and_then(|s| s.phase) };
