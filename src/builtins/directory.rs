@@ -2,6 +2,8 @@
 
 use serde_json::{Value, json};
 
+use crate::engine::protocol::unknown;
+
 use super::error::BuiltinError;
 use super::{PATH_DESCRIPTION, Request, format_mode, mode_of, mode_schema, needs, plugs, set_mode};
 
@@ -27,9 +29,11 @@ pub(super) fn state(request: &Request) -> Result<Value, BuiltinError> {
     let path = request.path()?;
     let wanted = request.mode()?;
     let shown = path.display().to_string();
+    // Without a mode of its own, a new directory's is the umask's: known once it exists.
+    let planned = json!({"path": shown, "mode": wanted.map_or_else(unknown, |m| json!(format_mode(m)))});
     let metadata = match std::fs::metadata(&path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Ok(needs("MISSING", None, &[("create", format!("Create directory {shown}"))]));
+            return Ok(needs("MISSING", (None, planned), &[("create", format!("Create directory {shown}"))]));
         }
         Err(e) => return Err(BuiltinError::io("inspect", &path)(e)),
         Ok(m) => m,
@@ -42,7 +46,7 @@ pub(super) fn state(request: &Request) -> Result<Value, BuiltinError> {
     match wanted {
         Some(mode) if mode != actual => Ok(needs(
             "STALE",
-            Some(current),
+            (Some(current), planned),
             &[("chmod", format!("Change mode of {shown} from {} to {}", format_mode(actual), format_mode(mode)))],
         )),
         _ => Ok(json!({"status": "VALID", "state": current})),

@@ -8,6 +8,7 @@ use sha2::{Digest, Sha256};
 
 use super::error::BuiltinError;
 use super::{PATH_DESCRIPTION, Request, format_mode, mode_of, mode_schema, needs, plugs, set_mode};
+use crate::engine::protocol::unknown;
 
 pub(super) fn init() -> Value {
     json!({
@@ -41,9 +42,15 @@ pub(super) fn state(request: &Request) -> Result<Value, BuiltinError> {
     let wanted_mode = request.mode()?;
     let wanted_sha = sha256(content(request)?.as_bytes());
     let shown = path.display().to_string();
+    let size = content(request)?.len();
+    // Without a mode of its own, a file's is the umask's (or, rewritten, the one it had).
+    let planned = |found: Option<u32>| {
+        let mode = wanted_mode.or(found).map_or_else(unknown, |m| json!(format_mode(m)));
+        json!({"path": shown, "sha256": wanted_sha, "size": size, "mode": mode})
+    };
     let metadata = match std::fs::metadata(&path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Ok(needs("MISSING", None, &[("write", format!("Write {shown}"))]));
+            return Ok(needs("MISSING", (None, planned(None)), &[("write", format!("Write {shown}"))]));
         }
         Err(e) => return Err(BuiltinError::io("inspect", &path)(e)),
         Ok(m) => m,
@@ -56,12 +63,17 @@ pub(super) fn state(request: &Request) -> Result<Value, BuiltinError> {
     let current =
         json!({"path": shown, "sha256": sha256(&bytes), "size": bytes.len(), "mode": format_mode(actual_mode)});
     if current["sha256"] != wanted_sha.as_str() {
-        return Ok(needs("STALE", Some(current), &[("write", format!("Rewrite {shown} (its content differs)"))]));
+        let planned = planned(Some(actual_mode));
+        return Ok(needs(
+            "STALE",
+            (Some(current), planned),
+            &[("write", format!("Rewrite {shown} (its content differs)"))],
+        ));
     }
     match wanted_mode {
         Some(mode) if mode != actual_mode => Ok(needs(
             "STALE",
-            Some(current),
+            (Some(current), planned(Some(actual_mode))),
             &[("chmod", format!("Change mode of {shown} from {} to {}", format_mode(actual_mode), format_mode(mode)))],
         )),
         _ => Ok(json!({"status": "VALID", "state": current})),

@@ -231,7 +231,9 @@ fn set_mode(path: &Path, mode: u32) -> Result<(), BuiltinError> {
 }
 
 /// A STALE or MISSING response.
-fn needs(status: &str, stale_state: Option<Value>, actions: &[(&str, String)]) -> Value {
+/// A STALE or MISSING reply: its state as found, if any, and the state it is planned to have
+/// once its actions ran (its values not known until then [`crate::engine::protocol::unknown`]).
+fn needs(status: &str, (stale_state, planned): (Option<Value>, Value), actions: &[(&str, String)]) -> Value {
     let actions: Vec<Value> = actions
         .iter()
         .map(|(name, description)| json!({"name": name, "description": description, "args": [name]}))
@@ -239,6 +241,9 @@ fn needs(status: &str, stale_state: Option<Value>, actions: &[(&str, String)]) -
     let mut response = json!({"status": status, "actions": actions});
     if let Some(stale) = stale_state {
         response["staleState"] = stale;
+    }
+    if !planned.is_null() {
+        response["planned_state"] = planned;
     }
     response
 }

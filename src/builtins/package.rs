@@ -329,7 +329,7 @@ pub(super) fn state(request: &Request) -> Result<Value, BuiltinError> {
         return Ok(json!({"status": "VALID", "state": current}));
     }
     let status = if installed { "STALE" } else { "MISSING" };
-    let mut response = needs(status, installed.then_some(current), &[]);
+    let mut response = needs(status, (installed.then_some(current), Value::Null), &[]);
     response["actions"] = actions
         .into_iter()
         .map(|(name, description, args)| json!({"name": name, "description": description, "args": args}))

@@ -54,23 +54,45 @@ pub(super) fn print_plan(plan: &Plan) {
         let took = ran.then(|| elapsed(e.elapsed));
         outln!("{}", settled_line(e.standing.label(), &e.name, width, &e.type_name, took.as_deref()));
         match &e.standing {
-            Standing::NeedsActions { actions, .. } => print_actions(actions),
+            Standing::NeedsActions { actions, planned_state, .. } => {
+                print_actions(actions);
+                print_planned(planned_state.as_ref());
+            }
             Standing::Pending { waiting_on, unknown_inputs, found } => {
-                let deps: Vec<String> = waiting_on.iter().map(|w| format!("{} ({})", w.resource, w.status)).collect();
-                outln!("              waits on {}", deps.join(", "));
-                let until = match found.as_deref() {
-                    None => "unknown until then",
+                let names: Vec<&str> = waiting_on.iter().map(|w| w.resource.as_str()).collect();
+                match found.as_deref() {
+                    // Foreseen: what applying will find.
+                    Some(found) if unknown_inputs.is_empty() => {
+                        outln!("              after {}'s actions, as planned", names.join(", "));
+                        if let StateResponse::NeedsActions { actions, planned_state, .. } = found {
+                            print_actions(actions);
+                            print_planned(planned_state.as_ref());
+                        }
+                    }
                     Some(found) => {
-                        let names: Vec<&str> = waiting_on.iter().map(|w| w.resource.as_str()).collect();
+                        let deps: Vec<String> =
+                            waiting_on.iter().map(|w| format!("{} ({})", w.resource, w.status)).collect();
+                        outln!("              waits on {}", deps.join(", "));
                         outln!("              read with {} as found: {}", names.join(", "), found.status());
                         if let StateResponse::NeedsActions { actions, .. } = found {
                             print_actions(actions);
                         }
-                        "may change with their actions"
+                        for input in unknown_inputs {
+                            outln!(
+                                "              may change with their actions: {} = {}",
+                                input.path,
+                                input.expression
+                            );
+                        }
                     }
-                };
-                for input in unknown_inputs {
-                    outln!("              {until}: {} = {}", input.path, input.expression);
+                    None => {
+                        let deps: Vec<String> =
+                            waiting_on.iter().map(|w| format!("{} ({})", w.resource, w.status)).collect();
+                        outln!("              waits on {} for the values it reads:", deps.join(", "));
+                        for input in unknown_inputs {
+                            outln!("              {} = (known after apply) {}", input.path, input.expression);
+                        }
+                    }
                 }
             }
             Standing::Failed(error) => outln!("{}", indent(&error.to_string(), "              ")),
@@ -104,6 +126,14 @@ pub(super) fn print_plan(plan: &Plan) {
         summary.push_str(&format!("{}{removals}", if plan.entries.is_empty() { ": " } else { ", " }));
     }
     outln!("{summary}.");
+}
+
+/// The values a planned state leaves unknown, as Terraform says them.
+fn print_planned(planned: Option<&Value>) {
+    let unknown = planned.map(|p| crate::engine::protocol::unknown_paths(p, "state")).unwrap_or_default();
+    if !unknown.is_empty() {
+        outln!("              {} = (known after apply)", unknown.join(", "));
+    }
 }
 
 fn print_actions(actions: &[Action]) {
@@ -236,9 +266,12 @@ fn entries_json(entries: &[ResourceEntry], mask: &Mask) -> Vec<Value> {
                             .collect::<Vec<_>>());
                     }
                 }
-                Standing::NeedsActions { stale_state, actions, .. } => {
+                Standing::NeedsActions { stale_state, planned_state, actions, .. } => {
                     v["actions"] = json!(actions.iter().map(|a| json!({"name": a.name, "description": a.description})).collect::<Vec<_>>());
                     v["stale_state"] = stale_state.as_ref().map_or(Value::Null, |s| mask.value(s));
+                    if let Some(planned) = planned_state {
+                        v["planned_state"] = mask.value(planned);
+                    }
                 }
                 Standing::Pending { waiting_on, unknown_inputs, found } => {
                     v["waiting_on"] = json!(waiting_on.iter().map(|w| json!({"resource": w.resource, "status": w.status})).collect::<Vec<_>>());
@@ -260,9 +293,10 @@ fn entries_json(entries: &[ResourceEntry], mask: &Mask) -> Vec<Value> {
 fn found_json(found: &StateResponse, mask: &Mask) -> Value {
     match found {
         StateResponse::Valid { state } => json!({"status": "VALID", "state": mask.value(state)}),
-        StateResponse::NeedsActions { status, stale_state, actions } => json!({
+        StateResponse::NeedsActions { status, stale_state, planned_state, actions } => json!({
             "status": status.to_string(),
             "stale_state": stale_state.as_ref().map_or(Value::Null, |s| mask.value(s)),
+            "planned_state": planned_state.as_ref().map_or(Value::Null, |s| mask.value(s)),
             "actions": actions.iter().map(|a| json!({"name": a.name, "description": a.description})).collect::<Vec<_>>(),
         }),
     }

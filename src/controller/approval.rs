@@ -85,6 +85,8 @@ impl ManualApproval {
             .iter()
             .filter_map(|e| {
                 let actions = match &e.standing {
+                    // Foreseen VALID after its dependencies' actions: no change of its own.
+                    _ if matches!(e.standing.foreseen(), Some(StateResponse::Valid { .. })) => return None,
                     Standing::NeedsActions { actions, .. } => actions.iter().map(|a| a.name.clone()).collect(),
                     Standing::Pending { found, .. } => match found.as_deref() {
                         Some(StateResponse::NeedsActions { actions, .. }) => {

@@ -17,18 +17,20 @@ use super::config::Known;
 use super::error::{Cause, Phase, ResourceError};
 use super::expr;
 use super::plan::{Inputs, ResourceEntry, Standing, UnknownInput, Waiting};
-use super::protocol::{Action, StateResponse, Status};
+use super::protocol::{Action, StateResponse, Status, cut_to, is_unknown, unknown_paths};
 use super::validate::ValidatedManifest;
 
-/// What `entry` tells its dependents while the plan reads as found: a VALID resource's state,
-/// or a STALE one's state before its actions.
+/// What `entry` tells its dependents while the plan reads as found: a VALID resource's state;
+/// the state its type plans it to have once its actions ran; else a STALE one's state before
+/// its actions.
 pub(crate) fn known(entry: &ResourceEntry) -> Option<Arc<Known>> {
-    let state = match &entry.standing {
-        Standing::Valid { state, .. } => state,
-        Standing::NeedsActions { status: Status::Stale, stale_state: Some(state), .. } => state,
+    let (state, planned) = match &entry.standing {
+        Standing::Valid { state, .. } => (state, false),
+        Standing::NeedsActions { planned_state: Some(state), .. } => (state, true),
+        Standing::NeedsActions { status: Status::Stale, stale_state: Some(state), .. } => (state, false),
         _ => return None,
     };
-    Some(Arc::new(Known { config: entry.config.clone()?, state: state.clone() }))
+    Some(Arc::new(Known { config: entry.config.clone()?, state: state.clone(), planned }))
 }
 
 /// Resource `i` as the plan leaves it when it waits on a dependency, every dependency's
@@ -77,7 +79,8 @@ pub(crate) fn pending(
 
 /// Whether what a dependent reads at `rest` of `dependency`'s view (`state.path`, `name`) may
 /// differ once the plan is applied. `read`: the dependent was read with the views as found;
-/// otherwise whatever it reads of a dependency that is not VALID is unknown.
+/// otherwise whatever it reads of a dependency that is not VALID is unknown — but for what
+/// the dependency's planned state says.
 fn unknown(dependency: &ResourceEntry, rest: &str, read: bool) -> bool {
     let field = match rest {
         "" => "",
@@ -87,6 +90,23 @@ fn unknown(dependency: &ResourceEntry, rest: &str, read: bool) -> bool {
             _ => return false,
         },
     };
+    let planned = match &dependency.standing {
+        Standing::NeedsActions { planned_state: Some(planned), .. } => Some(planned),
+        Standing::Pending { found: Some(found), unknown_inputs, .. } if unknown_inputs.is_empty() => {
+            match found.as_ref() {
+                StateResponse::NeedsActions { planned_state: Some(planned), .. } => Some(planned),
+                _ => None,
+            }
+        }
+        _ => None,
+    };
+    if let Some(planned) = planned {
+        let at = field.split('.').filter(|k| !k.is_empty()).try_fold(planned, |v, k| match is_unknown(v) {
+            true => None,
+            false => v.get(k),
+        });
+        return at.is_none_or(|v| !unknown_paths(v, "").is_empty());
+    }
     if !read {
         return !matches!(dependency.standing, Standing::Valid { .. });
     }
@@ -151,6 +171,34 @@ pub(crate) fn unshown(
     }
     let shown = format!("read before {}'s actions, it was {shown}", before.join(", "));
     Some(ResourceError::new(Phase::State, Cause::NotInPlan { shown, now }))
+}
+
+/// Where `state`, after the actions, differs from the known values of the state its type
+/// `planned`: `path: planned → now`, each. A value planned unknown may become anything.
+pub(crate) fn unlike_planned(planned: &Value, state: &Value) -> Vec<String> {
+    fn walk(planned: &Value, state: Option<&Value>, at: &str, found: &mut Vec<String>) {
+        match (planned, state) {
+            (p, _) if is_unknown(p) => {}
+            (Value::Object(p), Some(Value::Object(s))) => {
+                for (key, value) in p {
+                    walk(value, s.get(key), &format!("{at}.{key}"), found);
+                }
+            }
+            (Value::Array(p), Some(Value::Array(s))) if p.len() == s.len() => {
+                for (i, (value, now)) in p.iter().zip(s).enumerate() {
+                    walk(value, Some(now), &format!("{at}[{i}]"), found);
+                }
+            }
+            (p, s) if s == Some(p) => {}
+            (p, s) => {
+                let now = s.map_or_else(|| "(absent)".to_string(), |s| cut_to(&s.to_string(), 80));
+                found.push(format!("{at}: {} → {now}", cut_to(&p.to_string(), 80)));
+            }
+        }
+    }
+    let mut found = Vec::new();
+    walk(planned, Some(state), "state", &mut found);
+    found
 }
 
 #[cfg(test)]

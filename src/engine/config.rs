@@ -6,40 +6,62 @@ use std::sync::Arc;
 use serde_json::{Map, Value, json};
 
 use super::error::{Cause, Phase, ResourceError};
-use super::expr::{self, PathSegment, ValuePath};
+use super::expr::{self, PathSegment, TemplateSite, ValuePath};
+use super::protocol;
 use super::validate::ValidatedManifest;
 use super::vars;
 
-/// A resource known to be VALID: its rendered config and its state.
+/// A resource known to be VALID: its rendered config and its state. Or, `planned`, what a plan
+/// takes it to be once its actions ran: its state as its type planned it, each value not known
+/// until then [`protocol::UNKNOWN`], and any field the planned state does not name unknown too.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Known {
     pub config: Value,
     pub state: Value,
+    pub planned: bool,
+}
+
+impl Known {
+    /// Nothing known of it yet but its name and type: a dependency before anything ran.
+    pub(crate) fn unknown() -> Known {
+        Known { config: protocol::unknown(), state: protocol::unknown(), planned: true }
+    }
 }
 
 /// What has been learnt so far, indexed like the manifest's resources. One per pass, shared by
 /// every resource's task: a slot is filled once, when its resource is found VALID, and a task
 /// starts only after its dependencies' slots are — so no task needs a copy of its own.
 #[derive(Debug, Default)]
-pub(crate) struct Knowledge(Box<[std::sync::OnceLock<Arc<Known>>]>);
+pub(crate) struct Knowledge {
+    slots: Box<[std::sync::OnceLock<Arc<Known>>]>,
+    /// What any resource without a slot is known to be.
+    otherwise: Option<Arc<Known>>,
+}
 
 impl Knowledge {
     /// What resource `j` is known to be, if VALID so far.
     pub(crate) fn of(&self, j: usize) -> Option<&Arc<Known>> {
-        self.0.get(j).and_then(|slot| slot.get())
+        self.slots.get(j).and_then(|slot| slot.get()).or(self.otherwise.as_ref())
     }
 
     /// Records that resource `j` is VALID; what is known already is kept.
     pub(crate) fn learn(&self, j: usize, known: Option<Arc<Known>>) {
-        if let (Some(slot), Some(known)) = (self.0.get(j), known) {
+        if let (Some(slot), Some(known)) = (self.slots.get(j), known) {
             let _ = slot.set(known);
         }
+    }
+
+    /// Before anything ran: every state unknown.
+    pub(crate) fn nothing_yet() -> Knowledge {
+        Knowledge { slots: Box::default(), otherwise: Some(Arc::new(Known::unknown())) }
     }
 }
 
 impl FromIterator<Option<Arc<Known>>> for Knowledge {
     fn from_iter<I: IntoIterator<Item = Option<Arc<Known>>>>(iter: I) -> Self {
-        Self(iter.into_iter().map(|k| k.map_or_else(std::sync::OnceLock::new, std::sync::OnceLock::from)).collect())
+        let slots =
+            iter.into_iter().map(|k| k.map_or_else(std::sync::OnceLock::new, std::sync::OnceLock::from)).collect();
+        Knowledge { slots, otherwise: None }
     }
 }
 
@@ -74,25 +96,86 @@ pub(crate) struct ConfigSchema {
     pub source: Value,
 }
 
+/// A config rendered against what is known: where it reads a value not known yet (a planned
+/// state's), the value is [`protocol::unknown`] and its path is in `unknown`.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Rendered {
+    pub config: Value,
+    pub unknown: Vec<ValuePath>,
+}
+
 /// Resource `i`'s config rendered against what is known, and checked against its type's
-/// schema (every violation, located by config path).
+/// schema (every violation, located by config path; a value not known yet matches anything).
 pub(crate) fn rendered_config(
     manifest: &ValidatedManifest,
     i: usize,
     known: &Knowledge,
     schema: Option<&ConfigSchema>,
-) -> Result<Value, ResourceError> {
+) -> Result<Rendered, ResourceError> {
     let resource = &manifest.resources[i];
     let prefix = resource.config_prefix();
     let context = render_context(manifest, i, known);
-    let config = expr::render(&resource.config, &context, &prefix)
+    let (unknown, sites): (Vec<&TemplateSite>, Vec<&TemplateSite>) = resource
+        .config
+        .sites
+        .iter()
+        .partition(|site| site.references.iter().any(|r| reads_unknown(manifest, i, known, r)));
+    let template = match unknown.is_empty() {
+        true => std::borrow::Cow::Borrowed(&resource.config),
+        false => {
+            let mut value = resource.config.value.clone();
+            for site in &unknown {
+                expr::replace(&mut value, &site.path, protocol::unknown());
+            }
+            std::borrow::Cow::Owned(expr::ConfigTemplate { value, sites: sites.into_iter().cloned().collect() })
+        }
+    };
+    let config = expr::render(&template, &context, &prefix)
         .map_err(|e| ResourceError::new(Phase::Config, Cause::Render(e.to_string())))?;
-    mask_derived(manifest, &resource.config, &context, &config);
-    let violations = schema.map(|schema| schema_violations(schema, &config, &prefix)).unwrap_or_default();
+    mask_derived(manifest, &template, &context, &config);
+    let unknown: Vec<ValuePath> = unknown.iter().map(|site| site.path.clone()).collect();
+    let violations = schema.map(|schema| schema_violations(schema, &config, &prefix, &unknown)).unwrap_or_default();
     if !violations.is_empty() {
         return Err(ResourceError::new(Phase::Config, Cause::Schema(violations)));
     }
-    Ok(config)
+    Ok(Rendered { config, unknown })
+}
+
+/// Whether `reference` (`dir.state.path`, `resources.db.state`) of resource `i`'s config
+/// reads a value not known yet: one a planned state marks unknown, or does not name.
+fn reads_unknown(manifest: &ValidatedManifest, i: usize, known: &Knowledge, reference: &str) -> bool {
+    let resource = &manifest.resources[i];
+    let planned = |j: usize| known.of(j).filter(|k| k.planned);
+    let mut parts = reference.split('.');
+    let target = match parts.next().unwrap_or_default() {
+        "resources" => match parts.next() {
+            Some(name) => manifest.index_of(name),
+            // Every dependency at once.
+            None => {
+                return resource.aliases.values().chain(&resource.implicit).any(|&j| planned(j).is_some());
+            }
+        },
+        alias => resource.aliases.get(alias).copied(),
+    };
+    let Some(dependency) = target.and_then(planned) else { return false };
+    match parts.next() {
+        None => !protocol::unknown_paths(&dependency.state, "").is_empty(),
+        Some("state") => {
+            let mut at = &dependency.state;
+            for key in parts {
+                if protocol::is_unknown(at) {
+                    return true;
+                }
+                match at.get(key) {
+                    Some(next) => at = next,
+                    None => return true,
+                }
+            }
+            !protocol::unknown_paths(at, "").is_empty()
+        }
+        // Its name or its type: known from the manifest.
+        Some(_) => false,
+    }
 }
 
 /// The manifest's outputs rendered against what `entries` (a report) found: variables, and
@@ -164,12 +247,32 @@ fn mask_derived(manifest: &ValidatedManifest, template: &expr::ConfigTemplate, c
 
 /// Every schema violation, located by config path, with values masked (they may come from
 /// variables); a key the schema does not allow, with the allowed key most like it.
-fn schema_violations(schema: &ConfigSchema, config: &Value, prefix: &str) -> Vec<String> {
+///
+/// A value not known yet (at a path of `unknown`) matches anything: a violation at or under it
+/// is not one, and neither is one over it that its value could decide (`oneOf`, `enum`, …).
+fn schema_violations(schema: &ConfigSchema, config: &Value, prefix: &str, unknown: &[ValuePath]) -> Vec<String> {
+    use jsonschema::error::ValidationErrorKind as Kind;
     schema
         .compiled
         .iter_errors(config)
-        .map(|e| {
+        .filter_map(|e| {
             let path = pointer_to_path(config, e.instance_path().as_str());
+            let structural = matches!(
+                e.kind(),
+                Kind::AdditionalProperties { .. }
+                    | Kind::Required { .. }
+                    | Kind::Type { .. }
+                    | Kind::MaxProperties { .. }
+                    | Kind::MinProperties { .. }
+                    | Kind::MaxItems { .. }
+                    | Kind::MinItems { .. }
+            );
+            let decided_by_unknown = unknown.iter().any(|u| {
+                u.0.starts_with(&path.0) && (u.0.len() == path.0.len() || !structural) || path.0.starts_with(&u.0)
+            });
+            (!decided_by_unknown).then_some((e, path))
+        })
+        .map(|(e, path)| {
             let mut hints = String::new();
             if let jsonschema::error::ValidationErrorKind::AdditionalProperties { unexpected } = e.kind() {
                 // The schema object holding `additionalProperties`, and the keys it declares.
@@ -237,7 +340,7 @@ mod tests {
             "additionalProperties": false
         }));
         let config = json!({"contents": "x", "path": "p", "zzz": 1, "owner": {"nmae": "u"}});
-        let v = schema_violations(&schema, &config, "resources.r.config");
+        let v = schema_violations(&schema, &config, "resources.r.config", &[]);
         assert_eq!(v.len(), 2, "{v:?}");
         let at = |prefix: &str| v.iter().find(|m| m.starts_with(prefix)).unwrap_or_else(|| panic!("{prefix}: {v:?}"));
         let root = at("resources.r.config: Additional properties are not allowed");
@@ -254,7 +357,7 @@ mod tests {
             "required": ["name"]
         }));
         let config = json!({"port": "s3cret", "hosts": ["a", 5]});
-        let v = schema_violations(&schema, &config, "resources.r.config");
+        let v = schema_violations(&schema, &config, "resources.r.config", &[]);
         assert_eq!(v.len(), 3, "{v:?}");
         assert!(v.iter().any(|m| m.starts_with("resources.r.config.port: ") && m.contains("integer")), "{v:?}");
         assert!(v.iter().any(|m| m.starts_with("resources.r.config.hosts[1]: ")), "{v:?}");

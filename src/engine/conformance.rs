@@ -86,7 +86,7 @@ pub struct CheckOptions {
 }
 
 /// The checks, in the order they run: (id, title).
-pub const CHECKS: [(&str, &str); 16] = [
+pub const CHECKS: [(&str, &str); 17] = [
     ("P001", "init runs and exits 0"),
     ("P002", "init prints one JSON object"),
     ("P003", "init reply follows the init-reply schema"),
@@ -100,6 +100,7 @@ pub const CHECKS: [(&str, &str); 16] = [
     ("P015", "state stays VALID with the same state (idempotence)"),
     ("P016", "running the actions again does not fail (re-entrancy)"),
     ("P017", "unknown request fields are ignored"),
+    ("P018", "the state after the actions is the one planned"),
     ("P020", "a config breaking the schema fails state with a message on stderr"),
     ("P030", "calls are quicker than the slow threshold"),
     ("P031", "stdout carries only the JSON reply (no chatter)"),
@@ -375,6 +376,27 @@ impl TypeChecker<'_> {
             return Err(self.fail("P014", format!("state is {} after the actions ran", after.status()), case));
         };
         self.pass("P014", case);
+        match &first {
+            StateResponse::NeedsActions { planned_state: Some(planned), .. } => {
+                let unlike = super::as_found::unlike_planned(planned, state);
+                match unlike.is_empty() {
+                    true => self.pass("P018", case),
+                    false => self.record(
+                        "P018",
+                        Level::Fail,
+                        format!("the state after the actions is not the one planned: {}", unlike.join("; ")),
+                        case,
+                    ),
+                }
+            }
+            StateResponse::NeedsActions { .. } => self.record(
+                "P018",
+                Level::Warn,
+                "no `planned_state`: a plan cannot read this resource's dependents before it is applied",
+                case,
+            ),
+            StateResponse::Valid { .. } => {}
+        }
         match self.state(init, &request, &mounts, label).await? {
             StateResponse::Valid { state: again } if again == *state => self.pass("P015", case),
             StateResponse::Valid { state: again } => self.record(

@@ -75,6 +75,9 @@ pub enum Cause {
     /// Apply would run on a resource what its plan did not show (`shown`: what the plan showed,
     /// `now`: what it would run); nothing was run on it.
     NotInPlan { shown: String, now: String },
+    /// After its actions, the state differs from what its type planned (each difference:
+    /// `path: planned → now`): what its dependents were planned over is not what they get.
+    NotAsPlanned(Vec<String>),
 }
 
 /// A resource's failure: the phase and the cause.
@@ -133,6 +136,7 @@ impl ResourceError {
             Cause::Readonly { .. } => "ReadonlyNotValid",
             Cause::Unsatisfied(_) => "RequirementsUnsatisfied",
             Cause::NotInPlan { .. } => "NotInPlan",
+            Cause::NotAsPlanned(_) => "NotAsPlanned",
         }
     }
 
@@ -207,6 +211,14 @@ impl fmt::Display for ResourceError {
             }
             Cause::NotInPlan { shown, now } => {
                 write!(f, "the plan did not show this: {shown}; now {now}. Nothing was run on it: make a new plan")
+            }
+            Cause::NotAsPlanned(differences) => {
+                write!(
+                    f,
+                    "after its actions its state is not the one its type planned (its dependents were planned over \
+                     that one, and are not run):"
+                )?;
+                differences.iter().try_for_each(|d| write!(f, "\n    {d}"))
             }
         }
     }

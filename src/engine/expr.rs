@@ -264,6 +264,13 @@ pub fn pointer<'a>(value: &'a Value, path: &ValuePath) -> Option<&'a Value> {
     })
 }
 
+/// Puts `with` at `path` inside `value`, where there is a value there.
+pub fn replace(value: &mut Value, path: &ValuePath, with: Value) {
+    if let Some(slot) = pointer_mut(value, path) {
+        *slot = with;
+    }
+}
+
 fn pointer_mut<'a>(value: &'a mut Value, path: &ValuePath) -> Option<&'a mut Value> {
     path.0.iter().try_fold(value, |v, segment| match segment {
         PathSegment::Key(k) => v.get_mut(k),

@@ -230,19 +230,11 @@ fn check_required_resources(ctx: &RunContext, resource: &Resource, init: &InitRe
     }
 }
 
-/// A config that reads no dependency can be rendered and checked now, before anything runs.
+/// Every config is rendered and checked now, before anything runs: what it reads of its
+/// dependencies is not known yet, and matches anything its schema allows (a key the schema
+/// does not have is a typo whatever the values).
 fn check_static_config(ctx: &RunContext, i: usize, checked: &ResourceType) -> Result<(), ResourceError> {
-    let resource = &ctx.manifest.resources[i];
-    let reads_dependencies = resource
-        .config
-        .sites
-        .iter()
-        .flat_map(|s| s.roots())
-        .any(|root| root == "resources" || resource.aliases.contains_key(root));
-    if !reads_dependencies {
-        rendered_config(&ctx.manifest, i, &Knowledge::default(), checked.schema.as_deref())?;
-    }
-    Ok(())
+    rendered_config(&ctx.manifest, i, &Knowledge::nothing_yet(), checked.schema.as_deref()).map(drop)
 }
 
 #[cfg(test)]

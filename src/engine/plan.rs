@@ -157,10 +157,12 @@ pub enum Standing {
         state: Value,
         applied: Option<Vec<Ran>>,
     },
-    /// STALE or MISSING, and the actions that would make it VALID (a plan's finding).
+    /// STALE or MISSING, and the actions that would make it VALID (a plan's finding), with
+    /// the state its type plans it to have after them, if it said.
     NeedsActions {
         status: Status,
         stale_state: Option<Value>,
+        planned_state: Option<Value>,
         actions: Vec<Action>,
     },
     /// Waiting on a dependency that is not VALID yet (and, during a run, not reached yet).
@@ -189,8 +191,25 @@ impl Standing {
         Standing::Pending { waiting_on: Vec::new(), unknown_inputs: Vec::new(), found: None }
     }
 
+    /// What a plan foresees of a resource waiting on its dependencies' actions: read over
+    /// their planned states (or their states as found) with nothing it reads still unknown,
+    /// what it was found to be then is what applying finds — or applying runs nothing on it.
+    pub fn foreseen(&self) -> Option<&StateResponse> {
+        match self {
+            Standing::Pending { found: Some(found), unknown_inputs, .. } if unknown_inputs.is_empty() => Some(found),
+            _ => None,
+        }
+    }
+
     /// The word shown for this resource.
     pub fn label(&self) -> &'static str {
+        if let Some(found) = self.foreseen() {
+            return match found.status() {
+                Status::Valid => "VALID",
+                Status::Stale => "STALE",
+                Status::Missing => "MISSING",
+            };
+        }
         match self {
             Standing::Valid { applied: None, .. } => "VALID",
             Standing::Valid { applied: Some(_), .. } => "APPLIED",
@@ -345,6 +364,14 @@ pub struct Counts {
 fn counts(entries: &[ResourceEntry]) -> Counts {
     let mut c = Counts::default();
     for e in entries {
+        match e.standing.foreseen() {
+            Some(StateResponse::Valid { .. }) => c.valid += 1,
+            Some(StateResponse::NeedsActions { .. }) => c.to_apply += 1,
+            None => {}
+        }
+        if e.standing.foreseen().is_some() {
+            continue;
+        }
         match e.standing {
             Standing::Valid { applied: None, .. } => c.valid += 1,
             Standing::Valid { applied: Some(_), .. } => c.applied += 1,

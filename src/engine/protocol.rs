@@ -172,8 +172,43 @@ pub enum StateResponse {
     NeedsActions {
         status: Status,
         stale_state: Option<Value>,
+        /// The state it will have once its actions ran, each value not known until then
+        /// [`UNKNOWN`]; `None`: the type did not say.
+        planned_state: Option<Value>,
         actions: Vec<Action>,
     },
+}
+
+/// What a planned state holds (and a config rendered from one) where a value is not known
+/// until actions run: `{"$unknown": true}`.
+pub const UNKNOWN: &str = "$unknown";
+
+/// The value [`UNKNOWN`] names.
+pub fn unknown() -> Value {
+    serde_json::json!({ UNKNOWN: true })
+}
+
+/// Whether `value` is the unknown marker.
+pub fn is_unknown(value: &Value) -> bool {
+    value.as_object().is_some_and(|o| o.len() == 1 && o.get(UNKNOWN) == Some(&Value::Bool(true)))
+}
+
+/// Where `value` holds the unknown marker, as paths under `root` (`state.id`).
+pub fn unknown_paths(value: &Value, root: &str) -> Vec<String> {
+    fn walk(value: &Value, at: String, found: &mut Vec<String>) {
+        if is_unknown(value) {
+            found.push(at);
+            return;
+        }
+        match value {
+            Value::Object(map) => map.iter().for_each(|(k, v)| walk(v, format!("{at}.{k}"), found)),
+            Value::Array(items) => items.iter().enumerate().for_each(|(i, v)| walk(v, format!("{at}[{i}]"), found)),
+            _ => {}
+        }
+    }
+    let mut found = Vec::new();
+    walk(value, root.to_string(), &mut found);
+    found
 }
 
 impl StateResponse {
@@ -196,8 +231,14 @@ struct RawStateResponse {
     state: Option<Value>,
     #[serde(default)]
     properties: Option<Value>,
-    #[serde(default, rename = "staleState")]
+    /// STALE: the state as found (the older revision: `staleProperties`).
+    #[serde(default, rename = "staleState", alias = "staleProperties")]
     stale_state: Option<Value>,
+    /// STALE or MISSING: the state it will have once its actions ran, each value not known
+    /// until then `{"$unknown": true}` (optional; `plannedState` also accepted). A plan reads
+    /// and shows its dependents over it.
+    #[serde(default, alias = "plannedState")]
+    planned_state: Option<Value>,
     #[serde(default)]
     actions: Option<Vec<Action>>,
 }
@@ -278,11 +319,25 @@ pub fn parse_state(stdout: &[u8]) -> Result<StateResponse, ProtocolError> {
         if raw.actions.is_some() {
             return Err(problem("status VALID must not carry `actions`"));
         }
+        if raw.planned_state.is_some() {
+            return Err(problem("status VALID must not carry `planned_state`: its `state` is the state"));
+        }
         let state = raw
             .state
             .or(raw.properties)
             .ok_or_else(|| problem("status VALID requires `state` (or the older `properties`)"))?;
+        refuse_unknowns("a VALID resource's `state`", &state, "state")?;
         return Ok(StateResponse::Valid { state });
+    }
+    if let Some(stale_state) = &raw.stale_state {
+        refuse_unknowns("`staleState` (the state as found)", stale_state, "staleState")?;
+    }
+    if let Some(planned) = &raw.planned_state
+        && is_unknown(planned)
+    {
+        return Err(problem(
+            "`planned_state` is unknown as a whole: leave it out, or mark unknown only the values not known yet",
+        ));
     }
     let actions = raw.actions.unwrap_or_default();
     if actions.is_empty() {
@@ -298,13 +353,38 @@ pub fn parse_state(stdout: &[u8]) -> Result<StateResponse, ProtocolError> {
         }
         check_invocable(&format!("action `{}`", action.name), &action.invocable)?;
     }
-    Ok(StateResponse::NeedsActions { status, stale_state: raw.stale_state, actions })
+    Ok(StateResponse::NeedsActions { status, stale_state: raw.stale_state, planned_state: raw.planned_state, actions })
+}
+
+/// Refuses `{"$unknown": true}` where every value is known (`what`, at `root`).
+fn refuse_unknowns(what: &str, value: &Value, root: &str) -> Result<(), ProtocolError> {
+    let at = unknown_paths(value, root);
+    if at.is_empty() {
+        return Ok(());
+    }
+    Err(problem(format!(
+        "{what} holds unknown values (`{{\"{UNKNOWN}\": true}}` at {}): only a `planned_state` may",
+        at.join(", ")
+    )))
 }
 
 /// The first `limit` bytes of program output, as text, for error messages.
 pub fn excerpt(bytes: &[u8], limit: usize) -> String {
     let text = String::from_utf8_lossy(&bytes[..bytes.len().min(limit)]).into_owned();
     if bytes.len() > limit { format!("{text}… ({} more bytes)", bytes.len() - limit) } else { text }
+}
+
+/// `text` cut to at most `limit` bytes on a character boundary, `…` included when it was cut
+/// (an event's note over 1024 bytes is refused by the API server, and the event lost).
+pub fn cut_to(text: &str, limit: usize) -> String {
+    if text.len() <= limit {
+        return text.to_string();
+    }
+    let mut end = limit.saturating_sub('…'.len_utf8());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
 }
 
 /// Every protocol message as a JSON Schema, generated from the types above: (file stem,
@@ -389,7 +469,7 @@ mod tests {
     fn stale_and_missing_require_actions() {
         let r = state(json!({"status": "STALE", "staleState": {"m": 1}, "actions": [{"name": "fix", "args": ["a"]}]}))
             .unwrap();
-        let StateResponse::NeedsActions { status, stale_state, actions } = r else { panic!() };
+        let StateResponse::NeedsActions { status, stale_state, actions, .. } = r else { panic!() };
         assert_eq!(
             (status, stale_state, actions[0].invocable.args.clone()),
             (Status::Stale, Some(json!({"m": 1})), vec!["a".to_string()])
@@ -426,6 +506,46 @@ mod tests {
         assert_eq!(v["type"], "t");
         assert_eq!(v["staleState"], json!({}));
         assert_eq!(v["workspace"], "/w");
+    }
+
+    #[test]
+    fn a_planned_state_is_read_in_either_spelling_and_refused_where_it_cannot_be() {
+        let planned = json!({"path": "/d", "mode": {"$unknown": true}});
+        for key in ["planned_state", "plannedState"] {
+            let r = state(json!({"status": "MISSING", key: planned, "actions": [{"name": "create", "args": ["c"]}]}))
+                .unwrap();
+            let StateResponse::NeedsActions { planned_state, .. } = r else { panic!("{key}") };
+            assert_eq!(planned_state.as_ref(), Some(&planned), "{key}");
+            assert_eq!(unknown_paths(planned_state.as_ref().unwrap(), "state"), ["state.mode"]);
+        }
+        let old =
+            state(json!({"status": "STALE", "staleProperties": {"m": 1}, "actions": [{"name": "a", "args": ["a"]}]}));
+        assert!(
+            matches!(old.unwrap(), StateResponse::NeedsActions { stale_state: Some(s), .. } if s == json!({"m": 1}))
+        );
+        let refused = [
+            (
+                json!({"status": "VALID", "state": {"id": {"$unknown": true}}}),
+                "a VALID resource's `state` holds unknown values (`{\"$unknown\": true}` at state.id)",
+            ),
+            (json!({"status": "VALID", "state": {"a": [1, {"$unknown": true}]}}), "at state.a[1]"),
+            (json!({"status": "VALID", "state": {}, "planned_state": {}}), "must not carry `planned_state`"),
+            (
+                json!({"status": "STALE", "staleState": {"x": {"$unknown": true}}, "actions": [{"name": "a", "args": ["a"]}]}),
+                "`staleState` (the state as found) holds unknown values",
+            ),
+            (
+                json!({"status": "MISSING", "planned_state": {"$unknown": true}, "actions": [{"name": "a", "args": ["a"]}]}),
+                "unknown as a whole",
+            ),
+        ];
+        for (reply, said) in refused {
+            let err = state(reply.clone()).unwrap_err();
+            assert!(err.problem.contains(said), "{reply}: {err}");
+        }
+        // A value that only looks like the marker is data.
+        assert!(!is_unknown(&json!({"$unknown": true, "other": 1})) && !is_unknown(&json!({"$unknown": "yes"})));
+        assert!(state(json!({"status": "VALID", "state": {"$unknown": false}})).is_ok());
     }
 
     #[test]

@@ -54,10 +54,12 @@ fn dependency_views(
         .collect()
 }
 
-/// A resource's state as read by its state action, with the config it was read for.
+/// A resource's state as read by its state action, with the config it was read for — or not
+/// read (`None`), its config reading values a plan does not know yet (each
+/// [`protocol::unknown`] in `config`).
 pub(crate) struct Resolved {
     pub config: Value,
-    pub response: StateResponse,
+    pub response: Option<StateResponse>,
 }
 
 /// Why applying a resource stopped.
@@ -96,14 +98,18 @@ pub(crate) async fn resolve(
     may_assume: bool,
 ) -> Result<Resolved, ResourceError> {
     let resource = &ctx.manifest.resources[i];
-    let config = rendered_config(&ctx.manifest, i, known, ctx.types[i].schema.as_deref())?;
+    let rendered = rendered_config(&ctx.manifest, i, known, ctx.types[i].schema.as_deref())?;
+    let config = rendered.config;
+    if !rendered.unknown.is_empty() {
+        return Ok(Resolved { config, response: None });
+    }
     let assumed = ctx.options.assume_valid.get(&ctx.manifest.revision, &resource.name);
     if let Some(assumed) = assumed.filter(|a| may_assume && a.renders_as(&config)) {
-        return Ok(Resolved { response: StateResponse::Valid { state: assumed.state() }, config });
+        return Ok(Resolved { response: Some(StateResponse::Valid { state: assumed.state() }), config });
     }
     let request = state_request(ctx, i, config.clone(), known);
     let response = read_state(ctx, i, &Phase::State, &request).await?;
-    Ok(Resolved { config, response })
+    Ok(Resolved { config, response: Some(response) })
 }
 
 pub(crate) async fn read_state(
@@ -127,12 +133,12 @@ pub(crate) async fn read_state(
 }
 
 /// Runs the actions (of a resource approved as a whole) in order, then reads the state again,
-/// which must now be VALID.
+/// which must now be VALID — and, where its type planned it (`planned`), what it planned.
 pub(crate) async fn apply_actions(
     ctx: &RunContext,
     i: usize,
     config: Value,
-    stale_state: Option<Value>,
+    (stale_state, planned): (Option<Value>, Option<&Value>),
     actions: &[Action],
     known: &Knowledge,
     approver: &dyn Approver,
@@ -151,7 +157,14 @@ pub(crate) async fn apply_actions(
         ran.push(Ran { action: action.name.clone(), results });
     }
     match read_state(ctx, i, &Phase::Verify, &request).await? {
-        StateResponse::Valid { state } => Ok((state, ran)),
+        StateResponse::Valid { state } => {
+            let unlike = planned.map(|planned| super::as_found::unlike_planned(planned, &state)).unwrap_or_default();
+            if !unlike.is_empty() {
+                let unlike = unlike.iter().map(|d| ctx.manifest.mask.text(d)).collect();
+                return Err(ResourceError::new(Phase::Verify, Cause::NotAsPlanned(unlike)).into());
+            }
+            Ok((state, ran))
+        }
         other => Err(ResourceError::new(Phase::Verify, Cause::StillNotValid(other.status())).into()),
     }
 }

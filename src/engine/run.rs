@@ -124,8 +124,8 @@ impl Prepared {
             let e = &mut entries[i];
             let found = match std::mem::replace(&mut e.standing, Standing::unread()) {
                 Standing::Valid { state, .. } => Some(StateResponse::Valid { state }),
-                Standing::NeedsActions { status, stale_state, actions } => {
-                    Some(StateResponse::NeedsActions { status, stale_state, actions })
+                Standing::NeedsActions { status, stale_state, planned_state, actions } => {
+                    Some(StateResponse::NeedsActions { status, stale_state, planned_state, actions })
                 }
                 Standing::Failed(error) => {
                     notes.push(format!(
@@ -258,20 +258,23 @@ impl Prepared {
         entry: ResourceEntry,
         round: Round<'_>,
     ) -> (Standing, Option<Value>) {
-        let (config, status, stale_state, actions) = match (entry.standing, entry.config) {
-            (Standing::NeedsActions { status, stale_state, actions }, Some(config)) => {
-                (config, status, stale_state, actions)
+        let (config, status, stale_state, planned_state, actions) = match (entry.standing, entry.config) {
+            (Standing::NeedsActions { status, stale_state, planned_state, actions }, Some(config)) => {
+                (config, status, stale_state, planned_state, actions)
             }
             // Only the plan takes resources for VALID: once something was applied, whatever
             // depends on it is read.
             (planned, planned_config) => {
                 match resource::resolve(&self.ctx, i, known, !matches!(round, Round::Apply(_))).await {
                     Err(e) => return (Standing::Failed(e), None),
-                    Ok(r) => match r.response {
+                    // Its config reads what the plan cannot know yet: it waits (only a plan's
+                    // knowledge holds planned states).
+                    Ok(resource::Resolved { response: None, config }) => return (Standing::unread(), Some(config)),
+                    Ok(resource::Resolved { response: Some(response), config }) => match response {
                         StateResponse::Valid { state } => {
-                            return (Standing::Valid { state, applied: None }, Some(r.config));
+                            return (Standing::Valid { state, applied: None }, Some(config));
                         }
-                        StateResponse::NeedsActions { status, stale_state, actions } => {
+                        StateResponse::NeedsActions { status, stale_state, planned_state, actions } => {
                             // Read by the plan as found, with nothing it read expected to change:
                             // apply runs only what the plan showed.
                             if let (Standing::Pending { found: Some(found), unknown_inputs, waiting_on }, Some(shown)) =
@@ -282,13 +285,13 @@ impl Prepared {
                                     i,
                                     (found, shown),
                                     waiting_on,
-                                    &r.config,
+                                    &config,
                                     &actions,
                                 )
                             {
-                                return (Standing::Failed(error), Some(r.config));
+                                return (Standing::Failed(error), Some(config));
                             }
-                            (r.config, status, stale_state, actions)
+                            (config, status, stale_state, planned_state, actions)
                         }
                     },
                 }
@@ -302,13 +305,13 @@ impl Prepared {
             );
         }
         let Round::Apply(approver) = round else {
-            return (Standing::NeedsActions { status, stale_state, actions }, Some(config));
+            return (Standing::NeedsActions { status, stale_state, planned_state, actions }, Some(config));
         };
         if !approver.approve_resource(&self.ctx.manifest.resources[i].name, status, &actions).await {
             return (Standing::Declined, Some(config));
         }
-        let applied =
-            resource::apply_actions(&self.ctx, i, config.clone(), stale_state, &actions, known, approver).await;
+        let states = (stale_state, planned_state.as_ref());
+        let applied = resource::apply_actions(&self.ctx, i, config.clone(), states, &actions, known, approver).await;
         let standing = match applied {
             Ok((state, ran)) => Standing::Valid { state, applied: Some(ran) },
             Err(ApplyStopped::Failed(e)) => Standing::Failed(e),
@@ -354,7 +357,7 @@ fn entry(resource: &super::validate::Resource, standing: Standing, config: Optio
 pub(crate) fn known_of(entry: &ResourceEntry) -> Option<Arc<Known>> {
     match (&entry.standing, &entry.config) {
         (Standing::Valid { state, .. }, Some(config)) => {
-            Some(Arc::new(Known { config: config.clone(), state: state.clone() }))
+            Some(Arc::new(Known { config: config.clone(), state: state.clone(), planned: false }))
         }
         _ => None,
     }

@@ -420,18 +420,7 @@ pub fn format_time(at_ms: i64) -> String {
     humantime::format_rfc3339_millis(time).to_string()
 }
 
-/// `text` cut to at most `limit` bytes on a character boundary, `…` included when it was cut
-/// (an event's note over 1024 bytes is refused by the API server, and the event lost).
-pub fn cut_to(text: &str, limit: usize) -> String {
-    if text.len() <= limit {
-        return text.to_string();
-    }
-    let mut end = limit.saturating_sub('…'.len_utf8());
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &text[..end])
-}
+pub use crate::engine::protocol::cut_to;
 
 #[cfg(test)]
 pub(crate) mod tests;

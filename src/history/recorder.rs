@@ -293,9 +293,10 @@ impl Observer for Recorder {
         }
     }
 
-    /// Pending resources settle no other way: recorded with what they wait on.
+    /// Pending resources settle no other way: recorded with what they wait on. One the plan
+    /// foresees was read (over its dependencies' planned states), and is recorded as found.
     fn on_planned(&self, plan: &Plan, _: &[Drift], _: &[Change]) {
-        for e in &plan.entries {
+        for e in plan.entries.iter().filter(|e| e.standing.foreseen().is_none()) {
             if let Standing::Pending { waiting_on, .. } = &e.standing {
                 let waiting: Vec<&str> = waiting_on.iter().map(|w| w.resource.as_str()).collect();
                 let detail = json!({"waiting_on": waiting});

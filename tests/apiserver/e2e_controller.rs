@@ -335,6 +335,14 @@ fn a_manual_manifest_waits_for_deployster_approve() {
     });
     let pending = cluster.get(&["manifest", "demo"]).unwrap()["status"]["pendingPlan"].clone();
     let id = pending["id"].as_str().expect("a pending plan id").to_string();
+    // The file in the directory not made yet is planned too: the plan approved is all of it.
+    let changes: Vec<String> = pending["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| format!("{} {} {}", c["name"].as_str().unwrap(), c["status"].as_str().unwrap(), c["actions"]))
+        .collect();
+    assert_eq!(changes, [r#"data_dir MISSING ["create"]"#, r#"app_config MISSING ["write"]"#], "{pending:#}");
     std::thread::sleep(Duration::from_secs(4));
     assert!(!base.exists(), "nothing is applied before approval");
     assert_eq!(cluster.get(&["manifest", "demo"]).unwrap()["status"]["pendingPlan"]["id"], id.as_str());
@@ -354,7 +362,8 @@ fn a_manual_manifest_waits_for_deployster_approve() {
     let (code, text) = approve(&[]);
     assert_eq!(code, Some(0), "{text}");
     assert!(text.contains(&format!("Plan {id} of {}/demo", cluster.namespace)), "{text}");
-    assert!(text.contains("MISSING   data_dir  create"), "{text}");
+    assert!(text.contains("MISSING   data_dir    create"), "{text}");
+    assert!(text.contains("MISSING   app_config  write"), "{text}");
 
     wait_for("the approved plan to be applied", Duration::from_secs(60), || {
         cluster.condition("demo", "Ready") == "True"

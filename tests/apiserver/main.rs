@@ -13,6 +13,7 @@ mod e2e_shards;
 mod helm;
 mod image;
 mod kubernetes;
+mod plans;
 mod previews;
 mod removals;
 mod watches;

@@ -91,6 +91,22 @@ fn each_broken_state_or_action_fails_its_check() {
 }
 
 #[test]
+fn a_planned_state_the_actions_keep_passes_and_none_is_a_warning() {
+    let ws = Workspace::new();
+    let marker = format!("{}/m", ws.root());
+    ws.write("kept.yaml", &format!("marker: {marker}\nplanned: {{content: created, marker: {{$unknown: true}}}}\n"));
+    ws.write("none.yaml", &format!("marker: {marker}2\n"));
+    let run = check(&ws, "./fixture", &["--config", "kept.yaml"]);
+    assert_eq!(run.code, 0, "{}", run.all());
+    assert_eq!(finding(&run, "P018")["level"], "pass", "{}", run.all());
+    let run = check(&ws, "./fixture", &["--config", "none.yaml"]);
+    assert_eq!(run.code, 0, "a warning only: {}", run.all());
+    let said = finding(&run, "P018");
+    assert_eq!(said["level"], "warn", "{}", run.all());
+    assert!(said["message"].as_str().unwrap().contains("no `planned_state`"), "{said}");
+}
+
+#[test]
 fn an_action_that_fails_when_run_again_is_a_warning() {
     let ws = Workspace::new();
     ws.write("case.yaml", &format!("marker: {}/m\nnot_reentrant: true\n", ws.root()));

@@ -36,7 +36,7 @@ fn fresh_apply_creates_everything_and_a_second_apply_is_a_no_op() {
     assert!(first.stdout.contains("Apply complete: 3 applied, 0 unchanged"), "{}", first.all());
     // Action output is streamed with its resource/action prefix.
     assert!(first.stdout.contains("app_config/write | wrote "), "{}", first.all());
-    assert!(first.stdout.contains("PENDING   app_config"), "{}", first.all());
+    assert!(first.stdout.contains("MISSING   app_config"), "planned over data_dir's plan: {}", first.all());
 
     let second = ws.apply(&[]);
     assert_eq!(second.code, 0, "{}", second.all());
@@ -78,18 +78,39 @@ fn drift_is_detected_in_the_plan_and_corrected_by_apply() {
 }
 
 #[test]
-fn plan_runs_no_action_and_names_pending_inputs() {
+fn plan_runs_no_action_plans_dependents_and_names_what_waits() {
     let ws = Workspace::new();
     ws.manifest(BUILTINS);
     let plan = ws.plan(&[]);
     assert_eq!(plan.code, 0, "{}", plan.all());
     assert!(!ws.exists("out-dev"), "plan must not create anything");
-    assert!(plan.stdout.contains("waits on data_dir (MISSING)"), "{}", plan.all());
-    assert!(plan.stdout.contains("unknown until then: config.path = {{ dir.state.path }}/app.json"), "{}", plan.all());
+    assert!(plan.stdout.contains("after data_dir's actions, as planned"), "{}", plan.all());
+    assert!(plan.stdout.contains("Plan: 3 to apply, 0 pending, 0 valid."), "{}", plan.all());
     let json = ws.plan(&["--output", "json"]).json();
-    assert_eq!(json["plan"][1]["status"], "PENDING");
+    assert_eq!(json["plan"][1]["status"], "MISSING");
     assert_eq!(json["plan"][1]["waiting_on"], json!([{"resource": "data_dir", "status": "MISSING"}]));
-    assert_eq!(json["plan"][2]["unknown_inputs"][0]["path"], "config.path");
+    assert_eq!(json["plan"][1]["found"]["actions"][0]["name"], "write");
+    assert_eq!(json["plan"][0]["planned_state"]["mode"], "0750");
+
+    // A directory without a mode: its mode is the umask's, known once it exists.
+    ws.manifest(
+        &BUILTINS.replace(", mode: \"0750\"", "").replace("\"notes\\n\"", "\"{{ resources.data_dir.state.mode }}\""),
+    );
+    let plan = ws.plan(&[]);
+    assert_eq!(plan.code, 0, "{}", plan.all());
+    assert!(plan.stdout.contains("Plan: 2 to apply, 1 pending, 0 valid."), "{}", plan.all());
+    assert!(
+        plan.stdout.contains("config.content = (known after apply) {{ resources.data_dir.state.mode }}"),
+        "{}",
+        plan.all()
+    );
+    let json = ws.plan(&["--output", "json"]).json();
+    assert_eq!(json["plan"][2]["status"], "PENDING");
+    assert_eq!(
+        json["plan"][2]["unknown_inputs"],
+        json!([{"path": "config.content", "expression": "{{ resources.data_dir.state.mode }}"}])
+    );
+    assert_eq!(json["plan"][0]["planned_state"]["mode"], json!({"$unknown": true}));
 }
 
 #[test]

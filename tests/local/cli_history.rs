@@ -56,7 +56,7 @@ fn runs_append_what_they_did_with_their_revision() {
         pairs(&[
             ("manifest", "run-started"),
             ("resource/dir", "resource-missing"),
-            ("resource/file", "resource-pending"),
+            ("resource/file", "resource-missing"),
             ("resource/dir/action/create", "action-started"),
             // Into the inventory with the intent, before the action runs.
             ("resource/dir", "resource-inventoried"),
@@ -229,7 +229,7 @@ fn plans_are_recorded_but_are_not_deployments() {
         pairs(&[
             ("manifest", "plan-started"),
             ("resource/dir", "resource-missing"),
-            ("resource/file", "resource-pending"),
+            ("resource/file", "resource-missing"),
             ("manifest", "plan-finished"),
         ])
     );

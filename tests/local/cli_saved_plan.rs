@@ -29,7 +29,7 @@ fn a_saved_plan_is_applied_exactly_and_holds_no_values() {
     assert_eq!(plan["vars"], serde_json::json!([{"var": {"key": "greeting", "value": "bonjour"}}]));
     let statuses: Vec<&str> =
         plan["resources"].as_array().unwrap().iter().map(|r| r["status"].as_str().unwrap()).collect();
-    assert_eq!(statuses, ["MISSING", "PENDING"]);
+    assert_eq!(statuses, ["MISSING", "MISSING"], "the file is planned over the directory's planned state");
     assert!(!ws.exists("out"), "planning changed nothing");
 
     // From another directory, with no -f: the plan names its manifest and variables.
@@ -37,6 +37,45 @@ fn a_saved_plan_is_applied_exactly_and_holds_no_values() {
     assert_eq!(run.code, 0, "{}", run.all());
     assert_eq!(ws.read("out/greeting.txt"), "bonjour s3cr3t-t0ken\n");
     assert!(!run.stdout.contains("s3cr3t"), "{}", run.stdout);
+}
+
+/// The book's first manifest, fresh: the plan reaches the file in the directory not made yet,
+/// counts both, and applying the saved plan runs exactly what it showed.
+#[test]
+fn a_fresh_plan_reaches_every_resource_and_apply_runs_what_it_showed() {
+    let ws = Workspace::new();
+    ws.manifest(&support::dir_and_file("", "app.json", "{{ d.state.path }}", ""));
+    let run = ws.run(&["plan", "-f", "manifest.yaml", "--out", "plan.json"]);
+    assert_eq!(run.code, 0, "{}", run.all());
+    assert!(run.stdout.contains("Plan: 2 to apply, 0 pending, 0 valid."), "{}", run.all());
+    assert!(run.stdout.contains("after dir's actions, as planned"), "{}", run.all());
+    assert!(run.stdout.contains("→ write: Write "), "the file's action is shown: {}", run.all());
+    assert!(run.stdout.contains("state.mode = (known after apply)"), "no mode configured: {}", run.all());
+    let json = ws.run(&["plan", "-f", "manifest.yaml", "--output", "json"]);
+    let doc = json.json();
+    let file = doc["plan"].as_array().unwrap().iter().find(|r| r["name"] == "file").unwrap().clone();
+    assert_eq!(file["found"]["status"], "MISSING", "{file}");
+    assert!(file["found"]["planned_state"]["path"].as_str().unwrap().ends_with("/out/app.json"), "{file}");
+    assert!(!ws.exists("out"), "planning changed nothing");
+
+    let run = ws.run(&["apply", "plan.json", "--yes"]);
+    assert_eq!(run.code, 0, "{}", run.all());
+    assert!(run.stdout.contains("Apply complete: 2 applied"), "{}", run.all());
+    assert!(ws.read("out/app.json").ends_with("/out"), "{}", ws.read("out/app.json"));
+}
+
+/// A misspelt key in a resource that reads another is found before anything runs.
+#[test]
+fn a_typo_in_a_dependent_fails_the_plan_and_applies_nothing() {
+    let ws = Workspace::new();
+    ws.manifest(&support::dir_and_file("", "app.json", "x", "").replace("content:", "contents:"));
+    for verb in [&["plan", "-f", "manifest.yaml"][..], &["apply", "-f", "manifest.yaml", "--yes"]] {
+        let run = ws.run(verb);
+        assert_eq!(run.code, 2, "{verb:?}: {}", run.all());
+        assert!(run.stderr.contains("resource `file`"), "{}", run.all());
+        assert!(run.stderr.contains("(`contents`: did you mean `content`?)"), "{}", run.all());
+        assert!(!ws.exists("out"), "{verb:?}: nothing was applied");
+    }
 }
 
 #[test]
@@ -211,7 +250,7 @@ resources:
     let run = ws.run(&["plan", "-f", "manifest.yaml", "--out", "plan.json"]);
     assert_eq!(run.code, 0, "{}", run.all());
     let shown = &run.stdout;
-    assert!(shown.contains("read with data_dir as found: STALE"), "{shown}");
+    assert!(shown.contains("after data_dir's actions, as planned"), "over its planned state: {shown}");
     assert!(!shown.contains("unknown until then"), "the file's path is the directory's own: {shown}");
     assert!(!shown.contains("may change"), "{shown}");
     let file_part = &shown[shown.find("app_config").unwrap()..];
@@ -220,7 +259,7 @@ resources:
     let json = ws.run(&["plan", "-f", "manifest.yaml", "--output", "json"]);
     let plan: Value = serde_json::from_str(&json.stdout).unwrap();
     let file = plan["plan"].as_array().unwrap().iter().find(|r| r["name"] == "app_config").unwrap().clone();
-    assert_eq!(file["status"], "PENDING");
+    assert_eq!(file["status"], "STALE", "foreseen: {file}");
     assert_eq!(file["found"]["status"], "STALE", "{file}");
     assert!(!file["found"]["actions"].as_array().unwrap().is_empty(), "{file}");
 
@@ -236,8 +275,8 @@ resources:
     std::fs::write(ws.path("data/app.json"), "{\"env\": \"dev\"}\n").unwrap();
     let run = ws.run(&["apply", "plan.json"]);
     assert_eq!(run.code, 1, "{}", run.all());
-    let said = "resource `app_config`: PENDING (found STALE before its dependencies' actions) when planned, \
-                PENDING (found VALID before its dependencies' actions) now";
+    let said = "resource `app_config`: STALE (found STALE before its dependencies' actions) when planned, \
+                VALID (found VALID before its dependencies' actions) now";
     assert!(run.stderr.contains(said), "{}", run.all());
     assert_eq!(std::fs::metadata(ws.path("data")).unwrap().permissions().mode() & 0o777, 0o700, "nothing applied");
 }

@@ -649,7 +649,8 @@ async fn manual_approval_applies_only_the_approved_plan() {
     let pending = status(&obj).pending_plan.expect("the plan is recorded");
     assert!(message.contains(&pending.id), "{message}");
     let changes: Vec<(&str, &str)> = pending.changes.iter().map(|c| (c.name.as_str(), c.status.as_str())).collect();
-    assert_eq!(changes, [("data_dir", "MISSING"), ("app_config", "PENDING")]);
+    assert_eq!(changes, [("data_dir", "MISSING"), ("app_config", "MISSING")], "the file is planned too");
+    assert_eq!(pending.changes[1].actions, ["write"]);
     assert!(events(&client, "gated").await.iter().any(|(r, n)| r == "AwaitingApproval" && n.contains(&pending.id)));
 
     // Planned again, unchanged: the same plan, the same id, no status write.

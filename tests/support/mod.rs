@@ -31,13 +31,14 @@ use serde_json::Value;
 
 /// Fixture configs that break the protocol in state or an action, and the `check-type` check
 /// each must fail (tests/local/check_type.rs on processes, tests/docker_engine/docker.rs in containers).
-pub const BROKEN_TYPE_CASES: [(&str, &str); 6] = [
+pub const BROKEN_TYPE_CASES: [(&str, &str); 7] = [
     ("raw: nope", "P011"),
     ("respond: {status: STALE}", "P012"),
     ("action_exit: 3", "P013"),
     ("stays_stale: true", "P014"),
     ("changing: true", "P015"),
     ("strict: true", "P017"),
+    ("planned: {content: other}", "P018"),
 ];
 
 /// `examples/k8s/builtins.yaml`'s Manifest as a controller that runs built-ins beside it

@@ -12,6 +12,7 @@ use super::object::{ObjectRules, ObjectStanding, ServerObject};
 use super::ownership::Force;
 use super::{Kinds, Said};
 use crate::engine::executor::Invocation;
+use crate::engine::protocol::{is_unknown, unknown};
 
 /// A resource's objects: `config.object`, or `config.objects` in the order they are applied
 /// (Namespaces, then CustomResourceDefinitions, then the rest as listed).
@@ -144,9 +145,11 @@ impl<'a> Bundle<'a> {
 
     /// MISSING when every object is; STALE with `apply` when one is missing or differs, or with
     /// `wait` when all are as asked but one is not ready; else VALID — with the live object, or
-    /// `{objects: [...]}` for a list.
+    /// `{objects: [...]}` for a list. STALE or MISSING, with the state planned: each object as
+    /// the server's dry run of applying it answered (what only the write decides unknown).
     async fn state(&self) -> Result<Value, ObjectError> {
         let mut states = Vec::new();
+        let mut planned = Vec::new();
         let (mut to_apply, mut to_wait) = (Vec::new(), Vec::new());
         for (i, (_, object)) in self.objects.iter().enumerate() {
             let call = match self.call(i).await {
@@ -155,34 +158,56 @@ impl<'a> Bundle<'a> {
                 Err(_) if self.defines(object) => {
                     let (kind, name) = (object["kind"].as_str().unwrap_or("?"), &object["metadata"]["name"]);
                     to_apply.push(format!("Create {kind} {}", name.as_str().unwrap_or("?")));
+                    planned.push(unknown());
                     continue;
                 }
                 Err(e) => return Err(e),
             };
             match call.standing().await? {
-                ObjectStanding::Missing => to_apply.push(format!("Create {}", call.shown)),
-                ObjectStanding::Stale { state, fields } => {
+                ObjectStanding::Missing { planned: will_be } => {
+                    to_apply.push(format!("Create {}", call.shown));
+                    planned.push(will_be);
+                }
+                ObjectStanding::Stale { state, fields, planned: will_be } => {
+                    planned.push(will_be.unwrap_or_else(unknown));
                     states.push(state);
                     to_apply.push(format!("Update {}: {}", call.shown, fields.join("; ")));
                 }
                 ObjectStanding::NotReady { state, why } => {
+                    let mut ready = state.clone();
+                    ready["status"] = unknown();
+                    ready["metadata"]["resourceVersion"] = unknown();
+                    planned.push(ready);
                     states.push(state);
                     to_wait.push(format!("Wait for {} to be ready: {why}", call.shown));
                 }
-                ObjectStanding::Valid { state } => states.push(state),
+                ObjectStanding::Valid { state } => {
+                    planned.push(state.clone());
+                    states.push(state);
+                }
             }
         }
-        let state = if self.list { json!({"objects": states}) } else { states.first().cloned().unwrap_or(Value::Null) };
+        let one_or_all = |mut states: Vec<Value>| match self.list {
+            true => json!({"objects": states}),
+            false => states.drain(..).next().unwrap_or(Value::Null),
+        };
+        let none_found = states.is_empty();
+        let state = one_or_all(states);
+        let planned = one_or_all(planned);
         let action =
             |name: &str, said: &[String]| json!([{"name": name, "description": said.join("; "), "args": [name]}]);
-        Ok(if states.is_empty() {
+        let mut reply = if none_found {
             json!({"status": "MISSING", "actions": action("apply", &to_apply)})
         } else if !to_apply.is_empty() {
             json!({"status": "STALE", "staleState": state, "actions": action("apply", &to_apply)})
         } else if !to_wait.is_empty() {
             json!({"status": "STALE", "staleState": state, "actions": action("wait", &to_wait)})
         } else {
-            json!({"status": "VALID", "state": state})
-        })
+            return Ok(json!({"status": "VALID", "state": state}));
+        };
+        if !is_unknown(&planned) {
+            reply["planned_state"] = planned;
+        }
+        Ok(reply)
     }
 }

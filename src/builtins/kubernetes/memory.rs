@@ -38,10 +38,15 @@ struct Fresh {
     object: Option<Value>,
 }
 
+/// What a dry run found: the fields it would change, as said, and the object as it would leave
+/// it (planned), when it said.
+pub(super) type Confirmed = (Vec<String>, Option<Value>);
+
 pub(super) struct Memory {
-    /// The fields a dry run found changed, by the object's identity and `resourceVersion` and
-    /// the digest of what was applied: so a drift that persists costs no dry run per check.
-    pub(super) confirmed: Mutex<LruCache<String, Vec<String>>>,
+    /// The fields a dry run found changed, and the object as it would leave it (planned), by
+    /// the object's identity and `resourceVersion` and the digest of what was applied: so a
+    /// drift that persists costs no dry run per check.
+    pub(super) confirmed: Mutex<LruCache<String, Confirmed>>,
     fresh: Mutex<LruCache<String, Fresh>>,
 }
 

@@ -15,6 +15,7 @@ use super::memory::{KeptFor, Memory};
 use super::ownership::{self, Force};
 use super::written::{self, written};
 use super::{FIELD_MANAGER, Kinds, MANAGED_LABEL, OWNER_ANNOTATION, Said, diff, ready, schema};
+use crate::engine::protocol::unknown;
 
 /// What the config says besides the objects, and whose they are.
 pub(super) struct ObjectRules {
@@ -55,11 +56,17 @@ pub(super) struct ServerObject {
 
 /// Where one object stands.
 pub(super) enum ObjectStanding {
-    Missing,
-    /// The fields that differ, as said.
+    /// With what it will be once created: the server's answer to a dry run of creating it, or
+    /// unknown (a dry run it refuses: its namespace is not there yet, say).
+    Missing {
+        planned: Value,
+    },
+    /// The fields that differ, as said, and what it will be once applied (the server's answer
+    /// to a dry run of applying it), when a dry run said.
     Stale {
         state: Value,
         fields: Vec<String>,
+        planned: Option<Value>,
     },
     NotReady {
         state: Value,
@@ -202,7 +209,7 @@ impl ServerObject {
     pub(super) async fn standing(&self) -> Result<ObjectStanding, ObjectError> {
         let live = self.live_for(KeptFor::State).await?;
         let standing = self.standing_of(live.as_ref()).await?;
-        if matches!(standing, ObjectStanding::Missing | ObjectStanding::Stale { .. }) {
+        if matches!(standing, ObjectStanding::Missing { .. } | ObjectStanding::Stale { .. }) {
             // An apply comes next: it need not read the object again.
             self.memory.keep(&self.memory_key(), KeptFor::Apply, live);
         }
@@ -210,7 +217,14 @@ impl ServerObject {
     }
 
     async fn standing_of(&self, live: Option<&Value>) -> Result<ObjectStanding, ObjectError> {
-        let Some(live) = live else { return Ok(ObjectStanding::Missing) };
+        let Some(live) = live else {
+            let created = Patch::Apply(self.applied(None));
+            let planned = match self.api.patch(&self.name, &self.apply_params().dry_run(), &created).await {
+                Ok(dry) => self.planned(&serde_json::to_value(dry).expect("an object serializes"), true),
+                Err(_) => unknown(),
+            };
+            return Ok(ObjectStanding::Missing { planned });
+        };
         let options = &self.options;
         if !self.ours(live) && !options.adopt {
             return Err(ObjectError::NotOurs(format!(
@@ -221,7 +235,10 @@ impl ServerObject {
         }
         let mut found = diff::changes(&self.wanted, live, self.is_secret);
         found.retain(|change| !options.ignore.covers(&change.path));
-        let mut fields = if found.is_empty() { Vec::new() } else { self.confirmed(found, live).await? };
+        let (mut fields, planned) = match found.is_empty() {
+            true => (Vec::new(), None),
+            false => self.confirmed(found, live).await?,
+        };
         // Adopted, or renamed (`moved`): the annotation names this resource from now on.
         let owner = owner_of(live);
         if owner != Some(options.owner.as_str()) {
@@ -235,7 +252,7 @@ impl ServerObject {
         }
         let state = diff::shown(live, self.is_secret);
         if !fields.is_empty() {
-            return Ok(ObjectStanding::Stale { state, fields });
+            return Ok(ObjectStanding::Stale { state, fields, planned });
         }
         // As asked, and (with `wait`) ready: else a dependent waits for the `wait` action.
         match options.wait.map(|_| ready::readiness(live)) {
@@ -253,29 +270,34 @@ impl ServerObject {
     /// schema does not have, or have a webhook set it. A conflict with another manager is
     /// drift too, and said. Remembered until the object's `resourceVersion` or the config
     /// changes.
-    async fn confirmed(&self, found: Vec<diff::FieldChange>, live: &Value) -> Result<Vec<String>, ObjectError> {
+    async fn confirmed(
+        &self,
+        found: Vec<diff::FieldChange>,
+        live: &Value,
+    ) -> Result<(Vec<String>, Option<Value>), ObjectError> {
         use sha2::Digest;
         let object = self.applied(Some(live));
         let metadata = |field: &str| live["metadata"][field].as_str().unwrap_or_default().to_string();
         let digest = hex::encode(sha2::Sha256::digest(format!("{:?}{object}", self.options.force).as_bytes()));
         let key = format!("{}\n{}\n{}\n{digest}", self.shown, metadata("uid"), metadata("resourceVersion"));
-        if let Some(fields) = self.memory.confirmed.lock().expect("confirmed lock").get(&key).cloned() {
-            return Ok(fields);
+        if let Some(kept) = self.memory.confirmed.lock().expect("confirmed lock").get(&key).cloned() {
+            return Ok(kept);
         }
         let said = |changes: &[diff::FieldChange]| changes.iter().map(ToString::to_string).collect::<Vec<_>>();
         let real = |dry: DynamicObject| {
             let dry = serde_json::to_value(dry).expect("an object serializes");
-            said(
+            let fields = said(
                 &found
                     .iter()
                     .filter(|c| dry.pointer(&c.pointer) != live.pointer(&c.pointer))
                     .cloned()
                     .collect::<Vec<_>>(),
-            )
+            );
+            (fields, Some(self.planned(&dry, false)))
         };
-        let fields = match self.api.patch(&self.name, &self.apply_params().dry_run(), &Patch::Apply(&object)).await {
+        let kept = match self.api.patch(&self.name, &self.apply_params().dry_run(), &Patch::Apply(&object)).await {
             Ok(dry) => {
-                let mut fields = real(dry);
+                let (mut fields, planned) = real(dry);
                 // `force: true` met no conflict: say from whom it takes the fields anyway.
                 let owners: Vec<String> = if self.options.force == Force::Always {
                     found.iter().flat_map(|c| ownership::owners(live, &c.pointer)).collect()
@@ -285,7 +307,7 @@ impl ServerObject {
                 if !fields.is_empty() && !owners.is_empty() {
                     fields.push(format!("takes {} (force: true)", owners.join(", ")));
                 }
-                fields
+                (fields, planned)
             }
             Err(kube::Error::Api(status)) if status.code == 409 => match self.options.force.taken(&status) {
                 Some(taken) => {
@@ -295,9 +317,9 @@ impl ServerObject {
                         .patch(&self.name, &forced, &Patch::Apply(&object))
                         .await
                         .map_err(|e| self.api_error("checking (a server-side dry run of applying)", e))?;
-                    let mut fields = real(dry);
+                    let (mut fields, planned) = real(dry);
                     fields.push(format!("takes back {} (changed by hand)", ownership::said(&taken)));
-                    fields
+                    (fields, planned)
                 }
                 None => {
                     let mut fields = said(&found);
@@ -306,19 +328,42 @@ impl ServerObject {
                         self.api_error("a dry run of applying", kube::Error::Api(status)),
                         self.options.force.refusal()
                     ));
-                    fields
+                    (fields, None)
                 }
             },
             // Whoever may read but not write (a plan with read-only rights) sees the fields as
             // compared here, unconfirmed; applying will say the 403. Any other 403 (an admission
             // webhook's or a quota's refusal) is the server refusing the change: it fails here.
             Err(kube::Error::Api(status)) if status.code == 403 && lacks_the_right_to_patch(&status) => {
-                return Ok(said(&found));
+                return Ok((said(&found), None));
             }
             Err(e) => return Err(self.api_error("checking (a server-side dry run of applying)", e)),
         };
-        self.memory.confirmed.lock().expect("confirmed lock").put(key, fields.clone());
-        Ok(fields)
+        self.memory.confirmed.lock().expect("confirmed lock").put(key, kept.clone());
+        Ok(kept)
+    }
+
+    /// What the object will be once applied, from a dry run's answer (`created`: of creating
+    /// it): as shown, with what only the real write decides unknown — its version, and its
+    /// status (the server's and controllers' to write); created, its uid and time too, and a
+    /// Service's addresses and node ports (allocated by the write).
+    fn planned(&self, dry: &Value, created: bool) -> Value {
+        let mut planned = diff::shown(dry, self.is_secret);
+        let mut mark = |pointer: &str| {
+            if let Some(value) = planned.pointer_mut(pointer) {
+                *value = unknown();
+            }
+        };
+        ["/metadata/resourceVersion", "/metadata/generation", "/status"].into_iter().for_each(&mut mark);
+        if created {
+            ["/metadata/uid", "/metadata/creationTimestamp", "/metadata/selfLink"].into_iter().for_each(&mut mark);
+            if dry["kind"] == "Service" {
+                ["/spec/clusterIP", "/spec/clusterIPs", "/spec/healthCheckNodePort"].into_iter().for_each(&mut mark);
+                let ports = dry.pointer("/spec/ports").and_then(Value::as_array).map_or(0, Vec::len);
+                (0..ports).for_each(|i| mark(&format!("/spec/ports/{i}/nodePort")));
+            }
+        }
+        planned
     }
 
     /// The object as applied over `live` (none: it is created): the config's, annotated with

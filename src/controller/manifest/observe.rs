@@ -276,7 +276,12 @@ mod tests {
         ResourceEntry {
             name: name.into(),
             type_name: "builtin/kubernetes".into(),
-            standing: Standing::NeedsActions { status: Status::Stale, stale_state: None, actions: vec![action] },
+            standing: Standing::NeedsActions {
+                status: Status::Stale,
+                stale_state: None,
+                planned_state: None,
+                actions: vec![action],
+            },
             elapsed: Duration::ZERO,
             config: None,
         }

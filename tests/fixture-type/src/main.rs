@@ -14,6 +14,7 @@
 //!   - otherwise VALID when the marker file (`marker`, default `<workspace>/<name>.marker`)
 //!     exists, MISSING with action `create` when it does not.
 //!   - `actions`: the actions to ask for when MISSING, instead of the default `create`;
+//!   - `planned`: the `planned_state` given when MISSING;
 //!   - `spew_bytes`: print that many bytes on stdout first;
 //!   - `fill_disk: <path>`: first write zeros to that file until its file system is full
 //!     (`action_fill_disk`: the same in an action, after its intent was recorded);
@@ -309,7 +310,11 @@ fn run(phase: &str, name: &str, workspace: &std::path::Path, config: &Value, tag
     } else {
         let default = json!([{"name": "create", "description": format!("Create {}", marker.display()), "args": ["act", "create"]}]);
         let actions = config.get("actions").cloned().unwrap_or(default);
-        println!("{}", json!({"status": "MISSING", "staleState": {}, "actions": actions}));
+        let mut reply = json!({"status": "MISSING", "staleState": {}, "actions": actions});
+        if let Some(planned) = config.get("planned") {
+            reply["planned_state"] = planned.clone();
+        }
+        println!("{reply}");
     }
     0
 }

@@ -1,0 +1,71 @@
+//! Plans that reach every resource on a real API server: a Kubernetes object's planned state is
+//! the server's dry run of applying it, so what reads it is planned too — and what reads a value
+//! only the write decides (a Service's cluster IP) waits, saying which.
+#![cfg(feature = "kube")]
+
+use crate::support;
+use crate::support::Workspace;
+use crate::support::cluster::Cluster;
+
+fn deployster(ws: &Workspace, cluster: &Cluster, args: &[&str]) -> support::Run {
+    ws.run_with_env(args, &[("KUBECONFIG", &cluster.kubeconfig)])
+}
+
+/// A ConfigMap that reads another's data and name, both new: the plan shows both created,
+/// counts both, and the saved plan applies them with nothing unplanned.
+#[ignore = "needs a Kubernetes API server: DEPLOYSTER_E2E_KUBECONFIG=<kubeconfig ../shared/apiserver/up.sh prints> cargo test --test apiserver plans:: -- --include-ignored"]
+#[test]
+fn a_dependent_of_a_new_object_is_planned_over_the_dry_run() {
+    let cluster = Cluster::new("planned");
+    let ws = Workspace::new();
+    ws.manifest(&format!(
+        r#"
+resources:
+  colors:
+    type: builtin/kubernetes
+    config:
+      object: {{apiVersion: v1, kind: ConfigMap, metadata: {{name: colors, namespace: {ns}}}, data: {{color: blue}}}}
+  web:
+    type: builtin/kubernetes
+    dependencies: {{c: colors}}
+    config:
+      object:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {{name: web, namespace: {ns}}}
+        data: {{from: "{{{{ c.state.metadata.name }}}}", color: "{{{{ c.state.data.color }}}}"}}
+"#,
+        ns = cluster.namespace
+    ));
+    let plan = deployster(&ws, &cluster, &["plan", "-f", "manifest.yaml", "--out", "plan.json"]);
+    assert_eq!(plan.code, 0, "{}", plan.all());
+    let text = plan.stdout.clone();
+    assert!(text.contains("Plan: 2 to apply, 0 pending, 0 valid."), "{text}");
+    assert!(text.contains("after colors's actions, as planned"), "{text}");
+    assert!(text.contains(&format!("Create ConfigMap {}/web", cluster.namespace)), "{text}");
+    assert!(text.contains("state.metadata.creationTimestamp"), "what only the write decides: {text}");
+    assert!(cluster.get(&["configmap", "colors"]).is_none(), "a plan writes nothing");
+
+    let applied = deployster(&ws, &cluster, &["apply", "plan.json", "--yes"]);
+    assert_eq!(applied.code, 0, "as planned, no NotAsPlanned: {}", applied.all());
+    let web = cluster.get(&["configmap", "web"]).expect("web");
+    assert_eq!((web["data"]["from"].as_str(), web["data"]["color"].as_str()), (Some("colors"), Some("blue")));
+}
+
+/// `examples/kubernetes`, fresh: the Service is planned, and what reads its cluster IP (which
+/// the server allocates when it is written) waits, naming that value; the port it reads is known.
+#[ignore = "needs a Kubernetes API server: DEPLOYSTER_E2E_KUBECONFIG=<kubeconfig ../shared/apiserver/up.sh prints> cargo test --test apiserver plans:: -- --include-ignored"]
+#[test]
+fn what_reads_a_value_only_the_write_decides_waits_and_says_which() {
+    let cluster = Cluster::new("known-after");
+    let ws = Workspace::new();
+    let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/kubernetes/manifest.yaml");
+    let namespace = format!("namespace={}", cluster.namespace);
+    let plan = deployster(&ws, &cluster, &["plan", "-f", example.to_str().unwrap(), "--var", &namespace]);
+    assert_eq!(plan.code, 0, "{}", plan.all());
+    let text = plan.stdout;
+    assert!(text.contains("Plan: 1 to apply, 2 pending, 0 valid."), "{text}");
+    assert!(text.contains("config.object.data.DB_HOST = (known after apply) {{ db.state.spec.clusterIP }}"), "{text}");
+    assert!(!text.contains("config.object.data.DB_PORT ="), "the port is planned: {text}");
+    assert!(text.contains("spec.clusterIP"), "the Service's own unknowns are said: {text}");
+}
