@@ -54,8 +54,9 @@ pub(super) fn print_plan(plan: &Plan) {
         let took = ran.then(|| elapsed(e.elapsed));
         outln!("{}", settled_line(e.standing.label(), &e.name, width, &e.type_name, took.as_deref()));
         match &e.standing {
-            Standing::NeedsActions { actions, planned_state, .. } => {
+            Standing::NeedsActions { actions, planned_state, stale_state, .. } => {
                 print_actions(actions);
+                print_found_wanted(e, stale_state.as_ref(), &plan.mask);
                 print_planned(planned_state.as_ref());
             }
             Standing::Pending { waiting_on, unknown_inputs, found } => {
@@ -64,8 +65,9 @@ pub(super) fn print_plan(plan: &Plan) {
                     // Foreseen: what applying will find.
                     Some(found) if unknown_inputs.is_empty() => {
                         outln!("              after {}'s actions, as planned", names.join(", "));
-                        if let StateResponse::NeedsActions { actions, planned_state, .. } = found {
+                        if let StateResponse::NeedsActions { actions, planned_state, stale_state, .. } = found {
                             print_actions(actions);
+                            print_found_wanted(e, stale_state.as_ref(), &plan.mask);
                             print_planned(planned_state.as_ref());
                         }
                     }
@@ -126,6 +128,44 @@ pub(super) fn print_plan(plan: &Plan) {
         summary.push_str(&format!("{}{removals}", if plan.entries.is_empty() { ": " } else { ", " }));
     }
     outln!("{summary}.");
+}
+
+/// For a program's or an image's type that reported its state as found, each config value
+/// that state holds otherwise: `path: found → wanted`, sensitive values masked on both sides.
+/// (The built-ins say it in their actions' descriptions.)
+fn print_found_wanted(entry: &ResourceEntry, found: Option<&Value>, mask: &Mask) {
+    let (Some(found), Some(config)) = (found, entry.config.as_ref()) else { return };
+    if entry.type_name.starts_with("builtin/") {
+        return;
+    }
+    for (path, found, wanted) in found_wanted(found, config) {
+        let masked = mask.value(wanted) != *wanted;
+        let found = if masked { json!("***") } else { mask.value(found) };
+        let wanted = mask.value(wanted);
+        outln!("              {path}: {} → {}", short_value(Some(&found)), short_value(Some(&wanted)));
+    }
+}
+
+/// Where `found` and `config` both have a value and they differ (a leaf of the config, or one
+/// side not an object), by path: `(path, found, wanted)`.
+pub(super) fn found_wanted<'a>(found: &'a Value, config: &'a Value) -> Vec<(String, &'a Value, &'a Value)> {
+    fn walk<'a>(at: String, found: &'a Value, wanted: &'a Value, out: &mut Vec<(String, &'a Value, &'a Value)>) {
+        match (found, wanted) {
+            (Value::Object(f), Value::Object(w)) => {
+                for (key, value) in w {
+                    if let Some(was) = f.get(key) {
+                        let at = if at.is_empty() { key.clone() } else { format!("{at}.{key}") };
+                        walk(at, was, value, out);
+                    }
+                }
+            }
+            (f, w) if f != w => out.push((at, f, w)),
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk(String::new(), found, config, &mut out);
+    out
 }
 
 /// The values a planned state leaves unknown, as Terraform says them.

@@ -336,13 +336,14 @@ fn a_manual_manifest_waits_for_deployster_approve() {
     let pending = cluster.get(&["manifest", "demo"]).unwrap()["status"]["pendingPlan"].clone();
     let id = pending["id"].as_str().expect("a pending plan id").to_string();
     // The file in the directory not made yet is planned too: the plan approved is all of it.
-    let changes: Vec<String> = pending["changes"]
+    let mut changes: Vec<String> = pending["changes"]
         .as_array()
         .unwrap()
         .iter()
         .map(|c| format!("{} {} {}", c["name"].as_str().unwrap(), c["status"].as_str().unwrap(), c["actions"]))
         .collect();
-    assert_eq!(changes, [r#"data_dir MISSING ["create"]"#, r#"app_config MISSING ["write"]"#], "{pending:#}");
+    changes.sort();
+    assert_eq!(changes, [r#"app_config MISSING ["write"]"#, r#"data_dir MISSING ["create"]"#], "{pending:#}");
     std::thread::sleep(Duration::from_secs(4));
     assert!(!base.exists(), "nothing is applied before approval");
     assert_eq!(cluster.get(&["manifest", "demo"]).unwrap()["status"]["pendingPlan"]["id"], id.as_str());

@@ -936,7 +936,10 @@ fn wait_ready_waits_for_the_object_s_own_conditions() {
         text.contains(&format!("wait: Wait for Widget {ns}/w to be ready: Ready is False: Provisioning")),
         "{text}"
     );
-    assert!(text.contains("waits on widget (STALE)"), "the dependent waits: {text}");
+    // The dependent is planned over the widget's planned state (what it reads, its name, is
+    // known), with what only the write decides marked.
+    assert!(text.contains("after widget's actions, as planned"), "the dependent is planned: {text}");
+    assert!(text.contains("state.metadata.resourceVersion, state.status = (known after apply)"), "{text}");
     let out = apply(&ws);
     let text = out.all();
     assert_eq!(out.code, 1, "{text}");

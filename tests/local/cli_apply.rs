@@ -494,3 +494,32 @@ fn each_workspace_keeps_its_own_log() {
         assert!(refused.stderr.contains("a workspace's name is"), "{bad}: {}", refused.all());
     }
 }
+
+/// A program's type that reports its state as found gets each differing value shown found
+/// against configured, as `builtin/kubernetes` does in its actions; a sensitive one masked on
+/// both sides, even the value found.
+#[test]
+fn a_stale_program_type_s_fields_are_shown_found_against_wanted() {
+    let ws = Workspace::new();
+    ws.manifest(
+        r#"
+vars: { token: n3w-s3cret }
+sensitive: [token]
+resources:
+  vm:
+    type: ./fixture
+    config:
+      size: 4
+      zone: eu
+      token: "{{ token }}"
+      respond: { status: STALE, staleState: { size: 2, zone: eu, token: old-s3cret }, actions: [{ name: resize, args: [act, resize] }] }
+"#,
+    );
+    let plan = ws.plan(&[]);
+    assert_eq!(plan.code, 0, "{}", plan.all());
+    let text = plan.all();
+    assert!(text.contains("→ resize\n              size: 2 → 4\n"), "{text}");
+    assert!(text.contains(r#"token: "***" → "***""#), "{text}");
+    assert!(!text.contains("zone:"), "an equal value is not shown: {text}");
+    assert!(!text.contains("s3cret"), "{text}");
+}
