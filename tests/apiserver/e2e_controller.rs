@@ -363,7 +363,7 @@ fn a_manual_manifest_waits_for_deployster_approve() {
     let (code, text) = approve(&[]);
     assert_eq!(code, Some(0), "{text}");
     assert!(text.contains(&format!("Plan {id} of {}/demo", cluster.namespace)), "{text}");
-    assert!(text.contains("MISSING   data_dir    create"), "{text}");
+    assert!(text.contains("MISSING   data_dir  create"), "{text}");
     assert!(text.contains("MISSING   app_config  write"), "{text}");
 
     wait_for("the approved plan to be applied", Duration::from_secs(60), || {
