@@ -112,6 +112,22 @@ pub enum Ended {
     },
 }
 
+impl Ended {
+    /// What the types warned of in this pass: while it planned, and while it applied.
+    pub fn warnings(&self) -> Vec<crate::engine::plan::TypeWarning> {
+        match self {
+            Ended::NotPrepared(_) => Vec::new(),
+            Ended::Applied { plan, report, .. } => plan.warnings.iter().chain(report.warnings()).cloned().collect(),
+            Ended::Planned(plan)
+            | Ended::NotApplicable(plan)
+            | Ended::Declined { plan, .. }
+            | Ended::PlanChanged { plan, .. }
+            | Ended::Refused { plan, .. }
+            | Ended::Deleted { plan, .. } => plan.warnings.clone(),
+        }
+    }
+}
+
 /// What a pass did.
 #[derive(Debug)]
 pub struct Passed {
@@ -340,6 +356,7 @@ impl Pass<'_> {
                 removals: plan.removals.clone(),
                 held: plan.held,
                 notes: plan.notes.clone(),
+                warnings: plan.warnings.clone(),
                 ..prepared.plan().await
             },
             false => plan,

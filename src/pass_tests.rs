@@ -396,6 +396,7 @@ fn what_a_plan_takes_for_valid_is_held() {
         removals: Vec::new(),
         held: 0,
         notes: Vec::new(),
+        warnings: Vec::new(),
         mask: Default::default(),
     };
     keeper.on_planned(&plan, &[], &[]);

@@ -259,6 +259,9 @@ impl Observer for ProgressView {
     fn on_event(&self, event: &RunEvent) {
         match event {
             RunEvent::Recovered { description } => self.note(&format!("note: {description}")),
+            RunEvent::Warned(w) => {
+                self.note(&format!("warning: resource `{}` ({}): {}", w.resource, w.phase, w.message))
+            }
             RunEvent::Invoking { resource, phase } => {
                 // A new invocation starts as a spinner, whatever the last one reported.
                 self.done(resource);

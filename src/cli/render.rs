@@ -397,6 +397,15 @@ pub(super) fn document(plan: &Plan, report: Option<&Report>, status: &str, passe
     if !plan.notes.is_empty() {
         doc["notes"] = json!(plan.notes);
     }
+    let warnings: Vec<Value> = passed
+        .ended
+        .warnings()
+        .iter()
+        .map(|w| json!({"resource": w.resource, "phase": w.phase.to_string(), "message": w.message}))
+        .collect();
+    if !warnings.is_empty() {
+        doc["warnings"] = json!(warnings);
+    }
     if let Some(report) = report {
         doc["result"] = json!(entries_json(report.entries(), report.mask()));
     }

@@ -236,6 +236,7 @@ mod tests {
             removals,
             held,
             notes: Vec::new(),
+            warnings: Vec::new(),
             mask: Default::default(),
         }
     }

@@ -76,6 +76,8 @@ words! {
         Thrashing,
         DriftCorrected,
         DriftDetected,
+        /// A resource's type warned the user (its init or state reply's `warnings`).
+        TypeWarning,
         Applied,
         UpToDate,
         NotApplied,

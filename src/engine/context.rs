@@ -13,6 +13,7 @@ use super::events::{IntentError, Observer, RunEvent};
 use super::executor::RUN_ID_ENV;
 use super::executor::{Executor, Invocation, InvocationLabels, LineSink, Mount, Outcome as ExecOutcome, Stream};
 use super::messages::{Line, Message, Percent, Reader};
+use super::plan::{RUN_WARNINGS_KEPT, TypeWarning};
 use super::protocol::{InitResponse, Invocable};
 use super::typeref::TypeRef;
 use super::validate::ValidatedManifest;
@@ -137,11 +138,36 @@ pub(crate) struct RunContext {
     pub(crate) observer: Arc<dyn Observer>,
     pub(crate) permits: Semaphore,
     pub(crate) cancel: CancellationToken,
+    /// What the types warned of, since the plan or apply that takes them began.
+    pub(crate) warnings: std::sync::Mutex<Vec<TypeWarning>>,
 }
 
 impl RunContext {
     pub(crate) fn emit(&self, event: RunEvent) {
         self.observer.on_event(&event);
+    }
+
+    /// Tells and keeps what resource `i`'s type warned of in `phase` (masked; at most
+    /// [`RUN_WARNINGS_KEPT`] a run; the same words in the same phase once, for the first
+    /// resource that said them: every resource of a type inits alike).
+    pub(crate) fn warn(&self, i: usize, phase: &Phase, warnings: Vec<String>) {
+        for message in warnings {
+            let message = self.manifest.mask.text(&message);
+            let mut kept = self.warnings.lock().expect("warnings lock");
+            if kept.len() >= RUN_WARNINGS_KEPT || kept.iter().any(|w| w.phase == *phase && w.message == message) {
+                continue;
+            }
+            let resource = self.manifest.resources[i].name.clone();
+            let warning = TypeWarning { resource, phase: phase.clone(), message };
+            kept.push(warning.clone());
+            drop(kept);
+            self.emit(RunEvent::Warned(warning));
+        }
+    }
+
+    /// The warnings kept so far, taken.
+    pub(crate) fn take_warnings(&self) -> Vec<TypeWarning> {
+        std::mem::take(&mut *self.warnings.lock().expect("warnings lock"))
     }
 
     /// Makes the intent to run `action` for resource `i` durable, or fails the action.

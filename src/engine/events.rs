@@ -9,7 +9,7 @@ use async_trait::async_trait;
 
 use super::error::Phase;
 use super::executor::Stream;
-use super::plan::{Change, Drift, Inputs, Plan};
+use super::plan::{Change, Drift, Inputs, Plan, TypeWarning};
 use super::protocol::{Action, Status};
 
 /// Something that happened during a run, as it happens.
@@ -27,6 +27,8 @@ pub enum RunEvent {
         /// What the state was read for.
         inputs: Inputs,
     },
+    /// A type warned the user.
+    Warned(TypeWarning),
     /// A running action reported its progress, in percent.
     Progress { resource: String, phase: Phase, percent: f64 },
     ActionFinished {

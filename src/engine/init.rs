@@ -119,6 +119,7 @@ async fn init_one(ctx: &RunContext, i: usize) -> Result<ResourceType, ResourceEr
             Some(compiled_schema(schema).map_err(|problem| ResourceError::protocol(Phase::Init, problem, &outcome))?)
         }
     };
+    ctx.warn(i, &Phase::Init, init.warnings.clone());
     let mut problems = Vec::new();
     let (mounts, plug_paths) = resolve_plugs(ctx, resource, &init, &mut problems);
     check_required_resources(ctx, resource, &init, &mut problems);

@@ -14,6 +14,17 @@ use super::mask::Mask;
 use super::protocol::{Action, StateResponse, Status};
 use super::validate::ValidatedManifest;
 
+/// A line a type asked to show the user (its init or state reply's `warnings`), masked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TypeWarning {
+    pub resource: String,
+    pub phase: super::error::Phase,
+    pub message: String,
+}
+
+/// How many warnings one run keeps, whatever its types say.
+pub const RUN_WARNINGS_KEPT: usize = 100;
+
 /// A resource that was VALID at its previous observation (in the deployment log) and is not now.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Drift {
@@ -346,6 +357,8 @@ pub struct Plan {
     pub notes: Vec<String>,
     /// Hides sensitive values in what is shown of it (states).
     pub mask: Mask,
+    /// What the types warned of while it was made (their init and state replies).
+    pub warnings: Vec<TypeWarning>,
 }
 
 /// How many entries of a plan or report stand each way.
@@ -432,11 +445,21 @@ pub struct Report {
     run_id: String,
     entries: Vec<ResourceEntry>,
     mask: Mask,
+    warnings: Vec<TypeWarning>,
 }
 
 impl Report {
     pub(crate) fn new(manifest: String, run_id: String, entries: Vec<ResourceEntry>, mask: Mask) -> Self {
-        Self { manifest, run_id, entries, mask }
+        Self { manifest, run_id, entries, mask, warnings: Vec::new() }
+    }
+
+    pub(crate) fn with_warnings(self, warnings: Vec<TypeWarning>) -> Self {
+        Self { warnings, ..self }
+    }
+
+    /// What the types warned of while it was applied (states read again, after actions).
+    pub fn warnings(&self) -> &[TypeWarning] {
+        &self.warnings
     }
 
     /// Nothing of `plan` applied: what needed actions was cancelled before it started.

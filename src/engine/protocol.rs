@@ -124,6 +124,35 @@ pub struct InitResponse {
     /// The reply used the older revision's `required_plugs` or `required_resources`: the type
     /// is sent its dependencies' own dependencies too (to a bounded depth), as that revision did.
     pub older_revision: bool,
+    /// What the type says the user should know, bounded ([`WARNINGS_KEPT`]).
+    pub warnings: Vec<String>,
+}
+
+/// How many warnings of one reply are kept (the rest are counted in one more), and how many
+/// bytes of each.
+pub const WARNINGS_KEPT: usize = 10;
+pub const WARNING_BYTES: usize = 500;
+
+/// A reply's `warnings`: a list of strings, bounded.
+fn parse_warnings(raw: Option<Value>) -> Result<Vec<String>, ProtocolError> {
+    let items = match raw {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Array(items)) => items,
+        Some(_) => return Err(problem("`warnings` must be a list of strings")),
+    };
+    let mut kept = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let Value::String(text) = item else {
+            return Err(problem(format!("`warnings[{i}]` must be a string, got {item}")));
+        };
+        if kept.len() < WARNINGS_KEPT && !text.trim().is_empty() {
+            kept.push(cut_to(text.trim(), WARNING_BYTES));
+        }
+    }
+    if items.len() > WARNINGS_KEPT {
+        kept.push(format!("… and {} more warnings", items.len() - WARNINGS_KEPT));
+    }
+    Ok(kept)
 }
 
 /// The `init` reply as a program prints it, either revision: `plugs` (newer) or
@@ -150,6 +179,11 @@ struct RawInitResponse {
     /// How to delete the resource (Deployster extension; used by `deletionPolicy: Delete`).
     #[serde(default)]
     delete_action: Option<Invocable>,
+    /// What the user should know (a deprecation, say): shown in the plan and the apply, kept
+    /// in the log, a `Warning` event in a cluster. At most 10 are kept, each cut to 500 bytes.
+    #[serde(default)]
+    #[schemars(with = "Option<Vec<String>>")]
+    warnings: Option<Value>,
 }
 
 /// What a state action found.
@@ -241,6 +275,11 @@ struct RawStateResponse {
     planned_state: Option<Value>,
     #[serde(default)]
     actions: Option<Vec<Action>>,
+    /// What the user should know: shown in the plan and the apply, kept in the log, a
+    /// `Warning` event in a cluster. At most 10 are kept, each cut to 500 bytes.
+    #[serde(default)]
+    #[schemars(with = "Option<Vec<String>>")]
+    warnings: Option<Value>,
 }
 
 /// A response that breaks the protocol: `problem` says which rule.
@@ -294,7 +333,9 @@ pub fn parse_init(stdout: &[u8]) -> Result<InitResponse, ProtocolError> {
             )));
         }
     }
+    let warnings = parse_warnings(raw.warnings)?;
     Ok(InitResponse {
+        warnings,
         label: raw.label,
         config_schema: raw.config_schema,
         state_action,
@@ -307,8 +348,18 @@ pub fn parse_init(stdout: &[u8]) -> Result<InitResponse, ProtocolError> {
 
 /// Validates a state response.
 pub fn parse_state(stdout: &[u8]) -> Result<StateResponse, ProtocolError> {
-    let raw: RawStateResponse =
+    parse_state_reply(stdout).map(|(response, _)| response)
+}
+
+/// Validates a state response, with the warnings it gave (bounded).
+pub fn parse_state_reply(stdout: &[u8]) -> Result<(StateResponse, Vec<String>), ProtocolError> {
+    let mut raw: RawStateResponse =
         serde_json::from_value(parse_object(stdout)?).map_err(|e| problem(format!("malformed state response: {e}")))?;
+    let warnings = parse_warnings(raw.warnings.take())?;
+    checked_state(raw).map(|response| (response, warnings))
+}
+
+fn checked_state(raw: RawStateResponse) -> Result<StateResponse, ProtocolError> {
     let status = match raw.status.as_str() {
         "VALID" => Status::Valid,
         "STALE" => Status::Stale,
@@ -546,6 +597,26 @@ mod tests {
         // A value that only looks like the marker is data.
         assert!(!is_unknown(&json!({"$unknown": true, "other": 1})) && !is_unknown(&json!({"$unknown": "yes"})));
         assert!(state(json!({"status": "VALID", "state": {"$unknown": false}})).is_ok());
+    }
+
+    #[test]
+    fn warnings_are_strings_and_bounded() {
+        let reply = |warnings: Value| json!({"status": "VALID", "state": {}, "warnings": warnings}).to_string();
+        let (_, said) = parse_state_reply(reply(json!(["v1 is deprecated: use v2", "  "])).as_bytes()).unwrap();
+        assert_eq!(said, ["v1 is deprecated: use v2"]);
+        let many: Vec<String> = (0..5000).map(|i| format!("w{i} {}", "x".repeat(2000))).collect();
+        let (_, said) = parse_state_reply(reply(json!(many)).as_bytes()).unwrap();
+        assert_eq!(said.len(), WARNINGS_KEPT + 1);
+        assert!(said.iter().all(|w| w.len() <= WARNING_BYTES), "each is cut");
+        assert_eq!(said[WARNINGS_KEPT], "… and 4990 more warnings");
+        let err = parse_state_reply(reply(json!(["ok", 3])).as_bytes()).unwrap_err();
+        assert_eq!(err.problem, "`warnings[1]` must be a string, got 3");
+        let err = parse_state_reply(reply(json!("one")).as_bytes()).unwrap_err();
+        assert_eq!(err.problem, "`warnings` must be a list of strings");
+        let init = json!({"state_action": {"args": ["s"]}, "warnings": ["old"]}).to_string();
+        assert_eq!(parse_init(init.as_bytes()).unwrap().warnings, ["old"]);
+        let init = json!({"state_action": {"args": ["s"]}, "warnings": [{"a": 1}]}).to_string();
+        assert!(parse_init(init.as_bytes()).unwrap_err().problem.starts_with("`warnings[0]` must be a string"));
     }
 
     #[test]

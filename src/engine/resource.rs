@@ -121,8 +121,9 @@ pub(crate) async fn read_state(
     let stdin = serde_json::to_vec(request).expect("requests serialize");
     let action = &ctx.types[i].init.state_action;
     let (outcome, _) = ctx.run_program(i, phase, action, stdin, false).await?;
-    let response = protocol::parse_state(&outcome.stdout)
+    let (response, warnings) = protocol::parse_state_reply(&outcome.stdout)
         .map_err(|e| ResourceError::protocol(phase.clone(), e.problem, &outcome).masked(&ctx.manifest.mask))?;
+    ctx.warn(i, phase, warnings);
     ctx.emit(RunEvent::StateFound {
         resource: ctx.manifest.resources[i].name.clone(),
         status: response.status(),

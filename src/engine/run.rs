@@ -65,6 +65,7 @@ impl Engine {
             executor: self.executor,
             observer: self.observer,
             cancel: self.cancel,
+            warnings: Default::default(),
         };
         ctx.types = init_all(&ctx).await?;
         Ok(Prepared { ctx })
@@ -150,6 +151,7 @@ impl Prepared {
             held: 0,
             notes,
             mask: manifest.mask.clone(),
+            warnings: self.ctx.take_warnings(),
         }
     }
 
@@ -174,7 +176,9 @@ impl Prepared {
                 e.standing = Standing::Cancelled;
             }
         }
-        Ok(Report::new(manifest.name.clone(), self.ctx.options.run_id.clone(), entries, manifest.mask.clone()))
+        let report =
+            Report::new(manifest.name.clone(), self.ctx.options.run_id.clone(), entries, manifest.mask.clone());
+        Ok(report.with_warnings(self.ctx.take_warnings()))
     }
 
     /// Refuses a plan made for another manifest.

@@ -70,6 +70,9 @@ pub enum Event {
     ResourceDeclined,
     /// A plan could not read the resource yet: a dependency is not VALID.
     ResourcePending,
+    /// Its type warned the user (`phase`, `message`): a line of its init or state reply's
+    /// `warnings`.
+    ResourceWarned,
     /// The manifest's outputs after a successful run (target: the manifest), sensitive values
     /// masked; or why they could not be rendered.
     OutputsRecorded,

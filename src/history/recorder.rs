@@ -339,6 +339,10 @@ impl Observer for Recorder {
             RunEvent::Settled { resource, label, elapsed, message } => {
                 self.settled(resource, label, message.as_deref(), elapsed.as_millis())
             }
+            RunEvent::Warned(w) => {
+                let detail = json!({"phase": w.phase.to_string(), "message": w.message});
+                self.journal.push(self.entry(target::resource(&w.resource), Event::ResourceWarned, detail));
+            }
         }
     }
 }

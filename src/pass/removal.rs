@@ -117,6 +117,7 @@ impl Pass<'_> {
                 removals: Vec::new(),
                 held: 0,
                 notes: Vec::new(),
+                warnings: Vec::new(),
                 mask: self.manifest.mask.clone(),
             },
         };

@@ -523,3 +523,41 @@ resources:
     assert!(!text.contains("zone:"), "an equal value is not shown: {text}");
     assert!(!text.contains("s3cret"), "{text}");
 }
+
+/// What a type warns of (its init and state replies' `warnings`) is shown in the plan and the
+/// apply, kept in the log, and in the JSON document; a warning that is not a string fails the
+/// resource, saying so.
+#[test]
+fn a_type_s_warnings_are_shown_kept_and_bounded() {
+    let ws = Workspace::new();
+    let respond = |warnings: &str| {
+        format!(
+            "resources:\n  old: {{ type: ./fixture, config: {{ respond: {{ status: VALID, state: {{}}, warnings: {warnings} }} }} }}\n"
+        )
+    };
+    ws.manifest(&respond(r#"["v1 is deprecated: use v2"]"#));
+    let run = ws.apply(&[]);
+    assert_eq!(run.code, 0, "{}", run.all());
+    assert!(run.stderr.contains("warning: resource `old` (state): v1 is deprecated: use v2"), "{}", run.all());
+    let plan = ws.plan(&["--output", "json"]);
+    assert_eq!(
+        plan.json()["warnings"],
+        json!([{"resource": "old", "phase": "state", "message": "v1 is deprecated: use v2"}]),
+        "{}",
+        plan.all()
+    );
+    let log = ws.run(&["history", "-f", "manifest.yaml", "--output", "json"]);
+    assert!(log.stdout.contains("resource-warned") && log.stdout.contains("v1 is deprecated"), "{}", log.all());
+
+    let many: Vec<String> = (0..3000).map(|i| format!("\"w{i}\"")).collect();
+    ws.manifest(&respond(&format!("[{}]", many.join(", "))));
+    let plan = ws.plan(&["--output", "json"]);
+    let said = plan.json()["warnings"].as_array().unwrap().len();
+    assert_eq!(said, 11, "ten kept and one counting the rest: {}", plan.all());
+    assert!(plan.stderr.contains("… and 2990 more warnings"), "{}", plan.all());
+
+    ws.manifest(&respond("[deprecated, 3]"));
+    let run = ws.plan(&[]);
+    assert_ne!(run.code, 0, "{}", run.all());
+    assert!(run.all().contains("`warnings[1]` must be a string, got 3"), "{}", run.all());
+}

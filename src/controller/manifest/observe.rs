@@ -78,6 +78,7 @@ pub fn ended_as(
     log_entries: impl FnOnce() -> Vec<Entry>,
 ) -> SeenPass {
     let mut details = BTreeMap::new();
+    let warnings = ended.warnings();
     let removals = match &ended {
         Ended::Applied { removed: Some(removed), plan, .. } => masked(&removed.entries, &plan.mask),
         _ => Vec::new(),
@@ -120,6 +121,13 @@ pub fn ended_as(
     let history = if no_op { old_entries } else { entries };
     let mut done = removal_events(&removals);
     done.extend(pass_events(&observed, &drifts, &details));
+    // Said when the pass did or found something, or met a new revision: not again on every
+    // check of a steady Manifest.
+    if !no_op {
+        done.extend(warnings.iter().map(|w| {
+            (EventType::Warning, Reason::TypeWarning.as_str(), format!("{} ({}): {}", w.resource, w.phase, w.message))
+        }));
+    }
     let mut asked = Vec::new();
     if let (Observed::Guarded { message, .. }, false) = (&observed, guarded_before) {
         asked.push((EventType::Warning, Reason::DeletionGuarded.as_str(), message.clone()));
@@ -297,6 +305,7 @@ mod tests {
             removals: Vec::new(),
             held: 0,
             notes: Vec::new(),
+            warnings: Vec::new(),
             entries: vec![
                 stale(
                     "settings",
@@ -322,6 +331,7 @@ mod tests {
             removals: Vec::new(),
             held,
             notes: Vec::new(),
+            warnings: Vec::new(),
             entries: Vec::new(),
             mask: Mask::of([json!("s3cret")].iter()),
         }
@@ -394,6 +404,29 @@ mod tests {
         let again = guarded(&old);
         assert!(again.asked.is_empty(), "told once: {:?}", again.asked);
         assert!(again.history.is_empty(), "nothing new to keep");
+    }
+
+    /// A type's warning is a Warning event when the pass did or found something, or met a new
+    /// revision — not on every check of a steady Manifest.
+    #[test]
+    fn a_type_s_warning_is_an_event_once_not_every_check() {
+        use crate::engine::error::Phase;
+        let warned = |old: &ManifestStatus| {
+            let mut plan = empty_plan(0);
+            plan.warnings.push(crate::engine::plan::TypeWarning {
+                resource: "web".into(),
+                phase: Phase::State,
+                message: "apps/v1beta1 is deprecated".into(),
+            });
+            let report = crate::engine::plan::Report::new("team/app".into(), "r".into(), Vec::new(), plan.mask.clone());
+            let ended = Ended::Applied { plan, report, removed: None };
+            let asked = Asked { manual: None, guarded: None };
+            ended_as(ended, Vec::new(), None, asked, old, "1-a", Vec::new).done
+        };
+        let first = warned(&ManifestStatus::default());
+        assert_eq!(first, [(EventType::Warning, "TypeWarning", "web (state): apps/v1beta1 is deprecated".to_string())]);
+        let steady = ManifestStatus { revision: Some("1-a".into()), ..ManifestStatus::default() };
+        assert!(warned(&steady).is_empty(), "a steady check says nothing again");
     }
 
     fn entry(target: &str, event: Event) -> Entry {

@@ -424,6 +424,7 @@ fn a_guarded_plan_says_so_in_ready_and_is_no_failure() {
         removals: Vec::new(),
         held: 3,
         notes: Vec::new(),
+        warnings: Vec::new(),
         mask: Mask::default(),
     };
     let message = "would delete 2 of the 3 resources it holds: b, c".to_string();
