@@ -477,6 +477,11 @@ pub struct HistoryArgs {
     /// How the rendered configs differ between revisions N and M (sensitive values masked).
     #[arg(long, num_args = 2, value_names = ["N", "M"], conflicts_with = "resource")]
     pub diff: Option<Vec<i64>>,
+    /// Every event of one run, oldest first: the id plans, applies and the controller's
+    /// statuses name, and every program sees as `DEPLOYSTER_RUN_ID` (`LCM_CORRELATIONID` for
+    /// packages).
+    #[arg(long = "run", value_name = "ID", value_parser = parse_run_id, conflicts_with_all = ["revisions", "revision", "diff", "resource"])]
+    pub run: Option<String>,
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     pub output: OutputFormat,
 }

@@ -28,6 +28,9 @@ pub(super) fn history(args: HistoryArgs) -> Result<ExitKind, CliError> {
             let none = format!("there is no revision {number}: no deployment log in {} yet", dir.display());
             return Err(CliError::Refused(none));
         }
+        if let Some(id) = &args.run {
+            return Err(CliError::Refused(format!("there is no run {id}: no deployment log in {} yet", dir.display())));
+        }
         if args.revisions && args.output == OutputFormat::Json {
             print_json(&json!([]));
             return Ok(ExitKind::Ok);
@@ -53,6 +56,10 @@ pub(super) fn history(args: HistoryArgs) -> Result<ExitKind, CliError> {
     }
     if let Some([from, to]) = args.diff.as_deref() {
         diff(&log, *from, *to, args.output)?;
+        return Ok(ExitKind::Ok);
+    }
+    if let Some(id) = &args.run {
+        run(&log, id, args.output)?;
         return Ok(ExitKind::Ok);
     }
     let resource = args.resource.as_deref();
@@ -230,6 +237,31 @@ fn resource_entries(entries: &[Entry]) -> Vec<(&str, &Entry)> {
 }
 
 /// `history --revision N`.
+/// `history --run ID`: every event of one run, oldest first.
+fn run(log: &SqliteLog, id: &str, format: OutputFormat) -> Result<(), CliError> {
+    let entries = log.entries_of_run(id)?;
+    if entries.is_empty() {
+        return Err(CliError::Refused(format!(
+            "no run {id} in the deployment log {}: `deployster history` lists recent runs",
+            log.path().display()
+        )));
+    }
+    match format {
+        OutputFormat::Json => print_json(&json!({
+            "run": id,
+            "revision": entries[0].revision,
+            "events": entries.iter().map(entry_json).collect::<Vec<_>>(),
+        })),
+        OutputFormat::Text => {
+            outln!("Run {id} (revision {}), oldest first:", entries[0].revision);
+            for entry in &entries {
+                outln!("{}", event_line(entry));
+            }
+        }
+    }
+    Ok(())
+}
+
 pub(super) fn revision(log: &SqliteLog, number: i64, format: OutputFormat) -> Result<(), CliError> {
     let revisions = log.revisions()?;
     let revision = find_revision(&revisions, number)?;

@@ -59,4 +59,12 @@ pub enum ArgError {
     Duration(#[from] crate::engine::DurationError),
     #[error(transparent)]
     NotADuration(#[from] humantime::DurationError),
+    #[error("a run id is a UUID, such as the `run` a plan or `history` shows (01a250c3-a6cd-7167-a5d8-faa90b0ebd19)")]
+    RunId,
+}
+
+/// A run id: a UUID, written as deployster writes them (lower case, hyphenated).
+pub(super) fn parse_run_id(text: &str) -> Result<String, ArgError> {
+    let id = uuid::Uuid::try_parse(text.trim()).map_err(|_| ArgError::RunId)?;
+    Ok(id.hyphenated().to_string())
 }

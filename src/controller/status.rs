@@ -46,6 +46,8 @@ pub enum Observed {
 /// Everything [`next_status`] needs about one pass.
 #[derive(Debug, Clone)]
 pub struct PassResult {
+    /// The run id of a pass that ran (none: it ran nothing).
+    pub run_id: Option<String>,
     pub generation: Option<i64>,
     pub revision: String,
     pub observed: Observed,
@@ -142,6 +144,9 @@ pub fn next_status(old: &ManifestStatus, pass: &PassResult) -> ManifestStatus {
     status.observed_generation = pass.generation;
     status.revision = Some(pass.revision.clone());
     status.last_reconcile_time = Some(now.clone());
+    if let Some(run_id) = &pass.run_id {
+        status.last_run_id = Some(run_id.clone());
+    }
     if !matches!(pass.observed, Observed::Invalid { .. } | Observed::Suspended) {
         status.last_attempted_revision = Some(pass.revision.clone());
     }
@@ -521,11 +526,13 @@ pub(super) fn transition(
     }
 }
 
-/// Whether writing `new` over `old` would change anything but `lastReconcileTime`: a pass that
-/// found everything as it was writes nothing (no churn on the object, no noise in its history).
+/// Whether writing `new` over `old` would change anything but `lastReconcileTime` and
+/// `lastRunId`: a pass that found everything as it was writes nothing (no churn on the object,
+/// no noise in its history).
 pub fn changed(old: &ManifestStatus, new: &ManifestStatus) -> bool {
     let mut new = new.clone();
     new.last_reconcile_time = old.last_reconcile_time.clone();
+    new.last_run_id = old.last_run_id.clone();
     // Nor the next checks alone: they move on every pass.
     let was: std::collections::HashMap<&str, &Option<compact_str::CompactString>> =
         old.resources.iter().map(|o| (o.name.as_str(), &o.next_check)).collect();

@@ -328,6 +328,11 @@ pub struct ManifestStatus {
     pub last_applied_revision: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_attempted_revision: Option<String>,
+    /// The run id of the last pass written here (a pass that finds everything as it was writes
+    /// nothing): `deployster history --run ID` shows its events, and its programs saw it as
+    /// `DEPLOYSTER_RUN_ID`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_run_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_reconcile_time: Option<String>,
     #[serde(default)]

@@ -167,6 +167,11 @@ impl SqliteLog {
         )
     }
 
+    /// Every entry of run `id`, oldest first.
+    pub fn entries_of_run(&self, id: &str) -> Result<Vec<Entry>, HistoryError> {
+        self.query(&format!("SELECT {COLUMNS} FROM entries WHERE id = ?1 ORDER BY seq"), params![id])
+    }
+
     /// How many entries the log holds.
     pub fn len(&self) -> Result<u64, HistoryError> {
         let connection = self.connection.lock().expect("log lock");

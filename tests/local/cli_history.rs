@@ -791,3 +791,39 @@ fn revisions_are_numbered_listed_told_and_compared() {
         serde_json::json!({"path": "type", "was": "builtin/file", "now": null})
     );
 }
+
+/// `history --run ID`: one run's events, oldest first — the id a plan, an apply and every
+/// program (`DEPLOYSTER_RUN_ID`) see; an id that is not a UUID, or names no run, is refused.
+#[test]
+fn one_run_s_events_are_shown_by_its_id() {
+    let ws = Workspace::new();
+    ws.manifest(&two_files());
+    let (first, doc) = apply_json(&ws, &[]);
+    assert_eq!(first.code, 0, "{}", first.all());
+    let run = doc["run_id"].as_str().unwrap().to_string();
+    let (again, _) = apply_json(&ws, &[]);
+    assert_eq!(again.code, 0, "{}", again.all());
+
+    let text = ws.run(&["history", "-f", "manifest.yaml", "--run", &run]);
+    assert_eq!(text.code, 0, "{}", text.all());
+    assert!(text.stdout.starts_with(&format!("Run {run} (revision 1), oldest first:")), "{}", text.all());
+    let lines: Vec<&str> = text.stdout.lines().skip(1).collect();
+    assert!(lines.first().is_some_and(|l| l.contains("run-started")), "{}", text.stdout);
+    assert!(lines.last().is_some_and(|l| l.contains("run-finished-successfully")), "{}", text.stdout);
+    assert!(lines.iter().all(|l| l.contains(&run)), "only that run: {}", text.stdout);
+    let json = ws.run(&["history", "-f", "manifest.yaml", "--run", &run.to_uppercase(), "--output", "json"]);
+    assert_eq!(json.code, 0, "an id in capitals is the same id: {}", json.all());
+    let events = json.json()["events"].as_array().unwrap().clone();
+    assert_eq!(events.len(), lines.len(), "{}", json.all());
+
+    let refused = ws.run(&["history", "-f", "manifest.yaml", "--run", "last-tuesday"]);
+    assert_eq!(refused.code, 2, "{}", refused.all());
+    assert!(refused.stderr.contains("a run id is a UUID"), "{}", refused.all());
+    let none = ws.run(&["history", "-f", "manifest.yaml", "--run", "01a250c3-a6cd-7167-a5d8-faa90b0ebd19"]);
+    assert_eq!(none.code, 2, "{}", none.all());
+    assert!(
+        none.stderr.contains("no run 01a250c3-a6cd-7167-a5d8-faa90b0ebd19 in the deployment log"),
+        "{}",
+        none.all()
+    );
+}

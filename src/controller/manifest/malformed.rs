@@ -18,6 +18,7 @@ pub(super) async fn malformed(ctx: &Context, invalid: &kube::core::error_boundar
     tracing::warn!(%namespace, %name, error = %invalid.error, "malformed Manifest");
     // What it had is unreadable too: the status is built as for a first pass.
     let result = status::PassResult {
+        run_id: None,
         generation: invalid.metadata.generation,
         revision: String::new(),
         observed: status::Observed::Invalid { reason: Reason::MalformedObject.as_str(), message: message.clone() },

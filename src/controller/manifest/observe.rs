@@ -30,15 +30,17 @@ pub struct ObservedPass {
     pub seen: SeenPass,
     pub manifest: Arc<ValidatedManifest>,
     pub outputs: Option<Result<serde_json::Value, String>>,
+    /// The pass's run id (what `deployster history --run` and the programs' `DEPLOYSTER_RUN_ID` name).
+    pub run_id: String,
 }
 
 /// What the pass `passed` of `obj`, run `with`, did: what the status and the events will say.
 pub fn observe(obj: &Manifest, passed: Passed, with: &RanWith, old: &ManifestStatus) -> ObservedPass {
-    let Passed { manifest, ended, drifts, interrupted, outputs, .. } = passed;
+    let Passed { manifest, ended, drifts, interrupted, outputs, run_id, .. } = passed;
     let revision = manifest.revision.clone();
     let asked = Asked { manual: with.manual.as_ref(), guarded: with.guarded.clone() };
     let seen = ended_as(ended, drifts, interrupted, asked, old, &revision, || with.log.entries());
-    ObservedPass { generation: obj.metadata.generation, revision, seen, manifest, outputs }
+    ObservedPass { generation: obj.metadata.generation, revision, seen, manifest, outputs, run_id }
 }
 
 /// What a pass did, ready for the status and the events.

@@ -48,7 +48,7 @@ pub async fn pass(
     with: RanWith,
     checked: &Checked,
 ) -> Result<Next, ReportError> {
-    let ObservedPass { generation, revision, seen, manifest, outputs } = seen;
+    let ObservedPass { generation, revision, seen, manifest, outputs, run_id } = seen;
     let mut events = seen.done;
     let entries = if let Observed::Applied(report) = &seen.observed { Some(report.entries()) } else { None };
     let next = ctx.checks.record(obj, system_now(ctx), &revision, &with.assumed, entries);
@@ -62,6 +62,7 @@ pub async fn pass(
         corrections: f.corrections,
     });
     let result = PassResult {
+        run_id: Some(run_id),
         generation,
         revision,
         observed: seen.observed,
@@ -245,6 +246,7 @@ async fn finish_unrun(
     observed: Observed,
 ) -> Result<ManifestStatus, ReportError> {
     let result = PassResult {
+        run_id: None,
         generation: obj.meta().generation,
         revision: old.revision.clone().unwrap_or_default(),
         observed,

@@ -32,6 +32,7 @@ fn report_masked(outcomes: Vec<(&str, Standing)>, mask: Mask) -> Report {
 
 fn pass(observed: Observed, now_ms: i64) -> PassResult {
     PassResult {
+        run_id: Some("01a250c3-a6cd-7167-a5d8-faa90b0ebd19".into()),
         generation: Some(3),
         revision: "rev1".into(),
         observed,
@@ -86,6 +87,7 @@ fn a_successful_first_pass_is_ready_with_every_resource_valid() {
     assert_eq!(condition(&status, "Stalled").status, "False");
     assert_eq!(status.last_applied_revision.as_deref(), Some("rev1"));
     assert_eq!(status.last_attempted_revision.as_deref(), Some("rev1"));
+    assert_eq!(status.last_run_id.as_deref(), Some("01a250c3-a6cd-7167-a5d8-faa90b0ebd19"), "the pass's run");
     assert_eq!(status.observed_generation, Some(3));
     assert_eq!(status.resources_summary.as_deref(), Some("2/2"));
     assert_eq!(status.resources[0].state, Some(json!({"path": "/a"})));
