@@ -121,6 +121,8 @@ pub(super) struct Saved {
     pub destroy: bool,
     /// `apply --allow-deletes N`.
     pub allow_deletes: Option<usize>,
+    /// `--replace R`: resources deleted and created again.
+    pub replace: Vec<String>,
 }
 
 /// One pass: `confirm: None` plans only. Returns its exit code and what it did.
@@ -139,8 +141,26 @@ pub(super) async fn pass(
     if let Some(key) = &state.key {
         manifest.mask.use_fingerprint_key(key.clone());
     }
-    let mut options =
-        RunOptions { verbose: args.verbose, timeouts: args.timeouts.timeouts(), assume_valid, ..RunOptions::default() };
+    let replace = match &saved.expected {
+        Some(plan) => plan.replace.clone(),
+        None => saved.replace.clone(),
+    };
+    if let Some(name) = replace.iter().find(|name| manifest.index_of(name).is_none()) {
+        let names = manifest.resources.iter().map(|r| r.name.as_str());
+        let meant =
+            crate::engine::suggest::closest(name, names).map(|m| format!(" (did you mean `{m}`?)")).unwrap_or_default();
+        return Err(CliError::Refused(format!(
+            "--replace {name}: manifest {} has no resource `{name}`{meant}",
+            manifest.name
+        )));
+    }
+    let mut options = RunOptions {
+        verbose: args.verbose,
+        timeouts: args.timeouts.timeouts(),
+        assume_valid,
+        replace,
+        ..RunOptions::default()
+    };
     if let Some(n) = args.parallelism {
         options.parallelism = usize::from(n);
     }
@@ -174,6 +194,7 @@ pub(super) async fn pass(
     progress.clear();
     if let (Some(out), Ended::Planned(plan)) = (&saved.out, &passed.ended) {
         let saved = SavedPlan::new(plan, &manifest, &args.var_sources)
+            .replacing(&saved.replace)
             .with_parts(&manifest)
             .in_workspace(args.state.named_workspace());
         save_plan(out, &saved, progress)?;
@@ -337,7 +358,8 @@ async fn planned(args: &PlanArgs, session: &Session) -> Result<(ExitKind, Passed
     if args.destroy && args.out.is_some() {
         return Err(CliError::Refused("plan --destroy --out: a destroy is not saved; run `deployster destroy`".into()));
     }
-    let saved = Saved { out: args.out.clone(), destroy: args.destroy, ..Saved::default() };
+    let saved =
+        Saved { out: args.out.clone(), destroy: args.destroy, replace: args.replace.clone(), ..Saved::default() };
     let executor = session.executor(&manifest.images, None).await?;
     pass(manifest, None, saved, &progress, &state, executor, &stop, Default::default()).await
 }
@@ -385,7 +407,8 @@ pub(super) async fn apply(mut args: ApplyArgs, session: &Session) -> Result<Exit
     let progress = ProgressView::new(manifest.output);
     let state = State::open(manifest, true, &progress)?;
     let stop = stop_on_signals(progress.clone(), Cancel::AtOnce)?;
-    let saved = Saved { expected, allow_deletes: args.allow_deletes, ..Saved::default() };
+    let saved =
+        Saved { expected, allow_deletes: args.allow_deletes, replace: args.replace.clone(), ..Saved::default() };
     let executor = session.executor(&manifest.images, None).await?;
     Ok(pass(manifest, Some(confirm), saved, &progress, &state, executor, &stop, Default::default()).await?.0)
 }

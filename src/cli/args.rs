@@ -273,6 +273,10 @@ pub struct PlanArgs {
     /// to delete), 1 on any error (an invalid manifest too), as Terraform's: for CI.
     #[arg(long)]
     pub detailed_exitcode: bool,
+    /// Plan to delete this resource and create it again (a restart, a fresh copy): its type's
+    /// delete action, then the actions its state asks for. Repeat for several.
+    #[arg(long, value_name = "RESOURCE")]
+    pub replace: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -305,6 +309,10 @@ pub struct ApplyArgs {
     /// deletes; at a prompt, it is asked for with a warning.
     #[arg(long, value_name = "N")]
     pub allow_deletes: Option<usize>,
+    /// Delete this resource and create it again (a restart, a fresh copy): its type's delete
+    /// action, then the actions its state asks for. Repeat for several.
+    #[arg(long, value_name = "RESOURCE", conflicts_with = "plan")]
+    pub replace: Vec<String>,
 }
 
 #[cfg(feature = "kube")]

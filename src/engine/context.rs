@@ -32,11 +32,15 @@ pub struct RunOptions {
     /// Resources the plan takes for VALID, with their last state, without reading it — as long
     /// as their config renders as it did (adaptive drift checks, [`super::schedule`]).
     pub assume_valid: super::schedule::AssumeValid,
+    /// Resources to delete and create again (`--replace`): planned with their type's delete
+    /// action, then whatever their state asks for once deleted.
+    pub replace: Vec<String>,
 }
 
 impl Default for RunOptions {
     fn default() -> Self {
         Self {
+            replace: Vec::new(),
             parallelism: std::thread::available_parallelism().map_or(4, |n| n.get()),
             verbose: false,
             timeouts: Timeouts::default(),
@@ -192,8 +196,13 @@ impl RunContext {
         let resource = &self.manifest.resources[i];
         let read: Arc<Mutex<Read>> = Arc::default();
         let cancel = self.cancel.child_token();
-        // An action that reported progress and then stopped increasing it is stopped.
-        let stall = resource.timeouts.progress.unwrap_or(self.options.timeouts.progress);
+        // An action that reported progress and then stopped increasing it is stopped; when its
+        // type declares that its actions report progress, one silent from its start too.
+        let declared = self.types.get(i).and_then(|t| t.init.progress_timeout);
+        let stall = resource.timeouts.progress.or(declared).unwrap_or(self.options.timeouts.progress);
+        if declared.is_some() {
+            read.lock().expect("messages lock").moved = Some(std::time::Instant::now());
+        }
         let watchdog = matches!(phase, Phase::Action(_)).then(|| {
             let (read, cancel) = (read.clone(), cancel.clone());
             tokio::spawn(async move {
@@ -248,7 +257,13 @@ impl RunContext {
         }
         let mut read = std::mem::take(&mut *read.lock().expect("messages lock"));
         if let Some(stall) = read.stalled.filter(|_| invoked.is_err()) {
-            let message = format!("reported no progress for {} and was stopped", humantime::format_duration(stall));
+            let stall = humantime::format_duration(stall);
+            let message = match read.percent {
+                Some(_) => format!("reported no progress for {stall} and was stopped"),
+                None => format!(
+                    "reported no progress in its first {stall} (its type's init declares progress_timeout) and was stopped"
+                ),
+            };
             return Err(ResourceError::new(phase.clone(), Cause::Exec { reason: "ProgressTimedOut", message }));
         }
         let outcome = invoked.map_err(|e| ResourceError::exec(phase.clone(), &e).masked(mask))?;
@@ -266,7 +281,7 @@ impl RunContext {
                 }
                 None => ResourceError::exit(phase.clone(), &outcome),
             };
-            return Err(error.masked(mask));
+            return Err(error.masked(mask).with_results(read.results));
         }
         if let Some(why) = read.invalid {
             let problem = format!("its [AGENT_MESSAGE] output is invalid: {why}");

@@ -85,11 +85,19 @@ pub enum Cause {
 pub struct ResourceError {
     pub phase: Phase,
     pub cause: Cause,
+    /// The `result` pairs a failed action reported in its messages before it failed (seed 004):
+    /// kept and shown as a success's are.
+    pub results: Vec<(String, String)>,
 }
 
 impl ResourceError {
     pub fn new(phase: Phase, cause: Cause) -> Self {
-        Self { phase, cause }
+        Self { phase, cause, results: Vec::new() }
+    }
+
+    /// The same failure, with the result pairs the program reported before it failed.
+    pub fn with_results(self, results: Vec<(String, String)>) -> Self {
+        Self { results, ..self }
     }
 
     pub fn exec(phase: Phase, error: &ExecError) -> Self {

@@ -123,6 +123,12 @@ async fn init_one(ctx: &RunContext, i: usize) -> Result<ResourceType, ResourceEr
     let mut problems = Vec::new();
     let (mounts, plug_paths) = resolve_plugs(ctx, resource, &init, &mut problems);
     check_required_resources(ctx, resource, &init, &mut problems);
+    if ctx.options.replace.contains(&resource.name) && init.delete_action.is_none() {
+        problems.push(
+            "`--replace` names it, but its type has no `delete_action`: it cannot be deleted to be created again"
+                .into(),
+        );
+    }
     if let Some(image) = &init.state_action.image
         && let Err(e) = TypeRef::parse(image, &resource.workspace)
     {

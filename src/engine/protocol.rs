@@ -126,6 +126,8 @@ pub struct InitResponse {
     pub older_revision: bool,
     /// What the type says the user should know, bounded ([`WARNINGS_KEPT`]).
     pub warnings: Vec<String>,
+    /// Its actions report progress: one silent this long from its start is stopped.
+    pub progress_timeout: Option<std::time::Duration>,
 }
 
 /// How many warnings of one reply are kept (the rest are counted in one more), and how many
@@ -184,6 +186,12 @@ struct RawInitResponse {
     #[serde(default)]
     #[schemars(with = "Option<Vec<String>>")]
     warnings: Option<Value>,
+    /// Its actions report progress (agent messages): one silent for this long from its start,
+    /// or with no progress for this long since its last, is stopped (`90s`, `5m`). Without it,
+    /// the limit counts only from an action's first progress message.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    progress_timeout: Option<Value>,
 }
 
 /// What a state action found.
@@ -334,8 +342,18 @@ pub fn parse_init(stdout: &[u8]) -> Result<InitResponse, ProtocolError> {
         }
     }
     let warnings = parse_warnings(raw.warnings)?;
+    let progress_timeout = match raw.progress_timeout {
+        None | Some(Value::Null) => None,
+        Some(Value::String(text)) => {
+            Some(crate::engine::positive_duration(&text).map_err(|e| problem(format!("`progress_timeout`: {e}")))?)
+        }
+        Some(other) => {
+            return Err(problem(format!("`progress_timeout` must be a duration such as \"90s\", got {other}")));
+        }
+    };
     Ok(InitResponse {
         warnings,
+        progress_timeout,
         label: raw.label,
         config_schema: raw.config_schema,
         state_action,
@@ -615,6 +633,17 @@ mod tests {
         assert_eq!(err.problem, "`warnings` must be a list of strings");
         let init = json!({"state_action": {"args": ["s"]}, "warnings": ["old"]}).to_string();
         assert_eq!(parse_init(init.as_bytes()).unwrap().warnings, ["old"]);
+        let init = json!({"state_action": {"args": ["s"]}, "warnings": [{"a": 1}]}).to_string();
+        assert!(parse_init(init.as_bytes()).unwrap_err().problem.starts_with("`warnings[0]` must be a string"));
+        let init = |t: Value| json!({"state_action": {"args": ["s"]}, "progress_timeout": t}).to_string();
+        let said = parse_init(init(json!("90s")).as_bytes()).unwrap().progress_timeout;
+        assert_eq!(said, Some(std::time::Duration::from_secs(90)));
+        let err = parse_init(init(json!("soon")).as_bytes()).unwrap_err();
+        assert_eq!(err.problem, "`progress_timeout`: `soon` is not a duration such as 90s or 30m");
+        let err = parse_init(init(json!(30)).as_bytes()).unwrap_err();
+        assert_eq!(err.problem, "`progress_timeout` must be a duration such as \"90s\", got 30");
+        let err = parse_init(init(json!("0s")).as_bytes()).unwrap_err();
+        assert!(err.problem.contains("is zero"), "{err}");
         let init = json!({"state_action": {"args": ["s"]}, "warnings": [{"a": 1}]}).to_string();
         assert!(parse_init(init.as_bytes()).unwrap_err().problem.starts_with("`warnings[0]` must be a string"));
     }

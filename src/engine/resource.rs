@@ -170,6 +170,54 @@ pub(crate) async fn apply_actions(
     }
 }
 
+/// The name of the action a plan shows for a resource `--replace` names.
+pub(crate) const REPLACE: &str = "replace";
+
+/// What a plan shows for a resource `--replace` names: its type's delete action, then what its
+/// state asks for once it is deleted.
+pub(crate) fn replace_action(ctx: &RunContext, i: usize) -> Action {
+    Action {
+        name: REPLACE.into(),
+        description: "Delete it and create it again (--replace): its type's delete action, then the actions its \
+                      state asks for once it is deleted"
+            .into(),
+        invocable: ctx.types[i].init.delete_action.clone().unwrap_or_default(),
+    }
+}
+
+/// Replaces resource `i` (`--replace`): runs its type's delete action, reads its state (which
+/// must no longer be VALID), then runs the actions that state asks for, and reads it again —
+/// VALID now. Every action is approved as any other.
+pub(crate) async fn replace(
+    ctx: &RunContext,
+    i: usize,
+    config: Value,
+    stale_state: Option<Value>,
+    known: &Knowledge,
+    approver: &dyn Approver,
+) -> Result<(Value, Vec<Ran>), ApplyStopped> {
+    let name = &ctx.manifest.resources[i].name;
+    let delete = Action { name: "delete".into(), ..replace_action(ctx, i) };
+    if !approver.approve_action(name, &delete).await {
+        return Err(ApplyStopped::Declined);
+    }
+    let request = state_request(ctx, i, config.clone(), known);
+    let action_request =
+        ActionRequest { state: request.clone(), stale_state: stale_state.unwrap_or_else(|| json!({})) };
+    let stdin = serde_json::to_vec(&action_request).expect("requests serialize");
+    let results = run_action(ctx, i, &delete.name, &delete.invocable, stdin).await?;
+    let deleted = Ran { action: delete.name.clone(), results };
+    let (stale_state, actions) = match read_state(ctx, i, &Phase::Verify, &request).await? {
+        StateResponse::NeedsActions { stale_state, actions, .. } => (stale_state, actions),
+        StateResponse::Valid { .. } => {
+            return Err(ResourceError::new(Phase::Verify, Cause::StillPresent(super::protocol::Status::Valid)).into());
+        }
+    };
+    let (state, mut ran) = apply_actions(ctx, i, config, (stale_state, None), &actions, known, approver).await?;
+    ran.insert(0, deleted);
+    Ok((state, ran))
+}
+
 /// Runs one action of resource `i`: its intent recorded first (or it does not run), its
 /// result told to the observer. Returns the result pairs its messages reported, masked.
 pub(crate) async fn run_action(
@@ -184,9 +232,12 @@ pub(crate) async fn run_action(
     let phase = Phase::Action(action.to_string());
     let result = ctx.run_program(i, &phase, invocable, stdin, true).await;
     let mask = &ctx.manifest.mask;
-    let results: Vec<(String, String)> = result
-        .as_ref()
-        .map_or_else(|_| Vec::new(), |(_, results)| results.iter().map(|(k, v)| (k.clone(), mask.text(v))).collect());
+    // A failure's results too: what a script reported before it failed is worth as much.
+    let reported = match &result {
+        Ok((_, results)) => results,
+        Err(error) => &error.results,
+    };
+    let results: Vec<(String, String)> = reported.iter().map(|(k, v)| (k.clone(), mask.text(v))).collect();
     ctx.emit(RunEvent::ActionFinished {
         resource: ctx.manifest.resources[i].name.clone(),
         action: action.to_string(),

@@ -26,7 +26,7 @@ use super::events::{Approver, NoObserver, Observer, RunEvent};
 use super::executor::Executor;
 use super::init::{PrepareError, init_all};
 use super::plan::{Plan, Report, ResourceEntry, Standing};
-use super::protocol::StateResponse;
+use super::protocol::{StateResponse, Status};
 use super::resource::{self, ApplyStopped};
 use super::validate::ValidatedManifest;
 
@@ -275,6 +275,13 @@ impl Prepared {
                     // knowledge holds planned states).
                     Ok(resource::Resolved { response: None, config }) => return (Standing::unread(), Some(config)),
                     Ok(resource::Resolved { response: Some(response), config }) => match response {
+                        // To replace (`--replace`): deleted, then created again.
+                        StateResponse::Valid { state } if self.replacing(i) => {
+                            (config, Status::Stale, Some(state), None, vec![resource::replace_action(&self.ctx, i)])
+                        }
+                        StateResponse::NeedsActions { status: Status::Stale, stale_state, .. } if self.replacing(i) => {
+                            (config, Status::Stale, stale_state, None, vec![resource::replace_action(&self.ctx, i)])
+                        }
                         StateResponse::Valid { state } => {
                             return (Standing::Valid { state, applied: None }, Some(config));
                         }
@@ -315,13 +322,21 @@ impl Prepared {
             return (Standing::Declined, Some(config));
         }
         let states = (stale_state, planned_state.as_ref());
-        let applied = resource::apply_actions(&self.ctx, i, config.clone(), states, &actions, known, approver).await;
+        let applied = match self.replacing(i) && actions.first().is_some_and(|a| a.name == resource::REPLACE) {
+            true => resource::replace(&self.ctx, i, config.clone(), states.0, known, approver).await,
+            false => resource::apply_actions(&self.ctx, i, config.clone(), states, &actions, known, approver).await,
+        };
         let standing = match applied {
             Ok((state, ran)) => Standing::Valid { state, applied: Some(ran) },
             Err(ApplyStopped::Failed(e)) => Standing::Failed(e),
             Err(ApplyStopped::Declined) => Standing::Declined,
         };
         (standing, Some(config))
+    }
+
+    /// Whether `--replace` names resource `i`.
+    fn replacing(&self, i: usize) -> bool {
+        self.ctx.options.replace.contains(&self.ctx.manifest.resources[i].name)
     }
 
     /// Marks everything waiting downstream of `root` as blocked by it.

@@ -38,6 +38,9 @@ pub struct SavedPlan {
     /// in that workspace's log.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace: Option<String>,
+    /// `plan --replace`: the resources it deletes and creates again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replace: Vec<String>,
     pub resources: Vec<SavedResource>,
     /// The resources leaving the manifest (its inventory holds them, it no longer declares
     /// them), and what applying does to each: `DELETE`, `FORGOTTEN`, `ABSENT`, `KEPT`.
@@ -254,6 +257,7 @@ impl SavedPlan {
             revision: manifest.revision.clone(),
             run_id: plan.run_id.clone(),
             workspace: None,
+            replace: Vec::new(),
             resources,
             removals: saved_removals(plan),
             parts: Parts::default(),
@@ -267,6 +271,13 @@ impl SavedPlan {
     /// that a plan file refused later names the file, variable or resource that changed.
     pub fn with_parts(mut self, manifest: &ValidatedManifest) -> SavedPlan {
         self.parts = Parts::of(manifest);
+        self.checksum = self.expected_checksum();
+        self
+    }
+
+    /// The plan, made with `--replace` of these resources.
+    pub fn replacing(mut self, replace: &[String]) -> SavedPlan {
+        self.replace = replace.to_vec();
         self.checksum = self.expected_checksum();
         self
     }

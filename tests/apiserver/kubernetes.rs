@@ -205,6 +205,11 @@ fn bad_objects_fail_clearly_and_nothing_is_applied() {
             &*format!("{{apiVersion: v1, kind: Namespace, metadata: {{name: x, namespace: {ns}}}}}"),
             "Namespace is not namespaced",
         ),
+        // An object the server finds invalid: its dry run says so in the plan.
+        (
+            &*format!("{{apiVersion: v1, kind: ConfigMap, metadata: {{name: Not_A_Name, namespace: {ns}}}}}"),
+            "checking (a server-side dry run of creating it) ConfigMap",
+        ),
     ];
     for (object, expected) in cases {
         ws.manifest(&format!(
@@ -761,7 +766,7 @@ fn the_cli_without_the_right_to_patch_says_the_403() {
 }
 
 /// The server's 422 echoes the value it refuses; a sensitive one is masked on the CLI as
-/// everywhere, and nothing is applied.
+/// everywhere, and nothing is applied (the plan's dry run of creating it meets the 422).
 #[test]
 #[ignore = "needs a Kubernetes API server: DEPLOYSTER_E2E_KUBECONFIG=<kubeconfig ../shared/apiserver/up.sh prints> cargo test --test apiserver kubernetes:: -- --include-ignored"]
 fn a_422_that_echoes_a_sensitive_value_shows_it_masked() {
@@ -776,7 +781,9 @@ fn a_422_that_echoes_a_sensitive_value_shows_it_masked() {
     let out = deployster(&ws, &cluster, &["apply", "-f", "manifest.yaml", "--yes"]);
     let text = out.all();
     assert_eq!(out.code, 1, "{text}");
-    assert!(text.contains("resource `s` failed in action apply"), "{text}");
+    // Found by the plan's dry run of creating it, before anything is applied.
+    assert!(text.contains("resource `s` failed in state"), "{text}");
+    assert!(text.contains("checking (a server-side dry run of creating it) Secret"), "{text}");
     assert!(text.contains("Invalid value") && text.contains("***"), "the server's words, masked: {text}");
     assert!(!text.contains("not a label!"), "the sensitive value is never shown: {text}");
     assert!(cluster.get(&["secret", "echo"]).is_none(), "nothing applied: {text}");

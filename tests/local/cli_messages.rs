@@ -145,3 +145,37 @@ fn a_stalled_action_is_stopped_and_a_slow_one_is_not() {
     assert!(ws.exists("slow.done"), "a slow action that keeps reporting runs to its end:\n{}", run.all());
     assert!(started.elapsed() < std::time::Duration::from_secs(15), "the stalled action was not left to its sleep");
 }
+
+/// A type that declares `progress_timeout` in its init: an action silent from its start for
+/// that long is stopped (without it, the limit counts from the first progress message); a
+/// `progress_timeout` that is not a duration fails init, naming it.
+#[test]
+fn an_action_silent_from_its_start_is_stopped_when_its_type_says_it_reports_progress() {
+    let ws = Workspace::new();
+    let init = |resource: &str, timeout: &str| {
+        std::fs::create_dir_all(ws.path("fixture-init")).unwrap();
+        ws.write(
+            &format!("fixture-init/{resource}.json"),
+            &format!(r#"{{"state_action": {{"args": ["state"]}}, "progress_timeout": {timeout}}}"#),
+        );
+    };
+    init("silent", "\"1s\"");
+    ws.manifest(&format!(
+        "resources:\n  silent: {{ type: ./fixture, config: {{ marker: {}/m, action_sleep_ms: 20000 }} }}\n",
+        ws.root()
+    ));
+    let started = std::time::Instant::now();
+    let run = ws.apply(&[]);
+    assert_eq!(run.code, 1, "{}", run.all());
+    assert!(
+        run.stderr.contains("reported no progress in its first 1s (its type's init declares progress_timeout)"),
+        "{}",
+        run.all()
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(15), "not left to its sleep: {}", run.all());
+
+    init("silent", "\"soon\"");
+    let run = ws.plan(&[]);
+    assert_eq!(run.code, 1, "{}", run.all());
+    assert!(run.stderr.contains("`progress_timeout`: `soon` is not a duration such as 90s or 30m"), "{}", run.all());
+}

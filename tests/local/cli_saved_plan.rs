@@ -280,3 +280,44 @@ resources:
     assert!(run.stderr.contains(said), "{}", run.all());
     assert_eq!(std::fs::metadata(ws.path("data")).unwrap().permissions().mode() & 0o777, 0o700, "nothing applied");
 }
+
+/// `--replace R`: the plan shows R deleted and created again, the apply does it (its type's
+/// delete action, then what its state asks for), a saved plan keeps it; a name the manifest
+/// has not, and a type that cannot delete, are refused before anything runs.
+#[test]
+fn replace_deletes_and_creates_a_resource_again_as_planned() {
+    use std::os::unix::fs::MetadataExt;
+    let ws = Workspace::new();
+    ws.manifest(&support::dir_and_file("", "app.json", "hello", ""));
+    assert_eq!(ws.apply(&[]).code, 0);
+    let inode = || std::fs::metadata(ws.path("out/app.json")).unwrap().ino();
+    let before = inode();
+
+    let plan = ws.run(&["plan", "-f", "manifest.yaml", "--replace", "file", "--out", "plan.json"]);
+    assert_eq!(plan.code, 0, "{}", plan.all());
+    assert!(plan.stdout.contains("→ replace: Delete it and create it again (--replace)"), "{}", plan.all());
+    assert!(plan.stdout.contains("Plan: 1 to apply, 0 pending, 1 valid."), "{}", plan.all());
+    assert_eq!(inode(), before, "a plan changes nothing");
+    let run = ws.run(&["apply", "plan.json"]);
+    assert_eq!(run.code, 0, "{}", run.all());
+    assert!(run.stdout.contains("APPLIED   file  delete, write"), "{}", run.all());
+    assert_ne!(inode(), before, "a new file");
+    assert_eq!(ws.read("out/app.json"), "hello");
+    let again = ws.run(&["apply", "-f", "manifest.yaml", "--replace", "file", "--yes"]);
+    assert_eq!(again.code, 0, "{}", again.all());
+    assert!(again.stdout.contains("APPLIED   file  delete, write"), "{}", again.all());
+    assert!(ws.plan(&[]).stdout.contains("Plan: 0 to apply"), "replaced once, not again");
+
+    for (name, said) in [
+        ("nowhere", "--replace nowhere: manifest manifest.yaml has no resource `nowhere`"),
+        ("fil", "(did you mean `file`?)"),
+    ] {
+        let run = ws.run(&["apply", "-f", "manifest.yaml", "--replace", name, "--yes"]);
+        assert_eq!(run.code, 2, "{}", run.all());
+        assert!(run.stderr.contains(said), "{}", run.all());
+    }
+    ws.manifest("resources:\n  odd: { type: ./fixture, config: { respond: { status: VALID, state: {} } } }\n");
+    let run = ws.run(&["plan", "-f", "manifest.yaml", "--replace", "odd"]);
+    assert_eq!(run.code, 2, "{}", run.all());
+    assert!(run.stderr.contains("its type has no `delete_action`"), "{}", run.all());
+}

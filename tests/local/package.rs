@@ -232,11 +232,17 @@ fn bad_packages_are_refused_before_anything_is_installed() {
 fn a_failed_install_is_removed_and_says_why_from_its_message() {
     let ws = Workspace::new();
     let mut failing = scripts("1.0.0");
-    failing[0].1 = "#!/bin/sh\necho '[AGENT_MESSAGE] {\"error\": 3, \"errorMsg\": \"disk quota exceeded\"} [AGENT_MESSAGE_END]'\nexit 3\n".into();
+    failing[0].1 = "#!/bin/sh\necho '[AGENT_MESSAGE] {\"error\": 3, \"errorMsg\": \"disk quota exceeded\", \"result\": [{\"key\": \"freeMb\", \"value\": \"12\"}]} [AGENT_MESSAGE_END]'\nexit 3\n".into();
     package(&ws, "hello-1.0.0.unix.cronus", &failing);
     manifest(&ws, "1.0.0", "");
     let run = ws.apply(&[]);
     assert_refused(&run, &["failed in action install", "disk quota exceeded"]);
+    // What it reported before failing is shown and kept, as a success's results are.
+    assert!(run.stdout.contains("hello/install result: freeMb = 12"), "{}", run.all());
+    let log = ws.run(&["history", "-f", "manifest.yaml", "--output", "json"]);
+    let failed = log.json()["events"].as_array().unwrap().iter().find(|e| e["event"] == "action-failed").cloned();
+    let failed = failed.unwrap_or_else(|| panic!("no action-failed: {}", log.stdout));
+    assert_eq!(failed["detail"]["result"], json!([{"key": "freeMb", "value": "12"}]), "{failed}");
     assert!(!ws.path("srv/hello/manifests/1.0.0").exists(), "removed so that the next apply installs afresh");
     assert!(run.stdout.contains("install of hello 1.0.0 failed: removed again"), "{}", run.all());
 }
@@ -304,4 +310,57 @@ fn wait_for_heartbeat(ws: &Workspace, expected: &str) {
         assert!(std::time::Instant::now() < deadline, "no heartbeat from {expected}: {beat:?}");
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
+}
+
+/// Two packages in one manifest, each at its own version, and one restarted with `--replace`
+/// in one apply: shut down and removed, then installed and started again; the other untouched.
+#[test]
+fn two_packages_each_at_its_version_and_one_restarted_by_replace() {
+    struct World<'a>(&'a Workspace);
+    impl Drop for World<'_> {
+        fn drop(&mut self) {
+            if let Ok(pid) = std::fs::read_to_string(self.0.path("srv/world/.appdata/pid")) {
+                let _ = std::process::Command::new("kill").arg(pid.trim()).status();
+            }
+        }
+    }
+    let ws = Workspace::new();
+    let (_hello, _world) = (Daemon(&ws), World(&ws));
+    package(&ws, "hello-1.0.0.unix.cronus", &scripts("1.0.0"));
+    package(&ws, "world-2.1.0.unix.cronus", &scripts("2.1.0"));
+    let resource = |service: &str, version: &str| {
+        format!(
+            "  {service}:\n    type: builtin/package\n    config:\n      service: {service}\n      home: srv\n      version: \"{version}\"\n      package: dist/{service}-{version}.unix.cronus\n      prop: dist/{service}-{version}.unix.cronus.prop\n"
+        )
+    };
+    ws.manifest(&format!("resources:\n{}{}", resource("hello", "1.0.0"), resource("world", "2.1.0")));
+    let lcm = |service: &str| {
+        std::fs::read_to_string(ws.path(&format!("srv/{service}/.appdata/lcm.log")))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| l.rsplit_once(' ').map_or(l, |(head, _)| head).to_string())
+            .collect::<Vec<_>>()
+    };
+    let run = ws.apply(&[]);
+    assert_eq!(run.code, 0, "{}", run.all());
+    assert_eq!(lcm("hello"), ["1.0.0 install", "1.0.0 activate", "1.0.0 startup"]);
+    assert_eq!(lcm("world"), ["2.1.0 install", "2.1.0 activate", "2.1.0 startup"]);
+
+    let run = ws.apply(&["--replace", "world"]);
+    assert_eq!(run.code, 0, "{}", run.all());
+    assert!(run.stdout.contains("APPLIED   world  delete, install, activate, startup"), "{}", run.all());
+    assert_eq!(lcm("hello"), ["1.0.0 install", "1.0.0 activate", "1.0.0 startup"], "the other is untouched");
+    assert_eq!(
+        lcm("world"),
+        [
+            "2.1.0 install",
+            "2.1.0 activate",
+            "2.1.0 startup",
+            "2.1.0 shutdown",
+            "2.1.0 deactivate",
+            "2.1.0 install",
+            "2.1.0 activate",
+            "2.1.0 startup"
+        ]
+    );
 }

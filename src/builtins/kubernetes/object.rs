@@ -221,6 +221,14 @@ impl ServerObject {
             let created = Patch::Apply(self.applied(None));
             let planned = match self.api.patch(&self.name, &self.apply_params().dry_run(), &created).await {
                 Ok(dry) => self.planned(&serde_json::to_value(dry).expect("an object serializes"), true),
+                // The server finds the object invalid: creating it would fail the same way, so
+                // the plan says it now, and nothing is applied.
+                Err(kube::Error::Api(status)) if status.code == 422 => {
+                    let e = kube::Error::Api(status);
+                    return Err(self.api_error("checking (a server-side dry run of creating it)", e));
+                }
+                // Anything else (no right to patch, a namespace created by an earlier
+                // resource): what it will be is not known until it is.
                 Err(_) => unknown(),
             };
             return Ok(ObjectStanding::Missing { planned });

@@ -167,6 +167,7 @@ pub async fn run_pass(
         run_id,
         verbose: false,
         assume_valid: assume_valid.clone(),
+        replace: Vec::new(),
     };
     let why = || interruption(ctx);
     let pass = Pass {
