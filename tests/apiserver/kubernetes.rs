@@ -14,7 +14,7 @@ use deployster::engine::executor::{Executor, Invocation, InvocationLabels};
 use deployster::engine::typeref::TypeRef;
 use serde_json::{Value, json};
 
-fn deployster(ws: &Workspace, cluster: &Cluster, args: &[&str]) -> support::Run {
+pub(super) fn deployster(ws: &Workspace, cluster: &Cluster, args: &[&str]) -> support::Run {
     ws.run_with_env(args, &[("KUBECONFIG", &cluster.kubeconfig)])
 }
 

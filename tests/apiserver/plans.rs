@@ -3,13 +3,9 @@
 //! only the write decides (a Service's cluster IP) waits, saying which.
 #![cfg(feature = "kube")]
 
-use crate::support;
+use crate::kubernetes::deployster;
 use crate::support::Workspace;
 use crate::support::cluster::Cluster;
-
-fn deployster(ws: &Workspace, cluster: &Cluster, args: &[&str]) -> support::Run {
-    ws.run_with_env(args, &[("KUBECONFIG", &cluster.kubeconfig)])
-}
 
 /// A ConfigMap that reads another's data and name, both new: the plan shows both created,
 /// counts both, and the saved plan applies them with nothing unplanned.
