@@ -267,38 +267,53 @@ impl Watches {
                 })
                 .collect()
         };
-        let mut started = Vec::new();
+        let (mut checked, mut apis) = (Vec::new(), HashMap::new());
         for (key, resource) in to_start {
             let api = api(&client, &key, &resource);
-            started.push((key.clone(), self.start(api, key).await));
+            checked.push((key.clone(), self.check(&api, &key).await));
+            apis.insert(key, api);
         }
-        self.settle(subject, wanted, started)
+        let (watching, launch) = self.settle(subject, wanted, checked);
+        // Started once `subject` is registered, so that what their first listing finds changed
+        // wakes it (a watch started before could list before the registration: no one woken).
+        for (key, stop) in launch {
+            let Some(api) = apis.remove(&key) else { continue };
+            tokio::spawn(task::watch(api, key, self.shared.clone(), stop));
+        }
+        watching
     }
 
-    /// Takes in the watches started for `subject` and what it declares now.
+    /// Takes in the watches checked for `subject` and what it declares now; returns the
+    /// watches to start now that it is registered.
     fn settle(
         &self,
         subject: &Subject,
         objects: BTreeSet<(WatchKey, String, String)>,
-        started: Vec<(WatchKey, Watch)>,
-    ) -> Watching {
+        checked: Vec<(WatchKey, Watch)>,
+    ) -> (Watching, Vec<(WatchKey, CancellationToken)>) {
         let manifest = subject.owner.clone();
         let mut state = self.shared.state.lock().expect("watches lock");
-        for (key, watch) in started {
+        let mut launch = Vec::new();
+        for (key, watch) in checked {
+            let stop = watch.stop.clone();
             match state.watches.get_mut(&key) {
                 // Another registration started it meanwhile.
                 Some(running) if running.stop.is_some() => {
-                    if let Some(stop) = watch.stop {
+                    if let Some(stop) = stop {
                         stop.cancel();
                     }
+                    continue;
                 }
                 Some(refused) => {
                     refused.stop = watch.stop;
                     refused.refused = watch.refused;
                 }
                 None => {
-                    state.watches.insert(key, watch);
+                    state.watches.insert(key.clone(), watch);
                 }
+            }
+            if let Some(stop) = stop {
+                launch.push((key, stop));
             }
         }
         let keys: BTreeSet<WatchKey> = objects.iter().map(|(key, ..)| key.clone()).collect();
@@ -324,7 +339,7 @@ impl Watches {
         let registration = Registration { uid: subject.uid.clone(), objects, refused_told: refused.is_some() };
         state.manifests.insert(manifest, registration);
         self.count(&state);
-        Watching { refused, newly_refused }
+        (Watching { refused, newly_refused }, launch)
     }
 
     /// A Manifest none of whose objects can be watched (its ServiceAccount's client failed).
@@ -408,8 +423,9 @@ impl Watches {
         }
     }
 
-    /// Starts the watch of `key`, unless the server refuses its listing (403).
-    async fn start(&self, api: Api<PartialObjectMeta<DynamicObject>>, key: WatchKey) -> Watch {
+    /// The watch of `key`, to be started ([`Self::settle`]) unless the server refuses its
+    /// listing (403).
+    async fn check(&self, api: &Api<PartialObjectMeta<DynamicObject>>, key: &WatchKey) -> Watch {
         let params = ListParams::default().labels(&selector()).limit(1);
         match tokio::time::timeout(CHECK_TIMEOUT, api.list(&params)).await {
             Ok(Err(kube::Error::Api(status))) if status.code == 403 => {
@@ -418,9 +434,7 @@ impl Watches {
             }
             _ => {}
         }
-        let stop = CancellationToken::new();
-        tokio::spawn(task::watch(api, key, self.shared.clone(), stop.clone()));
-        Watch { users: BTreeSet::new(), stop: Some(stop), refused: None }
+        Watch { users: BTreeSet::new(), stop: Some(CancellationToken::new()), refused: None }
     }
 }
 

@@ -38,20 +38,24 @@ fn one_watch_is_shared_by_the_manifests_that_need_it_and_stops_with_the_last() {
     let (a, b) = (manifest("team", "a"), manifest("team", "b"));
     let first = running();
     let stop = first.stop.clone().unwrap();
-    watches.settle(
+    let (_, launch) = watches.settle(
         &Subject::manifest(&a),
         objects(&[("ConfigMap", "a-settings", "settings")]),
         vec![(key("ConfigMap"), first)],
     );
+    // Started by the caller only now, with a registered: its first listing can wake a.
+    assert_eq!(launch.iter().map(|(key, _)| key.clone()).collect::<Vec<_>>(), [key("ConfigMap")]);
+    assert!(watches.shared.state.lock().unwrap().manifests.contains_key("team/a"));
     // b's registration started one too, concurrently: the running one is kept, b's stopped.
     let second = running();
     let duplicate = second.stop.clone().unwrap();
-    let seen = watches.settle(
+    let (seen, launch) = watches.settle(
         &Subject::manifest(&b),
         objects(&[("ConfigMap", "b-settings", "settings")]),
         vec![(key("ConfigMap"), second)],
     );
     assert_eq!(seen, Watching::default());
+    assert!(launch.is_empty(), "the duplicate is not started");
     assert!(duplicate.is_cancelled() && !stop.is_cancelled());
     assert_eq!(watches.shared.metrics.open.get(), 1);
     watches.forget("team", "a");
@@ -69,10 +73,10 @@ fn a_refused_watch_is_told_once_and_in_every_pass_s_message() {
     let a = manifest("team", "a");
     let declared = || objects(&[("ConfigMap", "settings", "settings"), ("Secret", "creds", "creds")]);
     let started = vec![(key("ConfigMap"), running()), (key("Secret"), refused("secrets is forbidden"))];
-    let first = watches.settle(&Subject::manifest(&a), declared(), started);
+    let (first, _) = watches.settle(&Subject::manifest(&a), declared(), started);
     assert_eq!(first.refused.as_deref(), Some("Secret in namespace team: secrets is forbidden"));
     assert!(first.newly_refused);
-    let again = watches.settle(&Subject::manifest(&a), declared(), Vec::new());
+    let (again, _) = watches.settle(&Subject::manifest(&a), declared(), Vec::new());
     assert_eq!(again.refused, first.refused);
     assert!(!again.newly_refused, "told once");
     assert_eq!(watches.refused(&a), first.refused);
