@@ -15,8 +15,8 @@ use crate::engine::events::ApproveAll;
 use crate::engine::executor::Executor;
 use crate::engine::plan::Standing;
 use crate::engine::vars::VarSource;
-use crate::history::History;
 use crate::history::store::{SqliteLog, StateLock};
+use crate::history::{History, HistoryError};
 use crate::pass::{Ended, Mode, Pass, Passed};
 use crate::pipeline::drive::{Driven, Driver, Job, StepRunner};
 use crate::pipeline::query::status;
@@ -231,9 +231,21 @@ async fn run(args: &RunArgs, session: &Session) -> Result<ExitKind, CliError> {
     let how = how_to_approve(&file.file);
     let mut told = std::collections::HashSet::new();
     let mut registering = !args.vars.vars.is_empty();
+    let mut first = true;
     loop {
         // Opened anew each round: the state directory is free between them, for `approve`.
-        let opened = Opened::writing(file)?;
+        // A later round that finds it held (an `approve` or `register` at that moment) waits
+        // for the next; the first says so, as any command does.
+        let opened = match Opened::writing(file) {
+            Err(CliError::History(HistoryError::Locked { .. }))
+                if !first && args.timeout.is_none_or(|limit| started.elapsed() < limit) =>
+            {
+                tokio::time::sleep(WAIT_POLL).await;
+                continue;
+            }
+            opened => opened?,
+        };
+        first = false;
         let driver = opened.driver(executor.clone(), &stop);
         if std::mem::take(&mut registering) {
             let vars = vars_of(&opened.pipeline, &args.vars.vars)?;

@@ -88,7 +88,10 @@ impl SqliteLog {
         let version = known_version(&connection, dir)?;
         // A log from before revisions were numbered: its content hashes, numbered in the order
         // they first appear (their entries keep the hash; see `entries_at`). One transaction
-        // with the schema, so that the new version is never recorded without them.
+        // with the schema, so that the new version is never recorded without them. IMMEDIATE:
+        // it writes (`user_version`), and a deferred one that read first fails at once, unlike
+        // waiting, when another process appended meanwhile (SQLITE_BUSY_SNAPSHOT: "database is
+        // locked" in a `pipeline run --wait` while `pipeline status` opened the log).
         let migration = match version {
             1 => {
                 "INSERT INTO revisions (hash, first_seen)
@@ -97,7 +100,7 @@ impl SqliteLog {
             _ => "",
         };
         connection
-            .execute_batch(&format!("BEGIN; {} {migration} COMMIT;", schema()))
+            .execute_batch(&format!("BEGIN IMMEDIATE; {} {migration} COMMIT;", schema()))
             .map_err(|e| error(e.to_string()))?;
         drop(error);
         Ok(Self { path, connection: Mutex::new(connection) })
