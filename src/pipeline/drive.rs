@@ -342,8 +342,8 @@ impl Driver<'_> {
     }
 
     /// Steps the pipeline holds for the first time (or again): recorded, with the runs already
-    /// under way (they skip them); and steps it no longer holds, recorded as withdrawn, so that
-    /// one added back is introduced anew.
+    /// under way (each runs it unless it has gone past it); and steps it no longer holds,
+    /// recorded as withdrawn, so that one added back is introduced anew.
     pub(super) fn introduce(&self, progress: &mut Progress) -> Result<(), PipelineError> {
         // The first drive of a pipeline introduces every step: nothing was under way before it.
         let under_way: Vec<String> = match progress.held_before {
@@ -359,11 +359,11 @@ impl Driver<'_> {
             detail,
         };
         let mut withdrawn: Vec<&String> =
-            progress.introduced.keys().filter(|id| self.pipeline.step(id).is_none()).collect();
+            progress.introduced.iter().filter(|id| self.pipeline.step(id).is_none()).collect();
         withdrawn.sort();
         let mut entries: Vec<Entry> =
             withdrawn.into_iter().map(|id| marker(id, Event::StepWithdrawn, json!({}))).collect();
-        let new = self.pipeline.steps.iter().filter(|s| !progress.introduced.contains_key(&s.id));
+        let new = self.pipeline.steps.iter().filter(|s| !progress.introduced.contains(&s.id));
         entries.extend(new.map(|s| marker(&s.id, Event::StepIntroduced, json!({"underWay": under_way}))));
         self.append(progress, entries)
     }

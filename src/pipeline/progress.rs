@@ -36,8 +36,10 @@ pub struct RevisionProgress {
     pub done: FixedBitSet,
     /// Steps started and not ended.
     pub running: FixedBitSet,
-    /// When each step succeeded.
+    /// When each step succeeded or was skipped.
     pub succeeded_at: HashMap<usize, i64>,
+    /// Steps skipped: done, but nothing deployed.
+    pub skipped: FixedBitSet,
     pub ended: Option<RevisionEnded>,
     /// Markers (not steps' entries) already written (`pipeline/staging` + `stage-started`), so
     /// none is written twice.
@@ -65,8 +67,8 @@ pub struct Progress {
     by_revision: HashMap<String, usize>,
     /// A run by its deployment id.
     by_id: HashMap<String, usize>,
-    /// Step id → the runs (deployment ids) under way when the pipeline first held it.
-    pub introduced: HashMap<String, Vec<String>>,
+    /// The steps the pipeline holds, as recorded (`step-introduced`, not since withdrawn).
+    pub introduced: HashSet<String>,
     /// Whether any step was ever introduced: the first drive of a pipeline introduces every
     /// step with nothing under way.
     pub held_before: bool,
@@ -141,6 +143,7 @@ impl Progress {
                     done: FixedBitSet::with_capacity(steps),
                     running: FixedBitSet::with_capacity(steps),
                     succeeded_at: HashMap::new(),
+                    skipped: FixedBitSet::with_capacity(steps),
                     ended: None,
                     markers: HashSet::new(),
                 });
@@ -150,9 +153,7 @@ impl Progress {
         let id = entry.target.strip_prefix("pipeline/").unwrap_or_default();
         match entry.event {
             Event::StepIntroduced => {
-                let under_way = entry.detail["underWay"].as_array().into_iter().flatten();
-                self.introduced
-                    .insert(id.to_string(), under_way.filter_map(|r| r.as_str().map(String::from)).collect());
+                self.introduced.insert(id.to_string());
                 self.held_before = true;
                 return;
             }
@@ -183,6 +184,7 @@ impl Progress {
                 progress.running.set(s, false);
                 progress.done.insert(s);
                 progress.succeeded_at.insert(s, entry.at);
+                progress.skipped.set(s, entry.event == Event::StepSkipped);
             }
             (Event::StepFailed, Some(s)) => {
                 progress.running.set(s, false);
@@ -264,9 +266,12 @@ impl Progress {
         if progress.running.contains(a) {
             return StepDecision::Running;
         }
-        // New: no step after it is done, and it was not added while this revision was under way.
-        let added_under_way = self.introduced.get(&step.id).is_some_and(|runs| runs.contains(&progress.id));
-        if added_under_way || !pipeline.after[a].is_disjoint(&progress.done) {
+        // A step the revision has gone past (a step after it done or started) was added behind
+        // it: run now, new code would run first deep in the pipeline, after later steps ran
+        // without it (the deployment-log document's cases 010 and 011 once its successor ran).
+        // One it has not reached runs, added while it was under way or not (case 011): the
+        // revision goes through it on its way, as every later one will.
+        if !pipeline.after[a].is_disjoint(&progress.done) || !pipeline.after[a].is_disjoint(&progress.running) {
             return StepDecision::Skip("introduced-after".into());
         }
         let stage = &pipeline.stages[step.stage];

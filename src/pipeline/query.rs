@@ -121,6 +121,7 @@ pub fn status(
                 .revisions
                 .iter()
                 .enumerate()
+                .filter(|(_, r)| !r.skipped.contains(s))
                 .filter_map(|(i, r)| r.succeeded_at.get(&s).map(|at| (*at, i, r.revision.clone())))
                 .max()
                 .map(|(_, _, revision)| revision)

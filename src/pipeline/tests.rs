@@ -307,10 +307,10 @@ stages:
     steps: [deploy]
 "#;
 
-/// A host added to prod while v1 is under way: v1 skips it; v2, which reaches it from its
-/// start, runs it after staging.
+/// A host added to prod while v1 is in staging: v1 has not reached it, so it deploys it after
+/// staging, as every later revision will (the deployment-log document's case 011).
 #[test]
-fn a_host_added_while_v1_is_under_way_is_first_run_by_v2() {
+fn a_host_added_while_v1_is_under_way_is_reached_by_v1() {
     let mut f = Fixture::new(TWO_STAGES);
     f.start("v1");
     f.drive();
@@ -319,27 +319,20 @@ fn a_host_added_while_v1_is_under_way_is_first_run_by_v2() {
         "[{name: prod-a1, manifest: app.yaml}]",
         "[{name: prod-a1, manifest: app.yaml}, {name: prod-a2, manifest: app.yaml}]",
     ));
+    f.drive();
+    assert_eq!(f.runner.take(), Vec::<String>::new(), "not before staging's bake");
     f.advance(10);
     f.drive();
-    assert_eq!(f.runner.take(), ["v1 prod/all/prod-a1/deploy"], "v1 skips the new host");
+    assert_eq!(f.runner.take(), ["v1 prod/all/prod-a1/deploy", "v1 prod/all/prod-a2/deploy"]);
     assert_eq!(
         f.events_of("pipeline/prod/all/prod-a2/deploy"),
-        [("".into(), Event::StepIntroduced), ("v1".into(), Event::StepSkipped)]
+        [("".into(), Event::StepIntroduced), ("v1".into(), Event::StepStarted), ("v1".into(), Event::StepSucceeded)]
     );
-    let skipped = f.log.recent("pipeline/prod/all/prod-a2/deploy", 1).unwrap();
-    assert_eq!(skipped[0].detail["reason"], "introduced-after");
-    assert_eq!(f.node("pipeline").latest_through.as_deref(), Some("v1"));
-
-    f.start("v2");
-    f.drive();
-    assert_eq!(f.runner.take(), ["v2 staging/all/stg/deploy"]);
-    f.advance(10);
-    f.drive();
-    assert_eq!(f.runner.take(), ["v2 prod/all/prod-a1/deploy", "v2 prod/all/prod-a2/deploy"], "after staging");
+    assert_eq!(f.node("prod/all/prod-a2").current.as_deref(), Some("v1"));
 }
 
-/// A host removed from prod and added back while v1 is under way is new again: v1 skips it
-/// (its first introduction, before v1, does not count once it was withdrawn).
+/// A host removed from prod and added back while v1 is in staging is introduced anew, and
+/// reached by v1 like any host it has not passed.
 #[test]
 fn a_host_removed_and_added_back_while_v1_is_under_way_is_new_again() {
     let two_hosts = TWO_STAGES.replace(
@@ -356,21 +349,23 @@ fn a_host_removed_and_added_back_while_v1_is_under_way_is_new_again() {
     f.change(&two_hosts);
     f.advance(10);
     f.drive();
-    assert_eq!(f.runner.take(), ["v1 prod/all/prod-a1/deploy"], "v1 skips the host added back");
+    assert_eq!(f.runner.take(), ["v1 prod/all/prod-a1/deploy", "v1 prod/all/prod-a2/deploy"]);
     assert_eq!(
         f.events_of("pipeline/prod/all/prod-a2/deploy"),
         [
             ("".into(), Event::StepIntroduced),
             ("".into(), Event::StepWithdrawn),
             ("".into(), Event::StepIntroduced),
-            ("v1".into(), Event::StepSkipped)
+            ("v1".into(), Event::StepStarted),
+            ("v1".into(), Event::StepSucceeded)
         ]
     );
 }
 
-/// A stage inserted before prod while v1 is in staging: v1 skips it, v2 goes through it.
+/// A stage inserted before prod while v1 is in staging: v1 goes through it before prod, as v2
+/// does.
 #[test]
-fn a_stage_inserted_before_prod_is_skipped_by_revisions_under_way() {
+fn a_stage_inserted_ahead_of_a_revision_under_way_is_run_by_it() {
     let mut f = Fixture::new(TWO_STAGES);
     f.start("v1");
     f.drive();
@@ -382,7 +377,7 @@ fn a_stage_inserted_before_prod_is_skipped_by_revisions_under_way() {
     f.change(&inserted);
     f.advance(10);
     f.drive();
-    assert_eq!(f.runner.take(), ["v1 prod/all/prod-a1/deploy"]);
+    assert_eq!(f.runner.take(), ["v1 qa/all/qa-1/deploy", "v1 qa/all/qa-1/test", "v1 prod/all/prod-a1/deploy"]);
     f.start("v2");
     f.drive();
     f.advance(10);
@@ -392,6 +387,59 @@ fn a_stage_inserted_before_prod_is_skipped_by_revisions_under_way() {
         ["v2 staging/all/stg/deploy", "v2 qa/all/qa-1/deploy", "v2 qa/all/qa-1/test", "v2 prod/all/prod-a1/deploy"]
     );
     assert_eq!(f.node("qa").latest_through.as_deref(), Some("v2"));
+}
+
+const THREE_STAGES: &str = r#"
+revision: "{{ version }}"
+stages:
+  - {name: staging, targets: [{name: stg, manifest: app.yaml}], steps: [deploy]}
+  - {name: eu, targets: [{name: eu-1, manifest: app.yaml}], steps: [deploy, bake], gates: {bake: 10m}}
+  - {name: us, targets: [{name: us-1, manifest: app.yaml}], steps: [deploy]}
+"#;
+
+/// A stage inserted behind v1 (before eu, which v1 has deployed) is skipped by v1: run now, new
+/// code would run first deep in the pipeline. A host added ahead of it (in us) is reached; v2
+/// goes through both.
+#[test]
+fn a_step_behind_a_revision_is_skipped_and_one_ahead_is_reached() {
+    let mut f = Fixture::new(THREE_STAGES);
+    f.start("v1");
+    f.drive();
+    assert_eq!(f.runner.take(), ["v1 staging/all/stg/deploy", "v1 eu/all/eu-1/deploy"]);
+    let changed = THREE_STAGES
+        .replace(
+            "  - {name: eu,",
+            "  - {name: qa, targets: [{name: qa-1, manifest: app.yaml}], steps: [deploy]}\n  - {name: eu,",
+        )
+        .replace(
+            "[{name: us-1, manifest: app.yaml}]",
+            "[{name: us-1, manifest: app.yaml}, {name: us-2, manifest: app.yaml}]",
+        );
+    f.change(&changed);
+    f.advance(10);
+    f.drive();
+    assert_eq!(f.runner.take(), ["v1 us/all/us-1/deploy", "v1 us/all/us-2/deploy"]);
+    assert_eq!(
+        f.events_of("pipeline/qa/all/qa-1/deploy"),
+        [("".into(), Event::StepIntroduced), ("v1".into(), Event::StepSkipped)]
+    );
+    let skipped = f.log.recent("pipeline/qa/all/qa-1/deploy", 1).unwrap();
+    assert_eq!(skipped[0].detail["reason"], "introduced-after");
+    assert_eq!(f.node("qa/all/qa-1").current, None, "a skip is not a deploy");
+    f.start("v2");
+    f.drive();
+    f.advance(10);
+    f.drive();
+    assert_eq!(
+        f.runner.take(),
+        [
+            "v2 staging/all/stg/deploy",
+            "v2 qa/all/qa-1/deploy",
+            "v2 eu/all/eu-1/deploy",
+            "v2 us/all/us-1/deploy",
+            "v2 us/all/us-2/deploy"
+        ]
+    );
 }
 
 #[test]

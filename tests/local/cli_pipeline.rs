@@ -344,3 +344,58 @@ fn ctrl_c_stops_the_running_step_and_the_next_run_finishes_it() {
         .collect();
     assert_eq!(events, ["step-introduced", "step-started", "step-interrupted", "step-started", "step-succeeded"]);
 }
+
+/// The pipeline changed while a revision waits for the fleet's approval: a host added to the
+/// fleet (not reached yet) is deployed by that revision; a host added to staging, which it has
+/// gone past, is skipped, saying why, and deploys nothing.
+#[test]
+fn a_revision_under_way_reaches_a_new_host_ahead_and_skips_one_behind() {
+    let ws = example();
+    let out = format!("root={}/out", ws.root());
+    let run = pipeline(&ws, &["run", "-f", "pipeline.yaml", "--var", "version=1.4.2", "--var", &out]);
+    assert_eq!(run.code, 0, "{}", run.all());
+    assert!(ws.exists("out/prod-a1/release.txt"), "{}", run.all());
+    let changed = ws
+        .read("pipeline.yaml")
+        .replace("      - {name: stg-1, manifest: app.yaml}\n", "      - {name: stg-1, manifest: app.yaml}\n      - {name: stg-2, manifest: app.yaml}\n")
+        .replace("{name: prod-b2, manifest: app.yaml, vars: {region: b}}\n", "{name: prod-b2, manifest: app.yaml, vars: {region: b}}\n      - {name: prod-b3, manifest: app.yaml, vars: {region: b}}\n")
+        .replace("targets: [prod-a2, prod-b1, prod-b2]", "targets: [prod-a2, prod-b1, prod-b2, prod-b3]");
+    ws.write("pipeline.yaml", &changed);
+    let approved = pipeline(&ws, &["approve", "-f", "pipeline.yaml", "--revision", "1.4.2", "prod/fleet"]);
+    assert_eq!(approved.code, 0, "{}", approved.all());
+    let run = pipeline(&ws, &["run", "-f", "pipeline.yaml"]);
+    assert_eq!(run.code, 0, "{}", run.all());
+    assert!(run.stdout.contains("Revision 1.4.2: through"), "{}", run.all());
+    assert_eq!(ws.read("out/prod-b3/release.txt"), "1.4.2 in region b\n", "the host ahead is reached");
+    assert!(!ws.exists("out/stg-2"), "the host behind is not deployed");
+    let status = status(&ws);
+    assert_eq!(node(&status, "prod/fleet/prod-b3")["current"], "1.4.2", "{status}");
+    assert_eq!(node(&status, "staging/all/stg-2")["current"], Value::Null, "{status}");
+    let log = pipeline(&ws, &["history", "-f", "pipeline.yaml", "--output", "json", "--limit", "1000"]);
+    let entries = log.json();
+    let of = |target: &str| -> Vec<(String, String)> {
+        let mut events: Vec<(String, String)> = entries
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["target"] == target)
+            .map(|e| {
+                (
+                    e["event"].as_str().unwrap().to_string(),
+                    e["detail"]["reason"].as_str().unwrap_or_default().to_string(),
+                )
+            })
+            .collect();
+        events.reverse();
+        events
+    };
+    let plain = |event: &str| (event.to_string(), String::new());
+    assert_eq!(
+        of("pipeline/staging/all/stg-2/deploy"),
+        [plain("step-introduced"), ("step-skipped".into(), "introduced-after".into())]
+    );
+    assert_eq!(
+        of("pipeline/prod/fleet/prod-b3/deploy"),
+        [plain("step-introduced"), plain("step-started"), plain("step-succeeded")]
+    );
+}
