@@ -111,6 +111,13 @@ fn plan_runs_no_action_plans_dependents_and_names_what_waits() {
         json!([{"path": "config.content", "expression": "{{ resources.data_dir.state.mode }}"}])
     );
     assert_eq!(json["plan"][0]["planned_state"]["mode"], json!({"$unknown": true}));
+
+    // An unknown used as a map's key: the lookup cannot be made, so it waits too, saying which.
+    let lookup = "{{ {'0750': 'private'}[resources.data_dir.state.mode] }}";
+    ws.manifest(&BUILTINS.replace(", mode: \"0750\"", "").replace("\"notes\\n\"", &format!("\"{lookup}\"")));
+    let json = ws.plan(&["--output", "json"]).json();
+    assert_eq!(json["plan"][2]["status"], "PENDING", "{json}");
+    assert_eq!(json["plan"][2]["unknown_inputs"], json!([{"path": "config.content", "expression": lookup}]));
 }
 
 #[test]
