@@ -203,6 +203,11 @@ impl LogFollower<'_> {
         Ok(self.complete())
     }
 
+    /// Whether the runner said it starts the program ([`frames::begun_line`]).
+    pub fn begun(&self) -> bool {
+        self.split.begun
+    }
+
     /// Whether the served invocation's record has come, whatever it names.
     pub fn has_record(&self) -> bool {
         self.split.record.is_some()

@@ -450,6 +450,12 @@ impl Runners {
                     _ => Ok(Served::Ended(exit, stdout, stderr)),
                 }
             }
+            // Ended before the runner started the program (it retired or went as the exec
+            // arrived): nothing ran, so another runner may be asked.
+            Ok(false) | Err(Some(ExecError::Io(_))) if !follower.begun() => {
+                attached.abort();
+                Ok(self.after_failed_exec(pods, name, uid, "the exec ended before the program began").await)
+            }
             stopped => {
                 // Cancelled, timed out, failed reading, or the stream ended without the record:
                 // the end of stdin stops the program inside the runner; nothing of it may run
@@ -467,14 +473,11 @@ impl Runners {
                         "RunnerLost",
                         format!("runner {name} {lost} while it ran this invocation: the invocation was interrupted"),
                     )),
-                    _ => Err(pod_error(
-                        "RunnerLost",
-                        format!(
-                            "the exec into runner {name} ended before the program's record ({}): the invocation was \
-                             interrupted",
-                            String::from_utf8_lossy(&diagnostics.await.unwrap_or_default()).trim()
-                        ),
-                    )),
+                    _ => {
+                        let said = String::from_utf8_lossy(&diagnostics.await.unwrap_or_default()).trim().to_string();
+                        let why = format!("the exec into runner {name} ended before the record ({said})");
+                        Err(pod_error("RunnerLost", format!("{why}: the invocation was interrupted")))
+                    }
                 }
             }
         }
@@ -575,10 +578,7 @@ fn running(pod: &Pod) -> bool {
 fn drain(mut stream: impl tokio::io::AsyncRead + Unpin + Send + 'static) -> tokio::task::JoinHandle<Vec<u8>> {
     tokio::spawn(async move {
         let (mut kept, mut chunk) = (Vec::new(), [0u8; 1024]);
-        while let Ok(n) = stream.read(&mut chunk).await {
-            if n == 0 {
-                break;
-            }
+        while let Ok(n @ 1..) = stream.read(&mut chunk).await {
             if kept.len() < 4096 {
                 kept.extend_from_slice(&chunk[..n]);
             }

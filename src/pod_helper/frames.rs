@@ -27,6 +27,16 @@ pub fn record_line(record: &Record) -> String {
     format!("{RECORD} {} {}\n", record.nonce, serde_json::to_string(record).expect("records serialize"))
 }
 
+/// What a runner's helper says once it holds its locks and is about to start the program:
+/// `@@deployster-begun <nonce>`. An exec that ended without it never started the program, so
+/// the invocation may be asked of another runner.
+const BEGUN: &str = "@@deployster-begun";
+
+/// The line saying invocation `nonce` starts its program now.
+pub fn begun_line(nonce: &str) -> String {
+    format!("{BEGUN} {nonce}\n")
+}
+
 /// Stdout bytes per frame: lines of the log stay well under any runtime's line limit (16 KiB
 /// for containerd and Docker's json-file, which split longer lines).
 pub const FRAME_BYTES: usize = 3 * 1024;
@@ -97,6 +107,8 @@ pub struct Split {
     pub stderr: Vec<String>,
     /// The record as the log carries it (the termination message is preferred).
     pub record: Option<String>,
+    /// Whether the helper said it starts the program ([`begun_line`]).
+    pub begun: bool,
 }
 
 /// Splits `log` (lines, as the log API gives them) into the frames of `nonce` and the rest.
@@ -114,6 +126,10 @@ impl Split {
     /// Takes one log line: a frame or the record of `nonce` is kept (true); a frame of another
     /// invocation is dropped (true); anything else is left to the caller (false).
     pub fn take(&mut self, line: &str, nonce: &str) -> Result<bool, FrameError> {
+        if let Some(seen) = line.strip_prefix(BEGUN).and_then(|r| r.strip_prefix(' ')) {
+            self.begun |= seen == nonce;
+            return Ok(true);
+        }
         if let Some(rest) = line.strip_prefix(RECORD).and_then(|r| r.strip_prefix(' ')) {
             if let Some((seen, record)) = rest.split_once(' ')
                 && seen == nonce
@@ -186,6 +202,14 @@ mod tests {
         let mut record = Record::of(nonce, stdout, chunks.len() as u64);
         record.code = Some(0);
         (log, serde_json::to_string(&record).unwrap())
+    }
+
+    #[test]
+    fn only_the_invocation_s_own_begun_line_says_it_started() {
+        let other = split(&begun_line("n2"), "n1").unwrap();
+        assert!(!other.begun && other.stderr.is_empty(), "another invocation's line is dropped: {other:?}");
+        let own = split(&format!("starting\n{}", begun_line("n1")), "n1").unwrap();
+        assert!(own.begun && own.stderr == ["starting"], "{own:?}");
     }
 
     #[test]

@@ -18,7 +18,9 @@
 //! invocation began or ended for the idle time, then takes the runner's lock (which every
 //! invocation holds shared) exclusively, marks the runner retired — an invocation that comes
 //! after is refused with [`RETIRING`], and the executor starts another runner — and ends, and
-//! with it the Pod. [`ServeMode::WaitFor`] tells the executor that a cancelled invocation has
+//! with it the Pod. An invocation whose exec arrives as the Pod ends may get no refusal at all,
+//! so the helper says when it starts the program ([`super::frames::begun_line`]): an exec that
+//! ended before that line ran nothing, and the executor asks another runner. [`ServeMode::WaitFor`] tells the executor that a cancelled invocation has
 //! stopped.
 //!
 //! **Never two at once:** an invocation holds an exclusive lock on a file named after its
@@ -35,7 +37,7 @@ use sha2::{Digest, Sha256};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt};
 
 use super::entry::{Program, emit, run_program};
-use super::frames::{Record, record_line};
+use super::frames::{Record, begun_line, record_line};
 use super::{LockError, UsageError};
 
 /// The subcommand an exec into a runner runs.
@@ -192,6 +194,8 @@ async fn serve(locks: &Path) -> i32 {
         Ok(held) => held,
         Err(why) => return refuse(&header.nonce, &why.to_string()),
     };
+    // From here the program may run: until this line, the caller may ask another runner.
+    emit(begun_line(&header.nonce).as_bytes());
     // The caller keeps stdin open while it waits; its end is the invocation's cancellation.
     let cancelled = async move {
         let mut rest = [0u8; 512];

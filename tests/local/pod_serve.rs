@@ -49,12 +49,18 @@ fn wait_for_line(child: &mut Child, needle: &str) -> String {
 
 /// What the invocation printed, split, with its record and exit code.
 fn finish(child: Child, nonce: &str) -> (Vec<u8>, Vec<String>, Record, i32) {
+    finish_saying_begun(child, nonce).0
+}
+
+/// As [`finish`], and whether the helper said it started the program.
+fn finish_saying_begun(child: Child, nonce: &str) -> ((Vec<u8>, Vec<String>, Record, i32), bool) {
     let output = child.wait_with_output().unwrap();
     let log = String::from_utf8(output.stdout).unwrap();
     let parts = split(&log, nonce).unwrap();
     let record: Record =
         serde_json::from_str(parts.record.as_deref().unwrap_or_else(|| panic!("no record: {log}"))).unwrap();
-    (parts.chunks.into_values().flatten().collect(), parts.stderr, record, output.status.code().unwrap_or(-1))
+    let code = output.status.code().unwrap_or(-1);
+    ((parts.chunks.into_values().flatten().collect(), parts.stderr, record, code), parts.begun)
 }
 
 /// Whether process `pid` has ended (gone, or a zombie waiting for its reaper).
@@ -71,7 +77,8 @@ fn an_invocation_gets_its_request_and_environment_and_ends_with_a_verified_recor
     let mut child = start(locks.path(), "ns/m/r", "a", "cat; echo \"$GREETING\"; echo oops >&2; exit 3", b"hello\n");
     // Kept open while it runs, as the caller of an exec does: its end would cancel.
     let _open = child.stdin.take();
-    let (stdout, stderr, record, code) = finish(child, "n-a");
+    let ((stdout, stderr, record, code), begun) = finish_saying_begun(child, "n-a");
+    assert!(begun, "it said it started the program");
     assert_eq!(stdout, b"hello\nhi\n");
     assert_eq!(stderr, ["oops"]);
     assert_eq!((record.code, record.signal, record.error), (Some(3), None, None));
@@ -196,8 +203,8 @@ fn an_idle_runner_ends_and_refuses_what_comes_after() {
     assert_eq!(exited(&mut runner, Duration::from_secs(10)), Some(0), "it ended after its idle time");
     assert!(locks.path().join("done").exists(), "the helper's container is told");
     let late = start(locks.path(), "ns/m/r", "late", "echo should not run", b"");
-    let (stdout, _, record, code) = finish(late, "n-late");
-    assert!(stdout.is_empty(), "it did not run");
+    let ((stdout, _, record, code), begun) = finish_saying_begun(late, "n-late");
+    assert!(stdout.is_empty() && !begun, "it did not run, and said it did not start it");
     assert_eq!(code, 125);
     assert!(record.error.as_deref().unwrap().starts_with(deployster::pod_helper::serve::RETIRING), "{record:?}");
 }
