@@ -123,8 +123,8 @@ pub fn split(log: &str, nonce: &str) -> Result<Split, FrameError> {
 }
 
 impl Split {
-    /// Takes one log line: a frame or the record of `nonce` is kept (true); a frame of another
-    /// invocation is dropped (true); anything else is left to the caller (false).
+    /// Takes one log line: a frame, the record or the begun line of `nonce` is kept (true); one
+    /// of another invocation is dropped (true); anything else is left to the caller (false).
     pub fn take(&mut self, line: &str, nonce: &str) -> Result<bool, FrameError> {
         if let Some(seen) = line.strip_prefix(BEGUN).and_then(|r| r.strip_prefix(' ')) {
             self.begun |= seen == nonce;

@@ -20,8 +20,8 @@
 //! after is refused with [`RETIRING`], and the executor starts another runner — and ends, and
 //! with it the Pod. An invocation whose exec arrives as the Pod ends may get no refusal at all,
 //! so the helper says when it starts the program ([`super::frames::begun_line`]): an exec that
-//! ended before that line ran nothing, and the executor asks another runner. [`ServeMode::WaitFor`] tells the executor that a cancelled invocation has
-//! stopped.
+//! ended before that line ran nothing, and the executor asks another runner.
+//! [`ServeMode::WaitFor`] tells the executor that a cancelled invocation has stopped.
 //!
 //! **Never two at once:** an invocation holds an exclusive lock on a file named after its
 //! resource (in `--locks DIR`) while it runs, holding the invocation's id. A second invocation
