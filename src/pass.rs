@@ -31,7 +31,7 @@ use crate::engine::prune;
 use crate::engine::run::Engine;
 use crate::engine::saved::SavedPlan;
 use crate::engine::validate::ValidatedManifest;
-use crate::history::inventory::{Keeper, inventory, predates};
+use crate::history::inventory::{Keeper, identities, inventory, predates};
 use crate::history::recorder::{Interrupted, Recorder, close_interrupted};
 use crate::history::{History, HistoryError, in_progress};
 
@@ -215,12 +215,27 @@ impl Pass<'_> {
             // Validated already: every move resolves.
             _ => prune::make_moves(&mut held, &self.manifest.source.spec.moves().unwrap_or_default()),
         };
+        let mut identities = match self.inventory {
+            Inventory::Off => Default::default(),
+            _ => identities(self.log.as_ref(), &key)?,
+        };
+        for (old, new) in moves.iter().flatten() {
+            if let Some(identity) = identities.remove(old) {
+                identities.insert(new.clone(), identity);
+            }
+        }
         let mut names: Vec<String> = self.manifest.resources.iter().map(|r| r.name.clone()).collect();
         names.extend(held.keys().filter(|n| self.manifest.index_of(n).is_none()).cloned());
         let mut recorder = Recorder::new(self.log.clone(), &run_id, &revision, self.mode, &names)?;
         for (old, new) in moves.iter().flatten() {
             recorder.inherit(new, old)?;
         }
+        let varied = match self.inventory {
+            Inventory::Off => None,
+            _ if held.is_empty() => None,
+            _ => variables::changed(self.log.as_ref(), &self.manifest)?,
+        };
+        recorder.variables = Some(variables::kept(&self.manifest));
         let recorder = Arc::new(recorder);
         let mut observers: Vec<Arc<dyn Observer>> = vec![recorder.clone()];
         let keeper = match self.inventory {
@@ -234,7 +249,7 @@ impl Pass<'_> {
             observers.on_event(&RunEvent::Recovered { description: r.describe() });
         }
         observers.on_event(&RunEvent::Started);
-        let books = Books { recorder: recorder.clone(), keeper, held, moves };
+        let books = Books { recorder: recorder.clone(), keeper, held, identities, moves, varied };
         let ended = self.plan_and_decide(observers.clone(), &books).await;
         let mut ending = ended.ending();
         let outputs = match &ended {
@@ -282,16 +297,20 @@ impl Pass<'_> {
             Err(e) => return Ended::NotPrepared(e),
         };
         let mut plan = prepared.plan().await;
+        if self.mode != Mode::Delete {
+            plan.replacements = replacements(&prepared, &plan, books);
+        }
         let leaving = match self.mode {
             Mode::Delete => None,
-            _ => match self.plan_removal(books, &observers).await {
+            _ => match self.plan_removal(books, &observers, &plan.replacements).await {
                 Ok(leaving) => leaving,
                 Err(e) => return Ended::NotPrepared(e),
             },
         };
         plan.removals = leaving.as_ref().map(Leaving::entries).unwrap_or_default();
         plan.held = books.held.len();
-        plan.notes = renames(&self.manifest, &books.held, &plan.removals);
+        plan.notes.extend(renames(&self.manifest, &books.held, &plan.removals));
+        plan.notes.extend(books.varied.clone());
         let recorder = &books.recorder;
         observers.on_planned(&plan, &recorder.drifts(), &recorder.changes());
         match self.mode {
@@ -320,7 +339,8 @@ impl Pass<'_> {
         }
         let (plan, leaving) = if self.recheck && plan.has_changes() {
             let mut again = prepared.plan().await;
-            let leaving = match self.plan_removal(books, &observers).await {
+            again.replacements = replacements(&prepared, &again, books);
+            let leaving = match self.plan_removal(books, &observers, &again.replacements).await {
                 Ok(leaving) => leaving,
                 Err(e) => return Ended::NotPrepared(e),
             };
@@ -357,6 +377,7 @@ impl Pass<'_> {
                 held: plan.held,
                 notes: plan.notes.clone(),
                 warnings: plan.warnings.clone(),
+                replacements: plan.replacements.clone(),
                 ..prepared.plan().await
             },
             false => plan,
@@ -447,7 +468,8 @@ pub async fn recover(log: &dyn History, executor: &dyn Executor, by_run: &str) -
 }
 
 mod removal;
-use removal::{Books, Leaving, renames};
+mod variables;
+use removal::{Books, Leaving, renames, replacements};
 
 #[cfg(test)]
 #[path = "pass_tests.rs"]

@@ -397,6 +397,7 @@ fn what_a_plan_takes_for_valid_is_held() {
         held: 0,
         notes: Vec::new(),
         warnings: Vec::new(),
+        replacements: Vec::new(),
         mask: Default::default(),
     };
     keeper.on_planned(&plan, &[], &[]);

@@ -46,7 +46,8 @@ pub(super) fn init() -> Value {
         },
         "plugs": plugs(),
         "state_action": {"args": ["state"]},
-        "delete_action": {"args": ["delete"]}
+        "delete_action": {"args": ["delete"]},
+        "identity": ["/home", "/service"]
     })
 }
 

@@ -53,6 +53,12 @@ pub(super) fn print_plan(plan: &Plan) {
         let ran = matches!(e.standing, Standing::Valid { .. } | Standing::NeedsActions { .. } | Standing::Failed(_));
         let took = ran.then(|| elapsed(e.elapsed));
         outln!("{}", settled_line(e.standing.label(), &e.name, width, &e.type_name, took.as_deref()));
+        if let Some(r) = plan.replacements.iter().find(|r| r.name == e.name) {
+            outln!(
+                "              must be replaced ({}): the old one is deleted first, see below",
+                plan.mask.text(&r.describe())
+            );
+        }
         match &e.standing {
             Standing::NeedsActions { actions, planned_state, stale_state, .. } => {
                 print_actions(actions);
@@ -102,11 +108,19 @@ pub(super) fn print_plan(plan: &Plan) {
             _ => {}
         }
     }
-    if !plan.removals.is_empty() {
+    let replaced = |r: &&RemovalEntry| plan.replacements.iter().any(|p| p.name == r.name);
+    let (old_ones, gone): (Vec<&RemovalEntry>, Vec<&RemovalEntry>) = plan.removals.iter().partition(replaced);
+    if !gone.is_empty() {
         if !plan.entries.is_empty() {
             outln!("No longer declared (the deployment log's inventory holds them):");
         }
-        print_removals(&plan.removals);
+        print_removals(&gone.into_iter().cloned().collect::<Vec<_>>());
+    }
+    if !old_ones.is_empty() {
+        outln!(
+            "Replaced, their identity changed (the old ones, deleted first with the config they were applied with):"
+        );
+        print_removals(&old_ones.iter().map(|r| (*r).clone()).collect::<Vec<_>>());
     }
     for note in &plan.notes {
         outln!("note: {note}");
@@ -123,7 +137,12 @@ pub(super) fn print_plan(plan: &Plan) {
     if c.failed + c.blocked > 0 {
         summary.push_str(&format!(", {} failed, {} blocked", c.failed, c.blocked));
     }
-    let removals = removal_counts(&plan.removals);
+    let kept: Vec<RemovalEntry> = plan.removals.iter().filter(|r| !replaced(r)).cloned().collect();
+    let mut removals = removal_counts(&kept);
+    if !plan.replacements.is_empty() {
+        let sep = if removals.is_empty() { "" } else { ", " };
+        removals.push_str(&format!("{sep}{} to replace", plan.replacements.len()));
+    }
     if !removals.is_empty() {
         summary.push_str(&format!("{}{removals}", if plan.entries.is_empty() { ": " } else { ", " }));
     }
@@ -396,6 +415,12 @@ pub(super) fn document(plan: &Plan, report: Option<&Report>, status: &str, passe
     }
     if !plan.notes.is_empty() {
         doc["notes"] = json!(plan.notes);
+    }
+    if !plan.replacements.is_empty() {
+        let replacements: Vec<Value> = (plan.replacements.iter())
+            .map(|r| json!({"name": r.name, "type": r.type_name, "moved": plan.mask.value(&json!(r.moved))}))
+            .collect();
+        doc["replacements"] = json!(replacements);
     }
     let warnings: Vec<Value> = passed
         .ended

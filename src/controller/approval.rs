@@ -237,6 +237,7 @@ mod tests {
             held,
             notes: Vec::new(),
             warnings: Vec::new(),
+            replacements: Vec::new(),
             mask: Default::default(),
         }
     }

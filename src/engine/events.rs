@@ -26,6 +26,8 @@ pub enum RunEvent {
         verify: bool,
         /// What the state was read for.
         inputs: Inputs,
+        /// Which thing it read: its type's identity fields, as `inputs` shows them.
+        identity: super::identity::Identity,
     },
     /// A type warned the user.
     Warned(TypeWarning),

@@ -14,6 +14,7 @@ pub mod events;
 pub mod executor;
 pub mod expr;
 pub mod graph;
+pub mod identity;
 pub(crate) mod init;
 pub mod manifest;
 pub mod mask;

@@ -359,6 +359,25 @@ pub struct Plan {
     pub mask: Mask,
     /// What the types warned of while it was made (their init and state replies).
     pub warnings: Vec<TypeWarning>,
+    /// Declared resources whose identity moved: each old one is among the removals, deleted
+    /// first; the new one is created by the entry's actions.
+    pub replacements: Vec<Replacement>,
+}
+
+/// A resource whose identity fields moved from those the inventory holds: "must be replaced".
+#[derive(Debug, Clone, PartialEq)]
+pub struct Replacement {
+    pub name: String,
+    pub type_name: String,
+    pub moved: Vec<super::identity::Moved>,
+}
+
+impl Replacement {
+    /// `path: "/srv/a" → "/srv/b"`, each field moved.
+    pub fn describe(&self) -> String {
+        let moved: Vec<String> = self.moved.iter().map(|m| format!("{}: {} → {}", m.field, m.was, m.now)).collect();
+        moved.join(", ")
+    }
 }
 
 /// How many entries of a plan or report stand each way.

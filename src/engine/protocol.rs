@@ -128,6 +128,9 @@ pub struct InitResponse {
     pub warnings: Vec<String>,
     /// Its actions report progress: one silent this long from its start is stopped.
     pub progress_timeout: Option<std::time::Duration>,
+    /// The config's fields that say *which* thing the resource is (JSON Pointers: `/path`,
+    /// `/object/metadata/name`): a change of one is a replacement, the old one deleted.
+    pub identity: Vec<String>,
 }
 
 /// How many warnings of one reply are kept (the rest are counted in one more), and how many
@@ -192,6 +195,13 @@ struct RawInitResponse {
     #[serde(default)]
     #[schemars(with = "Option<String>")]
     progress_timeout: Option<Value>,
+    /// The config's fields that say which thing the resource is, as JSON Pointers (`/path`,
+    /// `/object/metadata/name`): when a change moves one, the plan shows a replacement — the
+    /// old one deleted (its delete action, with the config it was applied with), then the
+    /// new one created — rather than leaving the old one behind.
+    #[serde(default)]
+    #[schemars(with = "Option<Vec<String>>")]
+    identity: Option<Value>,
 }
 
 /// What a state action found.
@@ -351,9 +361,11 @@ pub fn parse_init(stdout: &[u8]) -> Result<InitResponse, ProtocolError> {
             return Err(problem(format!("`progress_timeout` must be a duration such as \"90s\", got {other}")));
         }
     };
+    let identity = parse_identity(raw.identity)?;
     Ok(InitResponse {
         warnings,
         progress_timeout,
+        identity,
         label: raw.label,
         config_schema: raw.config_schema,
         state_action,
@@ -362,6 +374,27 @@ pub fn parse_init(stdout: &[u8]) -> Result<InitResponse, ProtocolError> {
         delete_action: raw.delete_action,
         older_revision,
     })
+}
+
+/// An init reply's `identity`: a list of JSON Pointers into the config.
+fn parse_identity(raw: Option<Value>) -> Result<Vec<String>, ProtocolError> {
+    let items = match raw {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Array(items)) => items,
+        Some(other) => {
+            return Err(problem(format!("`identity` must be a list of JSON Pointers such as \"/name\", got {other}")));
+        }
+    };
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| match item {
+            Value::String(pointer) if pointer.starts_with('/') && pointer.len() > 1 => Ok(pointer.clone()),
+            _ => Err(problem(format!(
+                "`identity[{i}]` must be a JSON Pointer into the config such as \"/name\" or \"/metadata/name\", got {item}"
+            ))),
+        })
+        .collect()
 }
 
 /// Validates a state response.

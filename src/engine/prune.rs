@@ -8,11 +8,12 @@
 //! they are now (they are in the removal's manifest too, never deleted there), removed ones
 //! as the inventory kept them.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use indexmap::IndexMap;
 
+use super::identity::Identity;
 use super::manifest::{LoadedManifest, ResourceSpec};
 use super::validate::{Invalid, ValidatedManifest, validate};
 
@@ -42,16 +43,21 @@ pub struct PruneError {
 }
 
 /// The removal for `declared`, given what its inventory holds: the resources held and no
-/// longer declared — or, with `everything`, every resource held. `None` when nothing leaves.
+/// longer declared — or, with `everything`, every resource held — and the old ones of those
+/// `replaced` (declared still, with another identity: planned from the declaration held, its
+/// identity fields pinned to those kept). `None` when nothing leaves.
 pub fn removal(
     declared: &ValidatedManifest,
     inventory: &IndexMap<String, ResourceSpec>,
     everything: bool,
+    replaced: &BTreeMap<String, Identity>,
 ) -> Result<Option<Outgoing>, PruneError> {
     let source = &declared.source;
     let leaving: Vec<&String> = match everything {
         true => inventory.keys().collect(),
-        false => inventory.keys().filter(|n| !source.spec.resources.contains_key(*n)).collect(),
+        false => {
+            inventory.keys().filter(|n| !source.spec.resources.contains_key(*n) || replaced.contains_key(*n)).collect()
+        }
     };
     if leaving.is_empty() {
         return Ok(None);
@@ -68,7 +74,11 @@ pub fn removal(
     // only those, so that nothing else is read twice.
     let mut resources: IndexMap<String, ResourceSpec> = source.spec.resources.clone();
     for name in &leaving {
-        if !resources.contains_key(*name) {
+        if let Some(kept) = replaced.get(*name).filter(|_| !everything) {
+            let mut old = inventory[*name].clone();
+            super::identity::pin(&mut old.config, kept);
+            resources.insert(name.to_string(), old);
+        } else if !resources.contains_key(*name) {
             resources.insert(name.to_string(), inventory[*name].clone());
         }
     }

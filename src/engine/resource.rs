@@ -124,11 +124,13 @@ pub(crate) async fn read_state(
     let (response, warnings) = protocol::parse_state_reply(&outcome.stdout)
         .map_err(|e| ResourceError::protocol(phase.clone(), e.problem, &outcome).masked(&ctx.manifest.mask))?;
     ctx.warn(i, phase, warnings);
+    let inputs = Inputs::new(&ctx.manifest, i, &request.config);
     ctx.emit(RunEvent::StateFound {
         resource: ctx.manifest.resources[i].name.clone(),
         status: response.status(),
         verify: *phase == Phase::Verify,
-        inputs: Inputs::new(&ctx.manifest, i, &request.config),
+        identity: super::identity::identity_of(&ctx.types[i].init.identity, &inputs.config),
+        inputs,
     });
     Ok(response)
 }

@@ -152,6 +152,7 @@ impl Prepared {
             notes,
             mask: manifest.mask.clone(),
             warnings: self.ctx.take_warnings(),
+            replacements: Vec::new(),
         }
     }
 
@@ -179,6 +180,12 @@ impl Prepared {
         let report =
             Report::new(manifest.name.clone(), self.ctx.options.run_id.clone(), entries, manifest.mask.clone());
         Ok(report.with_warnings(self.ctx.take_warnings()))
+    }
+
+    /// Which thing resource `i` is with `config`: its type's identity fields, as shown
+    /// (sensitive values masked).
+    pub fn identity(&self, i: usize, config: &Value) -> super::identity::Identity {
+        super::identity::identity_of(&self.ctx.types[i].init.identity, &self.ctx.manifest.mask.value(config))
     }
 
     /// Refuses a plan made for another manifest.

@@ -7,7 +7,7 @@
 //! a run deletes ([`crate::engine::prune`]). Each manifest has its own: a resource another
 //! manifest inventoried is not this one's.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use indexmap::IndexMap;
@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 
 use super::{Entry, Event, History, HistoryError, now_ms, target};
 use crate::engine::events::{IntentError, Mode, Observer, RunEvent};
+use crate::engine::identity::Identity;
 use crate::engine::manifest::ResourceSpec;
 use crate::engine::plan::{Change, Drift, Plan, Standing};
 use crate::engine::protocol::Status;
@@ -28,7 +29,7 @@ const EVENTS: [Event; 4] =
 pub fn inventory(log: &dyn History, manifest: &str) -> Result<IndexMap<String, ResourceSpec>, HistoryError> {
     Ok(held(log, manifest)?
         .into_iter()
-        .filter_map(|(name, declaration)| match serde_json::from_value(declaration) {
+        .filter_map(|(name, held)| match serde_json::from_value(held.declaration) {
             Ok(spec) => Some((name, spec)),
             Err(e) => {
                 tracing::warn!(resource = %name, error = %e, "an inventory entry cannot be read; it is skipped");
@@ -48,8 +49,27 @@ pub fn predates(log: &dyn History, manifest: &str) -> Result<bool, HistoryError>
     Ok(!log.latest_each("resource/", &[Event::ResourceValid, Event::ResourceApplied])?.is_empty())
 }
 
-/// Resource → its declaration as the inventory keeps it (JSON).
-fn held(log: &dyn History, manifest: &str) -> Result<IndexMap<String, Value>, HistoryError> {
+/// Which thing each resource of `manifest`'s inventory is, as it was when it was held: its
+/// type's identity fields ([`crate::engine::identity`]). Resources held before identities
+/// were kept have none.
+pub fn identities(log: &dyn History, manifest: &str) -> Result<HashMap<String, Identity>, HistoryError> {
+    Ok(held(log, manifest)?
+        .into_iter()
+        .filter_map(|(name, held)| Some((name, serde_json::from_value(held.identity?).ok()?)))
+        .collect())
+}
+
+/// One resource as the inventory holds it.
+#[derive(Debug, Clone, PartialEq)]
+struct Held {
+    /// As written (sensitive values masked).
+    declaration: Value,
+    /// Its identity fields as they were rendered, when a state read said them.
+    identity: Option<Value>,
+}
+
+/// Resource → its declaration (and identity) as the inventory keeps it.
+fn held(log: &dyn History, manifest: &str) -> Result<IndexMap<String, Held>, HistoryError> {
     let mut held = IndexMap::new();
     for entry in log.latest_each("resource/", &EVENTS)? {
         let ours = entry.detail.get("manifest").and_then(Value::as_str) == Some(manifest);
@@ -60,7 +80,8 @@ fn held(log: &dyn History, manifest: &str) -> Result<IndexMap<String, Value>, Hi
         if let (Some(name), Some(declaration)) =
             (entry.target.strip_prefix("resource/"), entry.detail.get("declaration"))
         {
-            held.insert(name.to_string(), declaration.clone());
+            let identity = entry.detail.get("identity").cloned();
+            held.insert(name.to_string(), Held { declaration: declaration.clone(), identity });
         }
     }
     Ok(held)
@@ -131,7 +152,15 @@ pub struct Keeper {
     /// Each declared resource, as the inventory would keep it (sensitive values masked).
     declared: HashMap<String, Value>,
     /// What the inventory holds now.
-    held: Mutex<IndexMap<String, Value>>,
+    held: Mutex<IndexMap<String, Held>>,
+    /// Each resource's identity, as its latest state read in this pass rendered it.
+    identities: Mutex<HashMap<String, Identity>>,
+    /// Resources being replaced — a state read found another identity than the one held —
+    /// whose old one stays held until it is deleted (the pass removes it first); and those of
+    /// them found VALID already, held as soon as it is.
+    replacing: Mutex<(HashSet<String>, HashSet<String>)>,
+    /// The pass is removing what leaves (the old ones of replacements among them).
+    removing: std::sync::atomic::AtomicBool,
     pending: Mutex<Vec<Entry>>,
 }
 
@@ -159,8 +188,32 @@ impl Keeper {
             revision: revision.to_string(),
             mode,
             declared,
+            identities: Mutex::default(),
+            replacing: Mutex::default(),
+            removing: Default::default(),
             pending: Mutex::default(),
         })
+    }
+
+    /// The pass removes what leaves the manifest from now (`true`) until `false`: the delete
+    /// actions of the old ones of replacements may run then, and only then.
+    pub fn removing(&self, removing: bool) {
+        self.removing.store(removing, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// A state read rendered `resource` as `identity`: when it moved from the one held, the
+    /// resource is being replaced.
+    fn found(&self, resource: &str, identity: &Identity) {
+        let was = self.held.lock().expect("inventory lock").get(resource).and_then(|h| h.identity.clone());
+        let was: Identity = was.and_then(|w| serde_json::from_value(w).ok()).unwrap_or_default();
+        if !crate::engine::identity::moved(&was, identity).is_empty() {
+            self.replacing.lock().expect("inventory lock").0.insert(resource.to_string());
+        }
+        self.identities.lock().expect("inventory lock").insert(resource.to_string(), identity.clone());
+    }
+
+    fn is_replacing(&self, resource: &str) -> bool {
+        self.replacing.lock().expect("inventory lock").0.contains(resource)
     }
 
     fn entry(&self, resource: &str, event: Event, detail: Value) -> Entry {
@@ -177,12 +230,26 @@ impl Keeper {
     /// Queues `resource` into the inventory, as declared now, unless it is there as such.
     fn hold(&self, resource: &str) -> bool {
         let Some(declaration) = self.declared.get(resource).filter(|_| self.mode == Mode::Apply) else { return false };
-        let mut held = self.held.lock().expect("inventory lock");
-        if held.get(resource) == Some(declaration) {
+        let mut replacing = self.replacing.lock().expect("inventory lock");
+        if replacing.0.contains(resource) {
+            replacing.1.insert(resource.to_string());
             return false;
         }
-        held.insert(resource.to_string(), declaration.clone());
-        let detail = json!({"manifest": self.manifest, "declaration": declaration});
+        drop(replacing);
+        let identity =
+            self.identities.lock().expect("inventory lock").get(resource).filter(|i| !i.is_empty()).map(|i| json!(i));
+        let mut held = self.held.lock().expect("inventory lock");
+        // An identity no read said this pass (an assumed state) is the one held.
+        let identity = identity.or_else(|| held.get(resource).and_then(|h| h.identity.clone()));
+        let now = Held { declaration: declaration.clone(), identity };
+        if held.get(resource) == Some(&now) {
+            return false;
+        }
+        let mut detail = json!({"manifest": self.manifest, "declaration": declaration});
+        if let Some(identity) = &now.identity {
+            detail["identity"] = identity.clone();
+        }
+        held.insert(resource.to_string(), now);
         self.pending.lock().expect("inventory lock").push(self.entry(resource, Event::ResourceInventoried, detail));
         true
     }
@@ -197,6 +264,12 @@ impl Keeper {
             detail["message"] = json!(super::cut_to(reason, 1024));
         }
         self.pending.lock().expect("inventory lock").push(self.entry(resource, event, detail));
+        // A replaced one gone: the new one may be held, and is at once if it is VALID already.
+        let mut replacing = self.replacing.lock().expect("inventory lock");
+        if replacing.0.remove(resource) && replacing.1.remove(resource) {
+            drop(replacing);
+            self.hold(resource);
+        }
         // Written at once, beside the delete's result (deletions are few).
         if let Err(e) = self.flush() {
             tracing::error!(error = %e, "could not write the inventory");
@@ -211,10 +284,13 @@ impl Keeper {
         }
         for (old, new) in made {
             let Some(declaration) = self.held.lock().expect("inventory lock").shift_remove(old) else { continue };
-            let (to, from) = (
+            let (to, mut from) = (
                 json!({"manifest": self.manifest, "to": new}),
-                json!({"manifest": self.manifest, "from": old, "declaration": declaration}),
+                json!({"manifest": self.manifest, "from": old, "declaration": declaration.declaration.clone()}),
             );
+            if let Some(identity) = &declaration.identity {
+                from["identity"] = identity.clone();
+            }
             self.held.lock().expect("inventory lock").insert(new.clone(), declaration);
             let mut pending = self.pending.lock().expect("inventory lock");
             pending.push(self.entry(old, Event::ResourceMoved, to));
@@ -242,6 +318,12 @@ impl Observer for Keeper {
     /// Before a declared resource's first action: in the inventory, durably, or the action
     /// does not run (what it creates would otherwise never be deleted).
     async fn on_intent(&self, resource: &str, _action: &str) -> Result<(), IntentError> {
+        let removing = self.removing.load(std::sync::atomic::Ordering::SeqCst);
+        if self.mode == Mode::Apply && !removing && self.is_replacing(resource) {
+            return Err(IntentError(format!(
+                "it replaces the {resource} the inventory holds, which is not deleted yet (see the removals)"
+            )));
+        }
         if !self.hold(resource) {
             return Ok(());
         }
@@ -258,8 +340,14 @@ impl Observer for Keeper {
 
     fn on_event(&self, event: &RunEvent) {
         match event {
-            RunEvent::StateFound { resource, status: Status::Valid, verify: false, .. } => {
-                self.hold(resource);
+            RunEvent::StateFound { resource, status, verify: false, identity, .. } => {
+                // The old one of a replacement, read to be deleted, is not what is held next.
+                if !self.is_replacing(resource) {
+                    self.found(resource, identity);
+                }
+                if *status == Status::Valid {
+                    self.hold(resource);
+                }
             }
             RunEvent::Settled { resource, label: "DELETED" | "ABSENT", .. } => {
                 self.release(resource, Event::ResourceDeleted, None)

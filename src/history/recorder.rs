@@ -41,6 +41,8 @@ pub struct Recorder {
     inputs: Mutex<HashMap<String, Inputs>>,
     drifts: Mutex<Vec<Drift>>,
     changes: Mutex<Vec<Change>>,
+    /// Kept with a successful apply's end: the variables it applied with.
+    pub variables: Option<Value>,
 }
 
 /// A run's entries on their way to the log (shared with the threads that write intents).
@@ -115,6 +117,7 @@ impl Recorder {
             inputs: Mutex::default(),
             drifts: Mutex::default(),
             changes: Mutex::default(),
+            variables: None,
         })
     }
 
@@ -149,6 +152,11 @@ impl Recorder {
         if event == Event::RunFinishedSuccessfully && self.mode == Mode::Delete {
             // Everything deleted: `history` says so, and the next apply starts afresh.
             detail["destroyed"] = json!(true);
+        }
+        if let Some(Value::Object(kept)) =
+            self.variables.as_ref().filter(|_| event == Event::RunFinishedSuccessfully && self.mode == Mode::Apply)
+        {
+            detail.as_object_mut().expect("an object").extend(kept.clone());
         }
         let _ = self.journal.durable(Some(self.entry(target::MANIFEST.into(), event, detail)));
     }
@@ -316,7 +324,7 @@ impl Observer for Recorder {
                 self.journal.push(self.entry(target::MANIFEST.into(), Event::OutputsRecorded, detail));
             }
             RunEvent::Ended(ending) => self.end(ending),
-            RunEvent::StateFound { resource, status, verify: false, inputs } => {
+            RunEvent::StateFound { resource, status, verify: false, inputs, .. } => {
                 self.observed(resource, *status, inputs)
             }
             RunEvent::StateFound { verify: true, .. }

@@ -130,7 +130,13 @@ fn inputs(config: Value) -> Inputs {
 }
 
 fn found(resource: &str, status: Status, verify: bool, config: Value) -> RunEvent {
-    RunEvent::StateFound { resource: resource.into(), status, verify, inputs: inputs(config) }
+    RunEvent::StateFound {
+        resource: resource.into(),
+        status,
+        verify,
+        inputs: inputs(config),
+        identity: Default::default(),
+    }
 }
 
 fn observed(resource: &str, event: Event, config: Value) -> Entry {

@@ -1,6 +1,7 @@
 //! What leaves the manifest in a pass: moved, forgotten, or planned and deleted — and
 //! `destroy`, where everything held leaves.
 
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use indexmap::IndexMap;
@@ -9,8 +10,9 @@ use super::{Ended, Inventory, Pass};
 use crate::engine::PrepareError;
 use crate::engine::delete::{DeleteReport, remove_some};
 use crate::engine::events::{Decision, Mode, Observer, Observers, RunEvent};
+use crate::engine::identity::Identity;
 use crate::engine::manifest::ResourceSpec;
-use crate::engine::plan::{Plan, Removal, RemovalEntry};
+use crate::engine::plan::{Plan, Removal, RemovalEntry, Replacement};
 use crate::engine::prune;
 use crate::engine::run::Prepared;
 use crate::engine::validate::ValidatedManifest;
@@ -24,7 +26,10 @@ impl Pass<'_> {
         &self,
         books: &Books,
         observers: &Arc<Observers>,
+        replaced: &[Replacement],
     ) -> Result<Option<Leaving>, PrepareError> {
+        let replaced: BTreeMap<String, Identity> =
+            replaced.iter().filter_map(|r| Some((r.name.clone(), books.identities.get(&r.name)?.clone()))).collect();
         let not_planned = |message: String| PrepareError::Removal { manifest: self.manifest.name.clone(), message };
         let moved = books.moves.clone().map_err(not_planned)?;
         let moved: Vec<RemovalEntry> = moved
@@ -37,11 +42,16 @@ impl Pass<'_> {
             .collect();
         if self.inventory == Inventory::Orphan {
             let mut left: Vec<RemovalEntry> = (books.held.iter())
-                .filter(|(name, _)| self.manifest.index_of(name).is_none())
+                .filter(|(name, _)| self.manifest.index_of(name).is_none() || replaced.contains_key(*name))
                 .map(|(name, spec)| RemovalEntry {
                     name: name.clone(),
                     type_name: spec.type_ref.clone().unwrap_or_default(),
-                    removal: Removal::Forgotten { reason: "left in place: removalPolicy is Orphan".into() },
+                    removal: Removal::Forgotten {
+                        reason: match replaced.contains_key(name) {
+                            true => "replaced: the old one is left in place, as removalPolicy is Orphan".into(),
+                            false => "left in place: removalPolicy is Orphan".into(),
+                        },
+                    },
                 })
                 .collect();
             left.sort_by(|a, b| a.name.cmp(&b.name));
@@ -49,7 +59,7 @@ impl Pass<'_> {
             return Ok((!nothing).then_some(Leaving { moved, removing: None, left }));
         }
         let everything = self.inventory == Inventory::Destroy;
-        let removal = match prune::removal(&self.manifest, &books.held, everything) {
+        let removal = match prune::removal(&self.manifest, &books.held, everything, &replaced) {
             Ok(Some(removal)) => removal,
             Ok(None) if moved.is_empty() => return Ok(None),
             Ok(None) => return Ok(Some(Leaving { moved, removing: None, left: Vec::new() })),
@@ -92,8 +102,10 @@ impl Pass<'_> {
         let mut entries = leaving.moved.clone();
         entries.extend(leaving.left.iter().cloned());
         if let Some(r) = &leaving.removing {
-            let report = remove_some(&r.prepared, &r.plan, &r.removal.removed, true)
-                .await
+            books.keeper.iter().for_each(|k| k.removing(true));
+            let report = remove_some(&r.prepared, &r.plan, &r.removal.removed, true).await;
+            books.keeper.iter().for_each(|k| k.removing(false));
+            let report = report
                 .map_err(|e| PrepareError::Removal { manifest: self.manifest.name.clone(), message: e.to_string() })?;
             entries.extend(report.entries);
         }
@@ -102,7 +114,7 @@ impl Pass<'_> {
 
     /// `destroy`: everything declared or held, deleted dependents first.
     pub(super) async fn destroy(&self, observers: Arc<Observers>, books: &Books) -> Ended {
-        let leaving = match self.plan_removal(books, &observers).await {
+        let leaving = match self.plan_removal(books, &observers, &[]).await {
             Ok(Some(leaving)) => leaving,
             Ok(None) => Leaving { moved: Vec::new(), removing: None, left: Vec::new() },
             Err(e) => return Ended::NotPrepared(e),
@@ -118,6 +130,7 @@ impl Pass<'_> {
                 held: 0,
                 notes: Vec::new(),
                 warnings: Vec::new(),
+                replacements: Vec::new(),
                 mask: self.manifest.mask.clone(),
             },
         };
@@ -154,7 +167,8 @@ pub(super) fn renames(
     let mut new: Vec<&crate::engine::validate::Resource> =
         manifest.resources.iter().filter(|r| !held.contains_key(&r.name)).collect();
     let mut notes = Vec::new();
-    for leaving in removals.iter().filter(|r| r.removal == Removal::ToDelete) {
+    // A replacement's old one is declared still: not a rename.
+    for leaving in removals.iter().filter(|r| r.removal == Removal::ToDelete && manifest.index_of(&r.name).is_none()) {
         let Some(at) = new.iter().position(|r| r.type_name == leaving.type_name) else { continue };
         let (old, renamed) = (&leaving.name, &new.remove(at).name);
         notes.push(format!(
@@ -166,12 +180,31 @@ pub(super) fn renames(
     notes
 }
 
+/// The declared resources whose identity, as the plan rendered it, moved from the one the
+/// inventory holds: each is replaced (the old one deleted first, then the new one created).
+pub(super) fn replacements(prepared: &Prepared, plan: &Plan, books: &Books) -> Vec<Replacement> {
+    plan.entries
+        .iter()
+        .enumerate()
+        .filter_map(|(i, e)| {
+            let kept = books.identities.get(&e.name)?;
+            let moved = crate::engine::identity::moved(kept, &prepared.identity(i, e.config.as_ref()?));
+            let replacement = Replacement { name: e.name.clone(), type_name: e.type_name.clone(), moved };
+            (!replacement.moved.is_empty()).then_some(replacement)
+        })
+        .collect()
+}
+
 /// What a pass keeps in the log, and what it read there first.
 pub(super) struct Books {
     pub(super) recorder: Arc<Recorder>,
     pub(super) keeper: Option<Arc<Keeper>>,
     /// The manifest's inventory, its moves made.
     pub(super) held: IndexMap<String, ResourceSpec>,
+    /// Which thing each resource held is, when the inventory kept it.
+    pub(super) identities: HashMap<String, Identity>,
+    /// Which variables differ from those of the last successful apply, as a note.
+    pub(super) varied: Option<String>,
     /// The renames (`moved`) the inventory calls for, `(old, new)`; or why they cannot be made.
     pub(super) moves: Result<Vec<(String, String)>, String>,
 }

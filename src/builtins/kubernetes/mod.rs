@@ -337,7 +337,8 @@ pub(super) fn init() -> Value {
             "additionalProperties": false
         },
         "state_action": {"args": ["state"]},
-        "delete_action": {"args": ["delete"]}
+        "delete_action": {"args": ["delete"]},
+        "identity": ["/object/kind", "/object/metadata/namespace", "/object/metadata/name"]
     })
 }
 

@@ -308,6 +308,7 @@ mod tests {
             held: 0,
             notes: Vec::new(),
             warnings: Vec::new(),
+            replacements: Vec::new(),
             entries: vec![
                 stale(
                     "settings",
@@ -334,6 +335,7 @@ mod tests {
             held,
             notes: Vec::new(),
             warnings: Vec::new(),
+            replacements: Vec::new(),
             entries: Vec::new(),
             mask: Mask::of([json!("s3cret")].iter()),
         }

@@ -427,6 +427,7 @@ fn a_guarded_plan_says_so_in_ready_and_is_no_failure() {
         held: 3,
         notes: Vec::new(),
         warnings: Vec::new(),
+        replacements: Vec::new(),
         mask: Mask::default(),
     };
     let message = "would delete 2 of the 3 resources it holds: b, c".to_string();
