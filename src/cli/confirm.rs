@@ -78,9 +78,16 @@ impl Approver for Prompting {
             (true, 1) => "Delete this resource? This cannot be undone.".into(),
             (true, n) => format!("Delete these {n} resources? This cannot be undone."),
             (false, 0) => "Apply these changes?".into(),
-            (false, n) => {
-                format!("Apply these changes, deleting {} no longer declared?", super::render::count(n, "resource"))
-            }
+            (false, n) => match plan.replacements.len() {
+                0 => {
+                    format!("Apply these changes, deleting {} no longer declared?", super::render::count(n, "resource"))
+                }
+                r if r == n => format!("Apply these changes, replacing {}?", super::render::count(n, "resource")),
+                r => format!(
+                    "Apply these changes, deleting {} no longer declared and replacing {r}?",
+                    super::render::count(n - r, "resource")
+                ),
+            },
         };
         // `destroy` (a plan of removals only) asked for every deletion by its name.
         let mass = plan.mass_deletion().filter(|_| !plan.entries.is_empty());

@@ -86,12 +86,13 @@ pub struct CheckOptions {
 }
 
 /// The checks, in the order they run: (id, title).
-pub const CHECKS: [(&str, &str); 17] = [
+pub const CHECKS: [(&str, &str); 18] = [
     ("P001", "init runs and exits 0"),
     ("P002", "init prints one JSON object"),
     ("P003", "init reply follows the init-reply schema"),
     ("P004", "init reply follows the protocol's rules"),
     ("P005", "config_schema compiles"),
+    ("P006", "identity names fields of config_schema"),
     ("P010", "the given config satisfies config_schema"),
     ("P011", "state runs, exits 0 and prints one JSON object"),
     ("P012", "state reply follows the schema and the status's rules"),
@@ -279,7 +280,30 @@ impl TypeChecker<'_> {
                 None,
             ),
         }
+        self.identity(&init);
         Ok(init)
+    }
+
+    /// Each `identity` pointer starts at a property `config_schema` lists (when it lists any):
+    /// one that does not can never be set, so its changes would never replace anything.
+    fn identity(&mut self, init: &InitResponse) {
+        if init.identity.is_empty() {
+            return;
+        }
+        let listed = init.config_schema.as_ref().and_then(|s| s.get("properties")).and_then(Value::as_object);
+        let Some(listed) = listed else { return self.pass("P006", None) };
+        let first = |p: &str| p.split('/').nth(1).unwrap_or_default().replace("~1", "/").replace("~0", "~");
+        let unlisted: Vec<&str> =
+            init.identity.iter().filter(|p| !listed.contains_key(&first(p))).map(String::as_str).collect();
+        match unlisted.is_empty() {
+            true => self.pass("P006", None),
+            false => self.record(
+                "P006",
+                Level::Fail,
+                format!("`identity` names {} that config_schema's properties do not list", unlisted.join(", ")),
+                None,
+            ),
+        }
     }
 
     /// A scratch directory for each plug the type asks for; (mounts, request paths).

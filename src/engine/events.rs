@@ -27,7 +27,7 @@ pub enum RunEvent {
         /// What the state was read for.
         inputs: Inputs,
         /// Which thing it read: its type's identity fields, as `inputs` shows them.
-        identity: super::identity::Identity,
+        identity: super::identity::IdentityFields,
     },
     /// A type warned the user.
     Warned(TypeWarning),

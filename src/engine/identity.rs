@@ -12,10 +12,10 @@ use serde_json::Value;
 use super::protocol::is_unknown;
 
 /// Pointer → value, for each identity field the config sets.
-pub type Identity = BTreeMap<String, Value>;
+pub type IdentityFields = BTreeMap<String, Value>;
 
 /// What the config `shown` sets of the fields `pointers` name.
-pub fn identity_of(pointers: &[String], shown: &Value) -> Identity {
+pub fn identity_of(pointers: &[String], shown: &Value) -> IdentityFields {
     pointers.iter().filter_map(|p| shown.pointer(p).map(|v| (p.clone(), v.clone()))).collect()
 }
 
@@ -31,7 +31,7 @@ pub struct Moved {
 /// The fields that moved from `was` to `now`: only where both set a value that is known and
 /// not masked. A field set on one side only is not compared: the other side is the type's
 /// default, which Deployster cannot know (an object's namespace, say).
-pub fn moved(was: &Identity, now: &Identity) -> Vec<Moved> {
+pub fn moved(was: &IdentityFields, now: &IdentityFields) -> Vec<Moved> {
     let comparable = |v: &Value| !is_unknown(v) && !v.to_string().contains("***") && !holds_unknown(v);
     was.iter()
         .filter_map(|(pointer, old)| {
@@ -61,7 +61,7 @@ pub fn shown_path(pointer: &str) -> String {
 /// `config` (a declaration's, unrendered) with each field of `kept` set to the value kept,
 /// written so that it renders as itself. Returns the fields it could not set (a parent the
 /// declaration computes as a whole, say), which then render as declared.
-pub fn pin(config: &mut Value, kept: &Identity) -> Vec<String> {
+pub fn pin(config: &mut Value, kept: &IdentityFields) -> Vec<String> {
     let mut unset = Vec::new();
     for (pointer, value) in kept {
         if value.to_string().contains("***") {
@@ -122,7 +122,7 @@ mod tests {
     #[test]
     fn pinning_sets_the_kept_values_as_literals_and_says_what_it_could_not_set() {
         let mut declared = json!({"path": "{{ vars.root }}/app", "content": "x", "computed": "{{ whole }}"});
-        let kept: Identity =
+        let kept: IdentityFields =
             [("/path".to_string(), json!("/srv/{{odd}}/app")), ("/computed/name".to_string(), json!("n"))].into();
         assert_eq!(pin(&mut declared, &kept), vec!["computed.name".to_string()]);
         assert_eq!(declared["path"], json!("{% raw %}/srv/{{odd}}/app{% endraw %}"));

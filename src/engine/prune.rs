@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use indexmap::IndexMap;
 
-use super::identity::Identity;
+use super::identity::IdentityFields;
 use super::manifest::{LoadedManifest, ResourceSpec};
 use super::validate::{Invalid, ValidatedManifest, validate};
 
@@ -50,7 +50,7 @@ pub fn removal(
     declared: &ValidatedManifest,
     inventory: &IndexMap<String, ResourceSpec>,
     everything: bool,
-    replaced: &BTreeMap<String, Identity>,
+    replaced: &BTreeMap<String, IdentityFields>,
 ) -> Result<Option<Outgoing>, PruneError> {
     let source = &declared.source;
     let leaving: Vec<&String> = match everything {

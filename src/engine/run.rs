@@ -184,7 +184,7 @@ impl Prepared {
 
     /// Which thing resource `i` is with `config`: its type's identity fields, as shown
     /// (sensitive values masked).
-    pub fn identity(&self, i: usize, config: &Value) -> super::identity::Identity {
+    pub fn identity(&self, i: usize, config: &Value) -> super::identity::IdentityFields {
         super::identity::identity_of(&self.ctx.types[i].init.identity, &self.ctx.manifest.mask.value(config))
     }
 

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 use super::{Entry, Event, History, HistoryError, now_ms, target};
 use crate::engine::events::{IntentError, Mode, Observer, RunEvent};
-use crate::engine::identity::Identity;
+use crate::engine::identity::IdentityFields;
 use crate::engine::manifest::ResourceSpec;
 use crate::engine::plan::{Change, Drift, Plan, Standing};
 use crate::engine::protocol::Status;
@@ -52,7 +52,7 @@ pub fn predates(log: &dyn History, manifest: &str) -> Result<bool, HistoryError>
 /// Which thing each resource of `manifest`'s inventory is, as it was when it was held: its
 /// type's identity fields ([`crate::engine::identity`]). Resources held before identities
 /// were kept have none.
-pub fn identities(log: &dyn History, manifest: &str) -> Result<HashMap<String, Identity>, HistoryError> {
+pub fn identities(log: &dyn History, manifest: &str) -> Result<HashMap<String, IdentityFields>, HistoryError> {
     Ok(held(log, manifest)?
         .into_iter()
         .filter_map(|(name, held)| Some((name, serde_json::from_value(held.identity?).ok()?)))
@@ -61,7 +61,7 @@ pub fn identities(log: &dyn History, manifest: &str) -> Result<HashMap<String, I
 
 /// One resource as the inventory holds it.
 #[derive(Debug, Clone, PartialEq)]
-struct Held {
+struct Holding {
     /// As written (sensitive values masked).
     declaration: Value,
     /// Its identity fields as they were rendered, when a state read said them.
@@ -69,7 +69,7 @@ struct Held {
 }
 
 /// Resource → its declaration (and identity) as the inventory keeps it.
-fn held(log: &dyn History, manifest: &str) -> Result<IndexMap<String, Held>, HistoryError> {
+fn held(log: &dyn History, manifest: &str) -> Result<IndexMap<String, Holding>, HistoryError> {
     let mut held = IndexMap::new();
     for entry in log.latest_each("resource/", &EVENTS)? {
         let ours = entry.detail.get("manifest").and_then(Value::as_str) == Some(manifest);
@@ -81,7 +81,7 @@ fn held(log: &dyn History, manifest: &str) -> Result<IndexMap<String, Held>, His
             (entry.target.strip_prefix("resource/"), entry.detail.get("declaration"))
         {
             let identity = entry.detail.get("identity").cloned();
-            held.insert(name.to_string(), Held { declaration: declaration.clone(), identity });
+            held.insert(name.to_string(), Holding { declaration: declaration.clone(), identity });
         }
     }
     Ok(held)
@@ -152,9 +152,9 @@ pub struct Keeper {
     /// Each declared resource, as the inventory would keep it (sensitive values masked).
     declared: HashMap<String, Value>,
     /// What the inventory holds now.
-    held: Mutex<IndexMap<String, Held>>,
+    held: Mutex<IndexMap<String, Holding>>,
     /// Each resource's identity, as its latest state read in this pass rendered it.
-    identities: Mutex<HashMap<String, Identity>>,
+    identities: Mutex<HashMap<String, IdentityFields>>,
     /// Resources being replaced — a state read found another identity than the one held —
     /// whose old one stays held until it is deleted (the pass removes it first); and those of
     /// them found VALID already, held as soon as it is.
@@ -203,9 +203,9 @@ impl Keeper {
 
     /// A state read rendered `resource` as `identity`: when it moved from the one held, the
     /// resource is being replaced.
-    fn found(&self, resource: &str, identity: &Identity) {
+    fn found(&self, resource: &str, identity: &IdentityFields) {
         let was = self.held.lock().expect("inventory lock").get(resource).and_then(|h| h.identity.clone());
-        let was: Identity = was.and_then(|w| serde_json::from_value(w).ok()).unwrap_or_default();
+        let was: IdentityFields = was.and_then(|w| serde_json::from_value(w).ok()).unwrap_or_default();
         if !crate::engine::identity::moved(&was, identity).is_empty() {
             self.replacing.lock().expect("inventory lock").0.insert(resource.to_string());
         }
@@ -241,7 +241,7 @@ impl Keeper {
         let mut held = self.held.lock().expect("inventory lock");
         // An identity no read said this pass (an assumed state) is the one held.
         let identity = identity.or_else(|| held.get(resource).and_then(|h| h.identity.clone()));
-        let now = Held { declaration: declaration.clone(), identity };
+        let now = Holding { declaration: declaration.clone(), identity };
         if held.get(resource) == Some(&now) {
             return false;
         }
@@ -318,8 +318,11 @@ impl Observer for Keeper {
     /// Before a declared resource's first action: in the inventory, durably, or the action
     /// does not run (what it creates would otherwise never be deleted).
     async fn on_intent(&self, resource: &str, _action: &str) -> Result<(), IntentError> {
-        let removing = self.removing.load(std::sync::atomic::Ordering::SeqCst);
-        if self.mode == Mode::Apply && !removing && self.is_replacing(resource) {
+        // A removal's delete actions: what they delete leaves the inventory, nothing joins it.
+        if self.removing.load(std::sync::atomic::Ordering::SeqCst) {
+            return Ok(());
+        }
+        if self.mode == Mode::Apply && self.is_replacing(resource) {
             return Err(IntentError(format!(
                 "it replaces the {resource} the inventory holds, which is not deleted yet (see the removals)"
             )));
@@ -342,9 +345,10 @@ impl Observer for Keeper {
         match event {
             RunEvent::StateFound { resource, status, verify: false, identity, .. } => {
                 // The old one of a replacement, read to be deleted, is not what is held next.
-                if !self.is_replacing(resource) {
-                    self.found(resource, identity);
+                if self.is_replacing(resource) {
+                    return;
                 }
+                self.found(resource, identity);
                 if *status == Status::Valid {
                     self.hold(resource);
                 }
@@ -410,5 +414,59 @@ mod tests {
         // Declared anew by another manifest: that manifest's from then on.
         log.append(&[held("b.yaml", "dir", Event::ResourceInventoried, declared("builtin/directory"), 9)]).unwrap();
         assert_eq!(inventory(&log, "a.yaml").unwrap().keys().collect::<Vec<_>>(), ["memo"]);
+    }
+
+    fn found(resource: &str, path: &str, status: Status) -> RunEvent {
+        let config = json!({"path": path});
+        RunEvent::StateFound {
+            resource: resource.into(),
+            status,
+            verify: false,
+            inputs: crate::engine::plan::Inputs {
+                type_name: "builtin/directory".into(),
+                config: config.clone(),
+                digest: String::new(),
+                sensitive: Default::default(),
+            },
+            identity: [("/path".to_string(), json!(path))].into(),
+        }
+    }
+
+    /// A state read that finds another identity than the one held: the new one's actions wait
+    /// (fail closed) until the old one is deleted — the delete itself may run — and then it is
+    /// held with its own identity; the old identity is what the inventory kept till then.
+    #[tokio::test]
+    async fn a_replaced_resource_waits_for_its_old_one_to_be_deleted_and_is_then_held_anew() {
+        let log: Arc<dyn History> = Arc::new(MemoryLog::new());
+        let spec = crate::engine::manifest::parse_document(
+            "resources:\n  dir: {type: builtin/directory, config: {path: /b}}\n",
+            false,
+        )
+        .unwrap();
+        let loaded = crate::engine::manifest::LoadedManifest::from_spec("/ws/m.yaml", spec);
+        let manifest = crate::engine::validate::validate(&loaded, Default::default()).unwrap();
+        let was = json!({"declaration": {"type": "builtin/directory", "config": {"path": "/a"}}, "identity": {"/path": "/a"}});
+        log.append(&[held("m.yaml", "dir", Event::ResourceInventoried, was, 1)]).unwrap();
+        assert_eq!(identities(log.as_ref(), "m.yaml").unwrap()["dir"]["/path"], json!("/a"));
+
+        let keeper = Keeper::new(log.clone(), &manifest, "r2", "2", Mode::Apply).unwrap();
+        keeper.on_event(&found("dir", "/b", Status::Missing));
+        let refused = keeper.on_intent("dir", "create").await.unwrap_err();
+        assert!(refused.0.contains("replaces the dir the inventory holds"), "{refused}");
+        // The removal reads the old one (its identity is not taken for the new one's) and deletes it.
+        keeper.removing(true);
+        keeper.on_event(&found("dir", "/a", Status::Valid));
+        keeper.on_intent("dir", "delete").await.unwrap();
+        keeper.on_event(&RunEvent::Settled {
+            resource: "dir".into(),
+            label: "DELETED",
+            elapsed: Default::default(),
+            message: None,
+        });
+        keeper.removing(false);
+        assert!(inventory(log.as_ref(), "m.yaml").unwrap().is_empty(), "the old one left the inventory");
+        keeper.on_intent("dir", "create").await.unwrap();
+        assert_eq!(identities(log.as_ref(), "m.yaml").unwrap()["dir"]["/path"], json!("/b"));
+        assert_eq!(inventory(log.as_ref(), "m.yaml").unwrap()["dir"].config["path"], json!("/b"));
     }
 }

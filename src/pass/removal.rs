@@ -10,7 +10,7 @@ use super::{Ended, Inventory, Pass};
 use crate::engine::PrepareError;
 use crate::engine::delete::{DeleteReport, remove_some};
 use crate::engine::events::{Decision, Mode, Observer, Observers, RunEvent};
-use crate::engine::identity::Identity;
+use crate::engine::identity::IdentityFields;
 use crate::engine::manifest::ResourceSpec;
 use crate::engine::plan::{Plan, Removal, RemovalEntry, Replacement};
 use crate::engine::prune;
@@ -28,7 +28,7 @@ impl Pass<'_> {
         observers: &Arc<Observers>,
         replaced: &[Replacement],
     ) -> Result<Option<Leaving>, PrepareError> {
-        let replaced: BTreeMap<String, Identity> =
+        let replaced: BTreeMap<String, IdentityFields> =
             replaced.iter().filter_map(|r| Some((r.name.clone(), books.identities.get(&r.name)?.clone()))).collect();
         let not_planned = |message: String| PrepareError::Removal { manifest: self.manifest.name.clone(), message };
         let moved = books.moves.clone().map_err(not_planned)?;
@@ -202,7 +202,7 @@ pub(super) struct Books {
     /// The manifest's inventory, its moves made.
     pub(super) held: IndexMap<String, ResourceSpec>,
     /// Which thing each resource held is, when the inventory kept it.
-    pub(super) identities: HashMap<String, Identity>,
+    pub(super) identities: HashMap<String, IdentityFields>,
     /// Which variables differ from those of the last successful apply, as a note.
     pub(super) varied: Option<String>,
     /// The renames (`moved`) the inventory calls for, `(old, new)`; or why they cannot be made.

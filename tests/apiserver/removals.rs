@@ -156,6 +156,42 @@ fn an_orphan_policy_leaves_what_leaves_the_spec_in_place() {
     assert!(cluster.get(&["configmap", "cm-c"]).is_some(), "forgotten: not deleted with the Manifest");
 }
 
+/// A ConfigMap renamed in the spec is replaced: the old object deleted (an event says why),
+/// the new one created, and what reads its name follows; a namespace set where none was is
+/// the same object, not a replacement.
+#[ignore = "needs a Kubernetes API server: DEPLOYSTER_E2E_KUBECONFIG=<kubeconfig ../shared/apiserver/up.sh prints> cargo test --test apiserver removals:: -- --include-ignored"]
+#[test]
+fn an_object_renamed_in_the_spec_is_replaced_the_old_one_deleted() {
+    let cluster = Cluster::new("replaced");
+    let work = tempfile::tempdir().unwrap();
+    let args = ["--namespace", cluster.namespace.as_str(), "--history-limit", "3"];
+    let _controller = ControllerProcess::start(&cluster, work.path(), "controller", &args);
+    cluster.service_account("deployer", "get,create,patch,delete", "configmaps");
+    let all = [("a", None), ("b", Some("a")), ("c", None)];
+    cluster.apply_yaml(&manifest("app", "", &all));
+    wait_ready(&cluster, "app");
+    let (b_uid, c_uid) = (uid(&cluster, "cm-b"), uid(&cluster, "cm-c"));
+    let namespaced = format!("name: cm-c, namespace: {}}}", cluster.namespace);
+    cluster.apply_yaml(
+        &manifest("app", "", &all).replace("name: cm-a}", "name: cm-renamed}").replace("name: cm-c}", &namespaced),
+    );
+    wait_for("the old object to go and the new one to be read", Duration::from_secs(90), || {
+        cluster.get(&["configmap", "cm-a"]).is_none()
+            && cluster.get(&["configmap", "cm-b"]).is_some_and(|b| b["data"]["up"] == "cm-renamed")
+    });
+    assert!(cluster.get(&["configmap", "cm-renamed"]).is_some());
+    assert_eq!(uid(&cluster, "cm-b"), b_uid, "b reads a's name: updated in place, not replaced");
+    assert_eq!(uid(&cluster, "cm-c"), c_uid, "its namespace written out: the same object");
+    wait_ready(&cluster, "app");
+    let said = events(&cluster, "app");
+    assert!(
+        said.iter().any(|(reason, note)| reason == "ResourceDeleted"
+            && note == "deleted the old a (builtin/kubernetes): replaced, its identity changed"),
+        "{said:?}"
+    );
+    assert!(!said.iter().any(|(_, note)| note.contains("deleted c")), "{said:?}");
+}
+
 /// An emptied spec, and a change that deletes more than `maxDeletionPercent`: nothing is deleted
 /// or applied, Ready says why and what would go (Argo CD: Suspended), until the annotation
 /// names the revision.

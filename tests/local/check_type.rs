@@ -69,6 +69,12 @@ fn each_broken_init_fails_its_check() {
         ("{\"label\": \"no state action\"}", "P003"),
         ("{\"state_action\": {}}", "P004"),
         ("{\"state_action\": {\"args\": [\"state\"]}, \"config_schema\": {\"type\": 12}}", "P005"),
+        ("{\"state_action\": {\"args\": [\"state\"]}, \"identity\": \"/name\"}", "P003"),
+        ("{\"state_action\": {\"args\": [\"state\"]}, \"identity\": [\"name\"]}", "P004"),
+        (
+            "{\"state_action\": {\"args\": [\"state\"]}, \"config_schema\": {\"type\": \"object\", \"properties\": {\"a\": {}}}, \"identity\": [\"/b\"]}",
+            "P006",
+        ),
     ] {
         let ws = Workspace::new();
         ws.init_response("check-type", reply);

@@ -21,6 +21,7 @@ mod cli_outputs;
 mod cli_pipeline;
 mod cli_progress;
 mod cli_prune;
+mod cli_replace;
 mod cli_saved_plan;
 mod cli_sensitive;
 mod cli_signals;

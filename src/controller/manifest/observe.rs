@@ -81,9 +81,11 @@ pub fn ended_as(
 ) -> SeenPass {
     let mut details = BTreeMap::new();
     let warnings = ended.warnings();
-    let removals = match &ended {
-        Ended::Applied { removed: Some(removed), plan, .. } => masked(&removed.entries, &plan.mask),
-        _ => Vec::new(),
+    let (removals, replaced) = match &ended {
+        Ended::Applied { removed: Some(removed), plan, .. } => {
+            (masked(&removed.entries, &plan.mask), plan.replacements.iter().map(|r| r.name.clone()).collect())
+        }
+        _ => (Vec::new(), Vec::new()),
     };
     let observed = match ended {
         Ended::Refused { plan, why } if guarded.is_some() => Observed::Guarded { plan, message: why },
@@ -121,7 +123,7 @@ pub fn ended_as(
         && old.revision.as_deref() == Some(revision);
     // A pass that found everything as it was adds nothing worth keeping to the history.
     let history = if no_op { old_entries } else { entries };
-    let mut done = removal_events(&removals);
+    let mut done = removal_events(&removals, &replaced);
     done.extend(pass_events(&observed, &drifts, &details));
     // Said when the pass did or found something, or met a new revision: not again on every
     // check of a steady Manifest.
@@ -175,14 +177,20 @@ fn masked(entries: &[RemovalEntry], mask: &Mask) -> Vec<RemovalEntry> {
     entries
 }
 
-/// An event for each resource that left the spec: deleted, found gone, left in place, moved,
-/// or not deleted (a Warning).
-fn removal_events(removals: &[RemovalEntry]) -> Vec<PassEvent> {
+/// An event for each resource that left the spec — or was replaced, its identity changed:
+/// deleted, found gone, left in place, moved, or not deleted (a Warning).
+fn removal_events(removals: &[RemovalEntry], replaced: &[String]) -> Vec<PassEvent> {
     removals
         .iter()
         .filter_map(|r| {
             let (name, type_name) = (&r.name, &r.type_name);
+            let was_replaced = replaced.contains(name);
             Some(match &r.removal {
+                Removal::Deleted if was_replaced => (
+                    EventType::Normal,
+                    Reason::ResourceDeleted.as_str(),
+                    format!("deleted the old {name} ({type_name}): replaced, its identity changed"),
+                ),
                 Removal::Deleted => {
                     (EventType::Normal, Reason::ResourceDeleted.as_str(), format!("deleted {name} ({type_name}): no longer declared"))
                 }

@@ -60,6 +60,10 @@ pub fn of(plan: &Plan, manifest: &ValidatedManifest, drifts: &[Drift], changes: 
                 Standing::Blocked { by } => r.message = Some(format!("blocked by {by}")),
                 _ => {}
             }
+            if let Some(replaced) = plan.replacements.iter().find(|p| p.name == e.name) {
+                let said = format!("must be replaced ({}): the old one is deleted first", replaced.describe());
+                r.message = Some(mask.text(&r.message.take().map_or(said.clone(), |m| format!("{said}; {m}"))));
+            }
             r
         })
         .collect();
@@ -75,18 +79,25 @@ pub fn of(plan: &Plan, manifest: &ValidatedManifest, drifts: &[Drift], changes: 
             } else {
                 Vec::new()
             },
-            message: r.removal.message().map(|m| mask.text(&m)),
+            message: match plan.replacements.iter().any(|p| p.name == r.name) {
+                true => Some("the old one, replaced: its identity changed".into()),
+                false => r.removal.message().map(|m| mask.text(&m)),
+            },
             ..PreviewResource::default()
         })
         .collect();
     let c = plan.counts();
-    let deleting = plan.deleting().count();
+    let replacing = plan.replacements.len();
+    let deleting = plan.deleting().filter(|r| !plan.replacements.iter().any(|p| p.name == r.name)).count();
     let mut summary = format!("{} to apply, {} pending, {} valid", c.to_apply, c.pending, c.valid);
     if c.failed + c.blocked > 0 {
         summary.push_str(&format!(", {} failed, {} blocked", c.failed, c.blocked));
     }
     if deleting > 0 {
         summary.push_str(&format!(", {deleting} to delete"));
+    }
+    if replacing > 0 {
+        summary.push_str(&format!(", {replacing} to replace"));
     }
     PreviewPlan {
         id: plan_digest(plan, manifest),
