@@ -207,7 +207,12 @@ impl Recorder {
                 self.journal.push(self.entry(target, Event::ChangeDetected, detail));
             }
             let change = Change { resource: resource.to_string(), now: status, was_valid: before.valid, differences };
-            self.changes.lock().expect("changes lock").push(change);
+            // Once a pass: read again (after a removal, or the old one of a replacement read to
+            // be deleted), it is the same change.
+            let mut changes = self.changes.lock().expect("changes lock");
+            if !changes.iter().any(|c| c.resource == resource) {
+                changes.push(change);
+            }
         } else if before.valid {
             self.drifts.lock().expect("drifts lock").push(Drift { resource: resource.to_string(), now: status });
             let detail = json!({"was": "VALID", "now": status.to_string()});

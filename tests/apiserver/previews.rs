@@ -374,3 +374,52 @@ fn malformed_objects_of_every_kind_are_reported_and_stall_nothing() {
         assert!(cluster.event_reasons(name).iter().any(|r| r == "MalformedObject"), "a Warning event on {name}");
     }
 }
+
+/// What a reviewer approves covers every action that runs: a new object's dependent is planned
+/// over the object's dry run, with its own actions, in the preview and in the plan awaiting
+/// approval alike; and renaming the object is shown as the replacement it is.
+#[ignore = "needs a Kubernetes API server: DEPLOYSTER_E2E_KUBECONFIG=<kubeconfig ../shared/apiserver/up.sh prints> cargo test --test apiserver previews:: -- --include-ignored"]
+#[test]
+fn the_preview_and_the_plan_awaiting_approval_show_dependents_actions_and_replacements() {
+    let (cluster, _work, _controller, ci) = setup("preview-deps");
+    let chain = manifest("chain", "  approval: Manual\n", &[("a", None), ("b", Some("a"))]);
+    let (code, stdout, said) = preview(&ci, "chain", &chain, &["--output", "json"]);
+    assert_eq!(code, 2, "{said}");
+    let answer: Value = serde_json::from_str(&stdout).unwrap();
+    let plan = &answer["status"]["plan"];
+    let resource = |plan: &Value, name: &str| {
+        plan["resources"].as_array().unwrap().iter().find(|r| r["name"] == name).cloned().unwrap_or_default()
+    };
+    assert_eq!(plan["summary"], "2 to apply, 0 pending, 0 valid", "{plan:#}");
+    let b = resource(plan, "b");
+    assert_eq!(b["found"], "MISSING", "{b}");
+    assert!(b["actions"].to_string().contains("Create ConfigMap"), "b's own actions: {b}");
+
+    cluster.apply_yaml(&chain);
+    let digest = pending_digest(&cluster, "chain", "");
+    let pending = cluster.get(&["manifest", "chain"]).unwrap()["status"]["pendingPlan"].clone();
+    let changes = pending["changes"].as_array().unwrap();
+    let change = |name: &str| changes.iter().find(|c| c["name"] == name).cloned().unwrap_or_default();
+    assert!(!change("b")["actions"].as_array().unwrap().is_empty(), "b's actions await approval: {pending:#}");
+    assert!(!change("a")["actions"].as_array().unwrap().is_empty(), "{pending:#}");
+    assert_eq!(approve(&cluster, "chain", &digest).0, 0);
+    wait_for("both created", Duration::from_secs(60), || data(&cluster, "cm-b")["up"] == "cm-a");
+
+    let renamed = chain.replace("name: cm-a}", "name: cm-a2}");
+    let (code, stdout, said) = preview(&ci, "chain", &renamed, &["--output", "json"]);
+    assert_eq!(code, 2, "{said}");
+    let answer: Value = serde_json::from_str(&stdout).unwrap();
+    let plan = &answer["status"]["plan"];
+    assert!(plan["summary"].as_str().unwrap().ends_with(", 1 to replace"), "{plan:#}");
+    let a = resource(plan, "a");
+    assert!(
+        a["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains(r#"must be replaced (object.metadata.name: "cm-a" → "cm-a2")"#),
+        "{a}"
+    );
+    let old = plan["removals"].as_array().unwrap().iter().find(|r| r["name"] == "a").cloned().unwrap_or_default();
+    assert_eq!(old["status"], "DELETE", "{plan:#}");
+    assert!(cluster.get(&["configmap", "cm-a"]).is_some(), "a preview deletes nothing");
+}

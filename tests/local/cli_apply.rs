@@ -118,6 +118,18 @@ fn plan_runs_no_action_plans_dependents_and_names_what_waits() {
     let json = ws.plan(&["--output", "json"]).json();
     assert_eq!(json["plan"][2]["status"], "PENDING", "{json}");
     assert_eq!(json["plan"][2]["unknown_inputs"], json!([{"path": "config.content", "expression": lookup}]));
+
+    // An unknown (or any value) as a resource's name: which resource a config reads is never
+    // left to a value — the plan is refused before anything runs, naming the expression.
+    let by_name = "{{ resources[resources.data_dir.state.mode].state.path }}";
+    ws.manifest(&BUILTINS.replace("\"notes\\n\"", &format!("\"{by_name}\"")));
+    let plan = ws.plan(&[]);
+    assert_eq!(plan.code, 2, "{}", plan.all());
+    assert!(
+        plan.stderr.contains("read other resources as `resources.<name>`") && plan.stderr.contains(by_name),
+        "{}",
+        plan.all()
+    );
 }
 
 #[test]
