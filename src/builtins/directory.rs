@@ -22,7 +22,8 @@ pub(super) fn init() -> Value {
         "plugs": plugs(),
         "state_action": {"args": ["state"]},
         "delete_action": {"args": ["delete"]},
-        "identity": ["/path"]
+        "identity": ["/path"],
+        "state_with_unknowns": true
     })
 }
 
@@ -37,6 +38,7 @@ pub(super) fn state(request: &Request) -> Result<Value, BuiltinError> {
             return Ok(needs("MISSING", (None, planned), &[("create", format!("Create directory {shown}"))]));
         }
         Err(e) => return Err(BuiltinError::io("inspect", &path)(e)),
+        Ok(_) if request.unknown("mode") => return Err(request.cannot_tell(&shown, &["mode"])),
         Ok(m) => m,
     };
     if !metadata.is_dir() {

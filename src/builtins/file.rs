@@ -26,7 +26,8 @@ pub(super) fn init() -> Value {
         "plugs": plugs(),
         "state_action": {"args": ["state"]},
         "delete_action": {"args": ["delete"]},
-        "identity": ["/path"]
+        "identity": ["/path"],
+        "state_with_unknowns": true
     })
 }
 
@@ -41,9 +42,12 @@ fn sha256(bytes: &[u8]) -> String {
 pub(super) fn state(request: &Request) -> Result<Value, BuiltinError> {
     let path = request.path()?;
     let wanted_mode = request.mode()?;
-    let wanted_sha = sha256(content(request)?.as_bytes());
     let shown = path.display().to_string();
-    let size = content(request)?.len();
+    // A plan's content not known yet: the file's digest and size are known once it is.
+    let (wanted_sha, size) = match request.unknown("content") {
+        true => (unknown(), unknown()),
+        false => (json!(sha256(content(request)?.as_bytes())), json!(content(request)?.len())),
+    };
     // Without a mode of its own, a file's is the umask's (or, rewritten, the one it had).
     let planned = |found: Option<u32>| {
         let mode = wanted_mode.or(found).map_or_else(unknown, |m| json!(format_mode(m)));
@@ -54,6 +58,10 @@ pub(super) fn state(request: &Request) -> Result<Value, BuiltinError> {
             return Ok(needs("MISSING", (None, planned(None)), &[("write", format!("Write {shown}"))]));
         }
         Err(e) => return Err(BuiltinError::io("inspect", &path)(e)),
+        Ok(_) if request.unknown("content") || request.unknown("mode") => {
+            let fields: Vec<&str> = ["content", "mode"].into_iter().filter(|f| request.unknown(f)).collect();
+            return Err(request.cannot_tell(&shown, &fields));
+        }
         Ok(m) => m,
     };
     if !metadata.is_file() {
@@ -63,7 +71,7 @@ pub(super) fn state(request: &Request) -> Result<Value, BuiltinError> {
     let actual_mode = mode_of(&metadata);
     let current =
         json!({"path": shown, "sha256": sha256(&bytes), "size": bytes.len(), "mode": format_mode(actual_mode)});
-    if current["sha256"] != wanted_sha.as_str() {
+    if current["sha256"] != wanted_sha {
         let planned = planned(Some(actual_mode));
         return Ok(needs(
             "STALE",

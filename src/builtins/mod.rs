@@ -190,9 +190,24 @@ impl<'a> Request<'a> {
         self.config.get(field).and_then(Value::as_str).ok_or_else(|| BuiltinError::config(field, "must be a string"))
     }
 
-    /// `config.mode` as permission bits, when given.
+    /// Whether a plan sends `field` not known yet (see `state_with_unknowns`).
+    fn unknown(&self, field: &str) -> bool {
+        self.config.get(field).is_some_and(crate::engine::protocol::is_unknown)
+    }
+
+    /// Refuses to tell a thing that exists from a config whose `fields` are not known yet.
+    fn cannot_tell(&self, shown: &str, fields: &[&str]) -> BuiltinError {
+        let fields: Vec<String> = fields.iter().map(|f| format!("config.{f}")).collect();
+        BuiltinError::Refused(format!(
+            "{shown} exists, and {} is not known yet: whether it differs is known once it is",
+            fields.join(", ")
+        ))
+    }
+
+    /// `config.mode` as permission bits, when given (and known).
     fn mode(&self) -> Result<Option<u32>, BuiltinError> {
         match self.config.get("mode") {
+            Some(v) if crate::engine::protocol::is_unknown(v) => Ok(None),
             None | Some(Value::Null) => Ok(None),
             Some(Value::String(s)) => u32::from_str_radix(s, 8)
                 .ok()

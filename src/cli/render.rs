@@ -77,6 +77,17 @@ pub(super) fn print_plan(plan: &Plan) {
                             print_planned(planned_state.as_ref());
                         }
                     }
+                    // It does not exist: created, with what it reads known after apply.
+                    Some(found) if e.standing.to_be_created() => {
+                        outln!("              after {}'s actions, created as planned", names.join(", "));
+                        if let StateResponse::NeedsActions { actions, planned_state, .. } = found {
+                            print_actions(actions);
+                            print_planned(planned_state.as_ref());
+                        }
+                        for input in unknown_inputs {
+                            outln!("              {} = (known after apply) {}", input.path, input.expression);
+                        }
+                    }
                     Some(found) => {
                         let deps: Vec<String> =
                             waiting_on.iter().map(|w| format!("{} ({})", w.resource, w.status)).collect();

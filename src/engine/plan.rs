@@ -212,8 +212,17 @@ impl Standing {
         }
     }
 
+    /// Whether the plan knows it will be created: read while it waits, with values still
+    /// unknown, and found MISSING (see `state_with_unknowns`).
+    pub fn to_be_created(&self) -> bool {
+        matches!(self, Standing::Pending { found: Some(found), .. } if found.status() == Status::Missing)
+    }
+
     /// The word shown for this resource.
     pub fn label(&self) -> &'static str {
+        if self.to_be_created() {
+            return "MISSING";
+        }
         if let Some(found) = self.foreseen() {
             return match found.status() {
                 Status::Valid => "VALID",
@@ -402,6 +411,10 @@ fn counts(entries: &[ResourceEntry]) -> Counts {
             None => {}
         }
         if e.standing.foreseen().is_some() {
+            continue;
+        }
+        if e.standing.to_be_created() {
+            c.to_apply += 1;
             continue;
         }
         match e.standing {

@@ -31,6 +31,10 @@ pub struct StateRequest {
     pub dependencies: IndexMap<String, DependencyView>,
     /// Plug name → path as the program sees it (only plugs actually provided).
     pub plugs: IndexMap<String, String>,
+    /// Where `config` holds a value not known yet (`config.content`): only for a type whose
+    /// init says `state_with_unknowns`, while a plan is made.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unknown: Vec<String>,
 }
 
 /// Sent to each action: the state request plus the state the resource was found in.
@@ -131,6 +135,9 @@ pub struct InitResponse {
     /// The config's fields that say *which* thing the resource is (JSON Pointers: `/path`,
     /// `/object/metadata/name`): a change of one is a replacement, the old one deleted.
     pub identity: Vec<String>,
+    /// Its state action may be sent, while a plan is made, a config holding values not known
+    /// yet: it answers MISSING when what its identity fields name does not exist.
+    pub state_with_unknowns: bool,
 }
 
 /// How many warnings of one reply are kept (the rest are counted in one more), and how many
@@ -202,6 +209,13 @@ struct RawInitResponse {
     #[serde(default)]
     #[schemars(with = "Option<Vec<String>>")]
     identity: Option<Value>,
+    /// While a plan is made, its state action may be sent a config holding values not known
+    /// yet (`{"$unknown": true}`, each listed in the request's `unknown`), its `identity`
+    /// fields all known: it answers MISSING, with its actions, when the thing they name does
+    /// not exist; any other answer (or a failure) is set aside, and the resource waits until
+    /// the values are known. So a dependent of something new is planned as created.
+    #[serde(default)]
+    state_with_unknowns: Option<bool>,
 }
 
 /// What a state action found.
@@ -366,6 +380,7 @@ pub fn parse_init(stdout: &[u8]) -> Result<InitResponse, ProtocolError> {
         warnings,
         progress_timeout,
         identity,
+        state_with_unknowns: raw.state_with_unknowns.unwrap_or(false),
         label: raw.label,
         config_schema: raw.config_schema,
         state_action,
@@ -601,7 +616,13 @@ mod tests {
             workspace: "/w".into(),
         };
         let req = ActionRequest {
-            state: StateRequest { init, config: json!({}), dependencies: IndexMap::new(), plugs: IndexMap::new() },
+            state: StateRequest {
+                init,
+                config: json!({}),
+                dependencies: IndexMap::new(),
+                plugs: IndexMap::new(),
+                unknown: Vec::new(),
+            },
             stale_state: json!({}),
         };
         let v = serde_json::to_value(&req).unwrap();

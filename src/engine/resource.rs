@@ -85,6 +85,7 @@ pub(crate) fn state_request(ctx: &RunContext, i: usize, config: Value, known: &K
             if ctx.types[i].init.older_revision { OLDER_REVISION_DEPTH } else { 1 },
         ),
         plugs: ctx.types[i].plug_paths.clone(),
+        unknown: Vec::new(),
     }
 }
 
@@ -101,7 +102,11 @@ pub(crate) async fn resolve(
     let rendered = rendered_config(&ctx.manifest, i, known, ctx.types[i].schema.as_deref())?;
     let config = rendered.config;
     if !rendered.unknown.is_empty() {
-        return Ok(Resolved { config, response: None });
+        let response = match may_assume {
+            true => missing_with_unknowns(ctx, i, &config, &rendered.unknown, known).await,
+            false => None,
+        };
+        return Ok(Resolved { config, response });
     }
     let assumed = ctx.options.assume_valid.get(&ctx.manifest.revision, &resource.name);
     if let Some(assumed) = assumed.filter(|a| may_assume && a.renders_as(&config)) {
@@ -112,7 +117,50 @@ pub(crate) async fn resolve(
     Ok(Resolved { config, response: Some(response) })
 }
 
+/// While a plan is made, resource `i`'s state read with `config` holding values not known yet
+/// (at `unknown`) — when its type says it can answer so and its identity is known: only a
+/// MISSING answer is taken (what it names does not exist: it will be created, whatever those
+/// values are). Anything else, a failure included, is set aside: the resource waits.
+async fn missing_with_unknowns(
+    ctx: &RunContext,
+    i: usize,
+    config: &Value,
+    unknown: &[super::expr::ValuePath],
+    known: &Knowledge,
+) -> Option<StateResponse> {
+    let init = &ctx.types[i].init;
+    let identity = super::identity::identity_of(&init.identity, config);
+    let identified = !init.identity.is_empty()
+        && identity.len() == init.identity.len()
+        && identity.values().all(|v| protocol::unknown_paths(v, "").is_empty());
+    if !init.state_with_unknowns || !identified {
+        return None;
+    }
+    let mut request = state_request(ctx, i, config.clone(), known);
+    request.unknown = unknown.iter().map(|p| super::expr::full_path("config", p)).collect();
+    // Told as found only when taken: an answer set aside is no observation of the resource.
+    match read(ctx, i, &Phase::State, &request).await {
+        Ok(response @ StateResponse::NeedsActions { status: protocol::Status::Missing, .. }) => {
+            found(ctx, i, &Phase::State, &request, &response);
+            Some(response)
+        }
+        _ => None,
+    }
+}
+
 pub(crate) async fn read_state(
+    ctx: &RunContext,
+    i: usize,
+    phase: &Phase,
+    request: &StateRequest,
+) -> Result<StateResponse, ResourceError> {
+    let response = read(ctx, i, phase, request).await?;
+    found(ctx, i, phase, request, &response);
+    Ok(response)
+}
+
+/// Runs resource `i`'s state action for `request`.
+async fn read(
     ctx: &RunContext,
     i: usize,
     phase: &Phase,
@@ -124,6 +172,11 @@ pub(crate) async fn read_state(
     let (response, warnings) = protocol::parse_state_reply(&outcome.stdout)
         .map_err(|e| ResourceError::protocol(phase.clone(), e.problem, &outcome).masked(&ctx.manifest.mask))?;
     ctx.warn(i, phase, warnings);
+    Ok(response)
+}
+
+/// Tells the observers what resource `i`'s state read for `request` found.
+fn found(ctx: &RunContext, i: usize, phase: &Phase, request: &StateRequest, response: &StateResponse) {
     let inputs = Inputs::new(&ctx.manifest, i, &request.config);
     ctx.emit(RunEvent::StateFound {
         resource: ctx.manifest.resources[i].name.clone(),
@@ -132,7 +185,6 @@ pub(crate) async fn read_state(
         identity: super::identity::identity_of(&ctx.types[i].init.identity, &inputs.config),
         inputs,
     });
-    Ok(response)
 }
 
 /// Runs the actions (of a resource approved as a whole) in order, then reads the state again,

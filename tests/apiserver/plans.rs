@@ -49,19 +49,27 @@ resources:
 }
 
 /// `examples/kubernetes`, fresh: the Service is planned, and what reads its cluster IP (which
-/// the server allocates when it is written) waits, naming that value; the port it reads is known.
+/// the server allocates when it is written) is planned as created — it does not exist — with
+/// that value known after apply, named; the port it reads is known. The saved plan applies.
 #[ignore = "needs a Kubernetes API server: DEPLOYSTER_E2E_KUBECONFIG=<kubeconfig ../shared/apiserver/up.sh prints> cargo test --test apiserver plans:: -- --include-ignored"]
 #[test]
-fn what_reads_a_value_only_the_write_decides_waits_and_says_which() {
+fn what_reads_a_value_only_the_write_decides_is_created_with_that_value_known_after_apply() {
     let cluster = Cluster::new("known-after");
     let ws = Workspace::new();
     let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/kubernetes/manifest.yaml");
     let namespace = format!("namespace={}", cluster.namespace);
-    let plan = deployster(&ws, &cluster, &["plan", "-f", example.to_str().unwrap(), "--var", &namespace]);
+    let file = example.to_str().unwrap();
+    let plan = deployster(&ws, &cluster, &["plan", "-f", file, "--var", &namespace, "--out", "plan.json"]);
     assert_eq!(plan.code, 0, "{}", plan.all());
     let text = plan.stdout;
-    assert!(text.contains("Plan: 1 to apply, 2 pending, 0 valid."), "{text}");
+    assert!(text.contains("Plan: 3 to apply, 0 pending, 0 valid."), "{text}");
+    assert!(text.contains("after db_service's actions, created as planned"), "{text}");
+    assert!(text.contains(&format!("Create ConfigMap {}/web", cluster.namespace)), "its own action: {text}");
     assert!(text.contains("config.object.data.DB_HOST = (known after apply) {{ db.state.spec.clusterIP }}"), "{text}");
     assert!(!text.contains("config.object.data.DB_PORT ="), "the port is planned: {text}");
     assert!(text.contains("spec.clusterIP"), "the Service's own unknowns are said: {text}");
+    let applied = deployster(&ws, &cluster, &["apply", "plan.json", "--yes"]);
+    assert_eq!(applied.code, 0, "{}", applied.all());
+    let ip = cluster.get(&["service", "db"]).unwrap()["spec"]["clusterIP"].clone();
+    assert_eq!(cluster.get(&["configmap", "web"]).unwrap()["data"]["DB_HOST"], ip);
 }

@@ -92,32 +92,45 @@ fn plan_runs_no_action_plans_dependents_and_names_what_waits() {
     assert_eq!(json["plan"][1]["found"]["actions"][0]["name"], "write");
     assert_eq!(json["plan"][0]["planned_state"]["mode"], "0750");
 
-    // A directory without a mode: its mode is the umask's, known once it exists.
+    // A directory without a mode: its mode is the umask's, known once it exists. The file that
+    // reads it does not exist (its path is known): it is created, its content known after apply.
     ws.manifest(
         &BUILTINS.replace(", mode: \"0750\"", "").replace("\"notes\\n\"", "\"{{ resources.data_dir.state.mode }}\""),
     );
     let plan = ws.plan(&[]);
     assert_eq!(plan.code, 0, "{}", plan.all());
-    assert!(plan.stdout.contains("Plan: 2 to apply, 1 pending, 0 valid."), "{}", plan.all());
+    assert!(plan.stdout.contains("Plan: 3 to apply, 0 pending, 0 valid."), "{}", plan.all());
+    assert!(plan.stdout.contains("after data_dir's actions, created as planned"), "{}", plan.all());
     assert!(
         plan.stdout.contains("config.content = (known after apply) {{ resources.data_dir.state.mode }}"),
         "{}",
         plan.all()
     );
     let json = ws.plan(&["--output", "json"]).json();
-    assert_eq!(json["plan"][2]["status"], "PENDING");
+    assert_eq!(json["plan"][2]["status"], "MISSING");
+    assert_eq!(json["plan"][2]["found"]["actions"][0]["name"], "write", "{json}");
     assert_eq!(
         json["plan"][2]["unknown_inputs"],
         json!([{"path": "config.content", "expression": "{{ resources.data_dir.state.mode }}"}])
     );
     assert_eq!(json["plan"][0]["planned_state"]["mode"], json!({"$unknown": true}));
+    // Applied, the content is what the mode turned out to be.
+    assert_eq!(ws.apply(&[]).code, 0);
+    let mode =
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(ws.path("out-dev")).unwrap().permissions()) & 0o7777;
+    assert_eq!(ws.read("out-dev/notes.txt"), format!("{mode:04o}"));
+    std::fs::remove_dir_all(ws.path("out-dev")).unwrap();
+    std::fs::remove_dir_all(ws.path(".deployster")).unwrap();
 
-    // An unknown used as a map's key: the lookup cannot be made, so it waits too, saying which.
+    // An unknown used as a map's key, in the file's path: which file it is cannot be known, so
+    // it waits, saying which value.
     let lookup = "{{ {'0750': 'private'}[resources.data_dir.state.mode] }}";
-    ws.manifest(&BUILTINS.replace(", mode: \"0750\"", "").replace("\"notes\\n\"", &format!("\"{lookup}\"")));
+    let in_path = BUILTINS.replace(", mode: \"0750\"", "").replace("/notes.txt\"", &format!("/{lookup}.txt\""));
+    ws.manifest(&in_path);
     let json = ws.plan(&["--output", "json"]).json();
     assert_eq!(json["plan"][2]["status"], "PENDING", "{json}");
-    assert_eq!(json["plan"][2]["unknown_inputs"], json!([{"path": "config.content", "expression": lookup}]));
+    let expression = format!("{{{{ resources.data_dir.state.path }}}}/{lookup}.txt");
+    assert_eq!(json["plan"][2]["unknown_inputs"], json!([{"path": "config.path", "expression": expression}]));
 
     // An unknown (or any value) as a resource's name: which resource a config reads is never
     // left to a value — the plan is refused before anything runs, naming the expression.

@@ -1,6 +1,7 @@
-//! A change of a resource's identity (a directory's path, a type's `identity` fields) is a
+//! A resource's identity (a directory's path, a type's `identity` fields). A change of it is a
 //! replacement: the plan says "must be replaced", the old one is deleted first with the
-//! config it was applied with, then the new one is created — never left behind silently.
+//! config it was applied with, then the new one is created — never left behind silently. And
+//! known while other values are not, it lets a plan say a dependent will be created.
 
 use crate::support::Workspace;
 
@@ -31,9 +32,10 @@ resources:
 /// create and delete is logged to `$THINGS/../log` with the `thing` its request named.
 const THING: &str = r#"#!/bin/sh
 if [ $# -eq 0 ]; then echo "$INIT"; exit 0; fi
-thing=$(sed -n 's/.*"thing":"\([^"]*\)".*/\1/p')
+req=$(cat)
+thing=$(echo "$req" | sed -n 's/.*"thing":"\([^"]*\)".*/\1/p')
 case $1 in
-state) if [ -f "$THINGS/$thing" ]; then echo '{"status": "VALID", "state": {}}'; else echo '{"status": "MISSING", "actions": [{"name": "create", "args": ["create"]}]}'; fi ;;
+state) echo "$req" >> "$THINGS.requests"; if [ -f "$THINGS/$thing" ]; then echo '{"status": "VALID", "state": {}}'; else echo '{"status": "MISSING", "actions": [{"name": "create", "args": ["create"]}]}'; fi ;;
 create) mkdir -p "$THINGS"; echo "$thing" > "$THINGS/$thing"; echo "created $thing" >> "$THINGS/../log" ;;
 delete) rm -f "$THINGS/$thing"; echo "deleted $thing" >> "$THINGS/../log" ;;
 esac
@@ -191,4 +193,49 @@ fn an_identity_that_is_not_a_list_of_json_pointers_fails_init_naming_it() {
         assert_eq!(plan.code, 1, "{identity}: {}", plan.all());
         assert!(plan.stderr.contains("one") && plan.stderr.contains(says), "{identity}: {}", plan.all());
     }
+}
+
+/// A thing whose `note` reads a directory's mode, not known until the directory exists.
+fn noted(ws: &Workspace, init: &str) {
+    ws.write("types/thing", THING);
+    std::fs::set_permissions(ws.path("types/thing"), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    ws.manifest(&format!(
+        "resources:\n  dir:\n    type: builtin/directory\n    config: {{ path: \"$WS/d\" }}\n  one:\n    type: ./types/thing\n    \
+         dependencies: {{ d: dir }}\n    env: {{ THINGS: \"$WS/things\", INIT: '{init}' }}\n    \
+         config: {{ thing: alpha, note: \"{{{{ d.state.mode }}}}\" }}\n"
+    ));
+}
+
+#[test]
+fn a_type_that_reads_state_with_unknowns_is_planned_as_created_when_its_identity_names_nothing() {
+    let ws = Workspace::new();
+    let init = r#"{"state_action": {"args": ["state"]}, "delete_action": {"args": ["delete"]}, "identity": ["/thing"], "state_with_unknowns": true}"#;
+    noted(&ws, init);
+    let plan = ws.plan(&[]);
+    assert_eq!(plan.code, 0, "{}", plan.all());
+    assert!(plan.stdout.contains("Plan: 2 to apply, 0 pending, 0 valid."), "{}", plan.all());
+    assert!(plan.stdout.contains("after dir's actions, created as planned"), "{}", plan.all());
+    assert!(plan.stdout.contains("config.note = (known after apply) {{ d.state.mode }}"), "{}", plan.all());
+    let asked: serde_json::Value = serde_json::from_str(ws.read("things.requests").lines().next().unwrap()).unwrap();
+    assert_eq!(asked["config"]["note"], serde_json::json!({"$unknown": true}), "{asked}");
+    assert_eq!(asked["unknown"], serde_json::json!(["config.note"]), "{asked}");
+    let apply = ws.apply(&[]);
+    assert_eq!(apply.code, 0, "{}", apply.all());
+    assert!(ws.exists("things/alpha"));
+
+    // It exists now: with the mode unknown again (the directory gone), the thing's answer
+    // (VALID) is set aside, and it waits for the value.
+    std::fs::remove_dir(ws.path("d")).unwrap();
+    let plan = ws.plan(&[]);
+    assert!(plan.stdout.contains("Plan: 1 to apply, 1 pending, 0 valid."), "{}", plan.all());
+}
+
+#[test]
+fn a_type_that_does_not_say_it_reads_unknowns_is_never_sent_them_and_waits() {
+    let ws = Workspace::new();
+    noted(&ws, THING_INIT);
+    let plan = ws.plan(&[]);
+    assert_eq!(plan.code, 0, "{}", plan.all());
+    assert!(plan.stdout.contains("Plan: 1 to apply, 1 pending, 0 valid."), "{}", plan.all());
+    assert!(!ws.exists("things.requests"), "no state request with unknowns");
 }

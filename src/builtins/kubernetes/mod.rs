@@ -338,7 +338,8 @@ pub(super) fn init() -> Value {
         },
         "state_action": {"args": ["state"]},
         "delete_action": {"args": ["delete"]},
-        "identity": ["/object/kind", "/object/metadata/namespace", "/object/metadata/name"]
+        "identity": ["/object/kind", "/object/metadata/namespace", "/object/metadata/name"],
+        "state_with_unknowns": true
     })
 }
 

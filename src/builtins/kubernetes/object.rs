@@ -217,6 +217,18 @@ impl ServerObject {
     }
 
     async fn standing_of(&self, live: Option<&Value>) -> Result<ObjectStanding, ObjectError> {
+        // A plan's, with values not known yet: all it can tell is that the object is not there.
+        let unknown_at = crate::engine::protocol::unknown_paths(&self.wanted, "object");
+        match (live, unknown_at.first()) {
+            (None, Some(_)) => return Ok(ObjectStanding::Missing { planned: self.wanted.clone() }),
+            (Some(_), Some(at)) => {
+                return Err(ObjectError::Config(format!(
+                    "{} exists, and {at} is not known yet: whether it differs is known once it is",
+                    self.shown
+                )));
+            }
+            (_, None) => {}
+        }
         let Some(live) = live else {
             let created = Patch::Apply(self.applied(None));
             let planned = match self.api.patch(&self.name, &self.apply_params().dry_run(), &created).await {

@@ -264,6 +264,8 @@ impl Schema {
                 None => Ok(value.clone()),
             },
             (_, Value::Null) | (FieldType::Any, _) => Ok(value.clone()),
+            // Not known yet (a plan's): whatever it will be is converted once it is.
+            _ if crate::engine::protocol::is_unknown(value) => Ok(value.clone()),
             (FieldType::String, Value::String(_)) => Ok(value.clone()),
             (FieldType::String, Value::Number(n)) => Ok(Value::String(n.to_string())),
             (FieldType::String, Value::Bool(b)) => Ok(Value::String(b.to_string())),
