@@ -23,11 +23,11 @@ pub(crate) fn kept(manifest: &ValidatedManifest) -> Value {
     json!({"manifest": manifest.inventory_key(), "variables": vars.collect::<Map<_, _>>()})
 }
 
+/// A revision, and the variables it was applied with, as [`kept`] keeps them.
+type Applied = (String, Map<String, Value>);
+
 /// The variables of `manifest`'s latest successful apply, when the log's latest is its own.
-fn applied(
-    log: &dyn History,
-    manifest: &ValidatedManifest,
-) -> Result<Option<(String, Map<String, Value>)>, HistoryError> {
+fn applied(log: &dyn History, manifest: &ValidatedManifest) -> Result<Option<Applied>, HistoryError> {
     let Some(entry) = log.latest(target::MANIFEST, &[Event::RunFinishedSuccessfully])? else { return Ok(None) };
     let ours = entry.detail.get("manifest").and_then(Value::as_str) == Some(&manifest.inventory_key());
     match entry.detail.get("variables").and_then(Value::as_object) {
