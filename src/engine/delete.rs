@@ -126,6 +126,9 @@ async fn remove(
     let forgotten = |reason: &str| Removal::Forgotten { reason: reason.to_string() };
     let current = match standing {
         Standing::NeedsActions { status: Status::Missing, .. } => return Removal::Absent,
+        // Read with what it depends on gone (values unknown), and what its identity names is
+        // not there: gone too (say, the old one of a replacement whose namespace was deleted).
+        standing if standing.to_be_created() => return Removal::Absent,
         Standing::Valid { state, .. } => state.clone(),
         Standing::NeedsActions { stale_state, .. } => stale_state.clone().unwrap_or_else(|| json!({})),
         Standing::Pending { .. } => return kept("its inputs are unknown: a dependency is not VALID".into()),

@@ -518,7 +518,10 @@ fn the_example_wires_a_service_s_state_into_a_deployment() {
     let ws = Workspace::new();
     let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/kubernetes/manifest.yaml");
     let namespace = format!("namespace={}", cluster.namespace);
-    let out = deployster(&ws, &cluster, &["apply", "-f", example.to_str().unwrap(), "--var", &namespace, "--yes"]);
+    // Its log in the test's workspace, not beside the example (another test applies it too).
+    let state = ws.path(".deployster").display().to_string();
+    let file = example.to_str().unwrap();
+    let out = deployster(&ws, &cluster, &["apply", "-f", file, "--var", &namespace, "--yes", "--state-dir", &state]);
     assert_eq!(out.code, 0, "{}", out.all());
     let ip = cluster.get(&["service", "db"]).expect("the Service")["spec"]["clusterIP"].as_str().unwrap().to_string();
     assert!(!ip.is_empty());

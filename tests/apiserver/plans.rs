@@ -59,7 +59,10 @@ fn what_reads_a_value_only_the_write_decides_is_created_with_that_value_known_af
     let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/kubernetes/manifest.yaml");
     let namespace = format!("namespace={}", cluster.namespace);
     let file = example.to_str().unwrap();
-    let plan = deployster(&ws, &cluster, &["plan", "-f", file, "--var", &namespace, "--out", "plan.json"]);
+    // Its log in the test's workspace, not beside the example (another test applies it too).
+    let state = ws.path(".deployster").display().to_string();
+    let args = ["plan", "-f", file, "--var", &namespace, "--out", "plan.json", "--state-dir", &state];
+    let plan = deployster(&ws, &cluster, &args);
     assert_eq!(plan.code, 0, "{}", plan.all());
     let text = plan.stdout;
     assert!(text.contains("Plan: 3 to apply, 0 pending, 0 valid."), "{text}");
@@ -68,8 +71,22 @@ fn what_reads_a_value_only_the_write_decides_is_created_with_that_value_known_af
     assert!(text.contains("config.object.data.DB_HOST = (known after apply) {{ db.state.spec.clusterIP }}"), "{text}");
     assert!(!text.contains("config.object.data.DB_PORT ="), "the port is planned: {text}");
     assert!(text.contains("spec.clusterIP"), "the Service's own unknowns are said: {text}");
-    let applied = deployster(&ws, &cluster, &["apply", "plan.json", "--yes"]);
+    let applied = deployster(&ws, &cluster, &["apply", "plan.json", "--yes", "--state-dir", &state]);
     assert_eq!(applied.code, 0, "{}", applied.all());
     let ip = cluster.get(&["service", "db"]).unwrap()["spec"]["clusterIP"].clone();
     assert_eq!(cluster.get(&["configmap", "web"]).unwrap()["data"]["DB_HOST"], ip);
+
+    // Moved to another namespace once the old objects are gone: each old one is found absent
+    // (what the old Deployment reads is gone too, yet its name says it is not there), and the
+    // new ones are created — not stuck behind replacements that cannot be deleted.
+    let other = format!("{}-moved", cluster.namespace);
+    cluster.must(&["create", "namespace", &other]);
+    cluster.must(&cluster.ns(&["delete", "deployment,configmap,service", "--all", "--wait=true"]));
+    let moved = format!("namespace={other}");
+    let args = ["apply", "-f", file, "--var", &moved, "--yes", "--allow-deletes", "3", "--state-dir", &state];
+    let out = deployster(&ws, &cluster, &args);
+    let _ = cluster.kubectl(&["delete", "namespace", &other, "--wait=false"]);
+    assert_eq!(out.code, 0, "{}", out.all());
+    assert!(out.stdout.contains("Removal complete: 3 already gone."), "{}", out.all());
+    assert!(cluster.kubectl(&["get", "-n", &other, "deployment", "web"]).0, "{}", out.all());
 }
