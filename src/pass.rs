@@ -230,12 +230,13 @@ impl Pass<'_> {
         for (old, new) in moves.iter().flatten() {
             recorder.inherit(new, old)?;
         }
+        let kept = variables::kept(&self.manifest);
         let varied = match self.inventory {
             Inventory::Off => None,
             _ if held.is_empty() => None,
-            _ => variables::changed(self.log.as_ref(), &self.manifest)?,
+            _ => variables::changed(self.log.as_ref(), &self.manifest, &kept)?,
         };
-        recorder.variables = Some(variables::kept(&self.manifest));
+        recorder.variables = Some(kept);
         let recorder = Arc::new(recorder);
         let mut observers: Vec<Arc<dyn Observer>> = vec![recorder.clone()];
         let keeper = match self.inventory {

@@ -53,7 +53,7 @@ pub(super) fn print_plan(plan: &Plan) {
         let ran = matches!(e.standing, Standing::Valid { .. } | Standing::NeedsActions { .. } | Standing::Failed(_));
         let took = ran.then(|| elapsed(e.elapsed));
         outln!("{}", settled_line(e.standing.label(), &e.name, width, &e.type_name, took.as_deref()));
-        if let Some(r) = plan.replacements.iter().find(|r| r.name == e.name) {
+        if let Some(r) = plan.replacement(&e.name) {
             outln!(
                 "              must be replaced ({}): the old one is deleted first, see below",
                 plan.mask.text(&r.describe())
@@ -119,7 +119,7 @@ pub(super) fn print_plan(plan: &Plan) {
             _ => {}
         }
     }
-    let replaced = |r: &&RemovalEntry| plan.replacements.iter().any(|p| p.name == r.name);
+    let replaced = |r: &&RemovalEntry| plan.replacement(&r.name).is_some();
     let (old_ones, gone): (Vec<&RemovalEntry>, Vec<&RemovalEntry>) = plan.removals.iter().partition(replaced);
     if !gone.is_empty() {
         if !plan.entries.is_empty() {

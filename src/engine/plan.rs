@@ -431,6 +431,11 @@ fn counts(entries: &[ResourceEntry]) -> Counts {
 }
 
 impl Plan {
+    /// The replacement of resource `name`, when its identity moved.
+    pub fn replacement(&self, name: &str) -> Option<&Replacement> {
+        self.replacements.iter().find(|r| r.name == name)
+    }
+
     pub fn counts(&self) -> Counts {
         counts(&self.entries)
     }

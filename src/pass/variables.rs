@@ -38,9 +38,13 @@ fn applied(log: &dyn History, manifest: &ValidatedManifest) -> Result<Option<App
 
 /// A note for the plan when the variables differ from those of the last successful apply:
 /// each differing one, as it was and as it is now (a sensitive one by name only).
-pub(crate) fn changed(log: &dyn History, manifest: &ValidatedManifest) -> Result<Option<String>, HistoryError> {
+/// `now`: what [`kept`] keeps of the manifest's variables today.
+pub(crate) fn changed(
+    log: &dyn History,
+    manifest: &ValidatedManifest,
+    now: &Value,
+) -> Result<Option<String>, HistoryError> {
     let Some((revision, was)) = applied(log, manifest)? else { return Ok(None) };
-    let now = kept(manifest);
     let now = now["variables"].as_object().cloned().unwrap_or_default();
     let mut differing = Vec::new();
     for (name, before) in &was {

@@ -60,7 +60,7 @@ pub fn of(plan: &Plan, manifest: &ValidatedManifest, drifts: &[Drift], changes: 
                 Standing::Blocked { by } => r.message = Some(format!("blocked by {by}")),
                 _ => {}
             }
-            if let Some(replaced) = plan.replacements.iter().find(|p| p.name == e.name) {
+            if let Some(replaced) = plan.replacement(&e.name) {
                 let said = format!("must be replaced ({}): the old one is deleted first", replaced.describe());
                 r.message = Some(mask.text(&r.message.take().map_or(said.clone(), |m| format!("{said}; {m}"))));
             }
@@ -79,7 +79,7 @@ pub fn of(plan: &Plan, manifest: &ValidatedManifest, drifts: &[Drift], changes: 
             } else {
                 Vec::new()
             },
-            message: match plan.replacements.iter().any(|p| p.name == r.name) {
+            message: match plan.replacement(&r.name).is_some() {
                 true => Some("the old one, replaced: its identity changed".into()),
                 false => r.removal.message().map(|m| mask.text(&m)),
             },
@@ -88,7 +88,7 @@ pub fn of(plan: &Plan, manifest: &ValidatedManifest, drifts: &[Drift], changes: 
         .collect();
     let c = plan.counts();
     let replacing = plan.replacements.len();
-    let deleting = plan.deleting().filter(|r| !plan.replacements.iter().any(|p| p.name == r.name)).count();
+    let deleting = plan.deleting().filter(|r| plan.replacement(&r.name).is_none()).count();
     let mut summary = format!("{} to apply, {} pending, {} valid", c.to_apply, c.pending, c.valid);
     if c.failed + c.blocked > 0 {
         summary.push_str(&format!(", {} failed, {} blocked", c.failed, c.blocked));
